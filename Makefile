@@ -1,0 +1,45 @@
+# lbb — run code nobody here wrote, in an isolated sandbox. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+LBB_DATA_DIR ?= /var/lib/lbb
+export LBB_DATA_DIR
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, …).
+	@bash scripts/deps.sh
+
+.PHONY: build
+build: ## Build bin/lbb and the static guest agent bin/lbb-agent.
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/lbb-agent ./cmd/lbb-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/lbb ./cmd/lbb
+
+.PHONY: images
+images: build ## Build (or find cached) the base images under $(LBB_DATA_DIR)/images.
+	$(BIN)/lbb images build
+
+.PHONY: serve
+serve: deps build ## Run the service (builds the images on first start).
+	$(BIN)/lbb serve
+
+.PHONY: vet
+vet: ## go vet and gofmt.
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+.PHONY: test-quick
+test-quick: ## The inner loop: unit tests that need no images (skip privileged suites).
+	$(GO) test -short ./...
+
+.PHONY: test
+test: deps vet images ## Everything: vet, the image, conformance and hostile suites, service tests.
+	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
+
+.PHONY: bench
+bench: build ## Benchmarks beside bare-process and bwrap baselines.
+	$(BIN)/lbb bench

@@ -1,0 +1,124 @@
+// Package runtime defines the contract between lbb's host layer and an isolation driver.
+//
+// The lifecycle words, for every driver:
+//
+//   - Create prepares a sandbox from an image: its state and its writable disk. No process runs.
+//   - Start boots a created (or stopped) sandbox: namespaces, cgroups, mounts, and the guest
+//     agent as PID 1. It returns once the agent answers on the one channel.
+//   - Stop ends every process of the sandbox and unmounts it. Its disk stays, so a later Start
+//     resumes with the same workspace.
+//   - Destroy ends processes, unmounts, removes cgroups, state and disk. Nothing stays. It works
+//     on a sandbox in any state, after a partial Create, when the agent is hung, and twice.
+//
+// Example:
+//
+//	if err := d.Create(ctx, runtime.Spec{ID: "sbx_01", Image: img, Limits: lim}); err != nil { … }
+//	sb, err := d.Start(ctx, "sbx_01")
+//	client, err := agent.NewClient(sb.Conn())
+//	…
+//	d.Stop(ctx, "sbx_01")     // disk stays
+//	d.Start(ctx, "sbx_01")    // same workspace
+//	d.Destroy(ctx, "sbx_01")  // nothing stays
+//
+// Core code never imports a driver: cmd/ wires them.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// Limits bounds what one sandbox may use. Zero means "the driver's default".
+type Limits struct {
+	MemoryMiB int64   `json:"memory_mib,omitempty"`
+	CPUs      float64 `json:"cpus,omitempty"`
+	Pids      int64   `json:"pids,omitempty"`
+	DiskMiB   int64   `json:"disk_mib,omitempty"`
+	TmpMiB    int64   `json:"tmp_mib,omitempty"`
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// ID names the sandbox ("sbx_…"); drivers use it for state, cgroups and disks.
+	ID string `json:"id"`
+	// Image is the root filesystem directory, shared read-only by every sandbox.
+	Image  string `json:"image"`
+	Limits Limits `json:"limits"`
+	// Hostname inside the sandbox; "sandbox" when empty.
+	Hostname string `json:"hostname,omitempty"`
+}
+
+// Sandbox is a started sandbox.
+type Sandbox interface {
+	ID() string
+	// Conn is the one channel to the guest agent. Nothing else crosses.
+	Conn() net.Conn
+	// Stats reads the sandbox's resource accounting.
+	Stats(ctx context.Context) (Stats, error)
+	// Done is closed when the sandbox's init process has exited.
+	Done() <-chan struct{}
+}
+
+// Stats is a sandbox's resource accounting since it started.
+type Stats struct {
+	CPUNanos       uint64 `json:"cpu_ns"`
+	MemoryBytes    uint64 `json:"memory_bytes"`
+	MemoryMaxBytes uint64 `json:"memory_max_bytes"`
+	// OOMKills counts processes the kernel killed for the sandbox's memory limit.
+	OOMKills uint64 `json:"oom_kills"`
+	Pids     uint64 `json:"pids"`
+}
+
+// Driver creates and runs sandboxes. All methods are safe for concurrent use.
+type Driver interface {
+	Name() string
+	// Requirements lists what the host must have; CheckRequirements runs them at start.
+	Requirements() []Requirement
+	Create(ctx context.Context, spec Spec) error
+	Start(ctx context.Context, id string) (Sandbox, error)
+	Stop(ctx context.Context, id string) error
+	Destroy(ctx context.Context, id string) error
+	// List names every sandbox the driver holds state for on this host, so that a restarted
+	// server can reap what a crash left behind.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Freezer is an optional ability: park a started sandbox's processes and wake them again.
+type Freezer interface {
+	Freeze(ctx context.Context, id string) error
+	Thaw(ctx context.Context, id string) error
+}
+
+// Requirement is one thing a driver needs from its host.
+type Requirement struct {
+	Name  string
+	Check func() error
+}
+
+// CheckRequirements runs every requirement of d and joins what fails into one clear error.
+func CheckRequirements(d Driver) error {
+	var errs []error
+	for _, r := range d.Requirements() {
+		if err := r.Check(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("runtime %q cannot run on this host: %w", d.Name(), errors.Join(errs...))
+	}
+	return nil
+}
+
+// ErrNotFound is returned for a sandbox id the driver has no state for.
+var ErrNotFound = errors.New("sandbox not found")
+
+// Sandbox user ids. Every sandbox's user namespace maps its ids 0..IDCount-1 onto host ids
+// IDBase..IDBase+IDCount-1, an unprivileged range no host account uses. Base images are
+// built owned by that range (their root is host uid IDBase), so that inside a sandbox the
+// image's files belong to its root.
+const (
+	IDBase  uint32 = 1_000_000_000
+	IDCount uint32 = 65536
+)
