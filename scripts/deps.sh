@@ -2,7 +2,7 @@
 # Installs the host packages lbb's builds and tests need. Idempotent and quiet when all is there.
 set -euo pipefail
 need=()
-for pair in debootstrap:debootstrap bwrap:bubblewrap mkfs.ext4:e2fsprogs losetup:mount ip:iproute2 zstd:zstd; do
+for pair in debootstrap:debootstrap npm:npm bwrap:bubblewrap mkfs.ext4:e2fsprogs losetup:mount ip:iproute2 zstd:zstd; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done

@@ -7,15 +7,24 @@
 //	GET    /v1/ping                          → 204
 //	POST   /v1/exec      header Lbb-Exec      start a process; body = stdin; response = frames
 //	POST   /v1/run       body RunRequest      run(input, config); response = frames
-//	POST   /v1/procs/{id}/signal  SignalRequest
+//	POST   /v1/procs/{id}/signal  SignalRequest → 204
 //	GET    /v1/files?path=&recursive=1       → []FileEntry
-//	DELETE /v1/files?path=&recursive=1
-//	POST   /v1/files/mkdir?path=
-//	GET    /v1/files/content?path=           → the bytes (streamed)
-//	PUT    /v1/files/content?path=&mode=     body = the bytes (streamed); parents are made
-//	POST   /v1/identity  Identity            hostname, machine id, entropy for a claimed slot
+//	DELETE /v1/files?path=&recursive=1       → 204
+//	POST   /v1/files/mkdir?path=             → 204; parents are made
+//	GET    /v1/files/content?path=           → the bytes (streamed, Content-Length set)
+//	PUT    /v1/files/content?path=&mode=     body = the bytes (streamed); parents are made → FileEntry
+//	POST   /v1/identity  Identity            hostname, machine id, entropy for a claimed slot → 204
 //
-// Errors are JSON Error bodies with a stable Code.
+// Errors are JSON Error bodies with a stable Code and the status StatusOf(Code).
+//
+// A process stream (exec and run) answers 200 and then frames: Started, any number of
+// Stdout, Stderr and (for runs) Result chunks as they come, and Exit, always last. A process
+// that cannot start sends no Started frame: its stream is one Exit frame with StartError.
+// Output flows with backpressure end to end: a process whose host does not read blocks in
+// write(2), and the agent holds at most one frame per stream.
+//
+// The agent speaks first on the channel (its HTTP/2 SETTINGS frame), so a driver can wait
+// for it with WaitReady without consuming anything.
 package agent
 
 import (
@@ -50,7 +59,8 @@ type ExecRequest struct {
 	ID   string            `json:"id"`
 	Argv []string          `json:"argv"`
 	Env  map[string]string `json:"env,omitempty"`
-	// Cwd is inside /workspace (relative or absolute); default /workspace.
+	// Cwd is relative to /workspace (resolved beneath it, like file paths) or absolute;
+	// default /workspace.
 	Cwd string `json:"cwd,omitempty"`
 	// Stdin says the request body carries stdin; otherwise stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
@@ -58,7 +68,27 @@ type ExecRequest struct {
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
 }
 
-// RunRequest calls run(input, config) of code with a base's harness.
+// RunRequest calls run(input, config) of code with a base's harness. Input defaults to null
+// and Config to {}. The harnesses:
+//
+//   - "python": the code is executed as a fresh module named __lbb__ (so an
+//     `if __name__ == "__main__":` block does not run); its run is called, and awaited with
+//     asyncio.run when it is async. numpy scalars and arrays, pandas DataFrames (records),
+//     Series (a dict keyed by the index, like pandas' to_json), Timestamps and datetimes
+//     (ISO 8601) are converted; NaN and infinities become null; sets become lists; anything
+//     else that is not JSON is an error naming its type and where it is in the result.
+//   - "node": the code is first compiled as CommonJS (a top-level function run,
+//     module.exports.run or module.exports = fn); when that fails on ES module syntax
+//     (import, export, top-level await) it is imported as an ES module from a temporary .mjs
+//     beside the working directory (export function run, or export default). The result is
+//     JSON.stringify'd: undefined becomes null, BigInt is an error.
+//   - "shell": bash runs the code with the input JSON on stdin, in $LBB_INPUT (unset when
+//     too large for the environment) and in the file $LBB_INPUT_FILE; the config JSON in
+//     $LBB_CONFIG; the result is what the script writes to the file $LBB_RESULT: JSON when it
+//     parses, else a string (one trailing newline removed), null when nothing was written.
+//
+// A run is OK when run returned (or the script exited 0) and its result is JSON; otherwise
+// Exit.Error says why, and the traceback or stack is on stderr.
 type RunRequest struct {
 	ID string `json:"id"`
 	// Language is "python", "node" or "shell".
@@ -71,9 +101,16 @@ type RunRequest struct {
 	TimeoutMs int64             `json:"timeout_ms,omitempty"`
 }
 
+// Run languages.
+const (
+	LangPython = "python"
+	LangNode   = "node"
+	LangShell  = "shell"
+)
+
 // SignalRequest signals a running process group.
 type SignalRequest struct {
-	// Signal is a name such as "SIGTERM" or "KILL"; default SIGKILL.
+	// Signal is a name such as "SIGTERM" or "KILL", or a number; default SIGKILL.
 	Signal string `json:"signal,omitempty"`
 }
 
@@ -92,7 +129,9 @@ type Started struct {
 
 // Exit is the last frame of a process stream.
 type Exit struct {
-	ExitCode int    `json:"exit_code"`
+	// ExitCode is the process's exit status, or 128+n when signal n ended it (as shells say).
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that ended the process ("SIGKILL"), if one did.
 	Signal   string `json:"signal,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	// DiskFull says the workspace disk was full when the process ended.
@@ -102,6 +141,8 @@ type Exit struct {
 	StartError string `json:"start_error,omitempty"`
 
 	// For runs: OK is true when run returned; Result is its JSON value; Error says why not.
+	// The agent sends Result as FrameResult chunks before this frame (a result may exceed
+	// MaxFrame); the client joins them into Result, up to MaxResult bytes.
 	OK     bool            `json:"ok,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
@@ -112,11 +153,19 @@ type FileEntry struct {
 	// Path is relative to /workspace.
 	Path  string `json:"path"`
 	Name  string `json:"name"`
-	Type  string `json:"type"` // "file", "dir", "symlink", "other"
+	Type  string `json:"type"` // TypeFile, TypeDir, TypeSymlink or TypeOther
 	Size  int64  `json:"size"`
 	Mode  string `json:"mode"` // octal permission bits, e.g. "0644"
-	MTime string `json:"mtime"`
+	MTime string `json:"mtime"` // RFC 3339, UTC
 }
+
+// FileEntry types. A listing never follows symlinks: a symlink is listed as one.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+	TypeOther   = "other"
+)
 
 // Error codes shared by both ends.
 const (
@@ -129,7 +178,29 @@ const (
 	CodeInvalid      = "invalid_argument"
 	CodeInternal     = "internal"
 	CodeNotSupported = "not_supported"
+	CodeNotEmpty     = "directory_not_empty"
+	CodePermission   = "permission_denied"
 )
+
+// StatusOf is the HTTP status the agent answers with for an error code.
+func StatusOf(code string) int {
+	switch code {
+	case CodePathOutside, CodeIsDir, CodeNotDir, CodeInvalid:
+		return 400
+	case CodePermission:
+		return 403
+	case CodeNotFound:
+		return 404
+	case CodeExists, CodeNotEmpty:
+		return 409
+	case CodeNotSupported:
+		return 501
+	case CodeDiskFull:
+		return 507
+	default:
+		return 500
+	}
+}
 
 // Error is the body of every failed call.
 type Error struct {
@@ -150,20 +221,33 @@ const (
 	FrameStarted byte = 's' // JSON Started
 	FrameStdout  byte = '1'
 	FrameStderr  byte = '2'
+	FrameResult  byte = 'r' // a chunk of a run's result JSON; the chunks join into Exit.Result
 	FrameExit    byte = 'x' // JSON Exit; last frame
 )
 
 // MaxFrame bounds one frame's payload, so a reader never holds more than this per frame.
 const MaxFrame = 64 << 10
 
+// MaxResult bounds a run's result as the client assembles it; a larger result fails the run.
+const MaxResult = 64 << 20
+
+// FrameHeaderLen is the size of a frame's header: its kind and big-endian uint32 length.
+const FrameHeaderLen = 5
+
+// PutFrameHeader writes a frame header for a payload of n bytes into b[:FrameHeaderLen], for
+// writers that read a payload straight into b[FrameHeaderLen:] and write the frame in one call.
+func PutFrameHeader(b []byte, kind byte, n int) {
+	b[0] = kind
+	binary.BigEndian.PutUint32(b[1:FrameHeaderLen], uint32(n))
+}
+
 // WriteFrame writes one frame: kind, big-endian uint32 length, payload.
 func WriteFrame(w io.Writer, kind byte, payload []byte) error {
 	if len(payload) > MaxFrame {
 		return fmt.Errorf("agent: frame of %d bytes exceeds %d", len(payload), MaxFrame)
 	}
-	var hdr [5]byte
-	hdr[0] = kind
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	var hdr [FrameHeaderLen]byte
+	PutFrameHeader(hdr[:], kind, len(payload))
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
@@ -174,7 +258,7 @@ func WriteFrame(w io.Writer, kind byte, payload []byte) error {
 // ReadFrame reads one frame into buf (grown as needed, up to MaxFrame) and returns its kind
 // and payload, which aliases buf.
 func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
-	var hdr [5]byte
+	var hdr [FrameHeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
@@ -183,7 +267,7 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds %d", n, MaxFrame)
 	}
 	switch hdr[0] {
-	case FrameStarted, FrameStdout, FrameStderr, FrameExit:
+	case FrameStarted, FrameStdout, FrameStderr, FrameResult, FrameExit:
 	default:
 		return 0, nil, fmt.Errorf("agent: unknown frame kind %q", hdr[0])
 	}

@@ -28,6 +28,10 @@ var debianSuites = []string{
 	"oldoldstable", "oldstable", "stable", "testing", "unstable", "experimental",
 }
 
+// debianPockets are what may follow a suite name and a dash on the main archive (security
+// updates live in another archive).
+var debianPockets = []string{"", "updates", "backports", "backports-sloppy", "proposed-updates"}
+
 // HostMirror finds the Debian archive mirror this machine's apt uses, so that builds fetch
 // from where the host is allowed to. It reads /etc/apt/sources.list and then
 // /etc/apt/sources.list.d/*.list and *.sources, in apt's order, and answers the first match.
@@ -69,8 +73,8 @@ func pickMirror(srcs []aptSource) (string, bool) {
 			continue
 		}
 		for _, suite := range s.Suites {
-			base, _, _ := strings.Cut(strings.TrimSuffix(suite, "/"), "-")
-			if slices.Contains(debianSuites, base) && !strings.Contains(suite, "security") {
+			base, pocket, _ := strings.Cut(strings.TrimSuffix(suite, "/"), "-")
+			if slices.Contains(debianSuites, base) && slices.Contains(debianPockets, pocket) {
 				return strings.TrimSuffix(s.URIs[0], "/"), true
 			}
 		}

@@ -12,7 +12,7 @@ import (
 // StepsVersion names the build steps of this file's code. Bump it whenever what Build does
 // to a rootfs changes (trimming, files written, ownership), so that the content hash changes
 // and the next build makes a new image instead of reusing one built by the old steps.
-const StepsVersion = 1
+const StepsVersion = 2
 
 // Recipe is everything that decides what an image holds. Its hash names the image.
 type Recipe struct {

@@ -1,0 +1,247 @@
+# lbb run() harness for Python, run as `python3 -c` by the guest agent.
+# fd 3: the request JSON {"code", "input", "config"}; fd 4: the status line, then the result.
+# User prints go to stdout untouched; a traceback goes to stderr.
+import sys, os
+
+
+def _lbb_main():
+    import json
+
+    with os.fdopen(3, "rb") as f:
+        req = json.loads(f.read())
+    os.set_inheritable(4, False)  # processes that the code starts do not get the result fd
+    out = os.fdopen(4, "wb")
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except Exception:
+        pass
+
+    def finish(ok, error=None, result=b""):
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        head = {"ok": True} if ok else {"ok": False, "error": error}
+        out.write(json.dumps(head).encode() + b"\n" + result)
+        out.close()
+
+    def exc_line(e):
+        s = str(e)
+        return type(e).__name__ + (": " + s if s else "")
+
+    def report(e, tb):
+        import traceback
+
+        # Drop the harness's own frames (its file is "<string>").
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb, file=sys.stderr)
+
+    code = req.get("code") or ""
+    inp = req.get("input")
+    config = req.get("config")
+    if config is None:
+        config = {}
+
+    import types, linecache
+
+    filename = "<run>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    mod = types.ModuleType("__lbb__")
+    mod.__file__ = filename
+    sys.modules["__lbb__"] = mod
+    try:
+        exec(compile(code, filename, "exec"), mod.__dict__)
+        run = mod.__dict__.get("run")
+        if not callable(run):
+            msg = "the code defines no run(input, config) function"
+            print("lbb: " + msg, file=sys.stderr)
+            finish(False, msg)
+            return 1
+        res = run(inp, config)
+        if hasattr(res, "__await__"):
+            import asyncio
+
+            if not isinstance(res, types.CoroutineType):
+                aw = res
+
+                async def _await():
+                    return await aw
+
+                res = _await()
+            res = asyncio.run(res)
+    except SystemExit as e:
+        report(e, e.__traceback__)
+        finish(False, "run exited: " + exc_line(e))
+        return e.code if isinstance(e.code, int) and e.code != 0 else 1
+    except BaseException as e:
+        report(e, e.__traceback__)
+        finish(False, exc_line(e))
+        return 1
+
+    try:
+        data = _lbb_dumps(res)
+    except _NotJSON as e:
+        msg = "the result is not JSON: " + e.what + " at $" + "".join(reversed(e.path))
+        print("lbb: " + msg, file=sys.stderr)
+        finish(False, msg)
+        return 1
+    except BaseException as e:
+        report(e, e.__traceback__)
+        finish(False, "converting the result: " + exc_line(e))
+        return 1
+    finish(True, result=data)
+    return 0
+
+
+class _NotJSON(Exception):
+    def __init__(self, what):
+        self.what = what
+        self.path = []
+
+
+def _lbb_dumps(res):
+    import json
+
+    kw = {"allow_nan": False, "separators": (",", ":")}
+    try:
+        # Plain JSON values go through the C encoder as they are.
+        s = json.dumps(res, ensure_ascii=False, **kw)
+    except (TypeError, ValueError):
+        res = _conv(res)
+        s = json.dumps(res, ensure_ascii=False, **kw)
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: let JSON escape them
+        return json.dumps(res, ensure_ascii=True, **kw).encode()
+
+
+_INF = float("inf")
+
+
+def _conv(o):
+    t = type(o)
+    if o is None or t is bool or t is int or t is str:
+        return o
+    if t is float:
+        return o if (o == o and o != _INF and o != -_INF) else None
+    if t is list or t is tuple:
+        return _seq(o)
+    if t is dict:
+        return _map(o.items())
+    return _other(o)
+
+
+def _seq(items):
+    out = []
+    for i, v in enumerate(items):
+        try:
+            out.append(_conv(v))
+        except _NotJSON as e:
+            e.path.append("[%d]" % i)
+            raise
+    return out
+
+
+def _map(items):
+    out = {}
+    for k, v in items:
+        k = _key(k)
+        try:
+            out[k] = _conv(v)
+        except _NotJSON as e:
+            e.path.append("." + k if k.isidentifier() else "[%s]" % _dq(k))
+            raise
+    return out
+
+
+def _dq(s):
+    import json
+
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _key(k):
+    if isinstance(k, str):
+        return str(k)
+    if k is None:
+        return "null"
+    if k is True or k is False:
+        return "true" if k else "false"
+    v = _conv(k)
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    raise _NotJSON("a key of type " + _tname(k))
+
+
+def _tname(o):
+    t = type(o)
+    m = t.__module__
+    return t.__qualname__ if m == "builtins" else m + "." + t.__qualname__
+
+
+def _other(o):
+    # Subclasses of the JSON types (IntEnum, np.float64, OrderedDict…).
+    if isinstance(o, bool):
+        return bool(o)
+    if isinstance(o, int):
+        return int(o)
+    if isinstance(o, float):
+        return _conv(float(o))
+    if isinstance(o, str):
+        return str(o)
+    # numpy and pandas values can only be here if their module is loaded: never import them.
+    mods = sys.modules
+    pd = mods.get("pandas")
+    if pd is not None:
+        if isinstance(o, pd.DataFrame):
+            return _seq(o.to_dict(orient="records"))
+        if isinstance(o, pd.Series):
+            return _map(o.items())
+        if isinstance(o, pd.Index):
+            return _seq(o.tolist())
+        if o is pd.NaT or o is pd.NA:
+            return None
+        if isinstance(o, pd.Timestamp):
+            return o.isoformat()
+        if isinstance(o, pd.Timedelta):
+            return o.total_seconds()
+        if isinstance(o, pd.Period):
+            return str(o)
+    np = mods.get("numpy")
+    if np is not None:
+        if isinstance(o, np.ndarray):
+            return _conv(o.tolist())
+        if isinstance(o, np.datetime64):
+            return None if np.isnat(o) else str(np.datetime_as_string(o))
+        if isinstance(o, np.timedelta64):
+            return None if np.isnat(o) else float(o / np.timedelta64(1, "s"))
+        if isinstance(o, np.generic):
+            v = o.item()
+            if type(v) is type(o):
+                raise _NotJSON("a value of type " + _tname(o))
+            return _conv(v)
+    import datetime
+
+    if isinstance(o, (datetime.datetime, datetime.date, datetime.time)):
+        return o.isoformat()
+    if isinstance(o, datetime.timedelta):
+        return o.total_seconds()
+    if isinstance(o, (set, frozenset)):
+        return _seq(o)
+    if isinstance(o, (list, tuple)):
+        return _seq(o)
+    if isinstance(o, dict):
+        return _map(o.items())
+    dc = mods.get("dataclasses")
+    if dc is not None and dc.is_dataclass(o) and not isinstance(o, type):
+        return _conv(dc.asdict(o))
+    raise _NotJSON("a value of type " + _tname(o))
+
+
+sys.exit(_lbb_main())

@@ -1,0 +1,172 @@
+package guest
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The agent runs its own process table. Exits are collected ONLY by one reaper loop (a
+// blocking wait4(-1)), which also reaps every orphan that the kernel reparents to the agent
+// (it is PID 1 in a sandbox, and a child subreaper elsewhere). A started process registers
+// its pid before the reaper may look it up: starts hold startMu for reading across fork and
+// registration, and the reaper takes it for writing before dispatching a pid, so a child
+// that exits at once is never mistaken for an orphan.
+
+type exitStatus struct {
+	ws syscall.WaitStatus
+	ru syscall.Rusage
+}
+
+// proc is one started process, the leader of its own process group.
+type proc struct {
+	id   string
+	pid  int
+	done chan exitStatus // receives the leader's exit, once
+}
+
+// signal signals the process group; a group that is already gone is not an error.
+func (p *proc) signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.pid, sig)
+	if err == syscall.ESRCH {
+		return nil
+	}
+	return err
+}
+
+type procTable struct {
+	startMu sync.RWMutex
+	mu      sync.Mutex
+	byPid   map[int]*proc      // started, not yet reaped
+	byID    map[string]*proc   // from start until its stream ends
+	live    map[*proc]struct{} // from start until its stream ends
+	kick    chan struct{}      // wakes the reaper when it had no child
+	once    sync.Once
+}
+
+// table is the process table: there is one reaper per process, so one table.
+var table = &procTable{
+	byPid: map[int]*proc{},
+	byID:  map[string]*proc{},
+	live:  map[*proc]struct{}{},
+	kick:  make(chan struct{}, 1),
+}
+
+var errDuplicateID = errors.New("a process with this id is running")
+
+type startSpec struct {
+	id    string
+	path  string // the executable, resolved
+	argv  []string
+	env   []string
+	dir   string
+	files []uintptr // the child's fds 0, 1, 2, 3…
+	// pdeathsig kills the child when the agent dies; only needed when the agent is not the
+	// sandbox's PID 1 (whose death ends every process of the namespace).
+	pdeathsig bool
+}
+
+func (t *procTable) start(sp startSpec) (*proc, error) {
+	t.once.Do(func() { go t.reap() })
+	p := &proc{id: sp.id, done: make(chan exitStatus, 1)}
+	t.mu.Lock()
+	if sp.id != "" {
+		if _, dup := t.byID[sp.id]; dup {
+			t.mu.Unlock()
+			return nil, errDuplicateID
+		}
+		t.byID[sp.id] = p
+	}
+	t.live[p] = struct{}{}
+	t.mu.Unlock()
+
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if sp.pdeathsig {
+		sys.Pdeathsig = syscall.SIGKILL
+	}
+	t.startMu.RLock()
+	pid, err := syscall.ForkExec(sp.path, sp.argv, &syscall.ProcAttr{
+		Dir: sp.dir, Env: sp.env, Files: sp.files, Sys: sys,
+	})
+	if err == nil {
+		p.pid = pid
+		t.mu.Lock()
+		t.byPid[pid] = p
+		t.mu.Unlock()
+	}
+	t.startMu.RUnlock()
+	if err != nil {
+		t.release(p)
+		return nil, err
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	// The host sets the agent's own oom_score_adj to -1000 so that the OOM killer never
+	// picks it; give user processes the normal score back. A child that forks within the
+	// microseconds before this write leaves a grandchild at -1000 (the price of not
+	// interposing a trampoline between fork and exec). Unprivileged, this may fail: fine.
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
+	return p, nil
+}
+
+// release forgets p once its stream has ended.
+func (t *procTable) release(p *proc) {
+	t.mu.Lock()
+	if p.id != "" && t.byID[p.id] == p {
+		delete(t.byID, p.id)
+	}
+	delete(t.live, p)
+	t.mu.Unlock()
+}
+
+func (t *procTable) lookup(id string) *proc {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+// signalAll signals the process group of every process whose stream is open.
+func (t *procTable) signalAll(sig syscall.Signal) {
+	t.mu.Lock()
+	ps := make([]*proc, 0, len(t.live))
+	for p := range t.live {
+		if p.pid > 0 {
+			ps = append(ps, p)
+		}
+	}
+	t.mu.Unlock()
+	for _, p := range ps {
+		p.signal(sig)
+	}
+}
+
+func (t *procTable) reap() {
+	for {
+		var st exitStatus
+		pid, err := syscall.Wait4(-1, &st.ws, 0, &st.ru)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.ECHILD:
+			<-t.kick
+			continue
+		case err != nil:
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		t.startMu.Lock() // wait for starts in flight to register their pid
+		t.mu.Lock()
+		p := t.byPid[pid]
+		delete(t.byPid, pid)
+		t.mu.Unlock()
+		t.startMu.Unlock()
+		if p != nil {
+			p.done <- st
+		}
+	}
+}

@@ -1,0 +1,261 @@
+// Package guest is the guest agent's implementation: the process table and reaper, process
+// streams, run() harnesses, workspace files and identity, served over the agent protocol
+// (package agent) on the one channel. cmd/lbb-agent wires it; it imports nothing of the
+// server.
+package guest
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+)
+
+// Options configure the agent.
+type Options struct {
+	// Workspace is the directory every file path resolves in; default /workspace.
+	Workspace string
+	// EtcDir is where Identity writes hostname and machine-id; default /etc.
+	EtcDir string
+	// Path is the default PATH of processes; default DefaultPath.
+	Path   string
+	Logger *slog.Logger
+}
+
+// Server is the agent.
+type Server struct {
+	opts    Options
+	ws      *Workspace
+	log     *slog.Logger
+	devNull *os.File
+	// pid1 is true inside a sandbox: the agent is its init.
+	pid1 bool
+}
+
+// New prepares the agent. Outside a sandbox (not PID 1) it makes itself a child subreaper,
+// so that it reaps its processes' orphans there too.
+func New(opts Options) (*Server, error) {
+	if opts.Workspace == "" {
+		opts.Workspace = agent.Workspace
+	}
+	if opts.EtcDir == "" {
+		opts.EtcDir = "/etc"
+	}
+	if opts.Path == "" {
+		opts.Path = DefaultPath
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ws, err := OpenWorkspace(opts.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		ws.Close()
+		return nil, err
+	}
+	s := &Server{opts: opts, ws: ws, log: opts.Logger, devNull: devNull, pid1: os.Getpid() == 1}
+	if !s.pid1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			s.log.Warn("cannot become a child subreaper; orphans will not be reaped", "err", err)
+		}
+	}
+	return s, nil
+}
+
+// Handler routes the protocol.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+agent.PathPing, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST "+agent.PathExec, s.handleExec)
+	mux.HandleFunc("POST "+agent.PathRun, s.handleRun)
+	mux.HandleFunc("POST "+agent.PathProcs+"{id}/signal", s.handleSignal)
+	mux.HandleFunc("GET "+agent.PathFiles, s.handleList)
+	mux.HandleFunc("DELETE "+agent.PathFiles, s.handleDelete)
+	mux.HandleFunc("POST "+agent.PathMkdir, s.handleMkdir)
+	mux.HandleFunc("GET "+agent.PathFileContent, s.handleRead)
+	mux.HandleFunc("PUT "+agent.PathFileContent, s.handleWrite)
+	mux.HandleFunc("POST "+agent.PathIdentity, s.handleIdentity)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such route"})
+	})
+	return mux
+}
+
+// Flow-control windows and frame size of the channel. Uploads (file writes, stdin) are
+// buffered by the agent up to these; they are sized for throughput on a local socket while
+// keeping the agent's memory small inside a sandbox's memory limit.
+const (
+	uploadPerStream = 4 << 20
+	uploadPerConn   = 16 << 20
+	readFrameSize   = 1 << 20
+)
+
+// ServeConn serves the protocol on conn (HTTP/2 with prior knowledge) until it closes, then
+// kills every process group the agent still runs.
+func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:        s.Handler(),
+		Protocols:      &protos,
+		MaxHeaderBytes: 4 << 20,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:    func(net.Listener) context.Context { return ctx },
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          1000,
+			MaxReadFrameSize:              readFrameSize,
+			MaxReceiveBufferPerStream:     uploadPerStream,
+			MaxReceiveBufferPerConnection: uploadPerConn,
+		},
+	}
+	l := &oneConnListener{conn: &closeNotifyConn{Conn: conn, closed: make(chan struct{})}}
+	srv.Serve(l)
+	table.signalAll(syscall.SIGKILL)
+}
+
+// oneConnListener hands out its one connection, then blocks until that is closed.
+type oneConnListener struct {
+	conn *closeNotifyConn
+	used bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if !l.used {
+		l.used = true
+		return l.conn, nil
+	}
+	<-l.conn.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.conn.LocalAddr() }
+
+type closeNotifyConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeNotifyConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// Forward sends sig to the process group of every running process.
+func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig) }
+
+func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
+	var req agent.SignalRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "signal request: " + err.Error()})
+			return
+		}
+	}
+	sig, err := ParseSignal(req.Signal)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	p := table.lookup(id)
+	if p == nil || p.pid == 0 {
+		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: fmt.Sprintf("no running process %q", id)})
+		return
+	}
+	if err := p.signal(sig); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInternal, Message: err.Error()})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ParseSignal reads "SIGTERM", "TERM", "term" or "15"; empty is SIGKILL.
+func ParseSignal(name string) (syscall.Signal, error) {
+	if name == "" {
+		return syscall.SIGKILL, nil
+	}
+	if n, err := strconv.Atoi(name); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), nil
+	}
+	up := strings.ToUpper(name)
+	if !strings.HasPrefix(up, "SIG") {
+		up = "SIG" + up
+	}
+	if sig := unix.SignalNum(up); sig != 0 {
+		return sig, nil
+	}
+	return 0, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("unknown signal %q", name)}
+}
+
+// handleIdentity binds a hostname, a machine id and fresh entropy. sethostname needs
+// CAP_SYS_ADMIN in the sandbox's uts namespace, which the agent has no more once the driver
+// dropped capabilities; it is tried only as PID 1 (elsewhere it would rename the host), and
+// the name is written to <EtcDir>/hostname either way. The call answers not_supported only
+// for a part that could not be done at all.
+func (s *Server) handleIdentity(w http.ResponseWriter, r *http.Request) {
+	var id agent.Identity
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&id); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "identity: " + err.Error()})
+		return
+	}
+	var errs []string
+	if id.Hostname != "" {
+		if len(id.Hostname) > 64 || strings.ContainsAny(id.Hostname, "/\x00\n") {
+			writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("hostname %q is not valid", id.Hostname)})
+			return
+		}
+		set := false
+		if s.pid1 {
+			set = unix.Sethostname([]byte(id.Hostname)) == nil
+		}
+		if err := os.WriteFile(filepath.Join(s.opts.EtcDir, "hostname"), []byte(id.Hostname+"\n"), 0o644); err != nil && !set {
+			errs = append(errs, "hostname: "+err.Error())
+		}
+	}
+	if id.MachineID != "" {
+		if _, err := hex.DecodeString(id.MachineID); err != nil || len(id.MachineID) != 32 {
+			writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "machine_id: want 32 hex digits"})
+			return
+		}
+		if err := os.WriteFile(filepath.Join(s.opts.EtcDir, "machine-id"), []byte(strings.ToLower(id.MachineID)+"\n"), 0o444); err != nil {
+			errs = append(errs, "machine-id: "+err.Error())
+		}
+	}
+	if len(id.Seed) > 0 {
+		// Writing to /dev/urandom mixes the bytes into the pool (without crediting entropy,
+		// which needs CAP_SYS_ADMIN): reads after this differ between claimed slots.
+		f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.Write(id.Seed)
+			f.Close()
+		}
+		if err != nil {
+			errs = append(errs, "seed: "+err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		writeError(w, &agent.Error{Code: agent.CodeNotSupported, Message: strings.Join(errs, "; ")})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

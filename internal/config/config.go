@@ -1,0 +1,227 @@
+// Package config is the one configuration of `lbb serve`: every setting is a flag and the
+// LBB_* environment variable of the same name (--data-dir and LBB_DATA_DIR), read and
+// validated once in main and passed down as a value.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Limits are the resources of one sandbox.
+type Limits struct {
+	MemoryMiB int64
+	CPUs      float64
+	Pids      int64
+	DiskMiB   int64
+}
+
+// Config is the server's configuration.
+type Config struct {
+	Addr      string
+	DataDir   string
+	ImagesDir string
+	// Mirror is the Debian mirror image builds use ("" for the builder's default).
+	Mirror string
+	// Runtime names the isolation driver.
+	Runtime string
+	// Agent is the guest agent binary the driver puts in every sandbox.
+	Agent string
+
+	// Defaults apply when a call names no limit; Max caps what a call may ask.
+	Defaults Limits
+	Max      Limits
+
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	// DefaultLifetime and MaxLifetime bound how long a sandbox may live.
+	DefaultLifetime time.Duration
+	MaxLifetime     time.Duration
+	// DefaultWait and MaxWait bound how long a call waits for its command before a 202.
+	DefaultWait time.Duration
+	MaxWait     time.Duration
+
+	MaxRunningPerGraph int
+	MaxBodyBytes       int64
+	MaxFileBytes       int64
+	// OutputHeadBytes and OutputTailBytes are how much of each stream a record keeps.
+	OutputHeadBytes int
+	OutputTailBytes int
+
+	// SandboxRetention keeps a sandbox and its commands this long after the sandbox ends;
+	// OutputRetention keeps a one-call run's output this long.
+	SandboxRetention time.Duration
+	OutputRetention  time.Duration
+	JanitorInterval  time.Duration
+
+	// ShutdownGrace is how long a stopping server lets running commands finish.
+	ShutdownGrace time.Duration
+	LogLevel      string
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Addr:               "127.0.0.1:7700",
+		DataDir:            "/var/lib/lbb",
+		Runtime:            "ns",
+		Defaults:           Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
+		Max:                Limits{MemoryMiB: 8192, CPUs: 4, Pids: 4096, DiskMiB: 10240},
+		DefaultTimeout:     60 * time.Second,
+		MaxTimeout:         time.Hour,
+		DefaultLifetime:    600 * time.Second,
+		MaxLifetime:        time.Hour,
+		DefaultWait:        60 * time.Second,
+		MaxWait:            5 * time.Minute,
+		MaxRunningPerGraph: 10,
+		MaxBodyBytes:       10 << 20,
+		MaxFileBytes:       100 << 20,
+		OutputHeadBytes:    16 << 10,
+		OutputTailBytes:    16 << 10,
+		SandboxRetention:   30 * 24 * time.Hour,
+		OutputRetention:    7 * 24 * time.Hour,
+		JanitorInterval:    time.Minute,
+		ShutdownGrace:      30 * time.Second,
+		LogLevel:           "info",
+	}
+}
+
+// Flags registers every setting on fs, with c's values as defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
+	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
+	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")
+	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "isolation driver")
+	fs.StringVar(&c.Agent, "agent", c.Agent, "guest agent binary (default lbb-agent next to lbb)")
+
+	fs.Int64Var(&c.Defaults.MemoryMiB, "default-memory-mib", c.Defaults.MemoryMiB, "memory of a sandbox when a call names none")
+	fs.Int64Var(&c.Max.MemoryMiB, "max-memory-mib", c.Max.MemoryMiB, "most memory a call may ask for")
+	fs.Float64Var(&c.Defaults.CPUs, "default-cpus", c.Defaults.CPUs, "vCPUs of a sandbox when a call names none")
+	fs.Float64Var(&c.Max.CPUs, "max-cpus", c.Max.CPUs, "most vCPUs a call may ask for")
+	fs.Int64Var(&c.Defaults.Pids, "default-pids", c.Defaults.Pids, "processes of a sandbox when a call names none")
+	fs.Int64Var(&c.Max.Pids, "max-pids", c.Max.Pids, "most processes a call may ask for")
+	fs.Int64Var(&c.Defaults.DiskMiB, "default-disk-mib", c.Defaults.DiskMiB, "workspace disk when a call names none")
+	fs.Int64Var(&c.Max.DiskMiB, "max-disk-mib", c.Max.DiskMiB, "most workspace disk a call may ask for")
+	fs.DurationVar(&c.DefaultTimeout, "default-timeout", c.DefaultTimeout, "command timeout when a call names none")
+	fs.DurationVar(&c.MaxTimeout, "max-timeout", c.MaxTimeout, "longest command timeout a call may ask for")
+	fs.DurationVar(&c.DefaultLifetime, "default-lifetime", c.DefaultLifetime, "sandbox lifetime when a call names none")
+	fs.DurationVar(&c.MaxLifetime, "max-lifetime", c.MaxLifetime, "longest sandbox lifetime a call may ask for")
+	fs.DurationVar(&c.DefaultWait, "default-wait", c.DefaultWait, "how long a call waits for its command when it names no wait_ms")
+	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
+	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running sandboxes per graph")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body")
+	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", c.MaxFileBytes, "largest file upload")
+	fs.IntVar(&c.OutputHeadBytes, "output-head-bytes", c.OutputHeadBytes, "bytes of the head of each output stream a record keeps")
+	fs.IntVar(&c.OutputTailBytes, "output-tail-bytes", c.OutputTailBytes, "bytes of the tail of each output stream a record keeps")
+	fs.DurationVar(&c.SandboxRetention, "retention", c.SandboxRetention, "how long a sandbox and its commands are kept after the sandbox ends")
+	fs.DurationVar(&c.OutputRetention, "output-retention", c.OutputRetention, "how long the output of a one-call run is kept")
+	fs.DurationVar(&c.JanitorInterval, "janitor-interval", c.JanitorInterval, "how often expired records are removed")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stopping server lets running commands finish")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+}
+
+// EnvName is the environment variable of a flag: --data-dir is LBB_DATA_DIR.
+func EnvName(flagName string) string {
+	return "LBB_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Load reads the configuration: defaults, then LBB_* variables from getenv, then args.
+// It validates the result.
+func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	c := Default()
+	c.Flags(fs)
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return c, c.Validate()
+}
+
+// Validate checks c and fills in the settings derived from others.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		bad("--addr %q: %v", c.Addr, err)
+	}
+	if c.DataDir == "" {
+		bad("--data-dir is empty")
+	} else if abs, err := filepath.Abs(c.DataDir); err == nil {
+		c.DataDir = abs
+	}
+	if c.ImagesDir == "" {
+		c.ImagesDir = filepath.Join(c.DataDir, "images")
+	} else if abs, err := filepath.Abs(c.ImagesDir); err == nil {
+		c.ImagesDir = abs
+	}
+	if c.Agent == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Agent = filepath.Join(filepath.Dir(exe), "lbb-agent")
+		}
+	}
+	if c.Runtime == "" {
+		bad("--runtime is empty")
+	}
+	for _, l := range []struct {
+		name     string
+		def, max float64
+	}{
+		{"memory-mib", float64(c.Defaults.MemoryMiB), float64(c.Max.MemoryMiB)},
+		{"cpus", c.Defaults.CPUs, c.Max.CPUs},
+		{"pids", float64(c.Defaults.Pids), float64(c.Max.Pids)},
+		{"disk-mib", float64(c.Defaults.DiskMiB), float64(c.Max.DiskMiB)},
+		{"timeout", float64(c.DefaultTimeout), float64(c.MaxTimeout)},
+		{"lifetime", float64(c.DefaultLifetime), float64(c.MaxLifetime)},
+		{"wait", float64(c.DefaultWait), float64(c.MaxWait)},
+	} {
+		if l.def <= 0 || l.max <= 0 {
+			bad("--default-%s and --max-%s must be positive", l.name, l.name)
+		} else if l.def > l.max {
+			bad("--default-%s is above --max-%s", l.name, l.name)
+		}
+	}
+	if c.Defaults.MemoryMiB < 16 {
+		bad("--default-memory-mib must be at least 16")
+	}
+	if c.MaxRunningPerGraph < 1 {
+		bad("--max-running-per-graph must be at least 1")
+	}
+	if c.MaxBodyBytes < 1<<10 || c.MaxFileBytes < 1<<10 {
+		bad("--max-body-bytes and --max-file-bytes must be at least 1024")
+	}
+	if c.OutputHeadBytes < 0 || c.OutputTailBytes < 0 {
+		bad("--output-head-bytes and --output-tail-bytes must not be negative")
+	}
+	if c.SandboxRetention <= 0 || c.OutputRetention <= 0 || c.JanitorInterval <= 0 {
+		bad("--retention, --output-retention and --janitor-interval must be positive")
+	}
+	if c.ShutdownGrace < 0 {
+		bad("--shutdown-grace must not be negative")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}

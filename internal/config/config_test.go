@@ -1,0 +1,62 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func load(args []string, env map[string]string) (Config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return Load(fs, args, func(k string) string { return env[k] })
+}
+
+func TestLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, c Config)
+		wantErr bool
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:7700" || c.DataDir != "/var/lib/lbb" || c.ImagesDir != "/var/lib/lbb/images" {
+				t.Errorf("defaults: %+v", c)
+			}
+			if c.Defaults.MemoryMiB != 512 || c.Defaults.CPUs != 1 || c.Defaults.Pids != 256 || c.DefaultTimeout != time.Minute {
+				t.Errorf("limit defaults: %+v", c.Defaults)
+			}
+			if filepath.Base(c.Agent) != "lbb-agent" {
+				t.Errorf("agent %q", c.Agent)
+			}
+		}},
+		{name: "env", env: map[string]string{"LBB_ADDR": "127.0.0.1:9", "LBB_DATA_DIR": "/tmp/x", "LBB_RETENTION": "2s"}, check: func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:9" || c.DataDir != "/tmp/x" || c.ImagesDir != "/tmp/x/images" || c.SandboxRetention != 2*time.Second {
+				t.Errorf("env: %+v", c)
+			}
+		}},
+		{name: "flag beats env", args: []string{"--addr", "127.0.0.1:8"}, env: map[string]string{"LBB_ADDR": "127.0.0.1:9"}, check: func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:8" {
+				t.Errorf("addr %q", c.Addr)
+			}
+		}},
+		{name: "bad env", env: map[string]string{"LBB_MAX_PIDS": "many"}, wantErr: true},
+		{name: "default above cap", args: []string{"--default-memory-mib", "9000", "--max-memory-mib", "4096"}, wantErr: true},
+		{name: "bad addr", args: []string{"--addr", "nowhere"}, wantErr: true},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: true},
+		{name: "stray argument", args: []string{"extra"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.args, tc.env)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, c)
+			}
+		})
+	}
+}

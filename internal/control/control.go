@@ -1,0 +1,157 @@
+// Package control is lbb's control plane: it turns API calls into records and runs. It
+// reserves idempotency keys before any code runs, resolves templates and limits, starts runs
+// on a Runner (the host layer), writes what happened into the store, waits for commands,
+// recovers after a crash, enforces retention and drains on shutdown. It knows no HTTP and no
+// driver.
+package control
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Runner runs code in sandboxes: the host layer.
+type Runner interface {
+	// RunOnce runs spec in a sandbox of its own and destroys it. It always answers an
+	// outcome; infrastructure failures are folded into it.
+	RunOnce(ctx context.Context, spec host.RunSpec) host.Outcome
+	// Reap destroys every sandbox the runtime holds that keep does not claim.
+	Reap(ctx context.Context, keep func(id string) bool) ([]string, error)
+}
+
+// Image is the base image sandboxes run on.
+type Image struct {
+	ID       string
+	Rootfs   string
+	Versions map[string]string
+	Missing  []string
+}
+
+// Options configure a Service.
+type Options struct {
+	Store  store.Store
+	Runner Runner
+	Image  Image
+	Config config.Config
+	Log    *slog.Logger
+	// Registerer receives the control plane's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Service is the control plane.
+type Service struct {
+	st      store.Store
+	runner  Runner
+	image   Image
+	cfg     config.Config
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+
+	mu       sync.Mutex
+	draining bool
+	inflight map[string]*inflight // by command id
+	runs     sync.WaitGroup
+
+	janitorStop chan struct{}
+	janitorDone chan struct{}
+}
+
+// New returns a Service. Call Recover before serving and Shutdown at the end.
+func New(o Options) *Service {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		st: o.Store, runner: o.Runner, image: o.Image, cfg: o.Config, log: o.Log,
+		now:     func() time.Time { return o.Now().UTC().Truncate(time.Millisecond) },
+		metrics: newMetrics(o.Registerer),
+		runCtx:  ctx, cancelRuns: cancel,
+		inflight: map[string]*inflight{},
+	}
+}
+
+// Store returns the record store.
+func (s *Service) Store() store.Store { return s.st }
+
+// Config returns the server configuration.
+func (s *Service) Config() config.Config { return s.cfg }
+
+// Caller is who makes a call: the graph it names and the key it authenticated with.
+type Caller struct {
+	Graph     string
+	Key       store.Key
+	RequestID string
+}
+
+// begin registers a run that is about to start, unless the service is draining.
+func (s *Service) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return errdefs.Unavailable("the server is shutting down; retry with the same Idempotency-Key")
+	}
+	s.runs.Add(1)
+	return nil
+}
+
+// Running reports how many runs are in flight.
+func (s *Service) Running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight)
+}
+
+// Shutdown stops taking runs, lets running ones finish for up to the grace period, then
+// ends the rest (their records say killed, their sandboxes server_shutdown) and stops the
+// janitor. It returns when every run has been recorded or ctx ends.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	n := len(s.inflight)
+	s.mu.Unlock()
+	s.StopJanitor()
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	if n > 0 {
+		s.log.Info("draining runs", "running", n, "grace", s.cfg.ShutdownGrace)
+	}
+	grace := time.NewTimer(s.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		s.cancelRuns()
+		return nil
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	n = len(s.inflight)
+	s.mu.Unlock()
+	s.log.Warn("grace period over: ending runs", "running", n)
+	s.cancelRuns()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

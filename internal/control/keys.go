@@ -1,0 +1,174 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// KeyPrefix starts every API key secret.
+const KeyPrefix = "lbb_sk_"
+
+// NewSecret returns a fresh API key secret and its hash.
+func NewSecret() (secret, hash string) {
+	b := make([]byte, 30)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	secret = KeyPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	return secret, HashSecret(secret)
+}
+
+// HashSecret is how a key's secret is kept: its SHA-256. Secrets are 240 random bits, so no
+// slow hash is needed.
+func HashSecret(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// Authenticate finds the live key for a bearer secret.
+func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, error) {
+	if secret == "" {
+		return store.Key{}, errdefs.Unauthorized("missing API key: send Authorization: Bearer KEY")
+	}
+	k, err := s.st.GetKeyByHash(ctx, HashSecret(secret))
+	if errdefs.IsNotFound(err) {
+		return store.Key{}, errdefs.Unauthorized("unknown API key")
+	} else if err != nil {
+		return store.Key{}, err
+	}
+	if k.RevokedAt != nil {
+		return store.Key{}, errdefs.Unauthorized("API key %s was revoked", k.ID)
+	}
+	return k, nil
+}
+
+// Authorize checks that key may use graph with scope. A graph the key may not see does not
+// exist for it: not_found, never forbidden.
+func (s *Service) Authorize(ctx context.Context, k store.Key, graph, scope string) error {
+	if graph == "" {
+		return errdefs.InvalidArgument("every route takes ?graph=")
+	}
+	if !k.HasGraph(graph) {
+		return errdefs.NotFound("graph %q not found", graph)
+	}
+	if _, err := s.st.GetGraph(ctx, graph); err != nil {
+		return err
+	}
+	if scope != "" && !k.HasScope(scope) {
+		return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, scope)
+	}
+	return nil
+}
+
+// KeyRequest is the body of POST /v1/keys.
+type KeyRequest struct {
+	Name   string   `json:"name"`
+	Graphs []string `json:"graphs"`
+	Scopes []string `json:"scopes"`
+}
+
+// NewKey is a created key with its secret, shown once.
+type NewKey struct {
+	store.Key
+	Secret string `json:"secret"`
+}
+
+var graphName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// DefaultScopes are a key's scopes when a request names none: everything but admin.
+var DefaultScopes = []string{store.ScopeSandboxesRead, store.ScopeSandboxesWrite, store.ScopeSandboxesDelete,
+	store.ScopeTemplatesWrite, store.ScopeFilesRead, store.ScopeFilesWrite}
+
+// CreateKey makes an API key; graphs it names that do not exist yet are created.
+func (s *Service) CreateKey(ctx context.Context, createdBy string, req KeyRequest) (NewKey, error) {
+	if len(req.Graphs) == 0 {
+		req.Graphs = []string{"main"}
+	}
+	if len(req.Scopes) == 0 {
+		req.Scopes = DefaultScopes
+	}
+	for _, g := range req.Graphs {
+		if g != store.AllGraphs && !graphName.MatchString(g) {
+			return NewKey{}, errdefs.InvalidArgument("graph name %q: want 1 to 63 of a-z, 0-9, '_' and '-'", g)
+		}
+	}
+	for _, sc := range req.Scopes {
+		if !slices.Contains(store.AllScopes, sc) {
+			return NewKey{}, errdefs.InvalidArgument("unknown scope %q: want one of %s", sc, strings.Join(store.AllScopes, ", "))
+		}
+	}
+	if req.Name == "" {
+		req.Name = "key"
+	}
+	secret, hash := NewSecret()
+	k := store.Key{ID: ids.New(ids.Key), Name: req.Name, Hash: hash, Prefix: secret[:len(KeyPrefix)+6],
+		Graphs: req.Graphs, Scopes: req.Scopes, CreatedAt: s.now(), CreatedBy: createdBy}
+	err := s.st.WithTx(ctx, func(q store.Queries) error {
+		for _, g := range req.Graphs {
+			if g == store.AllGraphs {
+				continue
+			}
+			if err := q.CreateGraph(ctx, store.Graph{Name: g, CreatedAt: k.CreatedAt}); err != nil && !errdefs.IsConflict(err) {
+				return err
+			}
+		}
+		return q.CreateKey(ctx, k)
+	})
+	return NewKey{Key: k, Secret: secret}, err
+}
+
+// RevokeKey revokes a key; it stops working at once.
+func (s *Service) RevokeKey(ctx context.Context, id string) (store.Key, error) {
+	if err := s.st.RevokeKey(ctx, id, s.now()); err != nil {
+		return store.Key{}, err
+	}
+	return s.st.GetKey(ctx, id)
+}
+
+// AdminKeyFile is where the first admin key is saved, in the data directory.
+const AdminKeyFile = "admin.key"
+
+// Bootstrap makes a fresh store usable: graph main, and an admin key saved (0600) to
+// <dataDir>/admin.key. It returns the secret when it made a new key (to print once), or ""
+// when the saved key is already live.
+func (s *Service) Bootstrap(ctx context.Context, dataDir string) (string, error) {
+	now := s.now()
+	if err := s.st.CreateGraph(ctx, store.Graph{Name: "main", CreatedAt: now}); err != nil && !errdefs.IsConflict(err) {
+		return "", fmt.Errorf("bootstrap: graph main: %w", err)
+	}
+	path := filepath.Join(dataDir, AdminKeyFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if _, err := s.Authenticate(ctx, strings.TrimSpace(string(b))); err == nil {
+			return "", nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	k, err := s.CreateKey(ctx, "", KeyRequest{Name: "admin", Graphs: []string{store.AllGraphs}, Scopes: []string{store.ScopeAdmin}})
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: admin key: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(k.Secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("bootstrap: saving the admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("bootstrap: saving the admin key: %w", err)
+	}
+	return k.Secret, nil
+}

@@ -1,0 +1,38 @@
+package control
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	runs        *prometheus.CounterVec
+	runDuration *prometheus.HistogramVec
+	running     prometheus.Gauge
+	reaped      prometheus.Counter
+	lost        prometheus.Counter
+}
+
+func newMetrics(r prometheus.Registerer) *metrics {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbb_runs_total", Help: "One-call runs that ended, by status.",
+		}, []string{"status"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lbb_run_duration_seconds", Help: "Wall time of one-call runs, sandbox start to destroy, by status.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}, []string{"status"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lbb_sandboxes_running", Help: "Sandboxes running now.",
+		}),
+		reaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbb_sandboxes_reaped_total", Help: "Sandboxes a restart found left behind and destroyed.",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbb_commands_lost_total", Help: "Commands a restart found unfinished and marked lost.",
+		}),
+	}
+	if r != nil {
+		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost)
+	}
+	return m
+}

@@ -1,0 +1,220 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// LostError is what a lost command's record says.
+const LostError = "the server stopped while this command ran (crash or kill); it was not run again"
+
+// Recovered says what Recover found.
+type Recovered struct {
+	Lost      []string // commands marked lost
+	Sandboxes []string // sandbox records ended as lost
+	Reaped    []string // sandboxes the runtime still held, destroyed
+}
+
+// Recover runs at start, before the server serves: every command still queued or running
+// was cut off by a crash, so it is marked lost (and its idempotency key answers that record,
+// so a retry never runs the code again); every sandbox record still live is ended; and every
+// sandbox the runtime still holds that no record keeps is destroyed.
+func (s *Service) Recover(ctx context.Context) (Recovered, error) {
+	var rec Recovered
+	now := s.now()
+	cmds, err := s.st.ListCommandsByStatus(ctx, store.CommandQueued, store.CommandRunning)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	for _, c := range cmds {
+		err := s.st.WithTx(ctx, func(q store.Queries) error {
+			c.Status, c.OK, c.Error, c.FinishedAt = store.CommandLost, false, LostError, &now
+			if c.StartedAt != nil {
+				c.DurationMs = now.Sub(*c.StartedAt).Milliseconds()
+			}
+			if err := q.UpdateCommand(ctx, c); err != nil {
+				return err
+			}
+			sb, err := q.GetSandbox(ctx, c.Graph, c.SandboxID)
+			if err != nil {
+				return err
+			}
+			if sb.EndedAt == nil {
+				sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
+				if err := q.UpdateSandbox(ctx, sb); err != nil {
+					return err
+				}
+			}
+			r, err := q.GetIdempotencyByCommand(ctx, c.ID)
+			if errdefs.IsNotFound(err) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			body, err := json.Marshal(render(c, sb))
+			if err != nil {
+				return err
+			}
+			r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, http.StatusOK, body, &now
+			return q.UpdateIdempotency(ctx, r)
+		})
+		if err != nil {
+			return rec, fmt.Errorf("recover: marking %s lost: %w", c.ID, err)
+		}
+		s.metrics.lost.Inc()
+		s.log.Warn("command lost", "graph", c.Graph, "command", c.ID, "sandbox", c.SandboxID)
+		rec.Lost = append(rec.Lost, c.ID)
+	}
+	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	for _, sb := range live {
+		sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
+		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+			return rec, fmt.Errorf("recover: ending %s: %w", sb.ID, err)
+		}
+		s.log.Warn("sandbox lost", "graph", sb.Graph, "sandbox", sb.ID)
+		rec.Sandboxes = append(rec.Sandboxes, sb.ID)
+	}
+	// Stopped sandboxes keep their disk; nothing else is meant to exist after a restart.
+	stopped, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStopped)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, sb := range stopped {
+		keep[sb.ID] = true
+	}
+	rec.Reaped, err = s.runner.Reap(ctx, func(id string) bool { return keep[id] })
+	s.metrics.reaped.Add(float64(len(rec.Reaped)))
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	return rec, nil
+}
+
+// StartJanitor enforces retention every JanitorInterval until StopJanitor.
+func (s *Service) StartJanitor() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.janitorStop != nil {
+		return
+	}
+	s.janitorStop, s.janitorDone = make(chan struct{}), make(chan struct{})
+	go func(stop, done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(s.cfg.JanitorInterval)
+		defer t.Stop()
+		for {
+			if _, err := s.Sweep(context.Background()); err != nil {
+				s.log.Error("janitor", "err", err)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}(s.janitorStop, s.janitorDone)
+}
+
+// StopJanitor stops the janitor and waits for it.
+func (s *Service) StopJanitor() {
+	s.mu.Lock()
+	stop, done := s.janitorStop, s.janitorDone
+	s.janitorStop = nil
+	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// Swept says what one janitor pass removed.
+type Swept struct {
+	Sandboxes     int // sandboxes deleted with their commands
+	OutputExpired int // one-call runs whose output was dropped
+}
+
+// Sweep enforces retention once: sandboxes that ended more than SandboxRetention ago go,
+// with their commands; one-call runs that finished more than OutputRetention ago lose their
+// output, in their record and in the answer their idempotency key replays. Idempotency keys
+// themselves stay, so that a key never runs code twice.
+func (s *Service) Sweep(ctx context.Context) (Swept, error) {
+	var sw Swept
+	const batch = 500
+	now := s.now()
+	for {
+		var n int
+		err := s.st.WithTx(ctx, func(q store.Queries) error {
+			ids, err := q.ExpireRunOutput(ctx, now.Add(-s.cfg.OutputRetention), batch)
+			if err != nil {
+				return err
+			}
+			n = len(ids)
+			for _, id := range ids {
+				r, err := q.GetIdempotencyByCommand(ctx, id)
+				if errdefs.IsNotFound(err) || err == nil && len(r.ResponseBody) == 0 {
+					continue
+				} else if err != nil {
+					return err
+				}
+				r.ResponseBody = expireOutput(r.ResponseBody)
+				if err := q.UpdateIdempotency(ctx, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return sw, fmt.Errorf("janitor: expiring output: %w", err)
+		}
+		sw.OutputExpired += n
+		if n < batch {
+			break
+		}
+	}
+	for {
+		n, err := s.st.DeleteEndedSandboxes(ctx, now.Add(-s.cfg.SandboxRetention), batch)
+		if err != nil {
+			return sw, fmt.Errorf("janitor: deleting sandboxes: %w", err)
+		}
+		sw.Sandboxes += n
+		if n < batch {
+			break
+		}
+	}
+	if sw.Sandboxes > 0 || sw.OutputExpired > 0 {
+		s.log.Info("janitor", "sandboxes_deleted", sw.Sandboxes, "outputs_expired", sw.OutputExpired)
+	}
+	return sw, nil
+}
+
+// expireOutput drops head and tail from the streams of a stored run answer.
+func expireOutput(body []byte) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return body
+	}
+	for _, k := range []string{"stdout", "stderr"} {
+		var o store.Output
+		if err := json.Unmarshal(m[k], &o); err != nil {
+			continue
+		}
+		o.Head, o.Tail, o.Expired = "", "", true
+		b, _ := json.Marshal(o)
+		m[k] = b
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
+}

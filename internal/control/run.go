@@ -1,0 +1,680 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// CreateRequest is the body of POST /v1/sandboxes. With Run it is a Level 1 one-call run.
+type CreateRequest struct {
+	Run       *RunBody          `json:"run,omitempty"`
+	Template  string            `json:"template,omitempty"`
+	Base      string            `json:"base,omitempty"`
+	Limits    *store.Limits     `json:"limits,omitempty"`
+	TimeoutMs int64             `json:"timeout_ms,omitempty"`
+	WaitMs    *int64            `json:"wait_ms,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Origin    *OriginBody       `json:"origin,omitempty"`
+	// ExpiresInSeconds bounds a long-lived sandbox (Level 3).
+	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
+}
+
+// RunBody is one run(input, config): code or a template, and what to call it with.
+type RunBody struct {
+	Code     string            `json:"code,omitempty"`
+	Template string            `json:"template,omitempty"`
+	Input    json.RawMessage   `json:"input,omitempty"`
+	Config   json.RawMessage   `json:"config,omitempty"`
+	Base     string            `json:"base,omitempty"`
+	Language string            `json:"language,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+// OriginBody names the workflow step that made a call.
+type OriginBody struct {
+	Workflow string `json:"workflow,omitempty"`
+	Run      string `json:"run,omitempty"`
+	Step     string `json:"step,omitempty"`
+}
+
+// RunResult is the answer to a one-call run, and what its idempotency key replays.
+type RunResult struct {
+	OK         bool               `json:"ok"`
+	Result     json.RawMessage    `json:"result"`
+	Error      string             `json:"error,omitempty"`
+	Command    string             `json:"command"`
+	Sandbox    string             `json:"sandbox"`
+	Status     string             `json:"status"`
+	ExitCode   *int               `json:"exit_code"`
+	Signal     string             `json:"signal,omitempty"`
+	DurationMs int64              `json:"duration_ms"`
+	Stdout     store.Output       `json:"stdout"`
+	Stderr     store.Output       `json:"stderr"`
+	Base       string             `json:"base"`
+	Template   *store.TemplateRef `json:"template,omitempty"`
+	Limits     store.Limits       `json:"limits"`
+	TimeoutMs  int64              `json:"timeout_ms"`
+	Usage      store.Usage        `json:"usage"`
+	CreatedAt  time.Time          `json:"created_at"`
+	StartedAt  *time.Time         `json:"started_at,omitempty"`
+	FinishedAt *time.Time         `json:"finished_at,omitempty"`
+}
+
+// Response is what the API sends back for a run.
+type Response struct {
+	Status   int
+	Body     json.RawMessage
+	Replayed bool
+}
+
+// RouteCreateSandbox is the route idempotency keys of one-call runs belong to.
+const RouteCreateSandbox = "POST /v1/sandboxes"
+
+// plan is a validated run, ready to reserve.
+type plan struct {
+	sandbox  store.Sandbox
+	command  store.Command
+	env      map[string]string
+	timeout  time.Duration
+	wait     time.Duration
+	idemKey  string
+	reqHash  string
+	language string
+}
+
+// inflight is a run this process is executing.
+type inflight struct {
+	done chan struct{}
+	resp Response
+}
+
+// Run runs code once for (graph, idemKey): the first call reserves the key durably and runs;
+// a call with the same key and request hash replays the stored answer (or waits for it);
+// a different request with the key is rejected.
+func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey, reqHash string) (Response, error) {
+	if idemKey == "" {
+		return Response{}, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
+			"a call that runs code needs an Idempotency-Key header")
+	}
+	if len(idemKey) > 255 {
+		return Response{}, errdefs.InvalidArgument("Idempotency-Key is longer than 255 bytes")
+	}
+	wait, err := s.waitFor(req.WaitMs)
+	if err != nil {
+		return Response{}, err
+	}
+	// A replay needs no valid plan: look the key up first, so that a retry of an answered
+	// call gets its answer even if templates or limits changed since.
+	if r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey); err == nil {
+		return s.replay(ctx, c, r, reqHash, wait)
+	} else if !errdefs.IsNotFound(err) {
+		return Response{}, err
+	}
+	p, err := s.plan(ctx, c, req)
+	if err != nil {
+		return Response{}, err
+	}
+	p.idemKey, p.reqHash, p.wait = idemKey, reqHash, wait
+	if err := s.begin(); err != nil {
+		return Response{}, err
+	}
+	existing, err := s.reserve(ctx, p)
+	if err != nil || existing != nil {
+		s.runs.Done()
+		if err != nil {
+			return Response{}, err
+		}
+		return s.replay(ctx, c, *existing, reqHash, wait)
+	}
+	inf := s.launch(p)
+	return s.await(ctx, c.Graph, p.command.ID, wait, inf)
+}
+
+func (s *Service) waitFor(ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return s.cfg.DefaultWait, nil
+	}
+	if *ms < 0 {
+		return 0, errdefs.InvalidArgument("wait_ms must not be negative")
+	}
+	return min(time.Duration(*ms)*time.Millisecond, s.cfg.MaxWait), nil
+}
+
+// reserve writes the idempotency row, the sandbox and the command in one transaction,
+// before any code runs. It answers the existing reservation when the key is taken.
+func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, error) {
+	for attempt := 0; ; attempt++ {
+		var existing *store.Idempotency
+		err := s.st.WithTx(ctx, func(q store.Queries) error {
+			r, err := q.GetIdempotency(ctx, p.sandbox.Graph, p.idemKey)
+			if err == nil {
+				existing = &r
+				return nil
+			}
+			if !errdefs.IsNotFound(err) {
+				return err
+			}
+			n, err := q.CountActiveSandboxes(ctx, p.sandbox.Graph)
+			if err != nil {
+				return err
+			}
+			if n >= s.cfg.MaxRunningPerGraph {
+				return errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes,
+					"graph %s has %d running sandboxes, the most it may have; retry later with the same Idempotency-Key", p.sandbox.Graph, n)
+			}
+			if err := q.CreateSandbox(ctx, p.sandbox); err != nil {
+				return err
+			}
+			if err := q.CreateCommand(ctx, p.command); err != nil {
+				return err
+			}
+			return q.CreateIdempotency(ctx, store.Idempotency{
+				Graph: p.sandbox.Graph, Key: p.idemKey, Route: RouteCreateSandbox, RequestHash: p.reqHash,
+				State: store.IdempotencyRunning, CommandID: p.command.ID, SandboxID: p.sandbox.ID, CreatedAt: p.command.CreatedAt,
+			})
+		})
+		// Another process may reserve the key between our read and insert.
+		if errdefs.IsConflict(err) && attempt < 3 {
+			continue
+		}
+		return existing, err
+	}
+}
+
+// replay answers a call whose key is already reserved.
+func (s *Service) replay(ctx context.Context, c Caller, r store.Idempotency, reqHash string, wait time.Duration) (Response, error) {
+	if r.RequestHash != reqHash {
+		return Response{}, errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused,
+			"Idempotency-Key %q was used with a different request in graph %s", r.Key, r.Graph)
+	}
+	if r.State == store.IdempotencyDone {
+		return Response{Status: r.ResponseStatus, Body: r.ResponseBody, Replayed: true}, nil
+	}
+	s.mu.Lock()
+	inf := s.inflight[r.CommandID]
+	s.mu.Unlock()
+	resp, err := s.await(ctx, c.Graph, r.CommandID, wait, inf)
+	resp.Replayed = true
+	return resp, err
+}
+
+// await waits up to wait for a command's run to end: its final answer, or 202 with the
+// command still running.
+func (s *Service) await(ctx context.Context, graph, commandID string, wait time.Duration, inf *inflight) (Response, error) {
+	if inf != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-inf.done:
+			return inf.resp, nil
+		case <-t.C:
+		case <-ctx.Done():
+			return Response{}, ctx.Err()
+		}
+	} else if err := s.pollDone(ctx, graph, commandID, wait); err != nil {
+		return Response{}, err
+	}
+	// Finished meanwhile (in another process, or between the timer and here)?
+	if r, err := s.st.GetIdempotencyByCommand(ctx, commandID); err == nil && r.State == store.IdempotencyDone {
+		return Response{Status: r.ResponseStatus, Body: r.ResponseBody}, nil
+	}
+	cmd, err := s.st.GetCommand(ctx, graph, commandID)
+	if err != nil {
+		return Response{}, err
+	}
+	sb, err := s.st.GetSandbox(ctx, graph, cmd.SandboxID)
+	if err != nil {
+		return Response{}, err
+	}
+	body, err := json.Marshal(render(cmd, sb))
+	return Response{Status: http.StatusAccepted, Body: body}, err
+}
+
+// pollDone waits until a command another process runs is done, or wait passes.
+func (s *Service) pollDone(ctx context.Context, graph, commandID string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		cmd, err := s.st.GetCommand(ctx, graph, commandID)
+		if err != nil {
+			return err
+		}
+		if store.CommandDone(cmd.Status) {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		select {
+		case <-time.After(min(left, 100*time.Millisecond)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// launch starts executing a reserved run.
+func (s *Service) launch(p *plan) *inflight {
+	inf := &inflight{done: make(chan struct{})}
+	s.mu.Lock()
+	s.inflight[p.command.ID] = inf
+	s.mu.Unlock()
+	s.metrics.running.Inc()
+	go func() {
+		defer s.runs.Done()
+		s.execute(p, inf)
+	}()
+	return inf
+}
+
+func (s *Service) execute(p *plan, inf *inflight) {
+	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
+	t0 := time.Now()
+	out := s.runner.RunOnce(s.runCtx, host.RunSpec{
+		SandboxID: p.sandbox.ID, CommandID: p.command.ID, Image: s.image.Rootfs,
+		Limits: runtime.Limits{MemoryMiB: p.sandbox.Limits.MemoryMiB, CPUs: p.sandbox.Limits.CPUs,
+			Pids: p.sandbox.Limits.Pids, DiskMiB: p.sandbox.Limits.DiskMiB},
+		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
+		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
+	})
+	s.metrics.running.Dec()
+	s.metrics.runs.WithLabelValues(out.Status).Inc()
+	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
+	if out.Err != nil {
+		log.Warn("run ended by an infrastructure failure", "status", out.Status, "err", out.Err)
+	}
+
+	cmd, sb := p.command, p.sandbox
+	applyOutcome(&cmd, &sb, out)
+	body, err := json.Marshal(render(cmd, sb))
+	if err != nil {
+		log.Error("rendering run result", "err", err)
+	}
+	resp := Response{Status: http.StatusOK, Body: body}
+	// The records must be written even when the server is stopping.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		if err := q.UpdateCommand(ctx, cmd); err != nil {
+			return err
+		}
+		if err := q.UpdateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		r, err := q.GetIdempotency(ctx, sb.Graph, p.idemKey)
+		if err != nil {
+			return err
+		}
+		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
+		return q.UpdateIdempotency(ctx, r)
+	})
+	if err != nil {
+		// The records stay running; the next start marks them lost.
+		log.Error("recording the end of a run", "err", err)
+	}
+	log.Info("run ended", "status", cmd.Status, "duration_ms", cmd.DurationMs, "ok", cmd.OK)
+	inf.resp = resp
+	s.mu.Lock()
+	delete(s.inflight, p.command.ID)
+	s.mu.Unlock()
+	close(inf.done)
+}
+
+func applyOutcome(cmd *store.Command, sb *store.Sandbox, out host.Outcome) {
+	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
+	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
+	end := out.SandboxEnded
+	if end.IsZero() {
+		end = time.Now()
+	}
+	end = end.UTC().Truncate(time.Millisecond)
+	if !out.CommandStarted.IsZero() {
+		st := out.CommandStarted.UTC().Truncate(time.Millisecond)
+		cmd.StartedAt = &st
+		fin := out.CommandEnded.UTC().Truncate(time.Millisecond)
+		if out.CommandEnded.IsZero() {
+			fin = end
+		}
+		cmd.FinishedAt = &fin
+		cmd.DurationMs = out.CommandEnded.Sub(out.CommandStarted).Milliseconds()
+	} else {
+		cmd.FinishedAt = &end
+	}
+	if !out.SandboxStarted.IsZero() {
+		st := out.SandboxStarted.UTC().Truncate(time.Millisecond)
+		sb.StartedAt = &st
+	}
+	sb.EndedAt, sb.EndReason, sb.Usage = &end, out.EndReason, out.Usage
+	sb.Status = store.SandboxDestroyed
+	if out.EndReason == store.EndFailed {
+		sb.Status = store.SandboxFailed
+		if out.Err != nil {
+			sb.Error = out.Err.Error()
+		}
+	}
+}
+
+// render is the answer for a run's records.
+func render(cmd store.Command, sb store.Sandbox) RunResult {
+	return RunResult{
+		OK: cmd.OK, Result: cmd.Result, Error: cmd.Error, Command: cmd.ID, Sandbox: sb.ID, Status: cmd.Status,
+		ExitCode: cmd.ExitCode, Signal: cmd.Signal, DurationMs: cmd.DurationMs, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
+		CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,
+	}
+}
+
+// plan validates a one-call run and resolves its template, base, limits and config.
+func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan, error) {
+	if req.Run == nil {
+		return nil, errdefs.InvalidArgument("the body needs run: long-lived sandboxes (Level 3) are not served yet")
+	}
+	r := req.Run
+	if req.ExpiresInSeconds != 0 {
+		return nil, errdefs.InvalidArgument("expires_in_seconds is for long-lived sandboxes; a one-call run ends with its run")
+	}
+	if r.Code != "" && r.Template != "" {
+		return nil, errdefs.InvalidArgument("run takes code or template, not both")
+	}
+	if req.Template != "" && r.Template == "" && r.Code == "" {
+		r.Template = req.Template
+	}
+	baseName := firstNonEmpty(r.Base, r.Language, req.Base)
+	var tpl *store.Template
+	if r.Template != "" {
+		if b, ok := lookupBase(r.Template); ok {
+			baseName = b.Name // a base named as a template
+		} else {
+			t, err := s.resolveTemplate(ctx, c.Graph, r.Template)
+			if err != nil {
+				return nil, err
+			}
+			if baseName != "" {
+				if b, ok := lookupBase(baseName); !ok || b.Name != t.Base {
+					return nil, errdefs.InvalidArgument("template %s runs on %s; drop base and language from the call", r.Template, t.Base)
+				}
+			}
+			tpl, baseName = &t, t.Base
+		}
+	}
+	if baseName == "" {
+		baseName = "lbb/python"
+	}
+	base, ok := lookupBase(baseName)
+	if !ok {
+		return nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
+	}
+	code := r.Code
+	if tpl != nil {
+		code = tpl.Code
+	}
+	if code == "" {
+		return nil, errdefs.InvalidArgument("run needs code, or a template that has code")
+	}
+	input, err := jsonValue("run.input", r.Input)
+	if err != nil {
+		return nil, err
+	}
+	callConfig, err := jsonValue("run.config", r.Config)
+	if err != nil {
+		return nil, err
+	}
+	var tplConfig json.RawMessage
+	var tplLimits *store.Limits
+	var tplTimeout int64
+	var ref *store.TemplateRef
+	if tpl != nil {
+		tplConfig, tplLimits, tplTimeout = tpl.Config, &tpl.Limits, tpl.TimeoutMs
+		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}
+	}
+	config, err := mergeConfig(tplConfig, callConfig)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := s.limits(tplLimits, req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := s.timeout(tplTimeout, req.TimeoutMs)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for _, m := range []map[string]string{req.Env, r.Env} {
+		for k, v := range m {
+			if !validEnvName(k) {
+				return nil, errdefs.InvalidArgument("env name %q is not a valid variable name", k)
+			}
+			env[k] = v
+		}
+	}
+	origin := store.Origin{Key: c.Key.ID}
+	if req.Origin != nil {
+		origin.Workflow, origin.Run, origin.Step = req.Origin.Workflow, req.Origin.Run, req.Origin.Step
+	}
+	now := s.now()
+	sbID, cmdID := ids.New(ids.Sandbox), ids.New(ids.Command)
+	envNames := sortedKeys(env)
+	return &plan{
+		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxStarting, OneCall: true, Base: base.Name,
+			Image: s.image.ID, Template: ref, Limits: limits, EnvNames: envNames, Metadata: req.Metadata, Origin: origin, CreatedAt: now},
+		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
+			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
+			Status: store.CommandRunning, Origin: origin, CreatedAt: now},
+		env: env, timeout: timeout, language: base.Language,
+	}, nil
+}
+
+func (s *Service) limits(tpl, call *store.Limits) (store.Limits, error) {
+	l := store.Limits{MemoryMiB: s.cfg.Defaults.MemoryMiB, CPUs: s.cfg.Defaults.CPUs, Pids: s.cfg.Defaults.Pids, DiskMiB: s.cfg.Defaults.DiskMiB}
+	for _, o := range []*store.Limits{tpl, call} {
+		if o == nil {
+			continue
+		}
+		if o.MemoryMiB != 0 {
+			l.MemoryMiB = o.MemoryMiB
+		}
+		if o.CPUs != 0 {
+			l.CPUs = o.CPUs
+		}
+		if o.Pids != 0 {
+			l.Pids = o.Pids
+		}
+		if o.DiskMiB != 0 {
+			l.DiskMiB = o.DiskMiB
+		}
+	}
+	return l, s.checkLimits(l)
+}
+
+func (s *Service) checkLimits(l store.Limits) error {
+	for _, c := range []struct {
+		name   string
+		v, max float64
+		min    float64
+	}{
+		{"memory_mib", float64(l.MemoryMiB), float64(s.cfg.Max.MemoryMiB), 16},
+		{"cpus", l.CPUs, s.cfg.Max.CPUs, 0.01},
+		{"pids", float64(l.Pids), float64(s.cfg.Max.Pids), 8},
+		{"disk_mib", float64(l.DiskMiB), float64(s.cfg.Max.DiskMiB), 1},
+	} {
+		if c.v > c.max {
+			return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeLimitExceeded,
+				"limits.%s %v is above this server's cap of %v", c.name, c.v, c.max)
+		}
+		if c.v < c.min {
+			return errdefs.InvalidArgument("limits.%s %v is below the least a sandbox can run with (%v)", c.name, c.v, c.min)
+		}
+	}
+	return nil
+}
+
+func (s *Service) timeout(tplMs, callMs int64) (time.Duration, error) {
+	ms := firstPositive(callMs, tplMs)
+	if callMs < 0 || tplMs < 0 {
+		return 0, errdefs.InvalidArgument("timeout_ms must not be negative")
+	}
+	if ms == 0 {
+		return s.cfg.DefaultTimeout, nil
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if d > s.cfg.MaxTimeout {
+		return 0, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeLimitExceeded,
+			"timeout_ms %d is above this server's cap of %d", ms, s.cfg.MaxTimeout.Milliseconds())
+	}
+	return d, nil
+}
+
+// resolveTemplate finds "name" (newest version), "name@N" or a template id.
+func (s *Service) resolveTemplate(ctx context.Context, graph, ref string) (store.Template, error) {
+	name, version, err := ParseTemplateRef(ref)
+	if err != nil {
+		return store.Template{}, err
+	}
+	return s.st.GetTemplate(ctx, graph, name, version)
+}
+
+// ParseTemplateRef splits "name@N" into its name and version (0: newest).
+func ParseTemplateRef(ref string) (string, int, error) {
+	name, v, pinned := strings.Cut(ref, "@")
+	if !pinned {
+		return ref, 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return "", 0, errdefs.InvalidArgument("template %q: the version after @ must be a number from 1", ref)
+	}
+	return name, n, nil
+}
+
+// jsonValue checks that raw is one JSON value; absent stays nil.
+func jsonValue(field string, raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, errdefs.InvalidArgument("%s is not valid JSON", field)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, errdefs.InvalidArgument("%s: %v", field, err)
+	}
+	if b.String() == "null" {
+		return nil, nil
+	}
+	return b.Bytes(), nil
+}
+
+// mergeConfig lays the call's config over the template's: objects merge key by key, at every
+// depth; anything else in the call replaces. The result is an object when neither is given.
+func mergeConfig(under, over json.RawMessage) (json.RawMessage, error) {
+	var u, o any
+	if len(under) > 0 {
+		if err := json.Unmarshal(under, &u); err != nil {
+			return nil, fmt.Errorf("template config: %w", err)
+		}
+	}
+	if len(over) > 0 {
+		if err := decodeNumber(over, &o); err != nil {
+			return nil, errdefs.InvalidArgument("run.config: %v", err)
+		}
+	}
+	var merged any
+	switch {
+	case u == nil && o == nil:
+		return json.RawMessage(`{}`), nil
+	case u == nil:
+		merged = o
+	case o == nil:
+		merged = u
+	default:
+		merged = deepMerge(u, o)
+	}
+	return json.Marshal(merged)
+}
+
+func decodeNumber(raw json.RawMessage, v any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+func deepMerge(under, over any) any {
+	um, ok1 := under.(map[string]any)
+	om, ok2 := over.(map[string]any)
+	if !ok1 || !ok2 {
+		return over
+	}
+	out := make(map[string]any, len(um)+len(om))
+	for k, v := range um {
+		out[k] = v
+	}
+	for k, v := range om {
+		if prev, ok := out[k]; ok {
+			out[k] = deepMerge(prev, v)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// lookupBase finds a base by name ("lbb/node") or language ("node").
+func lookupBase(name string) (images.Base, bool) { return images.LookupBase(name) }
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, r := range k {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func firstPositive(vs ...int64) int64 {
+	for _, v := range vs {
+		if v > 0 {
+			return v
+		}
+	}
+	return 0
+}

@@ -1,0 +1,133 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// TemplateRequest is the body of POST /v1/sandboxes/templates.
+type TemplateRequest struct {
+	Name        string               `json:"name"`
+	Base        string               `json:"base,omitempty"`
+	Code        string               `json:"code,omitempty"`
+	Limits      *store.Limits        `json:"limits,omitempty"`
+	TimeoutMs   int64                `json:"timeout_ms,omitempty"`
+	Config      json.RawMessage      `json:"config,omitempty"`
+	Files       []store.TemplateFile `json:"files,omitempty"`
+	Description string               `json:"description,omitempty"`
+}
+
+var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// CreateTemplate saves a new, immutable version of a template.
+func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequest) (store.Template, error) {
+	if !templateName.MatchString(req.Name) {
+		return store.Template{}, errdefs.InvalidArgument("template name %q: want 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", req.Name)
+	}
+	baseName := req.Base
+	if baseName == "" {
+		baseName = "lbb/python"
+	}
+	base, ok := images.LookupBase(baseName)
+	if !ok {
+		return store.Template{}, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell", baseName)
+	}
+	if req.Limits != nil {
+		if _, err := s.limits(nil, req.Limits); err != nil {
+			return store.Template{}, err
+		}
+	}
+	if _, err := s.timeout(req.TimeoutMs, 0); err != nil {
+		return store.Template{}, err
+	}
+	config, err := jsonValue("config", req.Config)
+	if err != nil {
+		return store.Template{}, err
+	}
+	if len(config) > 0 && config[0] != '{' {
+		return store.Template{}, errdefs.InvalidArgument("config must be a JSON object")
+	}
+	for i, f := range req.Files {
+		if f.File == "" || f.Path == "" {
+			return store.Template{}, errdefs.InvalidArgument("files[%d] needs file and path", i)
+		}
+		if strings.HasPrefix(f.Path, "/") && !strings.HasPrefix(f.Path, "/workspace/") || strings.Contains("/"+f.Path+"/", "/../") {
+			return store.Template{}, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodePathOutsideWorkspace,
+				"files[%d].path %q is outside /workspace", i, f.Path)
+		}
+	}
+	var limits store.Limits
+	if req.Limits != nil {
+		limits = *req.Limits
+	}
+	return s.st.CreateTemplateVersion(ctx, store.Template{
+		ID: ids.New(ids.Template), Graph: c.Graph, Name: req.Name, Base: base.Name, Code: req.Code, Limits: limits,
+		TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
+		CreatedAt: s.now(), CreatedBy: c.Key.ID,
+	})
+}
+
+// BaseTemplate is a built-in base, listed beside the graph's templates.
+type BaseTemplate struct {
+	Name     string            `json:"name"`
+	Base     bool              `json:"base"`
+	Language string            `json:"language"`
+	Image    string            `json:"image"`
+	Versions map[string]string `json:"versions"`
+	Missing  []string          `json:"missing,omitempty"`
+}
+
+// versionKeys are the image versions that matter to each language.
+var versionKeys = map[string][]string{
+	"python": {"python", "numpy", "pandas", "scipy", "matplotlib", "pyarrow"},
+	"node":   {"node"},
+	"shell":  {"bash", "jq", "coreutils"},
+}
+
+// Bases lists the base templates with the versions their image has.
+func (s *Service) Bases() []BaseTemplate {
+	var out []BaseTemplate
+	for _, b := range images.Bases() {
+		bt := BaseTemplate{Name: b.Name, Base: true, Language: b.Language, Image: s.image.ID, Versions: map[string]string{}}
+		for _, k := range versionKeys[b.Language] {
+			if v, ok := s.image.Versions[k]; ok {
+				bt.Versions[k] = v
+			}
+		}
+		if v, ok := s.image.Versions["debian"]; ok {
+			bt.Versions["debian"] = v
+		}
+		if b.Language == "python" {
+			bt.Missing = s.image.Missing
+		}
+		out = append(out, bt)
+	}
+	return out
+}
+
+// LookupBaseTemplate finds a base template by name.
+func (s *Service) LookupBaseTemplate(name string) (BaseTemplate, bool) {
+	for _, b := range s.Bases() {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return BaseTemplate{}, false
+}
+
+// GetTemplate finds "name" (newest), "name@N" or a template by id.
+func (s *Service) GetTemplate(ctx context.Context, graph, ref string) (store.Template, error) {
+	return s.resolveTemplate(ctx, graph, ref)
+}
+
+// TemplateVersions lists every version of a template, newest first.
+func (s *Service) TemplateVersions(ctx context.Context, graph, name string) ([]store.Template, error) {
+	return s.st.ListTemplateVersions(ctx, graph, name)
+}

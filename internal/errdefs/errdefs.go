@@ -1,0 +1,156 @@
+// Package errdefs is lbb's small set of error classes. Code anywhere says what kind of failure
+// it has (NotFound, Conflict, …) and a stable code; the API edge maps the class to an HTTP
+// status once, and the SDKs map it back.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Class is the kind of a failure.
+type Class int
+
+// The classes, each with its HTTP status.
+const (
+	ClassInternal Class = iota
+	ClassInvalidArgument
+	ClassUnauthorized
+	ClassForbidden
+	ClassNotFound
+	ClassConflict
+	ClassPayloadTooLarge
+	ClassUnprocessable
+	ClassLimitExceeded
+	ClassUnavailable
+)
+
+var classes = map[Class]struct {
+	status int
+	code   string
+}{
+	ClassInternal:        {http.StatusInternalServerError, "internal"},
+	ClassInvalidArgument: {http.StatusBadRequest, "invalid_request"},
+	ClassUnauthorized:    {http.StatusUnauthorized, "unauthorized"},
+	ClassForbidden:       {http.StatusForbidden, "forbidden"},
+	ClassNotFound:        {http.StatusNotFound, "not_found"},
+	ClassConflict:        {http.StatusConflict, "conflict"},
+	ClassPayloadTooLarge: {http.StatusRequestEntityTooLarge, "payload_too_large"},
+	ClassUnprocessable:   {http.StatusUnprocessableEntity, "unprocessable"},
+	ClassLimitExceeded:   {http.StatusTooManyRequests, "limit_exceeded"},
+	ClassUnavailable:     {http.StatusServiceUnavailable, "unavailable"},
+}
+
+// Stable codes beyond each class's default one.
+const (
+	CodeIdempotencyKeyRequired = "idempotency_key_required"
+	CodeIdempotencyKeyReused   = "idempotency_key_reused"
+	CodeTooManySandboxes       = "too_many_sandboxes"
+	CodeLimitExceeded          = "limit_exceeded"
+	CodePathOutsideWorkspace   = "path_outside_workspace"
+)
+
+// Error is a classified error with a stable code.
+type Error struct {
+	Class Class
+	Code  string
+	Msg   string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Msg == "" && e.Err != nil:
+		return e.Err.Error()
+	case e.Err != nil:
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an error of class with code (the class's own code when empty).
+func New(class Class, code, format string, args ...any) error {
+	if code == "" {
+		code = classes[class].code
+	}
+	return &Error{Class: class, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap classifies err, keeping it for errors.Is and errors.As.
+func Wrap(class Class, code string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if code == "" {
+		code = classes[class].code
+	}
+	return &Error{Class: class, Code: code, Err: err}
+}
+
+// NotFound says the thing asked for does not exist (or is in another graph).
+func NotFound(format string, args ...any) error { return New(ClassNotFound, "", format, args...) }
+
+// InvalidArgument says the request is malformed.
+func InvalidArgument(format string, args ...any) error {
+	return New(ClassInvalidArgument, "", format, args...)
+}
+
+// Conflict says the request clashes with the state of a record.
+func Conflict(format string, args ...any) error { return New(ClassConflict, "", format, args...) }
+
+// Unavailable says the service cannot do this now; a retry later may work.
+func Unavailable(format string, args ...any) error { return New(ClassUnavailable, "", format, args...) }
+
+// Unauthorized says the caller is not authenticated.
+func Unauthorized(format string, args ...any) error {
+	return New(ClassUnauthorized, "", format, args...)
+}
+
+// Forbidden says the caller may not do this.
+func Forbidden(format string, args ...any) error { return New(ClassForbidden, "", format, args...) }
+
+// ClassOf returns the class of err: Internal for an unclassified error.
+func ClassOf(err error) Class {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return ClassInternal
+}
+
+// CodeOf returns the stable code of err.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return classes[ClassInternal].code
+}
+
+// HTTPStatus returns the HTTP status for err.
+func HTTPStatus(err error) int { return classes[ClassOf(err)].status }
+
+// ClassForStatus maps an HTTP status back to a class, for clients.
+func ClassForStatus(status int) Class {
+	for c, v := range classes {
+		if v.status == status {
+			return c
+		}
+	}
+	return ClassInternal
+}
+
+// Is reports whether err is of class.
+func Is(err error, class Class) bool { return err != nil && ClassOf(err) == class }
+
+// IsNotFound reports whether err is of class NotFound.
+func IsNotFound(err error) bool { return Is(err, ClassNotFound) }
+
+// IsConflict reports whether err is of class Conflict.
+func IsConflict(err error) bool { return Is(err, ClassConflict) }
+
+// IsInvalidArgument reports whether err is of class InvalidArgument.
+func IsInvalidArgument(err error) bool { return Is(err, ClassInvalidArgument) }

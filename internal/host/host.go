@@ -1,0 +1,257 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Provider hands out started sandboxes whose agent answers. The cold provider creates and
+// starts one per call; a warm pool hands out one it started before.
+type Provider interface {
+	Acquire(ctx context.Context, spec runtime.Spec) (*Lease, error)
+}
+
+// Lease is one started sandbox, held until Release, which destroys it.
+type Lease struct {
+	Sandbox runtime.Sandbox
+	Agent   *agent.Client
+	// StartedAt is when the sandbox started (for a pooled one: before it was claimed).
+	StartedAt time.Time
+
+	once    sync.Once
+	release func(ctx context.Context) error
+	err     error
+}
+
+// NewLease makes a lease whose Release calls release once.
+func NewLease(sb runtime.Sandbox, c *agent.Client, startedAt time.Time, release func(ctx context.Context) error) *Lease {
+	return &Lease{Sandbox: sb, Agent: c, StartedAt: startedAt, release: release}
+}
+
+// Release destroys the sandbox; calling it again returns the first result.
+func (l *Lease) Release(ctx context.Context) error {
+	l.once.Do(func() { l.err = l.release(ctx) })
+	return l.err
+}
+
+// Cold is the Provider without a pool: each Acquire creates and starts a sandbox.
+type Cold struct {
+	Driver runtime.Driver
+	Log    *slog.Logger
+}
+
+// Acquire creates, starts and connects to a sandbox; a failure at any step destroys what the
+// steps before made.
+func (c *Cold) Acquire(ctx context.Context, spec runtime.Spec) (_ *Lease, err error) {
+	destroy := func(ctx context.Context) error {
+		if err := c.Driver.Destroy(ctx, spec.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return fmt.Errorf("destroying sandbox %s: %w", spec.ID, err)
+		}
+		return nil
+	}
+	var client *agent.Client
+	defer func() {
+		if err != nil {
+			if client != nil {
+				client.Close()
+			}
+			err = errors.Join(err, destroy(context.Background()))
+		}
+	}()
+	if err := c.Driver.Create(ctx, spec); err != nil {
+		return nil, fmt.Errorf("creating sandbox: %w", err)
+	}
+	sb, err := c.Driver.Start(ctx, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	started := time.Now()
+	client, err = agent.NewClient(sb.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the agent: %w", err)
+	}
+	if err := client.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("the agent does not answer: %w", err)
+	}
+	return NewLease(sb, client, started, func(ctx context.Context) error {
+		return errors.Join(client.Close(), destroy(ctx))
+	}), nil
+}
+
+// Host runs commands in sandboxes.
+type Host struct {
+	driver   runtime.Driver
+	provider Provider
+	log      *slog.Logger
+	// backstop is how long past a command's timeout the host waits for the agent to report it
+	// before it destroys the sandbox itself.
+	backstop time.Duration
+}
+
+// Options configure a Host.
+type Options struct {
+	Driver runtime.Driver
+	// Provider hands out sandboxes; nil means a Cold provider on Driver.
+	Provider Provider
+	Log      *slog.Logger
+}
+
+// New returns a Host.
+func New(o Options) *Host {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Provider == nil {
+		o.Provider = &Cold{Driver: o.Driver, Log: o.Log}
+	}
+	return &Host{driver: o.Driver, provider: o.Provider, log: o.Log, backstop: 10 * time.Second}
+}
+
+// Driver returns the driver the host runs on.
+func (h *Host) Driver() runtime.Driver { return h.driver }
+
+// Reap destroys every sandbox the driver holds that keep does not claim, and returns their
+// ids. A restarted server calls it so that nothing a crash left behind stays running.
+func (h *Host) Reap(ctx context.Context, keep func(id string) bool) ([]string, error) {
+	held, err := h.driver.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host: listing sandboxes: %w", err)
+	}
+	var reaped []string
+	var errs []error
+	for _, id := range held {
+		if keep != nil && keep(id) {
+			continue
+		}
+		if err := h.driver.Destroy(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("destroying %s: %w", id, err))
+			continue
+		}
+		h.log.Info("reaped sandbox", "sandbox", id)
+		reaped = append(reaped, id)
+	}
+	return reaped, errors.Join(errs...)
+}
+
+// RunOnce runs spec in a sandbox of its own and destroys the sandbox. Cancelling ctx ends the
+// run (status killed, the sandbox ended by server_shutdown).
+func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
+	log := h.log.With("sandbox", spec.SandboxID, "command", spec.CommandID)
+	secrets := Secrets(spec.Env)
+	out.EndReason = store.EndRunFinished
+	defer func() {
+		out.Error = MaskString(out.Error, secrets)
+		out.Result = MaskJSON(out.Result, secrets)
+		if out.SandboxEnded.IsZero() {
+			out.SandboxEnded = time.Now()
+		}
+	}()
+	fail := func(status, reason string, err error) Outcome {
+		out.Status, out.EndReason, out.Err, out.Error = status, reason, err, err.Error()
+		return out
+	}
+
+	lease, err := h.provider.Acquire(ctx, runtime.Spec{ID: spec.SandboxID, Image: spec.Image, Limits: spec.Limits})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err))
+		}
+		return fail(store.CommandFailed, store.EndFailed, err)
+	}
+	out.SandboxStarted = lease.StartedAt
+	release := func() {
+		if err := lease.Release(context.Background()); err != nil {
+			log.Error("destroying sandbox", "err", err)
+		}
+		out.SandboxEnded = time.Now()
+		h.meter(&out, spec.Limits)
+	}
+	defer release()
+
+	before, err := lease.Sandbox.Stats(ctx)
+	if err != nil {
+		log.Warn("reading sandbox stats", "err", err)
+	}
+	stdoutCap, stderrCap := newCapture(spec.HeadBytes, spec.TailBytes), newCapture(spec.HeadBytes, spec.TailBytes)
+	stdout, stderr := newMaskWriter(stdoutCap, secrets), newMaskWriter(stderrCap, secrets)
+
+	// The agent enforces the timeout; the backstop covers an agent that cannot.
+	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout+h.backstop)
+	defer cancel()
+	out.CommandStarted = time.Now()
+	p, err := lease.Agent.Run(runCtx, agentRun(spec))
+	var exit agentExit
+	if err == nil {
+		exit, err = p.Wait(stdout, stderr)
+	}
+	out.CommandEnded = time.Now()
+	flush(stdout)
+	flush(stderr)
+	out.Stdout, out.Stderr = stdoutCap.output(), stderrCap.output()
+
+	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
+	after, serr := lease.Sandbox.Stats(statsCtx)
+	cancelStats()
+	if serr != nil {
+		log.Warn("reading sandbox stats", "err", serr)
+	}
+	out.cpuNanos = after.CPUNanos
+	oom := serr == nil && after.OOMKills > before.OOMKills
+
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped while the run was running: %w", err))
+	case err != nil && oom:
+		// The kernel killed the sandbox's own init for memory: the run is what used it.
+		out.Status, out.Error = store.CommandOOM, "the sandbox ran out of memory"
+		return out
+	case err != nil && runCtx.Err() != nil:
+		out.Status, out.Error = store.CommandTimedOut, fmt.Sprintf("the run passed its timeout of %s", spec.Timeout)
+		return out
+	case err != nil:
+		return fail(store.CommandFailed, store.EndFailed, fmt.Errorf("the sandbox broke off the run: %w", err))
+	}
+	out.OK, out.Result, out.Error, out.Signal = exit.OK && exit.ExitCode == 0, exit.Result, exit.Error, exit.Signal
+	code := exit.ExitCode
+	out.ExitCode = &code
+	switch {
+	case exit.StartError != "":
+		out.Status, out.Error, out.ExitCode = store.CommandFailed, exit.StartError, nil
+	case exit.TimedOut:
+		out.Status, out.OK = store.CommandTimedOut, false
+		if out.Error == "" {
+			out.Error = fmt.Sprintf("the run passed its timeout of %s", spec.Timeout)
+		}
+	case oom && (exit.Signal == "SIGKILL" || !exit.OK):
+		out.Status, out.OK = store.CommandOOM, false
+		if out.Error == "" || exit.Signal == "SIGKILL" {
+			out.Error = fmt.Sprintf("the run ran out of memory (limit %d MiB)", spec.Limits.MemoryMiB)
+		}
+	case exit.DiskFull && !out.OK:
+		out.Status = store.CommandDiskFull
+		if out.Error == "" {
+			out.Error = fmt.Sprintf("the workspace disk is full (limit %d MiB)", spec.Limits.DiskMiB)
+		}
+	case out.OK:
+		out.Status = store.CommandSucceeded
+	default:
+		out.Status = store.CommandFailed
+	}
+	return out
+}
+
+// meter fills in usage: CPU time used, and memory reserved over the sandbox's life.
+func (h *Host) meter(out *Outcome, l runtime.Limits) {
+	out.Usage.VCPUMs = float64(out.cpuNanos) / 1e6
+	if !out.SandboxStarted.IsZero() {
+		out.Usage.GiBMs = float64(l.MemoryMiB) / 1024 * float64(out.SandboxEnded.Sub(out.SandboxStarted).Milliseconds())
+	}
+}

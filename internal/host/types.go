@@ -1,0 +1,67 @@
+// Package host is the layer between the control plane and an isolation driver: it gets
+// started sandboxes from a Provider, talks to their guest agents, captures output into what
+// records keep, enforces timeouts, classifies how a command ended, meters usage, and reaps
+// what a crash left behind. It knows runtime.Driver only as an interface.
+package host
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// RunSpec is one run(input, config) in a sandbox of its own.
+type RunSpec struct {
+	SandboxID string
+	CommandID string
+	// Image is the root filesystem directory.
+	Image  string
+	Limits runtime.Limits
+
+	Language string
+	Code     string
+	Input    json.RawMessage
+	Config   json.RawMessage
+	// Env values reach the code and are masked in everything returned.
+	Env     map[string]string
+	Timeout time.Duration
+
+	// HeadBytes and TailBytes are how much of each stream to keep.
+	HeadBytes, TailBytes int
+}
+
+// Outcome is how a run ended, ready for its records.
+type Outcome struct {
+	// Status is a command status (store.Command*).
+	Status   string
+	OK       bool
+	Result   json.RawMessage
+	Error    string
+	ExitCode *int
+	Signal   string
+	Stdout   store.Output
+	Stderr   store.Output
+
+	SandboxStarted time.Time
+	CommandStarted time.Time
+	CommandEnded   time.Time
+	SandboxEnded   time.Time
+	// EndReason says why the sandbox ended (store.End*).
+	EndReason string
+	Usage     store.Usage
+	// Err is an infrastructure failure (the sandbox did not start, the agent broke off),
+	// already folded into Status and Error.
+	Err error
+
+	cpuNanos uint64
+}
+
+type agentExit = agent.Exit
+
+func agentRun(spec RunSpec) agent.RunRequest {
+	return agent.RunRequest{ID: spec.CommandID, Language: spec.Language, Code: spec.Code, Input: spec.Input,
+		Config: spec.Config, Env: spec.Env, TimeoutMs: spec.Timeout.Milliseconds()}
+}

@@ -1,0 +1,90 @@
+//go:build linux
+
+package cgroup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates cgroups")
+	}
+	parent := fmt.Sprintf("lbb-test-%d", os.Getpid())
+	m, err := Detect("", parent)
+	if err != nil {
+		t.Skipf("no usable cgroups: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, p := range m.Paths("x") {
+			os.Remove(p[:len(p)-2]) // the parent
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const name = "sbx_cgtest"
+	if err := m.Create(name, Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16}); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Remove(ctx, name)
+
+	cmd := exec.Command("sh", "-c", "sleep 60 & sleep 60 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	m.Warm()
+	if err := m.Add(name, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// The shell's children fork after the move (or before: wait until both are in).
+	deadline := time.Now().Add(5 * time.Second)
+	var pids []int
+	for time.Now().Before(deadline) {
+		pids, _ = m.Procs(name)
+		if len(pids) >= 1 && slices.Contains(pids, cmd.Process.Pid) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !slices.Contains(pids, cmd.Process.Pid) {
+		t.Fatalf("procs %v lack %d", pids, cmd.Process.Pid)
+	}
+	st, err := m.Stats(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pids == 0 { // memory stays charged where it was allocated (v1 moves no charges)
+		t.Errorf("stats %+v", st)
+	}
+	if err := m.Freeze(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Thaw(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Kill(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if pids, _ := m.Procs(name); len(pids) != 0 {
+		t.Fatalf("after kill: %v", pids)
+	}
+	if err := m.Remove(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, name); err != nil {
+		t.Fatalf("second remove: %v", err)
+	}
+	for _, p := range m.Paths(name) {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind", p)
+		}
+	}
+}

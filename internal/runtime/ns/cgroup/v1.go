@@ -1,0 +1,324 @@
+package cgroup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var errBusy = syscall.EBUSY
+
+// v1Controllers are the hierarchies a sandbox joins; the first three are required.
+var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer", "blkio"}
+
+type v1 struct {
+	parent string
+	// mounts maps a controller to its hierarchy's mount point; co-mounted controllers
+	// ("cpu,cpuacct") share one.
+	mounts map[string]string
+	// dirs are the distinct hierarchies, in v1Controllers order.
+	dirs []string
+}
+
+func newV1(parent string) (*v1, error) {
+	mounts, err := v1Mounts()
+	if err != nil {
+		return nil, err
+	}
+	m := &v1{parent: parent, mounts: map[string]string{}}
+	seen := map[string]bool{}
+	var missing []string
+	for _, c := range v1Controllers {
+		mp, ok := mounts[c]
+		if !ok {
+			missing = append(missing, c)
+			continue
+		}
+		m.mounts[c] = mp
+		if !seen[mp] {
+			seen[mp] = true
+			m.dirs = append(m.dirs, mp)
+		}
+	}
+	for _, c := range Required {
+		if _, ok := m.mounts[c]; !ok {
+			return nil, fmt.Errorf("cgroup v1: no %s hierarchy mounted (missing: %s): %w",
+				c, strings.Join(missing, ", "), ErrUnavailable)
+		}
+	}
+	if _, ok := m.mounts["freezer"]; !ok {
+		return nil, fmt.Errorf("cgroup v1: no freezer hierarchy mounted: %w", ErrUnavailable)
+	}
+	return m, nil
+}
+
+// v1Mounts maps each v1 controller to where its hierarchy is mounted.
+func v1Mounts() (map[string]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 3 || qf[0] != "cgroup" || pf[3] != "/" {
+			continue
+		}
+		for _, opt := range strings.Split(qf[2], ",") {
+			if _, dup := out[opt]; !dup {
+				out[opt] = unescapeMount(pf[4])
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func unescapeMount(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+func (m *v1) Version() int { return 1 }
+
+func (m *v1) dir(ctl, name string) string {
+	return filepath.Join(m.mounts[ctl], m.parent, name)
+}
+
+func (m *v1) Paths(name string) []string {
+	out := make([]string, 0, len(m.dirs))
+	for _, d := range m.dirs {
+		out = append(out, filepath.Join(d, m.parent, name))
+	}
+	return out
+}
+
+func (m *v1) Create(name string, l Limits) (err error) {
+	if err := validName(name); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = errors.Join(err, m.Remove(ctx, name))
+		}
+	}()
+	for _, d := range m.Paths(name) {
+		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+			return err
+		}
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	mem := m.dir("memory", name)
+	if l.MemoryBytes > 0 {
+		v := fmt.Sprint(l.MemoryBytes)
+		if err := writeFile(mem, "memory.limit_in_bytes", v); err != nil {
+			return err
+		}
+		// memory+swap at the same bound: a sandbox cannot escape its limit into swap.
+		if _, err := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes")); err == nil {
+			if err := writeFile(mem, "memory.memsw.limit_in_bytes", v); err != nil {
+				return err
+			}
+		} else if err := writeFile(mem, "memory.swappiness", "0"); err != nil {
+			return err
+		}
+	}
+	if l.Pids > 0 {
+		if err := writeFile(m.dir("pids", name), "pids.max", fmt.Sprint(l.Pids)); err != nil {
+			return err
+		}
+	}
+	if l.CPUs > 0 {
+		const period = 100_000
+		cpu := m.dir("cpu", name)
+		if err := writeFile(cpu, "cpu.cfs_period_us", fmt.Sprint(period)); err != nil {
+			return err
+		}
+		quota := int64(l.CPUs * period)
+		if quota < 1000 {
+			quota = 1000
+		}
+		if err := writeFile(cpu, "cpu.cfs_quota_us", fmt.Sprint(quota)); err != nil {
+			return err
+		}
+	}
+	if _, ok := m.mounts["blkio"]; ok {
+		blk := m.dir("blkio", name)
+		for _, io := range l.IO {
+			for _, f := range []struct {
+				file string
+				v    uint64
+			}{
+				{"blkio.throttle.read_bps_device", io.ReadBPS},
+				{"blkio.throttle.write_bps_device", io.WriteBPS},
+				{"blkio.throttle.read_iops_device", io.ReadIOPS},
+				{"blkio.throttle.write_iops_device", io.WriteIOPS},
+			} {
+				if f.v == 0 {
+					continue
+				}
+				if err := writeFile(blk, f.file, fmt.Sprintf("%d:%d %d", io.Major, io.Minor, f.v)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (m *v1) Warm() { warm(filepath.Join(m.mounts["pids"], m.parent)) }
+
+func (m *v1) Add(name string, pid int) error {
+	for _, d := range m.Paths(name) {
+		if err := writeFile(d, "cgroup.procs", fmt.Sprint(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Procs unions every hierarchy, so a process half-added by a failed Add is still found.
+func (m *v1) Procs(name string) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for _, d := range m.Paths(name) {
+		pids, err := readProcs(d)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pids {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (m *v1) Freeze(ctx context.Context, name string) error {
+	return m.setFreezer(ctx, name, "FROZEN")
+}
+
+func (m *v1) Thaw(ctx context.Context, name string) error {
+	return m.setFreezer(ctx, name, "THAWED")
+}
+
+func (m *v1) setFreezer(ctx context.Context, name, state string) error {
+	d := m.dir("freezer", name)
+	if err := writeFile(d, "freezer.state", state); err != nil {
+		return err
+	}
+	return poll(ctx, "freezer "+state, func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
+		if err != nil {
+			return false, err
+		}
+		s := strings.TrimSpace(string(b))
+		if s != state {
+			// Writing again retries tasks that were busy in the kernel.
+			_ = writeFile(d, "freezer.state", state)
+		}
+		return s == state, nil
+	})
+}
+
+func (m *v1) Kill(ctx context.Context, name string) error {
+	if _, err := os.Stat(m.dir("freezer", name)); errors.Is(err, os.ErrNotExist) {
+		return m.killLoop(ctx, name)
+	}
+	// Freeze so that nothing forks between reading the list and killing it. A task stuck in
+	// the kernel may keep the group FREEZING; kill anyway after a short wait.
+	fctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	ferr := m.Freeze(fctx, name)
+	cancel()
+	pids, err := m.Procs(name)
+	if err != nil {
+		return err
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	if err := m.Thaw(ctx, name); err != nil {
+		return errors.Join(err, ferr)
+	}
+	return m.killLoop(ctx, name)
+}
+
+// killLoop kills until the group is empty: without a frozen group, a fork may race a kill.
+func (m *v1) killLoop(ctx context.Context, name string) error {
+	return poll(ctx, "kill group "+name, func() (bool, error) {
+		pids, err := m.Procs(name)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		return len(pids) == 0, nil
+	})
+}
+
+func (m *v1) Stats(name string) (Stats, error) {
+	var s Stats
+	var errs []error
+	get := func(dst *uint64, ctl, file string) {
+		v, err := readUint(filepath.Join(m.dir(ctl, name), file))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*dst = v
+	}
+	if _, ok := m.mounts["cpuacct"]; ok {
+		get(&s.CPUNanos, "cpuacct", "cpuacct.usage")
+	}
+	get(&s.MemoryBytes, "memory", "memory.usage_in_bytes")
+	get(&s.MemoryMaxBytes, "memory", "memory.max_usage_in_bytes")
+	get(&s.Pids, "pids", "pids.current")
+	// oom_kill appeared in memory.oom_control in Linux 4.13.
+	if v, err := readKey(filepath.Join(m.dir("memory", name), "memory.oom_control"), "oom_kill"); err == nil {
+		s.OOMKills = v
+	} else {
+		errs = append(errs, err)
+	}
+	return s, errors.Join(errs...)
+}
+
+func (m *v1) Remove(ctx context.Context, name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, d := range m.Paths(name) {
+		errs = append(errs, rmdir(ctx, d))
+	}
+	return errors.Join(errs...)
+}
+
+func validName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("cgroup: invalid name %q", name)
+	}
+	return nil
+}

@@ -1,0 +1,390 @@
+//go:build linux
+
+package ns
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/seccomp"
+)
+
+// The sandbox init is this same binary, re-executed by Start with initArg as argv[1] inside
+// fresh user, mount, pid, net, ipc and uts namespaces. It reads its config, builds the root
+// file system and pivots into it, waits until the host has put it in the sandbox's cgroups,
+// then drops every privilege and execs the agent as PID 1.
+const initArg = "__lbb_ns_init__"
+
+// File descriptors of the init, as Start passes them.
+const (
+	fdChannel = 3 // the agent's end of the channel; the only one the agent keeps
+	fdConfig  = 4 // initConfig as a JSON line, then EOF once the init is in its cgroups
+	fdStatus  = 5 // close-on-exec: EOF means the agent was exec'd, else an error message
+)
+
+// AgentChannelFD is where the agent finds its end of the channel.
+const AgentChannelFD = fdChannel
+
+// agentPath is where the agent binary is bind-mounted inside the sandbox.
+const agentPath = "/.lbb/agent"
+
+type initConfig struct {
+	Hostname string `json:"hostname"`
+	// Image, Upper, Work and Root are host paths: the overlay's lower, upper and work
+	// directories and its mount point.
+	Image string `json:"image"`
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	Root  string `json:"root"`
+	// Agent is the agent binary on the host.
+	Agent   string   `json:"agent"`
+	TmpMiB  int64    `json:"tmp_mib"`
+	DiskMiB int64    `json:"disk_mib"`
+	NoFile  uint64   `json:"nofile"`
+	Env     []string `json:"env"`
+}
+
+// MaybeInit runs the sandbox init when this process was started as one, and never returns
+// then. Call it first thing in main (cmd/lbb registers it as a hook) and in TestMain.
+func MaybeInit() {
+	if len(os.Args) < 2 || os.Args[1] != initArg {
+		return
+	}
+	// Credentials, Landlock and seccomp below are per thread; the exec must come from the
+	// same thread that dropped them.
+	runtime.LockOSThread()
+	err := sandboxInit()
+	status := os.NewFile(fdStatus, "status")
+	fmt.Fprintf(status, "sandbox init: %v", err)
+	os.Exit(1)
+}
+
+func sandboxInit() error {
+	if os.Getpid() != 1 {
+		return errors.New("not PID 1 of a new pid namespace; only the ns driver starts the init")
+	}
+	cfgFile := os.NewFile(fdConfig, "config")
+	dec := json.NewDecoder(io.LimitReader(cfgFile, 1<<20))
+	var cfg initConfig
+	if err := dec.Decode(&cfg); err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	if err := buildRoot(&cfg); err != nil {
+		return err
+	}
+	if err := setupNetwork(); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := pivot(cfg.Root); err != nil {
+		return err
+	}
+	maskProc()
+	// Wait for the go signal (EOF): the host has moved this process into the sandbox's
+	// cgroups. Nothing of the sandbox's has run yet.
+	if _, err := io.Copy(io.Discard, cfgFile); err != nil {
+		return fmt.Errorf("wait for cgroups: %w", err)
+	}
+	cfgFile.Close()
+	// Make the sandbox's cgroups the root of its cgroup namespace.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare cgroup namespace: %w", err)
+	}
+	return execAgent(&cfg)
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
+	}
+	return nil
+}
+
+// buildRoot mounts the sandbox's root file system at cfg.Root.
+func buildRoot(cfg *initConfig) error {
+	// Nothing mounted from here on propagates back to the host.
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	// The image is the read-only lower layer; the upper layer lives on the sandbox's disk.
+	// userxattr: overlay metadata goes to user.overlay.* xattrs, which a user namespace may set.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cfg.Image, cfg.Upper, cfg.Work)
+	if err := mount("overlay", cfg.Root, "overlay", 0, opts); err != nil {
+		return err
+	}
+	r := func(p string) string { return filepath.Join(cfg.Root, p) }
+	for _, d := range []string{"proc", "sys", "dev", "tmp", "workspace", ".lbb"} {
+		if err := os.MkdirAll(r(d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(r("workspace"), 0o755); err != nil {
+		return err
+	}
+	if err := bindFile(cfg.Agent, r(agentPath), true); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := mount("proc", r("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	// sysfs shows the sandbox's own network namespace (only lo). A kernel that refuses it
+	// (a host whose /sys is partly hidden) leaves /sys empty.
+	_ = unix.Mount("sysfs", r("sys"), "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	if err := buildDev(r("dev"), cfg.TmpMiB); err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf("mode=1777,size=%dm", cfg.TmpMiB)
+	return mount("tmpfs", r("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp)
+}
+
+// bindFile bind-mounts the host file src over dst (made when missing).
+func bindFile(src, dst string, readOnly bool) error {
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	if err := mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if !readOnly {
+		return nil
+	}
+	// A remount in a user namespace must keep the flags the source mount has locked.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
+	for _, f := range []struct{ st, ms int64 }{
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if st.Flags&f.st != 0 {
+			flags |= uintptr(f.ms)
+		}
+	}
+	return mount("", dst, "", flags, "")
+}
+
+// buildDev makes a minimal /dev: host device nodes bound in (a user namespace cannot mknod),
+// a private devpts, /dev/shm and the usual links.
+func buildDev(dev string, shmMiB int64) error {
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_STRICTATIME, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := bindFile("/dev/"+n, filepath.Join(dev, n), false); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return err
+	}
+	if err := mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf("mode=1777,size=%dm", shmMiB)); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupNetwork brings up lo, the only interface of a new network namespace.
+func setupNetwork() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	return nil
+}
+
+// pivot makes root the root and detaches the old one (the host's tree) entirely.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then
+	// removes the old root without needing a directory for it (runc does the same).
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// maskProc hides the parts of /proc that tell about the host or poke at it, as runc does.
+// Best effort: a path missing from this kernel is skipped.
+func maskProc() {
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+		"/proc/latency_stats", "/proc/timer_stats", "/proc/kallsyms", "/proc/kmsg"} {
+		if _, err := os.Lstat(p); err == nil {
+			_ = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+	}
+	for _, p := range []string{"/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/devices/virtual/powercap"} {
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			_ = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		}
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
+		if _, err := os.Lstat(p); err == nil {
+			if unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, "") == nil {
+				_ = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+			}
+		}
+	}
+}
+
+// execAgent drops every privilege and becomes the agent.
+func execAgent(cfg *initConfig) error {
+	// stdin is the sandbox's /dev/null; stdout and stderr stay the host's log pipe.
+	null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := unix.Dup3(null, 0, 0); err != nil {
+		return err
+	}
+	unix.Close(null)
+	// Every descriptor but 0-2 and the channel closes at exec: nothing of the host's leaks in
+	// (not the config pipe, not a descriptor the host process inherited without CLOEXEC).
+	if err := unix.CloseRange(fdChannel+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
+	if _, err := unix.FcntlInt(fdChannel, unix.F_SETFD, 0); err != nil {
+		return fmt.Errorf("channel fd: %w", err)
+	}
+	if err := setRlimits(cfg); err != nil {
+		return err
+	}
+	if err := dropCapabilityBounds(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	ll := landlockPolicy{Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc"}}
+	if _, err := ll.restrictThread(); err != nil {
+		return err
+	}
+	if err := clearCapabilities(); err != nil {
+		return err
+	}
+	if err := seccomp.Load(); err != nil {
+		return err
+	}
+	wd, err := os.Getwd()
+	if err != nil || wd != "/" {
+		return fmt.Errorf("cwd %q is not the sandbox root: %v", wd, err)
+	}
+	argv := []string{agentPath}
+	return fmt.Errorf("exec %s: %w", agentPath, syscall.Exec(agentPath, argv, cfg.Env))
+}
+
+func setRlimits(cfg *initConfig) error {
+	lims := []struct {
+		res int
+		v   uint64
+	}{
+		{unix.RLIMIT_CORE, 0},
+		{unix.RLIMIT_NOFILE, cfg.NoFile},
+		// No file, not even a sparse one, grows past the disk: a write beyond it raises
+		// SIGXFSZ (EFBIG where the signal is ignored).
+		{unix.RLIMIT_FSIZE, uint64(cfg.DiskMiB) << 20},
+	}
+	for _, l := range lims {
+		if l.v == 0 && l.res != unix.RLIMIT_CORE {
+			continue
+		}
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.res, err)
+		}
+	}
+	return nil
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return unix.CAP_LAST_CAP
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil {
+		return unix.CAP_LAST_CAP
+	}
+	return n
+}
+
+// dropCapabilityBounds empties the bounding and ambient sets and locks root's special
+// treatment away, so that no execve can hand a capability back.
+func dropCapabilityBounds() error {
+	const secbits = 1<<0 | 1<<1 | // SECBIT_NOROOT(_LOCKED): root gets no capabilities at exec
+		1<<2 | 1<<3 | // SECBIT_NO_SETUID_FIXUP(_LOCKED)
+		1<<5 | // SECBIT_KEEP_CAPS_LOCKED
+		1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE(_LOCKED)
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c <= lastCap(); c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop bounding capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	return nil
+}
+
+// clearCapabilities empties the effective, permitted and inheritable sets of this thread.
+func clearCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,838 @@
+//go:build linux
+
+// Package ns is lbb's default runtime driver: Linux namespaces, cgroups, an overlay root on
+// a per-sandbox ext4 disk, and seccomp, Landlock and capability dropping around the agent.
+//
+// A sandbox is, on the host:
+//
+//	<StateDir>/<id>/spec.json   the Spec, limits resolved
+//	<StateDir>/<id>/disk.img    its disk: a sparse ext4 file, its size the workspace quota
+//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside)
+//	<StateDir>/<id>/root/       where the init mounts the overlay, in the sandbox's own mount
+//	                            namespace only
+//	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
+//
+// and inside: user (ids 0..65535 = host runtime.IDBase..), mount, pid, net (lo only), ipc,
+// uts and cgroup namespaces; the image read-only under a writable overlay; the agent as
+// PID 1 with no capabilities, no_new_privs, Landlock and a seccomp filter. See init.go for
+// the sandbox side.
+package ns
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
+)
+
+// Config configures the driver. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// StateDir holds one directory per sandbox (default /var/lib/lbb/sandboxes).
+	StateDir string
+	// AgentPath is the static lbb-agent binary on the host, bind-mounted read-only into
+	// every sandbox at /.lbb/agent.
+	AgentPath string
+	// CgroupParent is the cgroup under which each sandbox gets its own (default "lbb").
+	CgroupParent string
+	// Limits fills the zero fields of a Spec's limits.
+	Limits runtime.Limits
+	// IO throttles each sandbox's disk (its loop device). Zero fields are unthrottled.
+	IO IOLimits
+	// NoFile is the sandbox's RLIMIT_NOFILE (default 4096).
+	NoFile uint64
+	Logger *slog.Logger
+}
+
+// IOLimits throttles a sandbox's workspace disk. With cgroup v1 only direct and synchronous
+// writes and all reads are throttled: v1 cannot attribute buffered writeback to a group.
+type IOLimits struct {
+	ReadBPS, WriteBPS, ReadIOPS, WriteIOPS uint64
+}
+
+// DefaultConfig is the configuration the zero fields of a Config take.
+func DefaultConfig() Config {
+	return Config{
+		StateDir:     "/var/lib/lbb/sandboxes",
+		CgroupParent: "lbb",
+		Limits:       runtime.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024, TmpMiB: 64},
+		IO:           IOLimits{ReadBPS: 200 << 20, WriteBPS: 200 << 20, ReadIOPS: 10000, WriteIOPS: 10000},
+		NoFile:       4096,
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+}
+
+// Driver is the ns runtime driver.
+type Driver struct {
+	cfg       Config
+	templates diskTemplates
+
+	cgOnce sync.Once
+	cg     cgroup.Manager
+	cgErr  error
+
+	oomWarn sync.Once
+
+	mu      sync.Mutex
+	running map[string]*sandbox
+	locks   map[string]*idLock
+}
+
+var (
+	_ runtime.Driver  = (*Driver)(nil)
+	_ runtime.Freezer = (*Driver)(nil)
+)
+
+// New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
+func New(cfg Config) *Driver {
+	def := DefaultConfig()
+	if cfg.StateDir == "" {
+		cfg.StateDir = def.StateDir
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = def.CgroupParent
+	}
+	cfg.Limits = fillLimits(cfg.Limits, def.Limits)
+	if cfg.IO == (IOLimits{}) {
+		cfg.IO = def.IO
+	}
+	if cfg.NoFile == 0 {
+		cfg.NoFile = def.NoFile
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = def.Logger
+	}
+	return &Driver{
+		cfg:       cfg,
+		templates: diskTemplates{dir: filepath.Join(cfg.StateDir, ".templates")},
+		running:   map[string]*sandbox{},
+		locks:     map[string]*idLock{},
+	}
+}
+
+func fillLimits(l, def runtime.Limits) runtime.Limits {
+	if l.MemoryMiB <= 0 {
+		l.MemoryMiB = def.MemoryMiB
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskMiB <= 0 {
+		l.DiskMiB = def.DiskMiB
+	}
+	if l.TmpMiB <= 0 {
+		l.TmpMiB = def.TmpMiB
+	}
+	return l
+}
+
+// Name is "ns".
+func (d *Driver) Name() string { return "ns" }
+
+// Config is the driver's configuration, defaults filled in.
+func (d *Driver) Config() Config { return d.cfg }
+
+func (d *Driver) cgroups() (cgroup.Manager, error) {
+	d.cgOnce.Do(func() { d.cg, d.cgErr = cgroup.Detect("", d.cfg.CgroupParent) })
+	return d.cg, d.cgErr
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return errdefs.InvalidArgument("sandbox id %q: want 1-64 letters, digits, _ or -", id)
+	}
+	return nil
+}
+
+func notFound(id string) error {
+	return errdefs.Wrap(errdefs.ClassNotFound, "", fmt.Errorf("%w: %s", runtime.ErrNotFound, id))
+}
+
+func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
+
+// idLock serializes the lifecycle calls of one sandbox; different sandboxes run in parallel.
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (d *Driver) lock(id string) (unlock func()) {
+	d.mu.Lock()
+	l := d.locks[id]
+	if l == nil {
+		l = &idLock{}
+		d.locks[id] = l
+	}
+	l.refs++
+	d.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		d.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(d.locks, id)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// Create makes the sandbox's state directory and its disk. No process runs.
+func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	if err := checkID(spec.ID); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(spec.Image) {
+		return errdefs.InvalidArgument("image %q: want an absolute directory", spec.Image)
+	}
+	if strings.ContainsAny(spec.Image, ",:\n") {
+		return errdefs.InvalidArgument("image %q: overlayfs cannot take ',' or ':' in a path", spec.Image)
+	}
+	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
+		return errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
+	}
+	spec.Limits = fillLimits(spec.Limits, d.cfg.Limits)
+	if spec.Hostname == "" {
+		spec.Hostname = "sandbox"
+	}
+	unlock := d.lock(spec.ID)
+	defer unlock()
+
+	dir := d.dir(spec.ID)
+	var u undoStack
+	// The state directories are traversable (0711) by the sandbox's ids: the init, running as
+	// the sandbox's root, reaches its overlay mount point and upper layer through them.
+	err := u.step("state directory", func() error {
+		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.cfg.StateDir, 0o711); err != nil {
+			return err
+		}
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return errdefs.Conflict("sandbox %s already exists", spec.ID)
+			}
+			return err
+		}
+		return nil
+	}, func() error { return os.RemoveAll(dir) })
+	if err != nil {
+		return err
+	}
+	if err := u.step("disk", func() error {
+		tmpl, err := d.templates.get(ctx, spec.Limits.DiskMiB)
+		if err != nil {
+			return err
+		}
+		return copySparse(tmpl, filepath.Join(dir, "disk.img"))
+	}, nil); err != nil {
+		return err
+	}
+	if err := u.step("mount points", func() error {
+		for _, p := range []string{"disk", "root"} {
+			if err := os.Mkdir(filepath.Join(dir, p), 0o755); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil); err != nil {
+		return err
+	}
+	// spec.json comes last: a directory without it is a Create that did not finish.
+	if err := u.step("spec", func() error { return writeJSON(filepath.Join(dir, "spec.json"), spec) }, nil); err != nil {
+		return err
+	}
+	u.Release()
+	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", spec.ID}, u.times...)...)
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (d *Driver) readSpec(id string) (runtime.Spec, error) {
+	var spec runtime.Spec
+	b, err := os.ReadFile(filepath.Join(d.dir(id), "spec.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return spec, notFound(id)
+	}
+	if err != nil {
+		return spec, err
+	}
+	return spec, json.Unmarshal(b, &spec)
+}
+
+// agentReadyTimeout bounds how long Start waits for a started agent to speak.
+const agentReadyTimeout = 30 * time.Second
+
+// Start boots the sandbox and returns once the agent speaks on the channel.
+func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	unlock := d.lock(id)
+	defer unlock()
+	d.mu.Lock()
+	_, running := d.running[id]
+	d.mu.Unlock()
+	if running {
+		return nil, errdefs.Conflict("sandbox %s is already started", id)
+	}
+	spec, err := d.readSpec(id)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := d.cgroups()
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.ClassUnavailable, "", err)
+	}
+	sb, err := d.start(ctx, spec, cg)
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	d.mu.Lock()
+	d.running[id] = sb
+	d.mu.Unlock()
+	return sb, nil
+}
+
+func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager) (*sandbox, error) {
+	id, dir := spec.ID, d.dir(spec.ID)
+	diskDir := filepath.Join(dir, "disk")
+	var u undoStack
+	// Undo steps get their own context: they must run even when ctx is what failed.
+	undoCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
+
+	go cg.Warm()
+	var major, minor uint32
+	err := u.step("mount disk", func() error {
+		if m, _ := mountsUnder(dir); len(m) > 0 {
+			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
+		}
+		var err error
+		major, minor, err = mountDisk(filepath.Join(dir, "disk.img"), diskDir)
+		return err
+	}, func() error {
+		ctx, cancel := undoCtx()
+		defer cancel()
+		return unmount(ctx, diskDir)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := u.step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
+		return nil, err
+	}
+
+	lim := spec.Limits
+	io := d.cfg.IO
+	cgl := cgroup.Limits{
+		MemoryBytes: lim.MemoryMiB << 20,
+		CPUs:        lim.CPUs,
+		Pids:        lim.Pids,
+		IO: []cgroup.IOLimit{{Major: major, Minor: minor,
+			ReadBPS: io.ReadBPS, WriteBPS: io.WriteBPS, ReadIOPS: io.ReadIOPS, WriteIOPS: io.WriteIOPS}},
+	}
+	if err := u.step("cgroups", func() error { return cg.Create(id, cgl) }, func() error {
+		ctx, cancel := undoCtx()
+		defer cancel()
+		return cg.Remove(ctx, id)
+	}); err != nil {
+		return nil, err
+	}
+
+	p, err := newInitPipes()
+	if err != nil {
+		return nil, errors.Join(err, u.Undo())
+	}
+	defer p.closeAll()
+
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{"lbb-sandbox-init", initArg},
+		Env:        []string{}, // nothing of the host's environment
+		Stdout:     p.logW,
+		Stderr:     p.logW,
+		ExtraFiles: []*os.File{p.childChan, p.cfgR, p.statusW}, // fds 3, 4, 5
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(runtime.IDBase), Size: int(runtime.IDCount)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(runtime.IDBase), Size: int(runtime.IDCount)}},
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:                     true,
+			// The sandbox dies with the process that owns its channel: nobody else could talk
+			// to it. A restarted server reaps what is left (List, then Destroy).
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if err := u.step("start init", func() error { return spawn(cmd) }, func() error {
+		_ = cmd.Process.Kill()
+		_, err := cmd.Process.Wait()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	p.closeChildEnds()
+	pid := cmd.Process.Pid
+
+	// The init builds the sandbox's file system while the host moves it into the cgroups
+	// (a v1 cgroup move waits for an RCU grace period per hierarchy: milliseconds). It execs
+	// nothing of the sandbox's before the go signal.
+	icfg := initConfig{
+		Hostname: spec.Hostname,
+		Image:    spec.Image,
+		Upper:    filepath.Join(diskDir, "upper"),
+		Work:     filepath.Join(diskDir, "work"),
+		Root:     filepath.Join(dir, "root"),
+		Agent:    d.cfg.AgentPath,
+		TmpMiB:   lim.TmpMiB,
+		DiskMiB:  lim.DiskMiB,
+		NoFile:   d.cfg.NoFile,
+		Env:      agentEnv(spec),
+	}
+	if err := u.step("configure init", func() error { return p.sendConfig(icfg) }, nil); err != nil {
+		return nil, err
+	}
+	if err := u.step("join cgroups", func() error { return cg.Add(id, pid) }, nil); err != nil {
+		return nil, err
+	}
+	// The agent (PID 1) must outlive an OOM inside; it resets its children to 0. The legacy
+	// oom_adj file is used on purpose: writing oom_score_adj would also lower the minimum its
+	// descendants may set themselves, letting user code make itself unkillable.
+	// Lowering it needs CAP_SYS_RESOURCE; a host without it (some CI containers) gets a
+	// warning, and the agent is then only as safe as its small size makes it.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_adj", pid), []byte("-17"), 0); err != nil {
+		d.oomWarn.Do(func() {
+			d.cfg.Logger.Warn("cannot protect sandbox agents from the OOM killer", "err", err)
+		})
+	}
+	if err := u.step("go", p.sendGo, nil); err != nil {
+		return nil, err
+	}
+	if err := u.step("wait for agent", func() error { return p.waitExec(ctx, cmd.Process) }, nil); err != nil {
+		return nil, err
+	}
+	var conn net.Conn
+	if err := u.step("agent ready", func() error {
+		var err error
+		if conn, err = net.FileConn(p.hostChan); err != nil {
+			return fmt.Errorf("channel: %w", err)
+		}
+		// The agent speaks first (HTTP/2 SETTINGS); peeking consumes nothing.
+		wctx, cancel := context.WithTimeout(ctx, agentReadyTimeout)
+		defer cancel()
+		if err := agent.WaitReady(wctx, conn); err != nil {
+			conn.Close()
+			return err
+		}
+		return nil
+	}, nil); err != nil {
+		return nil, err
+	}
+	u.Release()
+
+	sb := &sandbox{id: id, conn: conn, cmd: cmd, cg: cg, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(sb.done)
+	}()
+	go logAgent(d.cfg.Logger.With("sandbox", id), p.takeLogR())
+	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", pid}, u.times...)...)
+	return sb, nil
+}
+
+// agentEnv is the agent's whole environment; nothing of the host's is passed.
+func agentEnv(spec runtime.Spec) []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"LANG=C.UTF-8",
+		"HOSTNAME=" + spec.Hostname,
+		fmt.Sprintf("LBB_CHANNEL_FD=%d", AgentChannelFD),
+		"LBB_SANDBOX_ID=" + spec.ID,
+	}
+}
+
+// prepareLayer makes the overlay's upper and work directories on a mounted disk, owned by the
+// sandbox's root.
+func prepareLayer(diskDir string) error {
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{"upper", 0o755}, {"work", 0o700}} {
+		p := filepath.Join(diskDir, d.name)
+		if err := os.Mkdir(p, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if err := os.Lchown(p, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+			return err
+		}
+	}
+	// lost+found belongs to the host's root; nothing in the sandbox sees it.
+	return nil
+}
+
+// initPipes are the descriptors between Start and the init.
+type initPipes struct {
+	hostChan, childChan *os.File // the socketpair
+	cfgR, cfgW          *os.File
+	statusR, statusW    *os.File
+	logR, logW          *os.File
+}
+
+func newInitPipes() (p *initPipes, err error) {
+	p = &initPipes{}
+	defer func() {
+		if err != nil {
+			p.closeAll()
+		}
+	}()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	p.hostChan, p.childChan = os.NewFile(uintptr(fds[0]), "channel"), os.NewFile(uintptr(fds[1]), "channel")
+	if p.cfgR, p.cfgW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.statusR, p.statusW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.logR, p.logW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *initPipes) closeChildEnds() {
+	for _, f := range []**os.File{&p.childChan, &p.cfgR, &p.statusW, &p.logW} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+}
+
+func (p *initPipes) closeAll() {
+	p.closeChildEnds()
+	for _, f := range []**os.File{&p.hostChan, &p.cfgW, &p.statusR, &p.logR} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+}
+
+func (p *initPipes) takeLogR() *os.File {
+	f := p.logR
+	p.logR = nil
+	return f
+}
+
+// sendConfig hands the init its config, one JSON line.
+func (p *initPipes) sendConfig(cfg initConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = p.cfgW.Write(append(b, '\n'))
+	return err
+}
+
+// sendGo closes the config pipe: the init now runs inside the sandbox's cgroups and may
+// exec the agent.
+func (p *initPipes) sendGo() error {
+	err := p.cfgW.Close()
+	p.cfgW = nil
+	return err
+}
+
+// waitExec waits until the init has exec'd the agent (the close-on-exec status pipe reads EOF)
+// or failed (it wrote why, or died).
+func (p *initPipes) waitExec(ctx context.Context, proc *os.Process) error {
+	type result struct {
+		msg []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	r := p.statusR
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, 8<<10))
+		ch <- result{b, err}
+	}()
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		_ = proc.Kill()
+		<-ch
+		return ctx.Err()
+	}
+	if res.err != nil {
+		return res.err
+	}
+	if len(res.msg) > 0 {
+		return errors.New(string(res.msg))
+	}
+	// EOF without a message: the exec happened, or the init died without a word.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, proc.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	if info.Signo != 0 {
+		return errors.New("sandbox init died before starting the agent")
+	}
+	return nil
+}
+
+// spawn starts cmd from one OS thread that lives as long as the process: Pdeathsig fires when
+// the thread that forked the child exits, and a caller's thread may exit (a goroutine that
+// ends while locked to its thread takes the thread with it).
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			goruntime.LockOSThread()
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd, done}
+	return <-done
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+// logAgent copies the agent's stdout and stderr to the logger, a line at a time, up to a
+// budget: a sandbox could otherwise flood the host's log.
+func logAgent(log *slog.Logger, r *os.File) {
+	defer r.Close()
+	const budget = 1 << 20
+	buf := make([]byte, 4096)
+	var line []byte
+	total := 0
+	for {
+		n, err := r.Read(buf)
+		for _, c := range buf[:n] {
+			if total > budget {
+				break
+			}
+			if c == '\n' || len(line) >= 2048 {
+				log.Info("agent", "line", string(line))
+				total += len(line)
+				line = line[:0]
+				if total > budget {
+					log.Warn("agent log budget exhausted; dropping the rest")
+				}
+				if c == '\n' {
+					continue
+				}
+			}
+			line = append(line, c)
+		}
+		if err != nil {
+			if len(line) > 0 && total <= budget {
+				log.Info("agent", "line", string(line))
+			}
+			return
+		}
+	}
+}
+
+// Stop ends every process of the sandbox and unmounts its disk; the disk stays.
+func (d *Driver) Stop(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	unlock := d.lock(id)
+	defer unlock()
+	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
+		return notFound(id)
+	}
+	return d.stop(ctx, id)
+}
+
+// stop works from whatever is there: a sandbox this driver started, one a previous process
+// started (its cgroups and mount are found by name), or one that never started.
+func (d *Driver) stop(ctx context.Context, id string) error {
+	d.mu.Lock()
+	sb := d.running[id]
+	delete(d.running, id)
+	d.mu.Unlock()
+
+	var errs []error
+	if sb != nil {
+		// Killing PID 1 ends its pid namespace; the cgroup kill below gets any stragglers.
+		_ = sb.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	if cg, err := d.cgroups(); err == nil {
+		if err := cg.Remove(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("cgroups: %w", err))
+		}
+	} else if sb != nil {
+		errs = append(errs, err)
+	}
+	if sb != nil {
+		select {
+		case <-sb.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for init: %w", ctx.Err()))
+		}
+		sb.conn.Close()
+	}
+	if err := unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
+		errs = append(errs, err)
+	}
+	if m, err := mountsUnder(d.dir(id)); err != nil || len(m) > 0 {
+		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
+func (d *Driver) Destroy(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	unlock := d.lock(id)
+	defer unlock()
+	dir := d.dir(id)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := d.stop(ctx, id); err != nil {
+		// Never remove a directory something is still mounted under.
+		return fmt.Errorf("destroy: %w", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	d.cfg.Logger.Debug("sandbox destroyed", "sandbox", id)
+	return nil
+}
+
+// List names every sandbox with a state directory, started or not.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(d.cfg.StateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && validID.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Freeze parks every process of a started sandbox (the freezer cgroup).
+func (d *Driver) Freeze(ctx context.Context, id string) error {
+	return d.freezer(ctx, id, true)
+}
+
+// Thaw wakes a frozen sandbox.
+func (d *Driver) Thaw(ctx context.Context, id string) error {
+	return d.freezer(ctx, id, false)
+}
+
+func (d *Driver) freezer(ctx context.Context, id string, freeze bool) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	_, ok := d.running[id]
+	d.mu.Unlock()
+	if !ok {
+		return errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
+	}
+	cg, err := d.cgroups()
+	if err != nil {
+		return err
+	}
+	if freeze {
+		return cg.Freeze(ctx, id)
+	}
+	return cg.Thaw(ctx, id)
+}
+
+// sandbox is a started sandbox.
+type sandbox struct {
+	id   string
+	conn net.Conn
+	cmd  *exec.Cmd
+	cg   cgroup.Manager
+	done chan struct{}
+}
+
+func (s *sandbox) ID() string            { return s.id }
+func (s *sandbox) Conn() net.Conn        { return s.conn }
+func (s *sandbox) Done() <-chan struct{} { return s.done }
+
+// InitPID is the host pid of the sandbox's PID 1 (the agent).
+func (s *sandbox) InitPID() int { return s.cmd.Process.Pid }
+
+func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
+	st, err := s.cg.Stats(s.id)
+	return runtime.Stats{
+		CPUNanos:       st.CPUNanos,
+		MemoryBytes:    st.MemoryBytes,
+		MemoryMaxBytes: st.MemoryMaxBytes,
+		OOMKills:       st.OOMKills,
+		Pids:           st.Pids,
+	}, err
+}

@@ -1,0 +1,124 @@
+//go:build linux
+
+// Package seccomp builds and loads the sandbox's system call filter: allow by default, and
+// deny what a sandbox never needs — mounting, namespaces, kernel modules, kexec, bpf, perf,
+// keyrings, ptrace and cross-process memory access, io_uring, clock setting, raw I/O ports.
+//
+// The filter is assembled by github.com/elastic/go-seccomp-bpf, with one addition: a call
+// from any architecture other than the native one (on amd64, the i386 ABI reachable via
+// int 0x80) kills the process, since a deny list keyed on native numbers would not match it.
+package seccomp
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	libseccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Denied are refused with EPERM. Names unknown to the running architecture are skipped.
+var Denied = []string{
+	// Filesystems and mount namespaces.
+	"mount", "umount", "umount2", "pivot_root", "chroot",
+	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr", "mount_setattr",
+	"open_by_handle_at", "name_to_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff",
+	// Namespaces: setns always; unshare and clone only with CLONE_NEW* (see below).
+	"setns",
+	// The kernel itself.
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"create_module", "get_kernel_syms", "query_module", "reboot", "syslog", "acct", "lookup_dcookie",
+	"bpf", "perf_event_open", "userfaultfd", "uselib", "vhangup", "nfsservctl", "_sysctl",
+	"iopl", "ioperm", "fanotify_init",
+	// Keyrings are per host uid, shared by every sandbox.
+	"keyctl", "add_key", "request_key",
+	// Other processes' memory and file descriptors.
+	"ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+	// io_uring bypasses this filter for the operations it performs.
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	// Clocks are host-wide.
+	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "stime",
+}
+
+// newNamespaces are the CLONE_NEW* flags. CLONE_NEWTIME (0x80) is left out for clone, where
+// the low byte is the exit signal, and added for unshare.
+const newNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// Policy is the sandbox's filter policy for the running architecture.
+func Policy() (libseccomp.Policy, *arch.Info, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return libseccomp.Policy{}, nil, err
+	}
+	var names []string
+	for _, n := range Denied {
+		if _, ok := info.SyscallNames[n]; ok {
+			names = append(names, n)
+		}
+	}
+	nsFlag := func(name string, mask uint64) libseccomp.NameWithConditions {
+		return libseccomp.NameWithConditions{Name: name, Conditions: libseccomp.ArgumentConditions{
+			{Argument: 0, Operation: libseccomp.BitsSet, Value: mask},
+		}}
+	}
+	// clone's flags are its first argument on amd64 and arm64 alike.
+	withArgs := []libseccomp.NameWithConditions{
+		nsFlag("clone", newNamespaces),
+		nsFlag("unshare", newNamespaces|unix.CLONE_NEWTIME),
+	}
+	p := libseccomp.Policy{
+		DefaultAction: libseccomp.ActionAllow,
+		Syscalls: []libseccomp.SyscallGroup{
+			{Names: names, NamesWithCondtions: withArgs, Action: libseccomp.ActionErrno},
+			// clone3 passes its flags in memory that a filter cannot read: answer ENOSYS so that
+			// libc falls back to clone, whose flags are checked above.
+			{Names: []string{"clone3"}, Action: libseccomp.ActionErrno | libseccomp.Action(unix.ENOSYS)},
+		},
+	}
+	return p, info, nil
+}
+
+// Program assembles the filter, prefixed with the architecture check.
+func Program() ([]bpf.RawInstruction, error) {
+	p, info, err := Policy()
+	if err != nil {
+		return nil, err
+	}
+	body, err := p.Assemble()
+	if err != nil {
+		return nil, err
+	}
+	const archOffset = 4 // offsetof(struct seccomp_data, arch)
+	prog := append([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: archOffset, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: uint32(libseccomp.ActionKillProcess)},
+	}, body...)
+	return bpf.Assemble(prog)
+}
+
+// Load installs the filter on the calling thread only; the caller must hold its OS thread
+// and have set no_new_privs (or hold CAP_SYS_ADMIN). The filter survives execve.
+func Load() error {
+	raw, err := Program()
+	if err != nil {
+		return fmt.Errorf("seccomp: assemble: %w", err)
+	}
+	if len(raw) == 0 || len(raw) > 0xffff {
+		return errors.New("seccomp: program size out of range")
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, in := range raw {
+		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0,
+		uintptr(unsafe.Pointer(&prog))); errno != 0 {
+		return fmt.Errorf("seccomp: load filter: %w", errno)
+	}
+	return nil
+}

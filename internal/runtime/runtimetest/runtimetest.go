@@ -1,0 +1,297 @@
+// Package runtimetest is the conformance suite every runtime driver passes, and the hostile
+// suite: programs run inside sandboxes that try to escape, exhaust or leak, each of which
+// must be contained. A driver's test wires it:
+//
+//	func TestRuntime(t *testing.T) {
+//		runtimetest.Run(t, func(t *testing.T) runtime.Driver { return ns.New(cfg) }, runtimetest.Options{})
+//	}
+//
+// The suites need a built base image (`make images`) and whatever the driver requires (for
+// ns: root); they skip, saying why, when either is missing, and in -short mode.
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+)
+
+// Options tune the suites for a driver.
+type Options struct {
+	// Image is the root file system sandboxes are made from; empty finds the built base
+	// image (FindImage).
+	Image string
+	// Leftovers lists what a destroyed sandbox left on the host: processes, mounts, cgroups,
+	// devices, directories. Nil checks only what the contract shows (List, the init process).
+	Leftovers func(id string) []string
+	// HostFiles must be byte-identical after the hostile suite: the driver's binaries that a
+	// sandbox could try to overwrite (the agent, the init). The test binary is always checked.
+	HostFiles []string
+}
+
+// Run runs the conformance and hostile suites against the drivers newDriver makes.
+func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver, opts Options) {
+	if testing.Short() {
+		t.Skip("the runtime suites start real sandboxes; skipped in -short mode")
+	}
+	if opts.Image == "" {
+		opts.Image = FindImage(t)
+	}
+	d := newDriver(t)
+	if err := runtime.CheckRequirements(d); err != nil {
+		t.Skipf("skipping the runtime suites: %v", err)
+	}
+	e := &env{d: d, opts: opts, newDriver: newDriver}
+	t.Run("conformance", e.conformance)
+	t.Run("hostile", e.hostile)
+}
+
+// FindImage answers the rootfs of the built base image ($LBB_IMAGES_DIR, else
+// /var/lib/lbb/images), or skips the test when none is built.
+func FindImage(t testing.TB) string {
+	t.Helper()
+	dir := images.DefaultDir("")
+	if m, err := images.Current(dir); err == nil {
+		return m.Rootfs
+	}
+	list, err := images.List(dir)
+	if err != nil || len(list) == 0 {
+		t.Skipf("no base image in %s (run `make images`): %v", dir, err)
+	}
+	return list[0].Rootfs
+}
+
+// RequiresRoot skips a test that needs root, saying so.
+func RequiresRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (euid 0)")
+	}
+}
+
+// RequiresUserNS skips a test when this process cannot make a user namespace.
+func RequiresUserNS(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err != nil || strings.TrimSpace(string(b)) == "0" {
+		t.Skip("needs user namespaces (user.max_user_namespaces > 0)")
+	}
+}
+
+type env struct {
+	d         runtime.Driver
+	opts      Options
+	newDriver func(t *testing.T) runtime.Driver
+}
+
+var seq atomic.Int64
+
+func newID(prefix string) string {
+	return fmt.Sprintf("sbx_%s%d_%d", prefix, os.Getpid(), seq.Add(1))
+}
+
+// box is a started sandbox with a client, destroyed (and checked for leftovers) when the
+// test ends.
+type box struct {
+	t   *testing.T
+	e   *env
+	id  string
+	sb  runtime.Sandbox
+	c   *agent.Client
+	ctx context.Context
+	pid int // the init's host pid, when the driver tells
+}
+
+// initPIDer is how a driver's sandbox tells the host pid of its init (optional).
+type initPIDer interface{ InitPID() int }
+
+func (e *env) create(t *testing.T, lim runtime.Limits) string {
+	t.Helper()
+	id := newID("")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.d.Create(ctx, runtime.Spec{ID: id, Image: e.opts.Image, Limits: lim}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { e.destroyAndCheck(t, id, 0) })
+	return id
+}
+
+func (e *env) boot(t *testing.T, lim runtime.Limits) *box {
+	t.Helper()
+	id := e.create(t, lim)
+	return e.start(t, id)
+}
+
+func (e *env) start(t *testing.T, id string) *box {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	sb, err := e.d.Start(ctx, id)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	c, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	b := &box{t: t, e: e, id: id, sb: sb, c: c, ctx: ctx}
+	if p, ok := sb.(initPIDer); ok {
+		b.pid = p.InitPID()
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pcancel()
+	if err := c.Ping(pctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	// Registered after create's: runs first, so the init's pid is checked at destroy.
+	t.Cleanup(func() {
+		c.Close()
+		e.destroyAndCheck(t, id, b.pid)
+	})
+	return b
+}
+
+// destroyAndCheck destroys id and fails t if anything of it is left.
+func (e *env) destroyAndCheck(t *testing.T, id string, pid int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.d.Destroy(ctx, id); err != nil {
+		t.Errorf("destroy %s: %v", id, err)
+		return
+	}
+	for _, l := range e.leftovers(ctx, id, pid) {
+		t.Errorf("after destroy of %s: %s", id, l)
+	}
+}
+
+func (e *env) leftovers(ctx context.Context, id string, pid int) []string {
+	var out []string
+	ids, err := e.d.List(ctx)
+	if err != nil {
+		out = append(out, "list: "+err.Error())
+	}
+	for _, x := range ids {
+		if x == id {
+			out = append(out, "still listed")
+		}
+	}
+	if pid > 0 && syscall.Kill(pid, 0) == nil {
+		out = append(out, fmt.Sprintf("init process %d still exists", pid))
+	}
+	if e.opts.Leftovers != nil {
+		out = append(out, e.opts.Leftovers(id)...)
+	}
+	return out
+}
+
+// result is what one process did.
+type result struct {
+	stdout, stderr string
+	exit           agent.Exit
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %+v\nstdout: %q\nstderr: %q", r.exit, trim(r.stdout), trim(r.stderr))
+}
+
+func trim(s string) string {
+	if len(s) > 2000 {
+		return s[:1000] + "…" + s[len(s)-1000:]
+	}
+	return s
+}
+
+var cmdSeq atomic.Int64
+
+// exec runs req to its end; stdin nil means none.
+func (b *box) exec(req agent.ExecRequest, stdin io.Reader) result {
+	b.t.Helper()
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("cmd_%d", cmdSeq.Add(1))
+	}
+	p, err := b.c.Exec(b.ctx, req, stdin)
+	if err != nil {
+		b.t.Fatalf("exec %q: %v", req.Argv, err)
+	}
+	var out, errb bytes.Buffer
+	ex, err := p.Wait(&limitedBuffer{b: &out, n: 1 << 20}, &limitedBuffer{b: &errb, n: 1 << 20})
+	if err != nil {
+		b.t.Fatalf("wait %q: %v", req.Argv, err)
+	}
+	return result{out.String(), errb.String(), ex}
+}
+
+func (b *box) sh(script string) result {
+	b.t.Helper()
+	return b.exec(agent.ExecRequest{Argv: []string{"/bin/sh", "-c", script}}, nil)
+}
+
+func (b *box) py(code string) result {
+	b.t.Helper()
+	return b.exec(agent.ExecRequest{Argv: []string{"python3", "-c", code}}, nil)
+}
+
+// ok runs script and fails the test unless it exits 0; it answers stdout.
+func (b *box) ok(script string) string {
+	b.t.Helper()
+	r := b.sh(script)
+	if r.exit.ExitCode != 0 || r.exit.StartError != "" {
+		b.t.Fatalf("%q failed: %v", script, r)
+	}
+	return r.stdout
+}
+
+func (b *box) ping() error {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	return b.c.Ping(ctx)
+}
+
+func (b *box) readFile(path string) (string, error) {
+	r, err := b.c.ReadFile(b.ctx, path)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	return string(data), err
+}
+
+// limitedBuffer keeps the first n bytes and counts the rest away.
+type limitedBuffer struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.n - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// countingWriter counts what it is given and keeps nothing.
+type countingWriter struct{ n atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func isCode(err error, code string) bool { return err != nil && agent.IsCode(err, code) }
+
+var errNoInit = errors.New("the driver does not tell its init's pid")

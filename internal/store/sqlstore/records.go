@@ -1,0 +1,585 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Graphs.
+
+func (q queries) CreateGraph(ctx context.Context, g store.Graph) error {
+	_, err := q.exec(ctx, `INSERT INTO graphs (name, created_at) VALUES (?, ?)`, g.Name, ms(g.CreatedAt))
+	return err
+}
+
+func (q queries) GetGraph(ctx context.Context, name string) (store.Graph, error) {
+	var g store.Graph
+	var at int64
+	err := q.queryRow(ctx, `SELECT name, created_at FROM graphs WHERE name = ?`, name).Scan(&g.Name, &at)
+	g.CreatedAt = fromMs(at)
+	return g, notFound(err, "graph %q not found", name)
+}
+
+func (q queries) ListGraphs(ctx context.Context) ([]store.Graph, error) {
+	rows, err := q.query(ctx, `SELECT name, created_at FROM graphs ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Graph
+	for rows.Next() {
+		var g store.Graph
+		var at int64
+		if err := rows.Scan(&g.Name, &at); err != nil {
+			return nil, err
+		}
+		g.CreatedAt = fromMs(at)
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// Keys.
+
+const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at`
+
+func scanKey(sc interface{ Scan(...any) error }) (store.Key, error) {
+	var k store.Key
+	var graphs, scopes sql.NullString
+	var created int64
+	var revoked sql.NullInt64
+	var createdBy sql.NullString
+	if err := sc.Scan(&k.ID, &k.Name, &k.Hash, &k.Prefix, &graphs, &scopes, &created, &createdBy, &revoked); err != nil {
+		return k, err
+	}
+	k.CreatedAt, k.RevokedAt, k.CreatedBy = fromMs(created), fromNullMs(revoked), createdBy.String
+	if err := fromJSON(graphs, &k.Graphs); err != nil {
+		return k, err
+	}
+	return k, fromJSON(scopes, &k.Scopes)
+}
+
+func (q queries) CreateKey(ctx context.Context, k store.Key) error {
+	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Hash, k.Prefix, jsonText(k.Graphs), jsonText(k.Scopes), ms(k.CreatedAt), nullStr(k.CreatedBy), msPtr(k.RevokedAt))
+	return err
+}
+
+func (q queries) GetKey(ctx context.Context, id string) (store.Key, error) {
+	k, err := scanKey(q.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = ?`, id))
+	return k, notFound(err, "key %s not found", id)
+}
+
+func (q queries) GetKeyByHash(ctx context.Context, hash string) (store.Key, error) {
+	k, err := scanKey(q.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	return k, notFound(err, "key not found")
+}
+
+func (q queries) ListKeys(ctx context.Context, p store.Page) ([]store.Key, string, error) {
+	limit := pageLimit(p)
+	rows, err := q.query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
+		p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []store.Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	res, err := q.exec(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, ms(at), id)
+	if err := mustAffect(res, err, "key "+id); err != nil {
+		if _, gerr := q.GetKey(ctx, id); gerr == nil {
+			return nil // already revoked
+		}
+		return err
+	}
+	return nil
+}
+
+// Sandboxes.
+
+const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
+	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms`
+
+func sandboxArgs(s store.Sandbox) []any {
+	var tid, tname any
+	var tver any
+	if s.Template != nil {
+		tid, tname, tver = s.Template.ID, s.Template.Name, s.Template.Version
+	}
+	return []any{s.ID, s.Graph, s.Status, b2i(s.OneCall), s.Base, s.Image, tid, tname, tver,
+		jsonText(s.Limits), jsonText(s.EnvNames), jsonText(s.Metadata), jsonText(s.Origin), ms(s.CreatedAt),
+		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
+		s.Usage.VCPUMs, s.Usage.GiBMs}
+}
+
+func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
+	var s store.Sandbox
+	var oneCall int
+	var tid, tname, limits, env, meta, origin, endReason, errStr sql.NullString
+	var tver, started, ended, expires sql.NullInt64
+	var created int64
+	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
+		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
+		&s.Usage.VCPUMs, &s.Usage.GiBMs)
+	if err != nil {
+		return s, err
+	}
+	s.OneCall = oneCall != 0
+	if tid.Valid {
+		s.Template = &store.TemplateRef{ID: tid.String, Name: tname.String, Version: int(tver.Int64)}
+	}
+	s.CreatedAt, s.StartedAt, s.EndedAt, s.ExpiresAt = fromMs(created), fromNullMs(started), fromNullMs(ended), fromNullMs(expires)
+	s.EndReason, s.Error = endReason.String, errStr.String
+	for _, f := range []struct {
+		v   sql.NullString
+		dst any
+	}{{limits, &s.Limits}, {env, &s.EnvNames}, {meta, &s.Metadata}, {origin, &s.Origin}} {
+		if err := fromJSON(f.v, f.dst); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (q queries) CreateSandbox(ctx context.Context, s store.Sandbox) error {
+	_, err := q.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (`+inList(21)+`)`, sandboxArgs(s)...)
+	return err
+}
+
+func (q queries) GetSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
+	s, err := scanSandbox(q.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND id = ?`, graph, id))
+	return s, notFound(err, "sandbox %s not found", id)
+}
+
+func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
+	args := sandboxArgs(s)
+	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
+		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
+		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?
+		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
+	return mustAffect(res, err, "sandbox "+s.ID)
+}
+
+func (q queries) listSandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Sandbox
+	for rows.Next() {
+		s, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) ListSandboxes(ctx context.Context, graph string, f store.SandboxFilter, p store.Page) ([]store.Sandbox, string, error) {
+	limit := pageLimit(p)
+	out, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
+		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+func (q queries) CountActiveSandboxes(ctx context.Context, graph string) (int, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE graph = ? AND status IN (?, ?)`,
+		graph, store.SandboxStarting, store.SandboxRunning).Scan(&n)
+	return n, err
+}
+
+func (q queries) ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]store.Sandbox, error) {
+	if len(statuses) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(statuses))
+	for i, s := range statuses {
+		args[i] = s
+	}
+	return q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, args...)
+}
+
+// Commands.
+
+const commandCols = `id, graph, sandbox_id, kind, one_call, argv, cwd, stdin_bytes, language, code, input, config,
+	template_id, template_name, template_version, env_names, timeout_ms, status, ok, result, error, exit_code, signal,
+	stdout_head, stdout_tail, stdout_bytes, stderr_head, stderr_tail, stderr_bytes, output_expired,
+	idempotency_key, origin, created_at, started_at, finished_at, duration_ms`
+
+func commandArgs(c store.Command, oneCall bool) []any {
+	var tid, tname, tver any
+	if c.Template != nil {
+		tid, tname, tver = c.Template.ID, c.Template.Name, c.Template.Version
+	}
+	var exit any
+	if c.ExitCode != nil {
+		exit = *c.ExitCode
+	}
+	return []any{c.ID, c.Graph, c.SandboxID, c.Kind, b2i(oneCall), jsonText(c.Argv), nullStr(c.Cwd), c.StdinBytes,
+		nullStr(c.Language), nullStr(c.Code), nullRaw(c.Input), nullRaw(c.Config), tid, tname, tver,
+		jsonText(c.EnvNames), c.TimeoutMs, c.Status, b2i(c.OK), nullRaw(c.Result), nullStr(c.Error), exit, nullStr(c.Signal),
+		c.Stdout.Head, c.Stdout.Tail, c.Stdout.Bytes, c.Stderr.Head, c.Stderr.Tail, c.Stderr.Bytes,
+		b2i(c.Stdout.Expired || c.Stderr.Expired), nullStr(c.IdempotencyKey), jsonText(c.Origin),
+		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs}
+}
+
+func scanCommand(sc interface{ Scan(...any) error }) (store.Command, error) {
+	var c store.Command
+	var oneCall, ok, expired int
+	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin sql.NullString
+	var tver, exit, started, finished sql.NullInt64
+	var created int64
+	err := sc.Scan(&c.ID, &c.Graph, &c.SandboxID, &c.Kind, &oneCall, &argv, &cwd, &c.StdinBytes, &lang, &code, &input, &config,
+		&tid, &tname, &tver, &env, &c.TimeoutMs, &c.Status, &ok, &result, &errStr, &exit, &signal,
+		&c.Stdout.Head, &c.Stdout.Tail, &c.Stdout.Bytes, &c.Stderr.Head, &c.Stderr.Tail, &c.Stderr.Bytes, &expired,
+		&idem, &origin, &created, &started, &finished, &c.DurationMs)
+	if err != nil {
+		return c, err
+	}
+	c.Cwd, c.Language, c.Code, c.Error, c.Signal, c.IdempotencyKey = cwd.String, lang.String, code.String, errStr.String, signal.String, idem.String
+	c.Input, c.Config, c.Result = rawFrom(input), rawFrom(config), rawFrom(result)
+	c.OK = ok != 0
+	c.Stdout.Expired, c.Stderr.Expired = expired != 0, expired != 0
+	if tid.Valid {
+		c.Template = &store.TemplateRef{ID: tid.String, Name: tname.String, Version: int(tver.Int64)}
+	}
+	if exit.Valid {
+		e := int(exit.Int64)
+		c.ExitCode = &e
+	}
+	c.CreatedAt, c.StartedAt, c.FinishedAt = fromMs(created), fromNullMs(started), fromNullMs(finished)
+	for _, f := range []struct {
+		v   sql.NullString
+		dst any
+	}{{argv, &c.Argv}, {env, &c.EnvNames}, {origin, &c.Origin}} {
+		if err := fromJSON(f.v, f.dst); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
+	var oneCall int
+	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
+		return notFound(err, "sandbox %s not found", c.SandboxID)
+	}
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(36)+`)`, commandArgs(c, oneCall != 0)...)
+	return err
+}
+
+func (q queries) GetCommand(ctx context.Context, graph, id string) (store.Command, error) {
+	c, err := scanCommand(q.queryRow(ctx, `SELECT `+commandCols+` FROM commands WHERE graph = ? AND id = ?`, graph, id))
+	return c, notFound(err, "command %s not found", id)
+}
+
+func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
+	args := commandArgs(c, false)
+	// Everything but id, graph, sandbox_id, kind and one_call, which never change.
+	res, err := q.exec(ctx, `UPDATE commands SET argv = ?, cwd = ?, stdin_bytes = ?, language = ?, code = ?, input = ?,
+		config = ?, template_id = ?, template_name = ?, template_version = ?, env_names = ?, timeout_ms = ?, status = ?,
+		ok = ?, result = ?, error = ?, exit_code = ?, signal = ?, stdout_head = ?, stdout_tail = ?, stdout_bytes = ?,
+		stderr_head = ?, stderr_tail = ?, stderr_bytes = ?, output_expired = ?, idempotency_key = ?, origin = ?,
+		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ? WHERE id = ? AND graph = ?`,
+		append(args[5:], c.ID, c.Graph)...)
+	return mustAffect(res, err, "command "+c.ID)
+}
+
+func (q queries) listCommands(ctx context.Context, query string, args ...any) ([]store.Command, error) {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) ListCommands(ctx context.Context, graph string, f store.CommandFilter, p store.Page) ([]store.Command, string, error) {
+	limit := pageLimit(p)
+	out, err := q.listCommands(ctx, `SELECT `+commandCols+` FROM commands WHERE graph = ? AND (? = '' OR sandbox_id = ?)
+		AND (? = '' OR status = ?) AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
+		graph, f.SandboxID, f.SandboxID, f.Status, f.Status, p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) ([]store.Command, error) {
+	if len(statuses) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(statuses))
+	for i, s := range statuses {
+		args[i] = s
+	}
+	return q.listCommands(ctx, `SELECT `+commandCols+` FROM commands WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, args...)
+}
+
+// Templates.
+
+const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by`
+
+func scanTemplate(sc interface{ Scan(...any) error }) (store.Template, error) {
+	var t store.Template
+	var code, limits, config, files, desc, by sql.NullString
+	var created int64
+	if err := sc.Scan(&t.ID, &t.Graph, &t.Name, &t.Version, &t.Base, &code, &limits, &t.TimeoutMs, &config, &files, &desc, &created, &by); err != nil {
+		return t, err
+	}
+	t.Code, t.Description, t.CreatedBy, t.CreatedAt, t.Config = code.String, desc.String, by.String, fromMs(created), rawFrom(config)
+	if err := fromJSON(limits, &t.Limits); err != nil {
+		return t, err
+	}
+	return t, fromJSON(files, &t.Files)
+}
+
+func (q queries) CreateTemplateVersion(ctx context.Context, t store.Template) (store.Template, error) {
+	var id sql.NullString
+	var version sql.NullInt64
+	err := q.queryRow(ctx, `SELECT MAX(id), MAX(version) FROM templates WHERE graph = ? AND name = ?`, t.Graph, t.Name).Scan(&id, &version)
+	if err != nil {
+		return t, err
+	}
+	if id.Valid {
+		t.ID = id.String
+	}
+	if t.ID == "" {
+		return t, fmt.Errorf("store: a new template needs an id")
+	}
+	t.Version = int(version.Int64) + 1
+	var files any
+	if len(t.Files) > 0 {
+		files = jsonText(t.Files)
+	}
+	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(13)+`)`,
+		t.ID, t.Graph, t.Name, t.Version, t.Base, nullStr(t.Code), jsonText(t.Limits), t.TimeoutMs, nullRaw(t.Config),
+		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy))
+	return t, err
+}
+
+func (q queries) GetTemplate(ctx context.Context, graph, name string, version int) (store.Template, error) {
+	var t store.Template
+	var err error
+	if version > 0 {
+		t, err = scanTemplate(q.queryRow(ctx, `SELECT `+templateCols+` FROM templates WHERE graph = ? AND name = ? AND version = ?`, graph, name, version))
+		return t, notFound(err, "template %s@%d not found", name, version)
+	}
+	t, err = scanTemplate(q.queryRow(ctx, `SELECT `+templateCols+` FROM templates WHERE graph = ? AND name = ? ORDER BY version DESC LIMIT 1`, graph, name))
+	return t, notFound(err, "template %s not found", name)
+}
+
+func (q queries) listTemplates(ctx context.Context, query string, args ...any) ([]store.Template, error) {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Template
+	for rows.Next() {
+		t, err := scanTemplate(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func (q queries) ListTemplates(ctx context.Context, graph string, p store.Page) ([]store.Template, string, error) {
+	limit := pageLimit(p)
+	out, err := q.listTemplates(ctx, `SELECT `+templateCols+` FROM templates t WHERE graph = ?
+		AND version = (SELECT MAX(version) FROM templates v WHERE v.graph = t.graph AND v.name = t.name)
+		AND (? = '' OR name > ?) ORDER BY name LIMIT ?`, graph, p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].Name
+	}
+	return out, next, nil
+}
+
+func (q queries) ListTemplateVersions(ctx context.Context, graph, name string) ([]store.Template, error) {
+	out, err := q.listTemplates(ctx, `SELECT `+templateCols+` FROM templates WHERE graph = ? AND name = ? ORDER BY version DESC`, graph, name)
+	if err == nil && len(out) == 0 {
+		err = errdefs.NotFound("template %s not found", name)
+	}
+	return out, err
+}
+
+// Idempotency.
+
+const idemCols = `graph, idem_key, route, request_hash, state, command_id, sandbox_id, response_status, response_body, created_at, completed_at`
+
+func scanIdem(sc interface{ Scan(...any) error }) (store.Idempotency, error) {
+	var r store.Idempotency
+	var cmd, sbx sql.NullString
+	var status, completed sql.NullInt64
+	var created int64
+	if err := sc.Scan(&r.Graph, &r.Key, &r.Route, &r.RequestHash, &r.State, &cmd, &sbx, &status, &r.ResponseBody, &created, &completed); err != nil {
+		return r, err
+	}
+	r.CommandID, r.SandboxID, r.ResponseStatus = cmd.String, sbx.String, int(status.Int64)
+	r.CreatedAt, r.CompletedAt = fromMs(created), fromNullMs(completed)
+	return r, nil
+}
+
+func (q queries) CreateIdempotency(ctx context.Context, r store.Idempotency) error {
+	_, err := q.exec(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES (`+inList(11)+`)`,
+		r.Graph, r.Key, r.Route, r.RequestHash, r.State, nullStr(r.CommandID), nullStr(r.SandboxID),
+		r.ResponseStatus, r.ResponseBody, ms(r.CreatedAt), msPtr(r.CompletedAt))
+	return err
+}
+
+func (q queries) GetIdempotency(ctx context.Context, graph, key string) (store.Idempotency, error) {
+	r, err := scanIdem(q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE graph = ? AND idem_key = ?`, graph, key))
+	return r, notFound(err, "idempotency key not found")
+}
+
+func (q queries) GetIdempotencyByCommand(ctx context.Context, commandID string) (store.Idempotency, error) {
+	r, err := scanIdem(q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE command_id = ?`, commandID))
+	return r, notFound(err, "no idempotency key for command %s", commandID)
+}
+
+func (q queries) UpdateIdempotency(ctx context.Context, r store.Idempotency) error {
+	res, err := q.exec(ctx, `UPDATE idempotency SET route = ?, request_hash = ?, state = ?, command_id = ?, sandbox_id = ?,
+		response_status = ?, response_body = ?, completed_at = ? WHERE graph = ? AND idem_key = ?`,
+		r.Route, r.RequestHash, r.State, nullStr(r.CommandID), nullStr(r.SandboxID), r.ResponseStatus, r.ResponseBody,
+		msPtr(r.CompletedAt), r.Graph, r.Key)
+	return mustAffect(res, err, "idempotency key")
+}
+
+// Audit.
+
+const auditCols = `id, graph, key_id, method, route, path, target, status, request_id, at`
+
+func (q queries) AppendAudit(ctx context.Context, e store.AuditEntry) error {
+	_, err := q.exec(ctx, `INSERT INTO audit (`+auditCols+`) VALUES (`+inList(10)+`)`,
+		e.ID, e.Graph, e.KeyID, e.Method, e.Route, e.Path, nullStr(e.Target), e.Status, e.RequestID, ms(e.At))
+	return err
+}
+
+func (q queries) ListAudit(ctx context.Context, graph string, p store.Page) ([]store.AuditEntry, string, error) {
+	limit := pageLimit(p)
+	rows, err := q.query(ctx, `SELECT `+auditCols+` FROM audit WHERE (? = '' OR graph = ?) AND (? = '' OR id < ?)
+		ORDER BY id DESC LIMIT ?`, graph, graph, p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []store.AuditEntry
+	for rows.Next() {
+		var e store.AuditEntry
+		var target sql.NullString
+		var at int64
+		if err := rows.Scan(&e.ID, &e.Graph, &e.KeyID, &e.Method, &e.Route, &e.Path, &target, &e.Status, &e.RequestID, &at); err != nil {
+			return nil, "", err
+		}
+		e.Target, e.At = target.String, fromMs(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+// Retention.
+
+func (q queries) selectIDs(ctx context.Context, query string, args ...any) ([]any, []string, error) {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var args2 []any
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, nil, err
+		}
+		args2, ids = append(args2, id), append(ids, id)
+	}
+	return args2, ids, rows.Err()
+}
+
+func (q queries) DeleteEndedSandboxes(ctx context.Context, before time.Time, limit int) (int, error) {
+	args, _, err := q.selectIDs(ctx, `SELECT id FROM sandboxes WHERE ended_at IS NOT NULL AND ended_at < ? ORDER BY id LIMIT ?`, ms(before), limit)
+	if err != nil || len(args) == 0 {
+		return 0, err
+	}
+	if _, err := q.exec(ctx, `DELETE FROM commands WHERE sandbox_id IN (`+inList(len(args))+`)`, args...); err != nil {
+		return 0, err
+	}
+	if _, err := q.exec(ctx, `DELETE FROM sandboxes WHERE id IN (`+inList(len(args))+`)`, args...); err != nil {
+		return 0, err
+	}
+	return len(args), nil
+}
+
+func (q queries) ExpireRunOutput(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	args, ids, err := q.selectIDs(ctx, `SELECT id FROM commands WHERE one_call = 1 AND output_expired = 0
+		AND finished_at IS NOT NULL AND finished_at < ? ORDER BY id LIMIT ?`, ms(before), limit)
+	if err != nil || len(args) == 0 {
+		return nil, err
+	}
+	_, err = q.exec(ctx, `UPDATE commands SET stdout_head = '', stdout_tail = '', stderr_head = '', stderr_tail = '',
+		output_expired = 1 WHERE id IN (`+inList(len(args))+`)`, args...)
+	return ids, err
+}

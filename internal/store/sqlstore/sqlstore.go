@@ -1,0 +1,248 @@
+// Package sqlstore implements store.Store over database/sql. A Dialect carries what differs
+// between databases (placeholders, unique-violation errors, migrations), so the same queries
+// serve SQLite now and PostgreSQL later.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Dialect is what one database needs beyond portable SQL.
+type Dialect struct {
+	Name string
+	// Rebind rewrites a query written with ? placeholders; nil keeps it.
+	Rebind func(query string) string
+	// IsUnique reports whether err is a unique or primary-key violation.
+	IsUnique func(err error) bool
+	// Migrations holds NNNN_name.sql files, applied in order, each once, each in a transaction.
+	Migrations fs.FS
+}
+
+// DB is a store over a writer pool and a reader pool (the same pool where the database
+// needs no split).
+type DB struct {
+	queries
+	w, r *sql.DB
+}
+
+var _ store.Store = (*DB)(nil)
+
+// New returns a store writing through w and reading through r.
+func New(w, r *sql.DB, d Dialect) *DB {
+	if d.Rebind == nil {
+		d.Rebind = func(q string) string { return q }
+	}
+	return &DB{queries: queries{w: w, r: r, d: &d}, w: w, r: r}
+}
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	err := db.w.Close()
+	if db.r != db.w {
+		err = errors.Join(err, db.r.Close())
+	}
+	return err
+}
+
+// WithTx runs fn in one transaction on the writer.
+func (db *DB) WithTx(ctx context.Context, fn func(q store.Queries) error) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	if err := fn(queries{w: tx, r: tx, d: db.d, inTx: true}); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// Migrate applies every migration not applied yet.
+func (db *DB) Migrate(ctx context.Context) error {
+	if _, err := db.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("store: migrations table: %w", err)
+	}
+	entries, err := fs.ReadDir(db.d.Migrations, ".")
+	if err != nil {
+		return fmt.Errorf("store: reading migrations: %w", err)
+	}
+	type mig struct {
+		version int
+		name    string
+	}
+	var migs []mig
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("store: migration %q: name must start with its number", e.Name())
+		}
+		migs = append(migs, mig{v, e.Name()})
+	}
+	sort.Slice(migs, func(i, j int) bool { return migs[i].version < migs[j].version })
+	for _, m := range migs {
+		body, err := fs.ReadFile(db.d.Migrations, m.name)
+		if err != nil {
+			return err
+		}
+		err = db.WithTx(ctx, func(q store.Queries) error {
+			tx := q.(queries)
+			var n int
+			if err := tx.w.QueryRowContext(ctx, db.d.Rebind(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), m.version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			for _, stmt := range splitStatements(string(body)) {
+				if _, err := tx.w.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("%w\n%s", err, stmt)
+				}
+			}
+			_, err := tx.w.ExecContext(ctx, db.d.Rebind(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
+				m.version, m.name, time.Now().UnixMilli())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// splitStatements splits a migration on semicolons that end a line.
+func splitStatements(s string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "--") || t == "" {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(t, ";") {
+			out = append(out, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		out = append(out, strings.TrimSpace(cur.String()))
+	}
+	return out
+}
+
+// The operations that take several statements run in their own transaction when called
+// outside one.
+
+func (db *DB) CreateTemplateVersion(ctx context.Context, t store.Template) (out store.Template, err error) {
+	err = db.WithTx(ctx, func(q store.Queries) error {
+		out, err = q.CreateTemplateVersion(ctx, t)
+		return err
+	})
+	return out, err
+}
+
+func (db *DB) DeleteEndedSandboxes(ctx context.Context, before time.Time, limit int) (n int, err error) {
+	err = db.WithTx(ctx, func(q store.Queries) error {
+		n, err = q.DeleteEndedSandboxes(ctx, before, limit)
+		return err
+	})
+	return n, err
+}
+
+func (db *DB) ExpireRunOutput(ctx context.Context, before time.Time, limit int) (ids []string, err error) {
+	err = db.WithTx(ctx, func(q store.Queries) error {
+		ids, err = q.ExpireRunOutput(ctx, before, limit)
+		return err
+	})
+	return ids, err
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// queries runs the statements on a pool or in a transaction.
+type queries struct {
+	w, r execer
+	d    *Dialect
+	inTx bool
+}
+
+func (q queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := q.w.ExecContext(ctx, q.d.Rebind(query), args...)
+	if err != nil && q.d.IsUnique != nil && q.d.IsUnique(err) {
+		return nil, errdefs.Wrap(errdefs.ClassConflict, "", err)
+	}
+	return res, err
+}
+
+func (q queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.r.QueryContext(ctx, q.d.Rebind(query), args...)
+}
+
+func (q queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.r.QueryRowContext(ctx, q.d.Rebind(query), args...)
+}
+
+// mustAffect turns an update of no row into NotFound.
+func mustAffect(res sql.Result, err error, what string) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errdefs.NotFound("%s not found", what)
+	}
+	return nil
+}
+
+func notFound(err error, format string, args ...any) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return errdefs.NotFound(format, args...)
+	}
+	return err
+}
+
+func pageLimit(p store.Page) int {
+	switch {
+	case p.Limit <= 0:
+		return 50
+	case p.Limit > 1000:
+		return 1000
+	}
+	return p.Limit
+}
+
+func inList(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}

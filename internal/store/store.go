@@ -1,0 +1,356 @@
+// Package store keeps lbb's records: graphs, API keys, sandboxes, commands, templates,
+// idempotency reservations and the audit trail. Store is the interface; sqlstore implements
+// it over database/sql, and sqlite opens the embedded default. Every implementation passes
+// storetest.Run.
+//
+// Writes that must hold together go in one WithTx; a read outside a transaction sees
+// everything committed before it.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store is the record store.
+type Store interface {
+	Queries
+	// WithTx runs fn in one transaction, committed when fn returns nil. fn must use q for
+	// every call, never the Store.
+	WithTx(ctx context.Context, fn func(q Queries) error) error
+	Close() error
+}
+
+// Queries are the reads and writes, inside or outside a transaction. Not-found lookups
+// return an errdefs NotFound error; a duplicate insert returns errdefs Conflict.
+type Queries interface {
+	CreateGraph(ctx context.Context, g Graph) error
+	GetGraph(ctx context.Context, name string) (Graph, error)
+	ListGraphs(ctx context.Context) ([]Graph, error)
+
+	CreateKey(ctx context.Context, k Key) error
+	GetKey(ctx context.Context, id string) (Key, error)
+	GetKeyByHash(ctx context.Context, hash string) (Key, error)
+	ListKeys(ctx context.Context, p Page) ([]Key, string, error)
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+
+	CreateSandbox(ctx context.Context, s Sandbox) error
+	GetSandbox(ctx context.Context, graph, id string) (Sandbox, error)
+	UpdateSandbox(ctx context.Context, s Sandbox) error
+	ListSandboxes(ctx context.Context, graph string, f SandboxFilter, p Page) ([]Sandbox, string, error)
+	// CountActiveSandboxes counts the graph's sandboxes that are starting or running.
+	CountActiveSandboxes(ctx context.Context, graph string) (int, error)
+
+	CreateCommand(ctx context.Context, c Command) error
+	GetCommand(ctx context.Context, graph, id string) (Command, error)
+	UpdateCommand(ctx context.Context, c Command) error
+	ListCommands(ctx context.Context, graph string, f CommandFilter, p Page) ([]Command, string, error)
+
+	// CreateTemplateVersion saves t as the next version of its (graph, name), keeping the
+	// template's id across versions, and returns what it saved.
+	CreateTemplateVersion(ctx context.Context, t Template) (Template, error)
+	// GetTemplate returns one version of a template by name, or its newest for version 0.
+	GetTemplate(ctx context.Context, graph, name string, version int) (Template, error)
+	// ListTemplates returns the newest version of each of the graph's templates, by name.
+	ListTemplates(ctx context.Context, graph string, p Page) ([]Template, string, error)
+	ListTemplateVersions(ctx context.Context, graph, name string) ([]Template, error)
+
+	CreateIdempotency(ctx context.Context, r Idempotency) error
+	GetIdempotency(ctx context.Context, graph, key string) (Idempotency, error)
+	GetIdempotencyByCommand(ctx context.Context, commandID string) (Idempotency, error)
+	UpdateIdempotency(ctx context.Context, r Idempotency) error
+
+	AppendAudit(ctx context.Context, e AuditEntry) error
+	// ListAudit lists entries newest first; graph "" lists every graph's.
+	ListAudit(ctx context.Context, graph string, p Page) ([]AuditEntry, string, error)
+
+	// Recovery and retention, across every graph.
+	ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]Sandbox, error)
+	ListCommandsByStatus(ctx context.Context, statuses ...string) ([]Command, error)
+	// DeleteEndedSandboxes removes up to limit sandboxes that ended before t, with their
+	// commands, and returns how many sandboxes it removed.
+	DeleteEndedSandboxes(ctx context.Context, before time.Time, limit int) (int, error)
+	// ExpireRunOutput clears the kept output of up to limit one-call run commands that
+	// finished before t and returns their ids.
+	ExpireRunOutput(ctx context.Context, before time.Time, limit int) ([]string, error)
+}
+
+// Page asks for one page of a list, newest first. Cursor is the NextCursor of the page before.
+type Page struct {
+	Limit  int
+	Cursor string
+}
+
+// Graph is a tenant. Nothing crosses graphs.
+type Graph struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AllGraphs in a key's Graphs gives it every graph.
+const AllGraphs = "*"
+
+// Scopes of API keys.
+const (
+	ScopeSandboxesRead   = "sandboxes:read"
+	ScopeSandboxesWrite  = "sandboxes:write"
+	ScopeSandboxesDelete = "sandboxes:delete"
+	ScopeTemplatesWrite  = "templates:write"
+	ScopeFilesRead       = "files:read"
+	ScopeFilesWrite      = "files:write"
+	ScopeAdmin           = "admin"
+)
+
+// AllScopes lists every scope.
+var AllScopes = []string{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeSandboxesDelete,
+	ScopeTemplatesWrite, ScopeFilesRead, ScopeFilesWrite, ScopeAdmin}
+
+// Key is an API key. Only the SHA-256 of its secret is kept.
+type Key struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Hash is the hex SHA-256 of the whole secret.
+	Hash string `json:"-"`
+	// Prefix is the secret's first characters, to tell keys apart in lists.
+	Prefix    string     `json:"prefix"`
+	Graphs    []string   `json:"graphs"`
+	Scopes    []string   `json:"scopes"`
+	CreatedAt time.Time  `json:"created_at"`
+	CreatedBy string     `json:"created_by,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// HasGraph reports whether k may use graph.
+func (k Key) HasGraph(graph string) bool {
+	for _, g := range k.Graphs {
+		if g == graph || g == AllGraphs {
+			return true
+		}
+	}
+	return false
+}
+
+// HasScope reports whether k has scope; admin has them all.
+func (k Key) HasScope(scope string) bool {
+	for _, s := range k.Scopes {
+		if s == scope || s == ScopeAdmin {
+			return true
+		}
+	}
+	return false
+}
+
+// Limits are the resources of one sandbox.
+type Limits struct {
+	MemoryMiB int64   `json:"memory_mib,omitempty"`
+	CPUs      float64 `json:"cpus,omitempty"`
+	Pids      int64   `json:"pids,omitempty"`
+	DiskMiB   int64   `json:"disk_mib,omitempty"`
+}
+
+// Origin says who and what started a sandbox or command.
+type Origin struct {
+	Key      string `json:"key,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
+	Run      string `json:"run,omitempty"`
+	Step     string `json:"step,omitempty"`
+}
+
+// Usage is what a sandbox consumed: CPU time, and memory reserved over its life.
+type Usage struct {
+	VCPUMs float64 `json:"vcpu_ms"`
+	GiBMs  float64 `json:"gib_ms"`
+}
+
+// TemplateRef names the exact template version a sandbox or command came from.
+type TemplateRef struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+}
+
+// Sandbox statuses.
+const (
+	SandboxStarting  = "starting"
+	SandboxRunning   = "running"
+	SandboxPaused    = "paused"
+	SandboxStopped   = "stopped"
+	SandboxDestroyed = "destroyed"
+	SandboxFailed    = "failed"
+)
+
+// Why a sandbox ended.
+const (
+	EndRunFinished    = "run_finished"
+	EndDeleted        = "deleted"
+	EndExpired        = "expired"
+	EndStopped        = "stopped"
+	EndServerShutdown = "server_shutdown"
+	EndLost           = "lost"
+	EndFailed         = "failed"
+)
+
+// Sandbox is a sandbox record.
+type Sandbox struct {
+	ID     string `json:"id"`
+	Graph  string `json:"graph"`
+	Status string `json:"status"`
+	// OneCall marks a Level 1 sandbox that lives for one run.
+	OneCall   bool              `json:"one_call"`
+	Base      string            `json:"base"`
+	Image     string            `json:"image,omitempty"`
+	Template  *TemplateRef      `json:"template,omitempty"`
+	Limits    Limits            `json:"limits"`
+	EnvNames  []string          `json:"env_names,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Origin    Origin            `json:"origin"`
+	CreatedAt time.Time         `json:"created_at"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	EndReason string            `json:"end_reason,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	Usage     Usage             `json:"usage"`
+}
+
+// Command statuses. The breaches of a limit have their own.
+const (
+	CommandQueued    = "queued"
+	CommandRunning   = "running"
+	CommandSucceeded = "succeeded"
+	CommandFailed    = "failed"
+	CommandTimedOut  = "timed_out"
+	CommandKilled    = "killed"
+	CommandLost      = "lost"
+	CommandOOM       = "oom"
+	CommandDiskFull  = "disk_full"
+)
+
+// CommandDone reports whether status is final.
+func CommandDone(status string) bool {
+	return status != CommandQueued && status != CommandRunning
+}
+
+// Command kinds.
+const (
+	KindRun     = "run"
+	KindProcess = "process"
+)
+
+// Output is what a record keeps of one stream.
+type Output struct {
+	Head  string `json:"head"`
+	Tail  string `json:"tail"`
+	Bytes int64  `json:"bytes"`
+	// Expired says the retention of this output passed and head and tail were dropped.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// Command is a command record.
+type Command struct {
+	ID        string `json:"id"`
+	Graph     string `json:"graph"`
+	SandboxID string `json:"sandbox"`
+	Kind      string `json:"kind"`
+
+	// Processes.
+	Argv       []string `json:"argv,omitempty"`
+	Cwd        string   `json:"cwd,omitempty"`
+	StdinBytes int64    `json:"stdin_bytes,omitempty"`
+	// Runs.
+	Language string          `json:"language,omitempty"`
+	Code     string          `json:"code,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Config   json.RawMessage `json:"config,omitempty"`
+	Template *TemplateRef    `json:"template,omitempty"`
+
+	EnvNames  []string `json:"env_names,omitempty"`
+	TimeoutMs int64    `json:"timeout_ms"`
+
+	Status   string          `json:"status"`
+	OK       bool            `json:"ok"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	ExitCode *int            `json:"exit_code"`
+	Signal   string          `json:"signal,omitempty"`
+	Stdout   Output          `json:"stdout"`
+	Stderr   Output          `json:"stderr"`
+
+	IdempotencyKey string     `json:"idempotency_key,omitempty"`
+	Origin         Origin     `json:"origin"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	DurationMs     int64      `json:"duration_ms"`
+}
+
+// TemplateFile is a File of the graph a template copies into the workspace.
+type TemplateFile struct {
+	File string `json:"file"`
+	Path string `json:"path"`
+}
+
+// Template is one immutable version of a template.
+type Template struct {
+	ID          string          `json:"id"`
+	Graph       string          `json:"graph"`
+	Name        string          `json:"name"`
+	Version     int             `json:"version"`
+	Base        string          `json:"base"`
+	Code        string          `json:"code,omitempty"`
+	Limits      Limits          `json:"limits"`
+	TimeoutMs   int64           `json:"timeout_ms,omitempty"`
+	Config      json.RawMessage `json:"config,omitempty"`
+	Files       []TemplateFile  `json:"files,omitempty"`
+	Description string          `json:"description,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	CreatedBy   string          `json:"created_by,omitempty"`
+}
+
+// Idempotency states.
+const (
+	IdempotencyRunning = "running"
+	IdempotencyDone    = "done"
+)
+
+// Idempotency is the durable reservation of one (graph, key): made before any code runs,
+// finished with the response the first call gave.
+type Idempotency struct {
+	Graph          string     `json:"graph"`
+	Key            string     `json:"key"`
+	Route          string     `json:"route"`
+	RequestHash    string     `json:"request_hash"`
+	State          string     `json:"state"`
+	CommandID      string     `json:"command_id,omitempty"`
+	SandboxID      string     `json:"sandbox_id,omitempty"`
+	ResponseStatus int        `json:"response_status,omitempty"`
+	ResponseBody   []byte     `json:"-"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CompletedAt    *time.Time `json:"completed_at,omitempty"`
+}
+
+// AuditEntry is one state-changing call.
+type AuditEntry struct {
+	ID        string    `json:"id"`
+	Graph     string    `json:"graph"`
+	KeyID     string    `json:"key"`
+	Method    string    `json:"method"`
+	Route     string    `json:"route"`
+	Path      string    `json:"path"`
+	Target    string    `json:"target,omitempty"`
+	Status    int       `json:"status"`
+	RequestID string    `json:"request_id"`
+	At        time.Time `json:"at"`
+}
+
+// SandboxFilter narrows a sandbox list.
+type SandboxFilter struct {
+	Status string
+}
+
+// CommandFilter narrows a command list.
+type CommandFilter struct {
+	SandboxID string
+	Status    string
+}

@@ -1,0 +1,428 @@
+// Package storetest is the one suite every store.Store implementation passes: SQLite now,
+// PostgreSQL later, with the same cases.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Run runs the suite; open returns a fresh, migrated, empty store for each case.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"Graphs", testGraphs},
+		{"Keys", testKeys},
+		{"Sandboxes", testSandboxes},
+		{"Commands", testCommands},
+		{"Templates", testTemplates},
+		{"TemplatesConcurrent", testTemplatesConcurrent},
+		{"Idempotency", testIdempotency},
+		{"Audit", testAudit},
+		{"Tx", testTx},
+		{"Retention", testRetention},
+		{"Pagination", testPagination},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+// now is truncated to the store's precision.
+func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+func ptr[T any](v T) *T { return &v }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantClass(t *testing.T, err error, class errdefs.Class) {
+	t.Helper()
+	if err == nil || errdefs.ClassOf(err) != class {
+		t.Fatalf("err = %v, want class %v", err, class)
+	}
+}
+
+func equal(t *testing.T, got, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.MarshalIndent(got, "", " ")
+		w, _ := json.MarshalIndent(want, "", " ")
+		t.Fatalf("got  %s\nwant %s", g, w)
+	}
+}
+
+func testGraphs(t *testing.T, s store.Store) {
+	at := now()
+	must(t, s.CreateGraph(ctx, store.Graph{Name: "main", CreatedAt: at}))
+	must(t, s.CreateGraph(ctx, store.Graph{Name: "other", CreatedAt: at}))
+	wantClass(t, s.CreateGraph(ctx, store.Graph{Name: "main", CreatedAt: at}), errdefs.ClassConflict)
+	g, err := s.GetGraph(ctx, "main")
+	must(t, err)
+	equal(t, g, store.Graph{Name: "main", CreatedAt: at})
+	_, err = s.GetGraph(ctx, "nope")
+	wantClass(t, err, errdefs.ClassNotFound)
+	gs, err := s.ListGraphs(ctx)
+	must(t, err)
+	if len(gs) != 2 || gs[0].Name != "main" || gs[1].Name != "other" {
+		t.Fatalf("ListGraphs = %+v", gs)
+	}
+}
+
+func testKeys(t *testing.T, s store.Store) {
+	k := store.Key{ID: ids.New(ids.Key), Name: "admin", Hash: "h1", Prefix: "lbb_sk_ab", Graphs: []string{"*"},
+		Scopes: []string{store.ScopeAdmin}, CreatedAt: now()}
+	must(t, s.CreateKey(ctx, k))
+	dup := k
+	dup.ID = ids.New(ids.Key)
+	wantClass(t, s.CreateKey(ctx, dup), errdefs.ClassConflict)
+	got, err := s.GetKeyByHash(ctx, "h1")
+	must(t, err)
+	equal(t, got, k)
+	got, err = s.GetKey(ctx, k.ID)
+	must(t, err)
+	equal(t, got, k)
+	_, err = s.GetKeyByHash(ctx, "nope")
+	wantClass(t, err, errdefs.ClassNotFound)
+	at := now()
+	must(t, s.RevokeKey(ctx, k.ID, at))
+	must(t, s.RevokeKey(ctx, k.ID, at.Add(time.Hour))) // twice is fine and keeps the first time
+	got, _ = s.GetKey(ctx, k.ID)
+	if got.RevokedAt == nil || !got.RevokedAt.Equal(at) {
+		t.Fatalf("RevokedAt = %v, want %v", got.RevokedAt, at)
+	}
+	wantClass(t, s.RevokeKey(ctx, "key_nope", at), errdefs.ClassNotFound)
+	if !k.HasGraph("anything") || !k.HasScope(store.ScopeSandboxesWrite) {
+		t.Fatal("an admin key for * should have every graph and scope")
+	}
+	narrow := store.Key{Graphs: []string{"main"}, Scopes: []string{store.ScopeSandboxesRead}}
+	if narrow.HasGraph("other") || narrow.HasScope(store.ScopeSandboxesWrite) || !narrow.HasScope(store.ScopeSandboxesRead) {
+		t.Fatal("narrow key has too much")
+	}
+}
+
+func newSandbox(graph string) store.Sandbox {
+	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: graph, Status: store.SandboxStarting, OneCall: true,
+		Base: "lbb/python", Limits: store.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
+		EnvNames: []string{"TOKEN"}, Origin: store.Origin{Key: "key_1", Workflow: "wf"}, CreatedAt: now()}
+}
+
+func testSandboxes(t *testing.T, s store.Store) {
+	a := newSandbox("main")
+	a.Template = &store.TemplateRef{ID: "sbt_1", Name: "normalize", Version: 3}
+	a.Metadata = map[string]string{"team": "x"}
+	must(t, s.CreateSandbox(ctx, a))
+	wantClass(t, s.CreateSandbox(ctx, a), errdefs.ClassConflict)
+	got, err := s.GetSandbox(ctx, "main", a.ID)
+	must(t, err)
+	equal(t, got, a)
+	_, err = s.GetSandbox(ctx, "other", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+
+	b := newSandbox("main")
+	b.Status = store.SandboxRunning
+	must(t, s.CreateSandbox(ctx, b))
+	c := newSandbox("other")
+	must(t, s.CreateSandbox(ctx, c))
+	n, err := s.CountActiveSandboxes(ctx, "main")
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("active in main = %d, want 2", n)
+	}
+
+	a.Status, a.EndReason, a.StartedAt, a.EndedAt = store.SandboxDestroyed, store.EndRunFinished, ptr(now()), ptr(now())
+	a.Usage = store.Usage{VCPUMs: 12.5, GiBMs: 3}
+	must(t, s.UpdateSandbox(ctx, a))
+	got, _ = s.GetSandbox(ctx, "main", a.ID)
+	equal(t, got, a)
+	wrong := a
+	wrong.Graph = "other"
+	wantClass(t, s.UpdateSandbox(ctx, wrong), errdefs.ClassNotFound)
+
+	list, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{}, store.Page{})
+	must(t, err)
+	if len(list) != 2 || list[0].ID != b.ID || list[1].ID != a.ID {
+		t.Fatalf("ListSandboxes = %v", list)
+	}
+	list, _, _ = s.ListSandboxes(ctx, "main", store.SandboxFilter{Status: store.SandboxRunning}, store.Page{})
+	if len(list) != 1 || list[0].ID != b.ID {
+		t.Fatalf("filtered ListSandboxes = %v", list)
+	}
+	byStatus, err := s.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning)
+	must(t, err)
+	if len(byStatus) != 2 {
+		t.Fatalf("ListSandboxesByStatus = %d sandboxes, want 2", len(byStatus))
+	}
+}
+
+func testCommands(t *testing.T, s store.Store) {
+	sb := newSandbox("main")
+	must(t, s.CreateSandbox(ctx, sb))
+	c := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindRun, Language: "python",
+		Code: "def run(i, c): return i", Input: json.RawMessage(`[1,2,3]`), Config: json.RawMessage(`{"unit":"cm"}`),
+		Template: &store.TemplateRef{ID: "sbt_1", Name: "n", Version: 2}, EnvNames: []string{"A"}, TimeoutMs: 60000,
+		Status: store.CommandRunning, IdempotencyKey: "sum-a", Origin: store.Origin{Key: "key_1"}, CreatedAt: now(), StartedAt: ptr(now())}
+	must(t, s.CreateCommand(ctx, c))
+	wantClass(t, s.CreateCommand(ctx, c), errdefs.ClassConflict)
+	orphan := c
+	orphan.ID, orphan.SandboxID = ids.New(ids.Command), "sbx_nope"
+	wantClass(t, s.CreateCommand(ctx, orphan), errdefs.ClassNotFound)
+	got, err := s.GetCommand(ctx, "main", c.ID)
+	must(t, err)
+	equal(t, got, c)
+	_, err = s.GetCommand(ctx, "other", c.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+
+	c.Status, c.OK, c.Result, c.ExitCode = store.CommandSucceeded, true, json.RawMessage(`6`), ptr(0)
+	c.Stdout = store.Output{Head: "hi\n", Tail: "", Bytes: 3}
+	c.Stderr = store.Output{Head: "warn", Tail: "ing", Bytes: 70000}
+	c.FinishedAt, c.DurationMs = ptr(now()), 9
+	must(t, s.UpdateCommand(ctx, c))
+	got, _ = s.GetCommand(ctx, "main", c.ID)
+	equal(t, got, c)
+
+	p := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindProcess,
+		Argv: []string{"python", "x.py"}, Cwd: "/workspace", StdinBytes: 12, Status: store.CommandQueued, CreatedAt: now()}
+	must(t, s.CreateCommand(ctx, p))
+	got, _ = s.GetCommand(ctx, "main", p.ID)
+	equal(t, got, p)
+
+	list, _, err := s.ListCommands(ctx, "main", store.CommandFilter{SandboxID: sb.ID}, store.Page{})
+	must(t, err)
+	if len(list) != 2 || list[0].ID != p.ID {
+		t.Fatalf("ListCommands = %v", list)
+	}
+	list, _, _ = s.ListCommands(ctx, "other", store.CommandFilter{}, store.Page{})
+	if len(list) != 0 {
+		t.Fatalf("another graph sees %d commands", len(list))
+	}
+	byStatus, err := s.ListCommandsByStatus(ctx, store.CommandQueued, store.CommandRunning)
+	must(t, err)
+	if len(byStatus) != 1 || byStatus[0].ID != p.ID {
+		t.Fatalf("ListCommandsByStatus = %v", byStatus)
+	}
+}
+
+func testTemplates(t *testing.T, s store.Store) {
+	id := ids.New(ids.Template)
+	v1, err := s.CreateTemplateVersion(ctx, store.Template{ID: id, Graph: "main", Name: "normalize", Base: "lbb/python",
+		Code: "v1", Limits: store.Limits{MemoryMiB: 2048}, TimeoutMs: 60000, Config: json.RawMessage(`{"unit":"cm"}`),
+		Files: []store.TemplateFile{{File: "fil_1", Path: "data/units.csv"}}, CreatedAt: now(), CreatedBy: "key_1"})
+	must(t, err)
+	if v1.Version != 1 || v1.ID != id {
+		t.Fatalf("first version = %d %s", v1.Version, v1.ID)
+	}
+	v2, err := s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "normalize", Base: "lbb/python", Code: "v2", CreatedAt: now()})
+	must(t, err)
+	if v2.Version != 2 || v2.ID != id {
+		t.Fatalf("second version = %d %s, want 2 %s", v2.Version, v2.ID, id)
+	}
+	other, err := s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "other", Name: "normalize", Base: "lbb/node", Code: "o1", CreatedAt: now()})
+	must(t, err)
+	if other.Version != 1 || other.ID == id {
+		t.Fatalf("another graph's template = %d %s", other.Version, other.ID)
+	}
+	got, err := s.GetTemplate(ctx, "main", "normalize", 0)
+	must(t, err)
+	equal(t, got, v2)
+	got, err = s.GetTemplate(ctx, "main", "normalize", 1)
+	must(t, err)
+	equal(t, got, v1)
+	_, err = s.GetTemplate(ctx, "main", "normalize", 3)
+	wantClass(t, err, errdefs.ClassNotFound)
+	_, err = s.GetTemplate(ctx, "main", "nope", 0)
+	wantClass(t, err, errdefs.ClassNotFound)
+
+	_, err = s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "alpha", Base: "lbb/shell", CreatedAt: now()})
+	must(t, err)
+	list, _, err := s.ListTemplates(ctx, "main", store.Page{})
+	must(t, err)
+	if len(list) != 2 || list[0].Name != "alpha" || list[1].Name != "normalize" || list[1].Version != 2 {
+		t.Fatalf("ListTemplates = %+v", list)
+	}
+	vs, err := s.ListTemplateVersions(ctx, "main", "normalize")
+	must(t, err)
+	if len(vs) != 2 || vs[0].Version != 2 || vs[1].Version != 1 {
+		t.Fatalf("ListTemplateVersions = %+v", vs)
+	}
+	_, err = s.ListTemplateVersions(ctx, "main", "nope")
+	wantClass(t, err, errdefs.ClassNotFound)
+}
+
+func testTemplatesConcurrent(t *testing.T, s store.Store) {
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			_, err := s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "race", Base: "lbb/python", CreatedAt: now()})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err)
+	}
+	vs, err := s.ListTemplateVersions(ctx, "main", "race")
+	must(t, err)
+	if len(vs) != n || vs[0].Version != n {
+		t.Fatalf("%d versions, newest %d; want %d", len(vs), vs[0].Version, n)
+	}
+	for _, v := range vs {
+		if v.ID != vs[0].ID {
+			t.Fatalf("versions have different ids: %s and %s", v.ID, vs[0].ID)
+		}
+	}
+}
+
+func testIdempotency(t *testing.T, s store.Store) {
+	r := store.Idempotency{Graph: "main", Key: "sum-a", Route: "POST /v1/sandboxes", RequestHash: "abc",
+		State: store.IdempotencyRunning, CommandID: "cmd_1", SandboxID: "sbx_1", CreatedAt: now()}
+	must(t, s.CreateIdempotency(ctx, r))
+	wantClass(t, s.CreateIdempotency(ctx, r), errdefs.ClassConflict)
+	other := r
+	other.Graph = "other"
+	must(t, s.CreateIdempotency(ctx, other)) // keys are per graph
+	got, err := s.GetIdempotency(ctx, "main", "sum-a")
+	must(t, err)
+	if got.ResponseBody == nil {
+		got.ResponseBody = r.ResponseBody
+	}
+	equal(t, got, r)
+	r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, 200, []byte(`{"ok":true}`), ptr(now())
+	must(t, s.UpdateIdempotency(ctx, r))
+	got, err = s.GetIdempotencyByCommand(ctx, "cmd_1")
+	must(t, err)
+	if got.Graph != "main" {
+		got, _ = s.GetIdempotency(ctx, "main", "sum-a")
+	}
+	equal(t, got, r)
+	_, err = s.GetIdempotency(ctx, "main", "nope")
+	wantClass(t, err, errdefs.ClassNotFound)
+}
+
+func testAudit(t *testing.T, s store.Store) {
+	for i, g := range []string{"main", "other", "main"} {
+		must(t, s.AppendAudit(ctx, store.AuditEntry{ID: ids.New(ids.Audit), Graph: g, KeyID: "key_1", Method: "POST",
+			Route: "POST /v1/sandboxes", Path: "/v1/sandboxes", Target: fmt.Sprintf("sbx_%d", i), Status: 200, RequestID: "req_1", At: now()}))
+	}
+	all, _, err := s.ListAudit(ctx, "", store.Page{})
+	must(t, err)
+	if len(all) != 3 || all[0].Target != "sbx_2" {
+		t.Fatalf("ListAudit = %+v", all)
+	}
+	main, _, _ := s.ListAudit(ctx, "main", store.Page{})
+	if len(main) != 2 {
+		t.Fatalf("ListAudit(main) = %d entries", len(main))
+	}
+}
+
+func testTx(t *testing.T, s store.Store) {
+	boom := errors.New("boom")
+	sb := newSandbox("main")
+	err := s.WithTx(ctx, func(q store.Queries) error {
+		if err := q.CreateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		if _, err := q.GetSandbox(ctx, "main", sb.ID); err != nil {
+			return fmt.Errorf("a transaction must see its own writes: %w", err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("WithTx = %v, want boom", err)
+	}
+	_, err = s.GetSandbox(ctx, "main", sb.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	must(t, s.WithTx(ctx, func(q store.Queries) error { return q.CreateSandbox(ctx, sb) }))
+	_, err = s.GetSandbox(ctx, "main", sb.ID)
+	must(t, err)
+}
+
+func testRetention(t *testing.T, s store.Store) {
+	old := now().Add(-48 * time.Hour)
+	mk := func(oneCall bool, ended *time.Time) (store.Sandbox, store.Command) {
+		sb := newSandbox("main")
+		sb.OneCall, sb.EndedAt, sb.Status = oneCall, ended, store.SandboxDestroyed
+		must(t, s.CreateSandbox(ctx, sb))
+		c := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindRun, Status: store.CommandSucceeded,
+			Stdout: store.Output{Head: "out", Bytes: 3}, Stderr: store.Output{Tail: "err", Bytes: 3}, CreatedAt: old, FinishedAt: ended}
+		must(t, s.CreateCommand(ctx, c))
+		return sb, c
+	}
+	oldSb, oldCmd := mk(true, &old)
+	_, liveCmd := mk(false, &old) // not a one-call run: output kept with the sandbox
+	newSb, newCmd := mk(true, ptr(now()))
+
+	expired, err := s.ExpireRunOutput(ctx, now().Add(-time.Hour), 100)
+	must(t, err)
+	equal(t, expired, []string{oldCmd.ID})
+	got, _ := s.GetCommand(ctx, "main", oldCmd.ID)
+	if got.Stdout.Head != "" || got.Stderr.Tail != "" || !got.Stdout.Expired || got.Stdout.Bytes != 3 {
+		t.Fatalf("expired output = %+v %+v", got.Stdout, got.Stderr)
+	}
+	got, _ = s.GetCommand(ctx, "main", liveCmd.ID)
+	if got.Stdout.Head != "out" {
+		t.Fatal("output of a command outside a one-call run expired")
+	}
+
+	n, err := s.DeleteEndedSandboxes(ctx, now().Add(-time.Hour), 100)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("deleted %d sandboxes, want 2", n)
+	}
+	_, err = s.GetSandbox(ctx, "main", oldSb.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	_, err = s.GetCommand(ctx, "main", oldCmd.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	_, err = s.GetSandbox(ctx, "main", newSb.ID)
+	must(t, err)
+	_, err = s.GetCommand(ctx, "main", newCmd.ID)
+	must(t, err)
+}
+
+func testPagination(t *testing.T, s store.Store) {
+	var want []string
+	for range 7 {
+		sb := newSandbox("main")
+		must(t, s.CreateSandbox(ctx, sb))
+		want = append([]string{sb.ID}, want...)
+	}
+	var got []string
+	cursor := ""
+	pages := 0
+	for {
+		list, next, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{}, store.Page{Limit: 3, Cursor: cursor})
+		must(t, err)
+		pages++
+		for _, sb := range list {
+			got = append(got, sb.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	equal(t, got, want)
+	if pages != 3 {
+		t.Fatalf("%d pages, want 3", pages)
+	}
+}
