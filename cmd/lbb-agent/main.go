@@ -5,7 +5,8 @@
 //
 //	lbb-agent --fd 3 --workspace /tmp/ws --etc-dir /tmp/etc
 //
-// Each flag may also be given as LBB_AGENT_<NAME> (LBB_AGENT_FD, LBB_AGENT_WORKSPACE, …).
+// Each flag may also be given as LBB_AGENT_<NAME> (LBB_AGENT_FD, LBB_AGENT_WORKSPACE, …);
+// LBB_CHANNEL_FD, which drivers set, is the same as LBB_AGENT_FD. Flags win.
 package main
 
 import (
@@ -40,6 +41,9 @@ func run() error {
 	etcDir := fs.String("etc-dir", "/etc", "where identity writes hostname and machine-id")
 	path := fs.String("path", guest.DefaultPath, "the default PATH of processes")
 	verbose := fs.Bool("verbose", false, "log debug messages to stderr")
+	if v, ok := os.LookupEnv("LBB_CHANNEL_FD"); ok {
+		fs.Set("fd", v)
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := os.LookupEnv("LBB_AGENT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))); ok {
 			fs.Set(f.Name, v)

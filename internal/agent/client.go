@@ -32,8 +32,19 @@ type Client struct {
 	conn net.Conn
 }
 
-// NewClient starts HTTP/2 (with prior knowledge) over conn. Close closes conn.
+// NewClient reads the agent's Hello from conn and starts HTTP/2 (with prior knowledge) over
+// it. The read waits for the agent as long as conn's deadline allows: call WaitReady first
+// to bound it with a context. Close closes conn.
 func NewClient(conn net.Conn) (*Client, error) {
+	hello := make([]byte, len(Hello))
+	if _, err := io.ReadFull(conn, hello); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("agent: reading the agent's hello: %w", err)
+	}
+	if string(hello) != Hello {
+		conn.Close()
+		return nil, fmt.Errorf("agent: the channel said %q, not %q: another agent version?", hello, Hello)
+	}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	var once sync.Once
@@ -71,9 +82,9 @@ func (c *Client) Close() error {
 	return err
 }
 
-// WaitReady waits until the agent on conn has spoken (its HTTP/2 SETTINGS frame), without
-// consuming anything, so that a driver can tell that the agent is up before it hands conn
-// to NewClient. conn must be a *net.UnixConn or *net.TCPConn.
+// WaitReady waits until the agent on conn has spoken (its Hello), without consuming anything,
+// so that a driver can tell that the agent is up before it hands conn to NewClient. conn must
+// be a socket (*net.UnixConn, *net.TCPConn). An agent that died says io.EOF.
 func WaitReady(ctx context.Context, conn net.Conn) error {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {

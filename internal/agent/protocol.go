@@ -8,14 +8,17 @@
 //	POST   /v1/exec      header Lbb-Exec      start a process; body = stdin; response = frames
 //	POST   /v1/run       body RunRequest      run(input, config); response = frames
 //	POST   /v1/procs/{id}/signal  SignalRequest → 204
-//	GET    /v1/files?path=&recursive=1       → []FileEntry
+//	GET    /v1/files?path=&recursive=1       → []FileEntry (a path that is no directory: its entry)
 //	DELETE /v1/files?path=&recursive=1       → 204
 //	POST   /v1/files/mkdir?path=             → 204; parents are made
 //	GET    /v1/files/content?path=           → the bytes (streamed, Content-Length set)
 //	PUT    /v1/files/content?path=&mode=     body = the bytes (streamed); parents are made → FileEntry
 //	POST   /v1/identity  Identity            hostname, machine id, entropy for a claimed slot → 204
 //
-// Errors are JSON Error bodies with a stable Code and the status StatusOf(Code).
+// Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
+// is relative to /workspace or absolute under it; the agent resolves it with openat2
+// RESOLVE_BENEATH so that neither ".." nor any symlink leaves the workspace
+// (path_outside_workspace). Absolute symlinks are refused too, even to a place inside.
 //
 // A process stream (exec and run) answers 200 and then frames: Started, any number of
 // Stdout, Stderr and (for runs) Result chunks as they come, and Exit, always last. A process
@@ -23,8 +26,9 @@
 // Output flows with backpressure end to end: a process whose host does not read blocks in
 // write(2), and the agent holds at most one frame per stream.
 //
-// The agent speaks first on the channel (its HTTP/2 SETTINGS frame), so a driver can wait
-// for it with WaitReady without consuming anything.
+// The agent speaks first on the channel: Hello, then HTTP/2 (the client sends the HTTP/2
+// preface after reading Hello). So a driver can wait for the agent with WaitReady, which
+// peeks without consuming, and then hand the channel to NewClient.
 package agent
 
 import (
@@ -46,11 +50,16 @@ const (
 	PathMkdir       = "/v1/files/mkdir"
 	PathIdentity    = "/v1/identity"
 
-	// HeaderExec carries the ExecRequest as base64url JSON, so that the body is free for stdin.
+	// HeaderExec carries the ExecRequest as unpadded base64url JSON, so that the body is free
+	// for stdin.
 	HeaderExec = "Lbb-Exec"
 
 	// Workspace is where every file path resolves.
 	Workspace = "/workspace"
+
+	// Hello is what the agent writes on the channel when it is ready, before HTTP/2 starts.
+	// Its version changes when the protocol changes incompatibly.
+	Hello = "lbb-agent/1\n"
 )
 
 // ExecRequest starts one process.
@@ -74,9 +83,13 @@ type ExecRequest struct {
 //   - "python": the code is executed as a fresh module named __lbb__ (so an
 //     `if __name__ == "__main__":` block does not run); its run is called, and awaited with
 //     asyncio.run when it is async. numpy scalars and arrays, pandas DataFrames (records),
-//     Series (a dict keyed by the index, like pandas' to_json), Timestamps and datetimes
-//     (ISO 8601) are converted; NaN and infinities become null; sets become lists; anything
-//     else that is not JSON is an error naming its type and where it is in the result.
+//     Series (a dict keyed by the index, like pandas' to_json), Index (a list), Timestamps,
+//     datetime64 and datetimes (ISO 8601), timedeltas (seconds) and dataclasses are
+//     converted; NaN, infinities, NaT and NA become null; sets and tuples become lists;
+//     anything else that is not JSON is an error naming its type and where it is in the
+//     result ("a value of type object at $.a[1]"). numpy and pandas are never imported by
+//     the harness: a result can only hold their values when the code imported them.
+//     The code's directory (the cwd) is on sys.path; stdout is line-buffered.
 //   - "node": the code is first compiled as CommonJS (a top-level function run,
 //     module.exports.run or module.exports = fn); when that fails on ES module syntax
 //     (import, export, top-level await) it is imported as an ES module from a temporary .mjs
@@ -87,11 +100,14 @@ type ExecRequest struct {
 //     $LBB_CONFIG; the result is what the script writes to the file $LBB_RESULT: JSON when it
 //     parses, else a string (one trailing newline removed), null when nothing was written.
 //
-// A run is OK when run returned (or the script exited 0) and its result is JSON; otherwise
-// Exit.Error says why, and the traceback or stack is on stderr.
+// The python and node harnesses get the request on fd 3 and answer on fd 4 (a status line,
+// then the result), so stdout and stderr are the user's alone. A run is OK when run
+// returned (or the script exited 0) and its result is JSON; otherwise Exit.Error says why
+// (the exception line, "timed out after N ms", "exit code N"), and the traceback or stack
+// is on stderr.
 type RunRequest struct {
 	ID string `json:"id"`
-	// Language is "python", "node" or "shell".
+	// Language is LangPython, LangNode or LangShell.
 	Language  string            `json:"language"`
 	Code      string            `json:"code"`
 	Input     json.RawMessage   `json:"input,omitempty"`
@@ -122,6 +138,10 @@ type Identity struct {
 	Seed []byte `json:"seed,omitempty"`
 }
 
+// Identity answers not_supported naming what could not be bound: in a sandbox without
+// CAP_SYS_ADMIN the uts hostname stays what the driver set, and the name is only written to
+// /etc/hostname, which needs a writable /etc (as does /etc/machine-id).
+
 // Started is the first frame of a process stream.
 type Started struct {
 	Pid int `json:"pid"`
@@ -129,7 +149,8 @@ type Started struct {
 
 // Exit is the last frame of a process stream.
 type Exit struct {
-	// ExitCode is the process's exit status, or 128+n when signal n ended it (as shells say).
+	// ExitCode is the process's exit status, or 128+n when signal n ended it (as shells say),
+	// or -1 when it could not start.
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that ended the process ("SIGKILL"), if one did.
 	Signal   string `json:"signal,omitempty"`
@@ -155,7 +176,7 @@ type FileEntry struct {
 	Name  string `json:"name"`
 	Type  string `json:"type"` // TypeFile, TypeDir, TypeSymlink or TypeOther
 	Size  int64  `json:"size"`
-	Mode  string `json:"mode"` // octal permission bits, e.g. "0644"
+	Mode  string `json:"mode"`  // octal permission bits, e.g. "0644"
 	MTime string `json:"mtime"` // RFC 3339, UTC
 }
 

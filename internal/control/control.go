@@ -132,7 +132,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { s.runs.Wait(); close(done) }()
 	if n > 0 {
-		s.log.Info("draining runs", "running", n, "grace", s.cfg.ShutdownGrace)
+		s.log.Info("draining runs", "running", n, "grace", s.cfg.ShutdownGrace.String())
 	}
 	grace := time.NewTimer(s.cfg.ShutdownGrace)
 	defer grace.Stop()

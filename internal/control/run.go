@@ -130,6 +130,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		return Response{}, err
 	}
 	p.idemKey, p.reqHash, p.wait = idemKey, reqHash, wait
+	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
 		return Response{}, err
 	}

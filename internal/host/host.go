@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -180,7 +181,7 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
 	if err != nil {
 		log.Warn("reading sandbox stats", "err", err)
 	}
-	stdoutCap, stderrCap := newCapture(spec.HeadBytes, spec.TailBytes), newCapture(spec.HeadBytes, spec.TailBytes)
+	stdoutCap, stderrCap := output.NewCapture(spec.HeadBytes, spec.TailBytes), output.NewCapture(spec.HeadBytes, spec.TailBytes)
 	stdout, stderr := newMaskWriter(stdoutCap, secrets), newMaskWriter(stderrCap, secrets)
 
 	// The agent enforces the timeout; the backstop covers an agent that cannot.
@@ -195,7 +196,7 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
 	out.CommandEnded = time.Now()
 	flush(stdout)
 	flush(stderr)
-	out.Stdout, out.Stderr = stdoutCap.output(), stderrCap.output()
+	out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
 
 	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
 	after, serr := lease.Sandbox.Stats(statsCtx)
@@ -254,4 +255,9 @@ func (h *Host) meter(out *Outcome, l runtime.Limits) {
 	if !out.SandboxStarted.IsZero() {
 		out.Usage.GiBMs = float64(l.MemoryMiB) / 1024 * float64(out.SandboxEnded.Sub(out.SandboxStarted).Milliseconds())
 	}
+}
+
+func kept(c *output.Capture) store.Output {
+	c.Close()
+	return store.Output{Head: c.Head(), Tail: c.Tail(), Bytes: c.Bytes()}
 }

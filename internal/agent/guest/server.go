@@ -108,9 +108,14 @@ const (
 	readFrameSize   = 1 << 20
 )
 
-// ServeConn serves the protocol on conn (HTTP/2 with prior knowledge) until it closes, then
-// kills every process group the agent still runs.
+// ServeConn says Hello on conn, serves the protocol on it (HTTP/2 with prior knowledge)
+// until it closes, then kills every process group the agent still runs.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
+	if _, err := io.WriteString(conn, agent.Hello); err != nil {
+		s.log.Error("saying hello on the channel", "err", err)
+		conn.Close()
+		return
+	}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{

@@ -836,3 +836,31 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 		Pids:           st.Pids,
 	}, err
 }
+
+// Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
+// cgroups, processes in them and loop devices on its disk. After Destroy it is empty; the
+// conformance suite and a janitor use it.
+func (d *Driver) Leftovers(id string) []string {
+	var out []string
+	dir := d.dir(id)
+	if _, err := os.Lstat(dir); err == nil {
+		out = append(out, "state directory "+dir)
+	}
+	if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
+	}
+	if cg, err := d.cgroups(); err == nil {
+		for _, p := range cg.Paths(id) {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, "cgroup "+p)
+			}
+		}
+		if pids, _ := cg.Procs(id); len(pids) > 0 {
+			out = append(out, fmt.Sprintf("processes %v", pids))
+		}
+	}
+	for _, l := range loopDevicesFor(filepath.Join(dir, "disk.img")) {
+		out = append(out, "loop device "+l)
+	}
+	return out
+}

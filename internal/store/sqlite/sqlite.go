@@ -29,6 +29,12 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	// SQLite gives its -wal and -shm files the mode of the database file.
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o600); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	} else {
+		f.Close()
+	}
 	dsn := func(extra string) string {
 		q := url.Values{}
 		for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(ON)"} {

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+func init() {
+	commands["run"] = command{summary: "Run a file's run(input, config) in a sandbox and print the result", run: runRun}
+}
+
+const runUsage = `Usage: lbb run FILE [--input JSON] [--config JSON] [--json]
+       lbb run --template NAME[@N] [--input JSON] [--config JSON] [--json]
+
+Runs FILE's run(input, config) once in a sandbox of its own and prints the result as JSON.
+The base follows the file's extension (.py lbb/python, .js/.mjs lbb/node, .sh lbb/shell)
+unless --base says otherwise. Output the code printed goes to stderr. A run that raises
+exits 1 with its error; --json prints the whole answer (record ids, status, output).
+`
+
+func runRun(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsage); fs.PrintDefaults() }
+	var cf clientFlags
+	cf.register(fs)
+	input := fs.String("input", "", "input, as JSON")
+	config := fs.String("config", "", "config, as JSON (merged over a template's)")
+	template := fs.String("template", "", "run a saved template (name, or name@N to pin a version)")
+	base := fs.String("base", "", "lbb/python, lbb/node or lbb/shell")
+	key := fs.String("idempotency-key", "", "the call's Idempotency-Key (default: a fresh one)")
+	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms (default: the server's)")
+	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
+	cpus := fs.Float64("cpus", 0, "vCPUs")
+	var env multiFlag
+	fs.Var(&env, "env", "NAME=VALUE passed to the code (repeatable); values are masked in output")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	p := lbb.RunParams{Template: *template, Base: *base, IdempotencyKey: *key, TimeoutMs: *timeout}
+	switch {
+	case len(pos) == 1 && *template == "":
+		code, err := os.ReadFile(pos[0])
+		if err != nil {
+			return err
+		}
+		p.Code = string(code)
+		if p.Base == "" {
+			p.Base = baseForFile(pos[0])
+		}
+	case len(pos) == 0 && *template != "":
+	default:
+		fs.Usage()
+		return exitError{2, "run takes one FILE, or --template"}
+	}
+	if *input != "" {
+		if !json.Valid([]byte(*input)) {
+			return fmt.Errorf("--input is not valid JSON")
+		}
+		p.Input = json.RawMessage(*input)
+	}
+	if *config != "" {
+		if !json.Valid([]byte(*config)) {
+			return fmt.Errorf("--config is not valid JSON")
+		}
+		p.Config = json.RawMessage(*config)
+	}
+	if *memory != 0 || *cpus != 0 {
+		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
+	}
+	if len(env) > 0 {
+		p.Env = map[string]string{}
+		for _, kv := range env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+			}
+			p.Env[k] = v
+		}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	run, err := c.Sandboxes.Run(ctx, p)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		if err := printJSON(run); err != nil {
+			return err
+		}
+	} else {
+		if s := run.Stdout.String(); s != "" {
+			fmt.Fprint(os.Stderr, s)
+		}
+		if run.OK {
+			var v any
+			if err := json.Unmarshal(run.Result, &v); err == nil {
+				printJSON(v)
+			} else {
+				fmt.Println(string(run.Result))
+			}
+		} else if s := run.Stderr.String(); s != "" {
+			fmt.Fprint(os.Stderr, s)
+		}
+	}
+	if !run.OK {
+		msg := fmt.Sprintf("run %s: %s", run.Command, run.Status)
+		if run.Error != "" {
+			msg += ": " + run.Error
+		}
+		return exitError{1, msg}
+	}
+	return nil
+}
+
+func baseForFile(name string) string {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".js", ".mjs", ".cjs":
+		return "lbb/node"
+	case ".sh", ".bash":
+		return "lbb/shell"
+	}
+	return "lbb/python"
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

@@ -1,0 +1,204 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/littlebigbrain/lbb/internal/api"
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+)
+
+func init() {
+	commands["serve"] = command{summary: "Run the service (the API on --addr, default 127.0.0.1:7700)", run: runServe}
+}
+
+// runtimeFactory makes the driver named by --runtime.
+type runtimeFactory func(ctx context.Context, cfg config.Config, log *slog.Logger) (runtime.Driver, control.Image, error)
+
+// runtimes are the drivers lbb serve can run on; each registers itself in init.
+var runtimes = map[string]runtimeFactory{}
+
+func runServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: lbb serve [flags]\n\nEvery flag can also be set by the LBB_* variable of the same name (--data-dir: LBB_DATA_DIR).\n\n")
+		fs.PrintDefaults()
+	}
+	cfg, err := config.Load(fs, args, os.Getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log := newLogger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, cfg, log)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if err := prepareDataDir(cfg.DataDir, log); err != nil {
+		return err
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	factory, ok := runtimes[cfg.Runtime]
+	if !ok {
+		names := make([]string, 0, len(runtimes))
+		for n := range runtimes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("--runtime %q: this lbb has %s", cfg.Runtime, strings.Join(names, ", "))
+	}
+	driver, image, err := factory(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc := control.New(control.Options{
+		Store: st, Runner: host.New(host.Options{Driver: driver, Log: log}), Image: image,
+		Config: cfg, Log: log, Registerer: reg,
+	})
+	rec, err := svc.Recover(ctx)
+	if err != nil {
+		return err
+	}
+	if len(rec.Lost)+len(rec.Sandboxes)+len(rec.Reaped) > 0 {
+		log.Warn("recovered after an unclean stop", "commands_lost", len(rec.Lost), "sandboxes_ended", len(rec.Sandboxes), "sandboxes_reaped", len(rec.Reaped))
+	}
+	secret, err := svc.Bootstrap(ctx, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		fmt.Printf("lbb: admin API key (shown once; saved to %s):\n\n    %s\n\n", filepath.Join(cfg.DataDir, control.AdminKeyFile), secret)
+	}
+	svc.StartJanitor()
+
+	srv := &http.Server{
+		Handler:           api.New(api.Options{Service: svc, Log: log, Registry: reg}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "runtime", driver.Name(), "image", image.ID, "data_dir", cfg.DataDir)
+	fmt.Fprintf(os.Stderr, "lbb: serving on http://%s (runtime %s, image %s)\n", ln.Addr(), driver.Name(), image.ID)
+
+	select {
+	case err := <-served:
+		svc.Shutdown(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
+	// Stop taking connections and requests at once; the handlers of runs still going wait for
+	// them, which the service lets finish for the grace period and then ends.
+	shutdownDone := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+time.Minute)
+		defer cancel()
+		shutdownDone <- srv.Shutdown(sctx)
+	}()
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+45*time.Second)
+	defer cancel()
+	if err := svc.Shutdown(dctx); err != nil {
+		log.Error("ending runs", "err", err)
+	}
+	if err := <-shutdownDone; err != nil {
+		log.Warn("closing connections", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// prepareDataDir makes the data directory. Others may traverse it but not list it: the
+// sandboxes' own user ids must reach their state under it. What is secret in it (the store,
+// the admin key) is 0600.
+func prepareDataDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if fi.Mode().Perm()&0o011 != 0o011 {
+		mode := fi.Mode().Perm() | 0o011
+		log.Info("letting sandboxes traverse the data directory", "dir", dir, "mode", fmt.Sprintf("%04o", mode))
+		if err := os.Chmod(dir, mode); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// lockDataDir makes sure one server at a time uses a data directory: a second one would
+// take the first one's running commands for lost.
+func lockDataDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lbb.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another lbb serve is using %s", dir)
+	}
+	return func() { f.Close() }, nil
+}
+
+// buildImage finds the base image, building it (with progress on stderr) when missing.
+func buildImage(ctx context.Context, cfg config.Config) (control.Image, error) {
+	m, err := images.Build(ctx, images.Options{Dir: cfg.ImagesDir, Mirror: cfg.Mirror, Progress: os.Stderr})
+	if err != nil {
+		return control.Image{}, fmt.Errorf("base image: %w", err)
+	}
+	return control.Image{ID: m.ID, Rootfs: m.Rootfs, Versions: m.Versions, Missing: m.Missing}, nil
+}

@@ -1,0 +1,393 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+func (s *Server) routes() {
+	const (
+		read   = store.ScopeSandboxesRead
+		write  = store.ScopeSandboxesWrite
+		tplW   = store.ScopeTemplatesWrite
+		admin  = store.ScopeAdmin
+		public = ""
+	)
+	s.handle("GET", "/healthz", public, false, false, s.healthz)
+	s.handle("GET", "/metrics", public, false, false, s.metrics)
+	s.handle("GET", "/v1/openapi.json", public, false, false, s.openapi)
+
+	s.handle("POST", "/v1/sandboxes", write, true, true, s.createSandbox)
+	s.handle("GET", "/v1/sandboxes", read, true, false, s.listSandboxes)
+	s.handle("GET", "/v1/sandboxes/{id}", read, true, false, s.getSandbox)
+	s.handle("GET", "/v1/sandboxes/{id}/commands", read, true, false, s.listSandboxCommands)
+	s.handle("GET", "/v1/commands", read, true, false, s.listCommands)
+	s.handle("GET", "/v1/commands/{id}", read, true, false, s.getCommand)
+
+	s.handle("POST", "/v1/sandboxes/templates", tplW, true, true, s.createTemplate)
+	s.handle("GET", "/v1/sandboxes/templates", read, true, false, s.listTemplates)
+	s.handle("GET", "/v1/sandboxes/templates/{name...}", read, true, false, s.getTemplate)
+
+	s.handle("GET", "/v1/graphs", scopeAny, false, false, s.listGraphs)
+	s.handle("POST", "/v1/keys", admin, false, true, s.createKey)
+	s.handle("GET", "/v1/keys", admin, false, false, s.listKeys)
+	s.handle("DELETE", "/v1/keys/{id}", admin, false, true, s.revokeKey)
+	s.handle("GET", "/v1/audit", admin, false, false, s.listAudit)
+}
+
+// list is the shape of every list answer.
+type list[T any] struct {
+	Data       []T    `json:"data"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func newList[T any](data []T, next string) list[T] {
+	if data == nil {
+		data = []T{}
+	}
+	return list[T]{Data: data, NextCursor: next}
+}
+
+func page(r *http.Request) (store.Page, error) {
+	q := r.URL.Query()
+	p := store.Page{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return p, errdefs.InvalidArgument("limit must be a number from 1 to 1000")
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+func waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait_ms")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errdefs.InvalidArgument("wait_ms must be a number of milliseconds")
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// readBody reads a JSON body up to the server's cap.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.svc.Config().MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, errdefs.InvalidArgument("reading the body: %v", err)
+	}
+	return b, nil
+}
+
+// decode parses a JSON body strictly: unknown fields are errors, so typos do not pass.
+func decode(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errdefs.InvalidArgument("the body is empty; send a JSON object")
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return errdefs.InvalidArgument("the body is not valid JSON: %v (at byte %d)", se, se.Offset)
+		case errors.As(err, &te):
+			return errdefs.InvalidArgument("field %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return errdefs.InvalidArgument("the body: %v", err)
+	}
+	if d.More() {
+		return errdefs.InvalidArgument("the body has more than one JSON value")
+	}
+	return nil
+}
+
+// requestHash identifies a request for its idempotency key: the route and the canonical
+// JSON of the body (keys sorted, whitespace dropped), without wait_ms, which says how long
+// to wait, not what to run.
+func requestHash(route, graph string, body []byte) (string, error) {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	var v map[string]any
+	if err := d.Decode(&v); err != nil {
+		return "", errdefs.InvalidArgument("the body is not a JSON object: %v", err)
+	}
+	delete(v, "wait_ms")
+	canon, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", route, graph)
+	h.Write(canon)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := s.svc.Store().ListGraphs(r.Context()); err != nil {
+		return errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("store: %w", err))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "running": s.svc.Running()})
+	return nil
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, c *call) error {
+	s.metricsHandler().ServeHTTP(w, r)
+	return nil
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request, c *call) error {
+	writeRaw(w, http.StatusOK, openapiDoc)
+	return nil
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.CreateRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
+			"a call that runs code needs an Idempotency-Key header")
+	}
+	hash, err := requestHash(control.RouteCreateSandbox, c.caller.Graph, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.Run(r.Context(), c.caller, req, key, hash)
+	if err != nil {
+		return err
+	}
+	var ids struct {
+		Command string `json:"command"`
+	}
+	if json.Unmarshal(resp.Body, &ids) == nil {
+		c.target = ids.Command
+	}
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeRaw(w, resp.Status, resp.Body)
+	return nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListSandboxes(r.Context(), c.caller.Graph, store.SandboxFilter{Status: r.URL.Query().Get("status")}, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(out, next))
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	sb, err := s.svc.Store().GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) listSandboxCommands(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	if _, err := s.svc.Store().GetSandbox(r.Context(), c.caller.Graph, id); err != nil {
+		return err
+	}
+	return s.commandList(w, r, c, id)
+}
+
+func (s *Server) listCommands(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.commandList(w, r, c, r.URL.Query().Get("sandbox"))
+}
+
+func (s *Server) commandList(w http.ResponseWriter, r *http.Request, c *call, sandbox string) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListCommands(r.Context(), c.caller.Graph,
+		store.CommandFilter{SandboxID: sandbox, Status: r.URL.Query().Get("status")}, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(out, next))
+	return nil
+}
+
+func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, c *call) error {
+	wait, err := waitParam(r)
+	if err != nil {
+		return err
+	}
+	cmd, err := s.svc.GetCommand(r.Context(), c.caller.Graph, r.PathValue("id"), wait)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, cmd)
+	return nil
+}
+
+func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *call) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.TemplateRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	t, err := s.svc.CreateTemplate(r.Context(), c.caller, req)
+	if err != nil {
+		return err
+	}
+	c.target = t.ID
+	writeJSON(w, http.StatusCreated, t)
+	return nil
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListTemplates(r.Context(), c.caller.Graph, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		list[store.Template]
+		Bases []control.BaseTemplate `json:"bases"`
+	}{newList(out, next), s.svc.Bases()})
+	return nil
+}
+
+// templateVersion is one line of a template's history.
+type templateVersion struct {
+	Version   int       `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by,omitempty"`
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *call) error {
+	ref := r.PathValue("name")
+	if b, ok := s.svc.LookupBaseTemplate(ref); ok {
+		writeJSON(w, http.StatusOK, b)
+		return nil
+	}
+	t, err := s.svc.GetTemplate(r.Context(), c.caller.Graph, ref)
+	if err != nil {
+		return err
+	}
+	all, err := s.svc.TemplateVersions(r.Context(), c.caller.Graph, t.Name)
+	if err != nil {
+		return err
+	}
+	versions := make([]templateVersion, len(all))
+	for i, v := range all {
+		versions[i] = templateVersion{v.Version, v.CreatedAt, v.CreatedBy}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		store.Template
+		Versions []templateVersion `json:"versions"`
+	}{t, versions})
+	return nil
+}
+
+func (s *Server) listGraphs(w http.ResponseWriter, r *http.Request, c *call) error {
+	all, err := s.svc.Store().ListGraphs(r.Context())
+	if err != nil {
+		return err
+	}
+	var out []store.Graph
+	for _, g := range all {
+		if c.caller.Key.HasGraph(g.Name) {
+			out = append(out, g)
+		}
+	}
+	writeJSON(w, http.StatusOK, newList(out, ""))
+	return nil
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *call) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.KeyRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	k, err := s.svc.CreateKey(r.Context(), c.caller.Key.ID, req)
+	if err != nil {
+		return err
+	}
+	c.target = k.ID
+	writeJSON(w, http.StatusCreated, k)
+	return nil
+}
+
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListKeys(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(out, next))
+	return nil
+}
+
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) error {
+	c.target = r.PathValue("id")
+	k, err := s.svc.RevokeKey(r.Context(), c.target)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, k)
+	return nil
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListAudit(r.Context(), c.caller.Graph, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(out, next))
+	return nil
+}

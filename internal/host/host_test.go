@@ -1,0 +1,177 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/local"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// These tests run real runs through the local driver: the real guest agent and harnesses
+// as plain subprocesses, without isolation (the e2e tests run the ns driver).
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	agentBin = os.Getenv("LBB_AGENT")
+	dir := ""
+	if agentBin == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "lbb-host-test-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		agentBin = filepath.Join(dir, "lbb-agent")
+		build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+func newHost(t *testing.T) (*host.Host, runtime.Driver) {
+	t.Helper()
+	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir()})
+	return host.New(host.Options{Driver: d}), d
+}
+
+func requirePython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("the local driver runs the host's python3, and there is none")
+	}
+}
+
+func spec(code, input string) host.RunSpec {
+	return host.RunSpec{SandboxID: ids.New(ids.Sandbox), CommandID: ids.New(ids.Command), Image: "/",
+		Limits: runtime.Limits{MemoryMiB: 512}, Language: "python", Code: code, Input: json.RawMessage(input),
+		Config: json.RawMessage(`{}`), Timeout: 20 * time.Second, HeadBytes: 64, TailBytes: 64}
+}
+
+func TestRunOnce(t *testing.T) {
+	requirePython(t)
+	h, d := newHost(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		spec   host.RunSpec
+		status string
+		check  func(t *testing.T, out host.Outcome)
+	}{
+		{"sum", spec("def run(input, config):\n    return sum(input)", "[1,2,3]"), store.CommandSucceeded, func(t *testing.T, out host.Outcome) {
+			if !out.OK || string(out.Result) != "6" || out.ExitCode == nil || *out.ExitCode != 0 {
+				t.Fatalf("%+v", out)
+			}
+		}},
+		{"raise", spec("def run(input, config):\n    raise ValueError('boom')", "null"), store.CommandFailed, func(t *testing.T, out host.Outcome) {
+			if out.OK || !strings.Contains(out.Stderr.Head, "Traceback") || !strings.Contains(out.Stderr.Head, "ValueError: boom") {
+				t.Fatalf("%+v", out)
+			}
+		}},
+		{"head and tail", spec("def run(input, config):\n    for i in range(1000):\n        print(f'line {i:04d}')", "null"), store.CommandSucceeded, func(t *testing.T, out host.Outcome) {
+			if out.Stdout.Bytes != 10000 || !strings.HasPrefix(out.Stdout.Head, "line 0000") || !strings.HasSuffix(out.Stdout.Tail, "line 0999\n") || len(out.Stdout.Head) > 64 {
+				t.Fatalf("stdout %+v", out.Stdout)
+			}
+		}},
+		{"env masked", func() host.RunSpec {
+			s := spec("import os\ndef run(input, config):\n    print('token is', os.environ['TOKEN'])\n    raise RuntimeError(os.environ['TOKEN'])", "null")
+			s.Env = map[string]string{"TOKEN": "s3cr3t-value"}
+			return s
+		}(), store.CommandFailed, func(t *testing.T, out host.Outcome) {
+			b, _ := json.Marshal(out)
+			if strings.Contains(string(b), "s3cr3t") || !strings.Contains(out.Stdout.Head, "token is ***") {
+				t.Fatalf("secret shows: %s", b)
+			}
+		}},
+		{"timeout", func() host.RunSpec {
+			s := spec("import time\ndef run(input, config):\n    time.sleep(30)", "null")
+			s.Timeout = 500 * time.Millisecond
+			return s
+		}(), store.CommandTimedOut, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := h.RunOnce(ctx, tc.spec)
+			if out.Status != tc.status {
+				t.Fatalf("status %s, want %s: %+v", out.Status, tc.status, out)
+			}
+			if out.EndReason != store.EndRunFinished || out.SandboxStarted.IsZero() || out.SandboxEnded.Before(out.CommandEnded) {
+				t.Fatalf("sandbox life: %+v", out)
+			}
+			if tc.check != nil {
+				tc.check(t, out)
+			}
+		})
+	}
+	held, err := d.List(ctx)
+	if err != nil || len(held) != 0 {
+		t.Fatalf("sandboxes left after runs: %v %v", held, err)
+	}
+}
+
+func TestRunOnceCancelled(t *testing.T) {
+	requirePython(t)
+	h, d := newHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	out := h.RunOnce(ctx, spec("import time\ndef run(input, config):\n    time.sleep(30)", "null"))
+	if out.Status != store.CommandKilled || out.EndReason != store.EndServerShutdown {
+		t.Fatalf("%s %s", out.Status, out.EndReason)
+	}
+	if held, _ := d.List(context.Background()); len(held) != 0 {
+		t.Fatalf("left %v", held)
+	}
+}
+
+func TestRunOnceStartFailure(t *testing.T) {
+	d := local.New(local.Options{AgentPath: "/nonexistent/lbb-agent", StateDir: t.TempDir()})
+	h := host.New(host.Options{Driver: d})
+	out := h.RunOnce(context.Background(), spec("x", "null"))
+	if out.Status != store.CommandFailed || out.EndReason != store.EndFailed || out.Err == nil {
+		t.Fatalf("%+v", out)
+	}
+	if held, _ := d.List(context.Background()); len(held) != 0 {
+		t.Fatalf("a failed start left %v", held)
+	}
+}
+
+func TestReap(t *testing.T) {
+	h, d := newHost(t)
+	ctx := context.Background()
+	keep, drop := ids.New(ids.Sandbox), ids.New(ids.Sandbox)
+	for _, id := range []string{keep, drop} {
+		if err := d.Create(ctx, runtime.Spec{ID: id, Image: "/"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reaped, err := h.Reap(ctx, func(id string) bool { return id == keep })
+	if err != nil || len(reaped) != 1 || reaped[0] != drop {
+		t.Fatalf("reaped %v %v", reaped, err)
+	}
+	held, _ := d.List(ctx)
+	if len(held) != 1 || held[0] != keep {
+		t.Fatalf("held %v", held)
+	}
+	d.Destroy(ctx, keep)
+}

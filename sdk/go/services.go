@@ -1,0 +1,237 @@
+package lbb
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// SandboxesService is /v1/sandboxes.
+type SandboxesService struct {
+	c         *Client
+	Templates *TemplatesService
+}
+
+// RunParams is one run(input, config).
+type RunParams struct {
+	// Code defines run(input, config); or Template names a saved one ("name", "name@3").
+	Code     string
+	Template string
+	// Input and Config are sent as JSON; a json.RawMessage goes as it is.
+	Input  any
+	Config any
+	// Base is lbb/python (the default), lbb/node or lbb/shell; Language ("node") says the same.
+	Base      string
+	Language  string
+	Env       map[string]string
+	Limits    *Limits
+	TimeoutMs int64
+	// WaitMs is how long one request waits before the server answers 202; Run then asks
+	// again with the same key until the run ends or ctx does. 0 means 30 s.
+	WaitMs   int64
+	Metadata map[string]string
+	Origin   *Origin
+	// IdempotencyKey makes retries safe; a fresh one is made when empty.
+	IdempotencyKey string
+}
+
+type runBody struct {
+	Code     string            `json:"code,omitempty"`
+	Template string            `json:"template,omitempty"`
+	Input    json.RawMessage   `json:"input,omitempty"`
+	Config   json.RawMessage   `json:"config,omitempty"`
+	Base     string            `json:"base,omitempty"`
+	Language string            `json:"language,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+type createBody struct {
+	Run       *runBody          `json:"run,omitempty"`
+	Limits    *Limits           `json:"limits,omitempty"`
+	TimeoutMs int64             `json:"timeout_ms,omitempty"`
+	WaitMs    int64             `json:"wait_ms"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Origin    *Origin           `json:"origin,omitempty"`
+}
+
+func rawJSON(v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		return x, nil
+	}
+	return json.Marshal(v)
+}
+
+// Run runs code once in a sandbox of its own and returns its result and the ids of its
+// records. A run that raises is not an error: Run.OK is false and the traceback is in
+// Run.Stderr.
+func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
+	input, err := rawJSON(p.Input)
+	if err != nil {
+		return nil, fmt.Errorf("lbb: input: %w", err)
+	}
+	config, err := rawJSON(p.Config)
+	if err != nil {
+		return nil, fmt.Errorf("lbb: config: %w", err)
+	}
+	if p.WaitMs <= 0 {
+		p.WaitMs = 30000
+	}
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	body := createBody{
+		Run: &runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
+			Language: p.Language, Env: p.Env},
+		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin,
+	}
+	for {
+		var run Run
+		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: body,
+			idemKey: p.IdempotencyKey, retry: true}, &run)
+		if err != nil {
+			return nil, err
+		}
+		run.Replayed = run.Replayed || resp.replayed
+		run.IdempotencyKey = p.IdempotencyKey
+		// 202: still running. The same call with the same key waits again, never runs twice.
+		if resp.status != http.StatusAccepted {
+			return &run, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return &run, err
+		}
+	}
+}
+
+// Get returns a sandbox record.
+func (s *SandboxesService) Get(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id), retry: true}, &sb)
+	return &sb, err
+}
+
+// List lists sandbox records, newest first.
+func (s *SandboxesService) List(ctx context.Context, p ListParams) (*List[Sandbox], error) {
+	var l List[Sandbox]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// Commands lists the command records of a sandbox.
+func (s *SandboxesService) Commands(ctx context.Context, id string, p ListParams) (*List[Command], error) {
+	var l List[Command]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/commands", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// CommandsService is /v1/commands.
+type CommandsService struct{ c *Client }
+
+// Get returns a command record; with waitMs > 0 the server first waits up to that long
+// for the command to end.
+func (s *CommandsService) Get(ctx context.Context, id string, waitMs int64) (*Command, error) {
+	q := url.Values{}
+	if waitMs > 0 {
+		q.Set("wait_ms", strconv.FormatInt(waitMs, 10))
+	}
+	var c Command
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands/" + url.PathEscape(id), query: q, retry: true}, &c)
+	return &c, err
+}
+
+// List lists command records, newest first.
+func (s *CommandsService) List(ctx context.Context, p ListParams) (*List[Command], error) {
+	var l List[Command]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// TemplatesService is /v1/sandboxes/templates.
+type TemplatesService struct{ c *Client }
+
+// TemplateParams is a template version to save.
+type TemplateParams struct {
+	Name        string         `json:"name"`
+	Base        string         `json:"base,omitempty"`
+	Code        string         `json:"code,omitempty"`
+	Limits      *Limits        `json:"limits,omitempty"`
+	TimeoutMs   int64          `json:"timeout_ms,omitempty"`
+	Config      any            `json:"config,omitempty"`
+	Files       []TemplateFile `json:"files,omitempty"`
+	Description string         `json:"description,omitempty"`
+}
+
+// Create saves a new version of a template and returns it.
+func (s *TemplatesService) Create(ctx context.Context, p TemplateParams) (*Template, error) {
+	var t Template
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/templates", body: p}, &t)
+	return &t, err
+}
+
+// List lists the graph's templates and the base templates.
+func (s *TemplatesService) List(ctx context.Context, p ListParams) (*TemplateList, error) {
+	var l TemplateList
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// Get returns a template ("name" for the newest version, "name@N" for one) with its history.
+func (s *TemplatesService) Get(ctx context.Context, ref string) (*Template, error) {
+	var t Template
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + ref, retry: true}, &t)
+	return &t, err
+}
+
+// Base returns a base template (lbb/python, lbb/node, lbb/shell) with its image versions.
+func (s *TemplatesService) Base(ctx context.Context, name string) (*BaseTemplate, error) {
+	var b BaseTemplate
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + name, retry: true}, &b)
+	return &b, err
+}
+
+// KeysService is /v1/keys (admin).
+type KeysService struct{ c *Client }
+
+// KeyParams is a key to make.
+type KeyParams struct {
+	Name   string   `json:"name,omitempty"`
+	Graphs []string `json:"graphs,omitempty"`
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// Create makes a key; its Secret is shown this once.
+func (s *KeysService) Create(ctx context.Context, p KeyParams) (*Key, error) {
+	var k Key
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/keys", body: p}, &k)
+	return &k, err
+}
+
+// List lists keys, newest first.
+func (s *KeysService) List(ctx context.Context, p ListParams) (*List[Key], error) {
+	var l List[Key]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/keys", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// Revoke revokes a key at once.
+func (s *KeysService) Revoke(ctx context.Context, id string) (*Key, error) {
+	var k Key
+	_, err := s.c.do(ctx, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: true}, &k)
+	return &k, err
+}
+
+// AuditService is /v1/audit (admin).
+type AuditService struct{ c *Client }
+
+// List lists the audit trail of the client's graph, newest first.
+func (s *AuditService) List(ctx context.Context, p ListParams) (*List[AuditEntry], error) {
+	var l List[AuditEntry]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/audit", query: p.query(), retry: true}, &l)
+	return &l, err
+}

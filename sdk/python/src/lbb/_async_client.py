@@ -1,0 +1,638 @@
+"""The asyncio client, :class:`AsyncLbbClient`: the same surface as :class:`lbb.LbbClient`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    AsyncIterator,
+    Awaitable,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
+
+import httpx
+
+from . import _core
+from ._core import JSON, Data, Limits
+from ._errors import APIConnectionError, APITimeoutError, LbbError, NotFoundError, error_from_body
+from ._models import (
+    Command,
+    File,
+    FileInfo,
+    Page,
+    Record,
+    RunResult,
+    SandboxRecord,
+    Template,
+    page_of,
+    run_from_command,
+)
+from ._sse import SSEDecoder, ServerSentEvent
+
+T = TypeVar("T")
+_RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class _API:
+    """Sends requests: auth, graph, Idempotency-Key, retries and typed errors."""
+
+    def __init__(self, opts: _core.Options, http: Optional[httpx.AsyncClient]) -> None:
+        self.opts = opts
+        self._own = http is None
+        self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(opts.timeout, connect=10.0))
+        self.headers = _core.base_headers(opts)
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self.http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, Any]] = None,
+        json: Any = None,
+        content: Optional[Union[bytes, AsyncIterator[bytes]]] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        graph: bool = True,
+    ) -> httpx.Response:
+        url = self.opts.base_url + path
+        q: Dict[str, Any] = {"graph": self.opts.graph} if graph else {}
+        q.update(_core.clean(params or {}))
+        h = dict(self.headers)
+        h.update(headers or {})
+        if method in _core.MUTATING:
+            # One key per logical call, the same on every retry of it: the server runs the code
+            # at most once for it.
+            h["Idempotency-Key"] = idempotency_key or _core.new_idempotency_key()
+        # A body read from a stream cannot be sent twice.
+        retries = self.opts.max_retries if content is None or isinstance(content, bytes) else 0
+        t = httpx.Timeout(timeout if timeout is not None else self.opts.timeout, connect=10.0)
+        attempt = 0
+        while True:
+            try:
+                resp = await self.http.request(method, url, params=q, json=json, content=content, headers=h, timeout=t)
+            except _RETRYABLE as e:
+                if attempt >= retries:
+                    cls = APITimeoutError if isinstance(e, httpx.TimeoutException) else APIConnectionError
+                    raise cls(f"{method} {path}: {type(e).__name__}: {e}", code="connection_error") from e
+                await asyncio.sleep(_core.backoff(attempt))
+                attempt += 1
+                continue
+            if resp.status_code in _core.RETRY_STATUSES and attempt < retries:
+                await asyncio.sleep(_core.backoff(attempt, resp.headers.get("retry-after")))
+                attempt += 1
+                continue
+            if resp.status_code >= 400:
+                raise error_from_body(resp.status_code, resp.content, resp.headers)
+            return resp
+
+    async def json(self, method: str, path: str, **kw: Any) -> Any:
+        resp = await self.request(method, path, **kw)
+        if not resp.content.strip():
+            return {}
+        return resp.json()
+
+    async def events(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[ServerSentEvent]:
+        """Reads a server-sent event stream; after a broken connection it reconnects with
+        Last-Event-ID, so no event comes twice (it gives up when the server sent no ids)."""
+        url = self.opts.base_url + path
+        q = {"graph": self.opts.graph, **_core.clean(params)}
+        last_id: Optional[str] = None
+        attempt = 0
+        while True:
+            h = dict(self.headers, Accept="text/event-stream")
+            if last_id is not None:
+                h["Last-Event-ID"] = last_id
+            dec = SSEDecoder()
+            try:
+                async with self.http.stream("GET", url, params=q, headers=h, timeout=httpx.Timeout(None, connect=10.0)) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        if resp.status_code in _core.RETRY_STATUSES and attempt < self.opts.max_retries:
+                            await asyncio.sleep(_core.backoff(attempt, resp.headers.get("retry-after")))
+                            attempt += 1
+                            continue
+                        raise error_from_body(resp.status_code, resp.content, resp.headers)
+                    async for line in resp.aiter_lines():
+                        ev = dec.feed(line)
+                        if dec.last_id is not None:
+                            last_id = dec.last_id
+                        if ev is not None:
+                            attempt = 0
+                            yield ev
+                    ev = dec.feed("")  # a last event the server did not end with a blank line
+                    if ev is not None:
+                        yield ev
+                    return
+            except _RETRYABLE as e:
+                if last_id is None or attempt >= self.opts.max_retries:
+                    raise APIConnectionError(f"GET {path}: the stream broke: {e}", code="connection_error") from e
+                await asyncio.sleep(_core.backoff(attempt))
+                attempt += 1
+
+
+async def _wait_command(api: _API, cmd_id: str, timeout: Optional[float]) -> Command:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        wait_ms = _core.POLL_WAIT_MS
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            wait_ms = max(0, min(wait_ms, int(left * 1000)))
+        cmd = Command(await api.json("GET", f"/v1/commands/{cmd_id}", params={"wait_ms": wait_ms}, timeout=_core.request_timeout(api.opts, wait_ms)))
+        if cmd.done or (deadline is not None and time.monotonic() >= deadline):
+            return cmd
+
+
+async def _finish_run(api: _API, resp: httpx.Response, wait: bool) -> RunResult:
+    run = RunResult(resp.json())
+    if wait and (resp.status_code == 202 or run.status in ("queued", "running")) and run.command:
+        run = run_from_command(run, await _wait_command(api, run.command, None))
+    return run
+
+
+class AsyncTemplates:
+    """Saved versions of code, limits and default config (``/v1/sandboxes/templates``)."""
+
+    def __init__(self, api: _API) -> None:
+        self._api = api
+
+    async def create(
+        self,
+        name: str,
+        *,
+        base: Optional[str] = None,
+        code: Optional[str] = None,
+        limits: Optional[Limits] = None,
+        timeout_ms: Optional[int] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, str]]] = None,
+        description: Optional[str] = None,
+    ) -> Template:
+        """Saves a new version of the template ``name``; answers the version saved."""
+        body = _core.template_body(
+            name=name, base=base, code=code, limits=limits, timeout_ms=timeout_ms, config=config, files=files, description=description
+        )
+        return Template(await self._api.json("POST", "/v1/sandboxes/templates", json=body))
+
+    async def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Template]:
+        """The newest version of each template of the graph; ``page.raw["bases"]`` lists the base templates."""
+        return page_of(Template, await self._api.json("GET", "/v1/sandboxes/templates", params={"limit": limit, "cursor": cursor}))
+
+    async def get(self, name: str) -> Template:
+        """A template's newest version (``"name@3"`` pins one), with ``versions``; or a base (``"lbb/python"``)."""
+        return Template(await self._api.json("GET", f"/v1/sandboxes/templates/{name}"))
+
+
+class AsyncSandboxFiles:
+    """The files of one sandbox's workspace (/workspace)."""
+
+    def __init__(self, api: _API, sandbox_id: str) -> None:
+        self._api = api
+        self._id = sandbox_id
+
+    async def write(self, path: str, data: Union[Data, IO[bytes]], *, idempotency_key: Optional[str] = None) -> Record:
+        """Writes a file (relative to /workspace, or absolute inside it); str is written as UTF-8."""
+        content: Union[bytes, AsyncIterator[bytes]] = _chunks(data) if hasattr(data, "read") else _core.to_bytes(data)  # type: ignore[arg-type]
+        return Record(
+            await self._api.json(
+                "PUT",
+                f"/v1/sandboxes/{self._id}/files/content",
+                params={"path": path},
+                content=content,
+                headers={"Content-Type": "application/octet-stream"},
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def read(self, path: str) -> bytes:
+        """The bytes of a file."""
+        return (await self._api.request("GET", f"/v1/sandboxes/{self._id}/files/content", params={"path": path})).content
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The text of a file."""
+        return (await self.read(path)).decode(encoding)
+
+    async def list(self, path: str = ".", *, recursive: Optional[bool] = None) -> Page[FileInfo]:
+        """The entries of a directory, with type, size, mode and mtime."""
+        params = {"path": path, "recursive": "true" if recursive else None}
+        return page_of(FileInfo, await self._api.json("GET", f"/v1/sandboxes/{self._id}/files", params=params))
+
+    async def delete(self, path: str) -> None:
+        await self._api.request("DELETE", f"/v1/sandboxes/{self._id}/files", params={"path": path})
+
+    async def keep(self, path: str, *, idempotency_key: Optional[str] = None) -> File:
+        """Keeps a workspace file as a File of the graph, which outlives the sandbox."""
+        return File(
+            await self._api.json(
+                "POST", "/v1/files", params={"source_sandbox": self._id, "source_path": path}, idempotency_key=idempotency_key
+            )
+        )
+
+    async def import_file(self, sha256: str, path: str, *, idempotency_key: Optional[str] = None) -> Record:
+        """Copies a File of the graph (by its sha256) into the workspace at path."""
+        return Record(
+            await self._api.json(
+                "PUT",
+                "/v1/sandboxes/files/content",
+                params={"sandbox": self._id, "path": path, "source_sha256": sha256},
+                idempotency_key=idempotency_key,
+            )
+        )
+
+
+async def _chunks(f: IO[bytes], size: int = 1 << 16) -> AsyncIterator[bytes]:
+    while True:
+        b = await asyncio.to_thread(f.read, size)
+        if not b:
+            return
+        yield b
+
+
+class AsyncCommands:
+    """Command records, by id (``/v1/commands``)."""
+
+    def __init__(self, api: _API) -> None:
+        self._api = api
+
+    async def get(self, command_id: str, *, wait_ms: Optional[int] = None) -> Command:
+        """A command record; with wait_ms the server waits up to that long for it to end."""
+        return Command(
+            await self._api.json(
+                "GET", f"/v1/commands/{command_id}", params={"wait_ms": wait_ms}, timeout=_core.request_timeout(self._api.opts, wait_ms)
+            )
+        )
+
+    async def wait(self, command_id: str, *, timeout: Optional[float] = None) -> Command:
+        """Waits until the command ends (or timeout seconds pass) and answers its record."""
+        return await _wait_command(self._api, command_id, timeout)
+
+    async def list(
+        self, *, sandbox: Optional[str] = None, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> Page[Command]:
+        return page_of(
+            Command, await self._api.json("GET", "/v1/commands", params={"sandbox": sandbox, "status": status, "limit": limit, "cursor": cursor})
+        )
+
+    def stream(self, command_id: str, *, stream: str = "stdout", follow: bool = True) -> AsyncIterator[ServerSentEvent]:
+        """The command's output as server-sent events: what is kept, then live chunks, then its
+        exit. ``stream`` is ``"stdout"``, ``"stderr"`` or ``"both"``."""
+        return self._api.events(f"/v1/commands/{command_id}/output", {"stream": stream, "follow": "true" if follow else "false"})
+
+    async def kill(self, command_id: str, *, signal: Optional[str] = None) -> Command:
+        return Command(await self._api.json("POST", f"/v1/commands/{command_id}/kill", json=_core.clean({"signal": signal})))
+
+
+class AsyncSandboxCommands:
+    """The commands of one sandbox."""
+
+    def __init__(self, api: _API, sandbox_id: str) -> None:
+        self._api = api
+        self._id = sandbox_id
+        self._commands = AsyncCommands(api)
+
+    async def create(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Data] = None,
+        wait_ms: Optional[int] = None,
+        timeout_ms: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Command:
+        """Starts a process. With wait_ms the answer waits up to that long for it to end; the
+        record says ``status`` (``running`` if it has not) and holds head and tail of its output."""
+        body = _core.command_body(argv, env=env, cwd=cwd, stdin=stdin, wait_ms=wait_ms, timeout_ms=timeout_ms)
+        return Command(
+            await self._api.json(
+                "POST",
+                f"/v1/sandboxes/{self._id}/commands",
+                json=body,
+                idempotency_key=idempotency_key,
+                timeout=_core.request_timeout(self._api.opts, wait_ms),
+            )
+        )
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Data] = None,
+        timeout_ms: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Command:
+        """Starts a process and waits until it ends."""
+        cmd = await self.create(
+            argv, env=env, cwd=cwd, stdin=stdin, wait_ms=_core.POLL_WAIT_MS, timeout_ms=timeout_ms, idempotency_key=idempotency_key
+        )
+        return cmd if cmd.done else await self._commands.wait(cmd.id)
+
+    async def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Command]:
+        return page_of(
+            Command, await self._api.json("GET", f"/v1/sandboxes/{self._id}/commands", params={"status": status, "limit": limit, "cursor": cursor})
+        )
+
+    async def get(self, command_id: str, *, wait_ms: Optional[int] = None) -> Command:
+        return await self._commands.get(command_id, wait_ms=wait_ms)
+
+    async def wait(self, command_id: str, *, timeout: Optional[float] = None) -> Command:
+        return await self._commands.wait(command_id, timeout=timeout)
+
+    def stream(self, command_id: str, *, stream: str = "stdout", follow: bool = True) -> AsyncIterator[ServerSentEvent]:
+        return self._commands.stream(command_id, stream=stream, follow=follow)
+
+    async def kill(self, command_id: str, *, signal: Optional[str] = None) -> Command:
+        return await self._commands.kill(command_id, signal=signal)
+
+
+class AsyncSandbox:
+    """A handle on a long-lived sandbox: its files, its commands, run(), stop, resume, delete.
+
+    Used as a context manager it deletes the sandbox at the end of the block."""
+
+    def __init__(self, api: _API, record: Mapping[str, Any]) -> None:
+        self._api = api
+        self.record = SandboxRecord(record)
+        self.id: str = _core.sandbox_id_of(record)
+        self.files = AsyncSandboxFiles(api, self.id)
+        self.commands = AsyncSandboxCommands(api, self.id)
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, status={self.status!r})"
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    async def refresh(self) -> SandboxRecord:
+        """Reads the sandbox's record again."""
+        self.record = SandboxRecord(await self._api.json("GET", f"/v1/sandboxes/{self.id}"))
+        return self.record
+
+    async def run(
+        self,
+        code: Optional[str] = None,
+        input: JSON = None,
+        config: JSON = None,
+        *,
+        template: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+        wait: bool = True,
+    ) -> RunResult:
+        """Calls run(input, config) of code (or of a template's code) in this sandbox, next to
+        its files. Answers when the run ends (unless ``wait=False``)."""
+        run = _core.run_body(code=code, input=input, config=config, template=template, base=None, language=None, env=env)
+        body = _core.sandbox_run_body(run, timeout_ms=timeout_ms, wait_ms=wait_ms)
+        resp = await self._api.request(
+            "POST", f"/v1/sandboxes/{self.id}/run", json=body, idempotency_key=idempotency_key,
+            timeout=_core.request_timeout(self._api.opts, wait_ms),
+        )
+        return await _finish_run(self._api, resp, wait)
+
+    async def stop(self) -> SandboxRecord:
+        """Ends the sandbox's processes; its disk stays."""
+        self.record = SandboxRecord(await self._api.json("POST", f"/v1/sandboxes/{self.id}/stop") or self.record)
+        return self.record
+
+    async def resume(self) -> SandboxRecord:
+        """Starts a stopped sandbox again, with the same workspace."""
+        self.record = SandboxRecord(await self._api.json("POST", f"/v1/sandboxes/{self.id}/resume") or self.record)
+        return self.record
+
+    async def delete(self) -> None:
+        """Destroys the sandbox; its record is kept."""
+        await self._api.request("DELETE", f"/v1/sandboxes/{self.id}")
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await _delete_at_end(self, e)
+
+
+async def _delete_at_end(sb: AsyncSandbox, error: Optional[BaseException]) -> None:
+    try:
+        await sb.delete()
+    except NotFoundError:
+        pass  # deleted in the block already
+    except LbbError as de:
+        if error is None:
+            raise
+        if hasattr(error, "add_note"):
+            error.add_note(f"deleting sandbox {sb.id} after the error failed too: {de}")
+
+
+class _AsyncScoped(Generic[T]):
+    """What ``AsyncSandboxes.scoped`` answers: ``async with`` it, or await it when it has a function."""
+
+    def __init__(
+        self, sandboxes: "AsyncSandboxes", spec: Dict[str, Any], fn: Optional[Callable[[AsyncSandbox], Awaitable[T]]] = None
+    ) -> None:
+        self._sandboxes = sandboxes
+        self._spec = spec
+        self._fn = fn
+        self._sb: Optional[AsyncSandbox] = None
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sb = await self._sandboxes.create(self._spec)
+        return self._sb
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        if self._sb is not None:
+            await _delete_at_end(self._sb, e)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._call().__await__()
+
+    async def _call(self) -> T:
+        if self._fn is None:
+            raise TypeError("await sandboxes.scoped(spec, fn) needs fn; without one, use async with sandboxes.scoped(spec) as sb")
+        async with self as sb:
+            return await self._fn(sb)
+
+
+class AsyncSandboxes:
+    """Runs and sandboxes (``/v1/sandboxes``)."""
+
+    def __init__(self, api: _API) -> None:
+        self._api = api
+        self.templates = AsyncTemplates(api)
+
+    async def run(
+        self,
+        code: Optional[str] = None,
+        input: JSON = None,
+        config: JSON = None,
+        *,
+        template: Optional[str] = None,
+        base: Optional[str] = None,
+        language: Optional[str] = None,
+        limits: Optional[Limits] = None,
+        timeout_ms: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
+        wait: bool = True,
+    ) -> RunResult:
+        """Runs code (or a template) once in a new sandbox, destroyed when the run ends.
+
+        ``code`` defines ``run(input, config)``; the answer has ``ok``, ``result``,
+        ``command`` (the record's id), ``stdout`` and ``stderr``. A run that raises answers
+        ``ok=False`` with the traceback in stderr; errors of the call itself raise
+        :class:`LbbError`. The SDK sends a fresh Idempotency-Key (or ``idempotency_key``)
+        and reuses it on its retries, so the code runs at most once. When the server answers
+        before the run ends (past ``wait_ms``), it waits for the command unless ``wait=False``.
+        """
+        run = _core.run_body(code=code, input=input, config=config, template=template, base=base, language=language, env=env)
+        body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=wait_ms, metadata=metadata)
+        resp = await self._api.request(
+            "POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, wait_ms)
+        )
+        return await _finish_run(self._api, resp, wait)
+
+    async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
+        """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
+        ``create(template=…, base=…, limits=…, expires_in_seconds=…, env=…, metadata=…)``."""
+        body = _core.sandbox_spec(spec, kwargs)
+        return AsyncSandbox(self._api, await self._api.json("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key))
+
+    async def get(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox, with its record."""
+        return AsyncSandbox(self._api, await self._api.json("GET", f"/v1/sandboxes/{sandbox_id}"))
+
+    async def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[SandboxRecord]:
+        return page_of(SandboxRecord, await self._api.json("GET", "/v1/sandboxes", params={"status": status, "limit": limit, "cursor": cursor}))
+
+    async def delete(self, sandbox_id: str) -> None:
+        await self._api.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
+
+    @overload
+    def scoped(self, spec: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -> "_AsyncScoped[Any]": ...
+
+    @overload
+    def scoped(
+        self, spec: Optional[Mapping[str, Any]], fn: Callable[[AsyncSandbox], Awaitable[T]], /, **kwargs: Any
+    ) -> "_AsyncScoped[T]": ...
+
+    def scoped(
+        self, spec: Optional[Mapping[str, Any]] = None, fn: Optional[Callable[[AsyncSandbox], Awaitable[Any]]] = None, /, **kwargs: Any
+    ) -> "_AsyncScoped[Any]":
+        """A sandbox for the length of a block, deleted at its end, also after an error::
+
+            async with lbb.sandboxes.scoped() as sb:
+                await sb.files.write("data.csv", csv)
+
+        or, as the TypeScript SDK has it, ``await lbb.sandboxes.scoped({}, fn)`` awaits
+        ``fn(sb)`` and answers what it returns.
+        """
+        return _AsyncScoped(self, _core.sandbox_spec(spec, kwargs), fn)
+
+
+class AsyncFiles:
+    """Files of the graph (``/v1/files``): content-addressed, outliving sandboxes."""
+
+    def __init__(self, api: _API) -> None:
+        self._api = api
+
+    async def upload(self, data: Data, *, name: Optional[str] = None, idempotency_key: Optional[str] = None) -> File:
+        return File(
+            await self._api.json(
+                "POST",
+                "/v1/files",
+                params={"name": name},
+                content=_core.to_bytes(data),
+                headers={"Content-Type": "application/octet-stream"},
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def keep(self, sandbox_id: str, path: str, *, idempotency_key: Optional[str] = None) -> File:
+        """Keeps a workspace file as a File; it names the sandbox and path as its origin."""
+        return await AsyncSandboxFiles(self._api, sandbox_id).keep(path, idempotency_key=idempotency_key)
+
+    async def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[File]:
+        return page_of(File, await self._api.json("GET", "/v1/files", params={"limit": limit, "cursor": cursor}))
+
+    async def get(self, file_id: str) -> File:
+        return File(await self._api.json("GET", f"/v1/files/{file_id}"))
+
+    async def content(self, file_id: str) -> bytes:
+        return (await self._api.request("GET", f"/v1/files/{file_id}/content")).content
+
+
+class AsyncLbbClient:
+    """The asyncio client: the same calls as :class:`lbb.LbbClient`, awaited.
+
+    ``base_url`` defaults to ``$LBB_URL``, then http://127.0.0.1:7700; ``api_key`` to
+    ``$LBB_API_KEY``, then (for a local server) the admin key it saved; ``graph`` to
+    ``$LBB_GRAPH``, then ``"main"``. Calls that fail to connect, or answer 429, 502, 503 or 504,
+    are retried ``max_retries`` times with backoff, with the same Idempotency-Key.
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        graph: Optional[str] = None,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._api = _API(_core.resolve_options(base_url, api_key, graph, timeout, max_retries, headers), http_client)
+        self.sandboxes = AsyncSandboxes(self._api)
+        self.commands = AsyncCommands(self._api)
+        self.files = AsyncFiles(self._api)
+
+    @property
+    def base_url(self) -> str:
+        return self._api.opts.base_url
+
+    @property
+    def graph(self) -> str:
+        return self._api.opts.graph
+
+    async def health(self) -> Record:
+        """GET /healthz."""
+        return Record(await self._api.json("GET", "/healthz", graph=False))
+
+    async def openapi(self) -> Dict[str, Any]:
+        """The server's OpenAPI document."""
+        return dict(await self._api.json("GET", "/v1/openapi.json", graph=False))
+
+    async def aclose(self) -> None:
+        await self._api.aclose()
+
+    close = aclose
+
+    async def __aenter__(self) -> "AsyncLbbClient":
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self.aclose()
