@@ -40,6 +40,7 @@ func run() error {
 	workspace := fs.String("workspace", agent.Workspace, "the workspace directory")
 	etcDir := fs.String("etc-dir", "/etc", "where identity writes hostname and machine-id")
 	path := fs.String("path", guest.DefaultPath, "the default PATH of processes")
+	home := fs.String("home", "/root", "the HOME of processes")
 	verbose := fs.Bool("verbose", false, "log debug messages to stderr")
 	if v, ok := os.LookupEnv("LBB_CHANNEL_FD"); ok {
 		fs.Set("fd", v)
@@ -70,7 +71,7 @@ func run() error {
 		log.Warn("close_range", "err", err)
 	}
 
-	srv, err := guest.New(guest.Options{Workspace: *workspace, EtcDir: *etcDir, Path: *path, Logger: log})
+	srv, err := guest.New(guest.Options{Workspace: *workspace, EtcDir: *etcDir, Path: *path, Home: *home, Logger: log})
 	if err != nil {
 		return err
 	}

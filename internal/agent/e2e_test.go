@@ -784,6 +784,7 @@ func TestRunNode(t *testing.T) {
 		{name: "async script", code: "async function run(input, config) {\n  await new Promise(r => setTimeout(r, 10));\n  return {x: input, c: config};\n}", input: `"a"`, ok: true, result: `{"x":"a","c":{}}`},
 		{name: "arrow const", code: "const run = (input) => input * 2;", input: "4", ok: true, result: "8"},
 		{name: "module.exports", code: "module.exports.run = (input) => 'cjs:' + input;", input: `"x"`, ok: true, result: `"cjs:x"`},
+		{name: "dynamic import", code: "async function run() { const p = await import('node:path'); return p.join('a', 'b'); }", ok: true, result: `"a/b"`},
 		{name: "require", code: "const path = require('path');\nfunction run() { return path.join('a', 'b'); }", ok: true, result: `"a/b"`},
 		{name: "esm export", code: "import { join } from 'node:path';\nexport function run(input) { return join('x', input); }", input: `"y"`, ok: true, result: `"x/y"`},
 		{name: "esm default async", code: "export default async function (input, config) { return [input, config]; }", config: `{"a":1}`, ok: true, result: `[null,{"a":1}]`},
@@ -886,5 +887,84 @@ func TestDiskFull(t *testing.T) {
 	os.Remove(filepath.Join(ws, "fill"))
 	if _, _, ex := ta.exec(t, agent.ExecRequest{Argv: []string{"true"}}, nil); ex.DiskFull {
 		t.Errorf("disk full after freeing it: %+v", ex)
+	}
+}
+
+func TestNoDescriptorLeaks(t *testing.T) {
+	ta := startAgent(t)
+	out, _, ex := ta.exec(t, agent.ExecRequest{Argv: []string{"sh", "-c", `for f in /proc/$$/fd/*; do echo "$f $(readlink $f)"; done`}}, nil)
+	if ex.ExitCode != 0 {
+		t.Fatalf("%+v", ex)
+	}
+	if strings.Contains(out, "socket:") {
+		t.Errorf("a process sees a socket (the channel?):\n%s", out)
+	}
+	hasProgram(t, "python3")
+	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: "import os, subprocess\ndef run(i, c):\n    return subprocess.run(['ls', '/proc/self/fd'], capture_output=True, text=True).stdout.split()"})
+	var fds []string
+	json.Unmarshal(ex.Result, &fds)
+	if !ex.OK || len(fds) > 4 { // 0, 1, 2 and ls's own directory
+		t.Errorf("a child of a run sees fds %v (%+v)", fds, ex)
+	}
+}
+
+func TestWaitReady(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+	conn, err := net.FileConn(a)
+	a.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := agent.WaitReady(ctx, conn); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("silent peer: %v, want a deadline error", err)
+	}
+	b.Write([]byte(agent.Hello))
+	if err := agent.WaitReady(context.Background(), conn); err != nil {
+		t.Errorf("after hello: %v", err)
+	}
+	// Peeking consumed nothing.
+	buf := make([]byte, len(agent.Hello))
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != agent.Hello {
+		t.Errorf("read %q %v", buf, err)
+	}
+	b.Close()
+	if err := agent.WaitReady(context.Background(), conn); !errors.Is(err, io.EOF) {
+		t.Errorf("closed peer: %v, want EOF", err)
+	}
+}
+
+// BenchmarkRunPython is a cold run(input, config) of a sum; compare BenchmarkBarePython.
+func BenchmarkRunPython(b *testing.B) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		b.Skip("no python3")
+	}
+	ta := startAgent(b)
+	ctx := context.Background()
+	for b.Loop() {
+		p, err := ta.c.Run(ctx, agent.RunRequest{Language: "python", Code: "def run(input, config):\n    return sum(input)", Input: json.RawMessage("[1,2,3]")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ex, err := p.Wait(nil, nil); err != nil || !ex.OK {
+			b.Fatal(ex, err)
+		}
+	}
+}
+
+func BenchmarkBarePython(b *testing.B) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		b.Skip("no python3")
+	}
+	for b.Loop() {
+		if err := exec.Command("python3", "-c", "import json; print(sum(json.loads('[1,2,3]')))").Run(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -65,9 +65,13 @@ const (
 // ExecRequest starts one process.
 type ExecRequest struct {
 	// ID is chosen by the host (the command id); Signal addresses the process by it.
-	ID   string            `json:"id"`
-	Argv []string          `json:"argv"`
-	Env  map[string]string `json:"env,omitempty"`
+	ID string `json:"id"`
+	// Argv[0] is looked up in the process's PATH unless it holds a slash.
+	Argv []string `json:"argv"`
+	// Env is merged over the default environment: PATH (the standard one), HOME=/root,
+	// LANG=C.UTF-8, MPLBACKEND=Agg, PYTHONDONTWRITEBYTECODE=1. Nothing of the agent's own
+	// environment is passed on.
+	Env map[string]string `json:"env,omitempty"`
 	// Cwd is relative to /workspace (resolved beneath it, like file paths) or absolute;
 	// default /workspace.
 	Cwd string `json:"cwd,omitempty"`

@@ -293,13 +293,14 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
 	})
-	s.metrics.running.Dec()
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
 	if out.Err != nil {
 		log.Warn("run ended by an infrastructure failure", "status", out.Status, "err", out.Err)
 	}
 
+	// The command's end is recorded and answered first; the sandbox is destroyed meanwhile
+	// and its record ended after.
 	cmd, sb := p.command, p.sandbox
 	applyOutcome(&cmd, &sb, out)
 	body, err := json.Marshal(render(cmd, sb))
@@ -334,39 +335,49 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	delete(s.inflight, p.command.ID)
 	s.mu.Unlock()
 	close(inf.done)
+
+	end := <-out.Ended
+	s.metrics.running.Dec()
+	endSandbox(&sb, out, end)
+	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+		log.Error("recording the end of a sandbox", "err", err)
+	}
 }
 
+// applyOutcome writes how a run's command ended into its records; the sandbox is still up.
 func applyOutcome(cmd *store.Command, sb *store.Sandbox, out host.Outcome) {
 	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
 	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
-	end := out.SandboxEnded
-	if end.IsZero() {
-		end = time.Now()
-	}
-	end = end.UTC().Truncate(time.Millisecond)
+	now := time.Now().UTC().Truncate(time.Millisecond)
 	if !out.CommandStarted.IsZero() {
 		st := out.CommandStarted.UTC().Truncate(time.Millisecond)
-		cmd.StartedAt = &st
 		fin := out.CommandEnded.UTC().Truncate(time.Millisecond)
-		if out.CommandEnded.IsZero() {
-			fin = end
-		}
-		cmd.FinishedAt = &fin
+		cmd.StartedAt, cmd.FinishedAt = &st, &fin
 		cmd.DurationMs = out.CommandEnded.Sub(out.CommandStarted).Milliseconds()
 	} else {
-		cmd.FinishedAt = &end
+		cmd.FinishedAt = &now
 	}
 	if !out.SandboxStarted.IsZero() {
 		st := out.SandboxStarted.UTC().Truncate(time.Millisecond)
 		sb.StartedAt = &st
+		sb.Status = store.SandboxRunning
 	}
-	sb.EndedAt, sb.EndReason, sb.Usage = &end, out.EndReason, out.Usage
+	sb.Usage = out.Usage
+}
+
+// endSandbox ends a run's sandbox record once the sandbox is gone.
+func endSandbox(sb *store.Sandbox, out host.Outcome, end host.Ending) {
+	at := end.At.UTC().Truncate(time.Millisecond)
+	sb.EndedAt, sb.EndReason, sb.Usage = &at, out.EndReason, end.Usage
 	sb.Status = store.SandboxDestroyed
 	if out.EndReason == store.EndFailed {
 		sb.Status = store.SandboxFailed
 		if out.Err != nil {
 			sb.Error = out.Err.Error()
 		}
+	}
+	if end.Err != nil {
+		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Err.Error()
 	}
 }
 

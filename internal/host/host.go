@@ -142,40 +142,58 @@ func (h *Host) Reap(ctx context.Context, keep func(id string) bool) ([]string, e
 	return reaped, errors.Join(errs...)
 }
 
-// RunOnce runs spec in a sandbox of its own and destroys the sandbox. Cancelling ctx ends the
-// run (status killed, the sandbox ended by server_shutdown).
-func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
+// RunOnce runs spec in a sandbox of its own and returns as soon as the command has ended;
+// the sandbox is destroyed after that, off the caller's path, and Outcome.Ended says when.
+// Cancelling ctx ends the run (status killed, the sandbox ended by server_shutdown).
+func (h *Host) RunOnce(ctx context.Context, spec RunSpec) Outcome {
 	log := h.log.With("sandbox", spec.SandboxID, "command", spec.CommandID)
 	secrets := Secrets(spec.Env)
-	out.EndReason = store.EndRunFinished
-	defer func() {
-		out.Error = MaskString(out.Error, secrets)
-		out.Result = MaskJSON(out.Result, secrets)
-		if out.SandboxEnded.IsZero() {
-			out.SandboxEnded = time.Now()
+	t0 := time.Now()
+	out, lease := h.run(ctx, spec, log, secrets)
+	out.Error = MaskString(out.Error, secrets)
+	out.Result = MaskJSON(out.Result, secrets)
+	ended := make(chan Ending, 1)
+	out.Ended = ended
+	if lease == nil {
+		out.Usage = h.usage(out.cpuNanos, spec.Limits, out.SandboxStarted, time.Now())
+		ended <- Ending{At: time.Now(), Usage: out.Usage}
+		return out
+	}
+	end := out.CommandEnded
+	if end.IsZero() {
+		end = time.Now()
+	}
+	out.Usage = h.usage(out.cpuNanos, spec.Limits, out.SandboxStarted, end)
+	go func() {
+		t1 := time.Now()
+		err := lease.Release(context.Background())
+		if err != nil {
+			log.Error("destroying sandbox", "err", err)
 		}
+		at := time.Now()
+		ended <- Ending{At: at, Usage: h.usage(out.cpuNanos, spec.Limits, out.SandboxStarted, at), Err: err}
+		log.Debug("run timings", "acquire_ms", ms(out.SandboxStarted.Sub(t0)), "command_ms", ms(out.CommandEnded.Sub(out.CommandStarted)),
+			"release_ms", ms(at.Sub(t1)))
 	}()
+	return out
+}
+
+// run acquires a sandbox and runs the command in it; it answers the lease to release, or
+// nil when no sandbox was acquired.
+func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets []string) (out Outcome, _ *Lease) {
+	out.EndReason = store.EndRunFinished
 	fail := func(status, reason string, err error) Outcome {
 		out.Status, out.EndReason, out.Err, out.Error = status, reason, err, err.Error()
 		return out
 	}
-
 	lease, err := h.provider.Acquire(ctx, runtime.Spec{ID: spec.SandboxID, Image: spec.Image, Limits: spec.Limits})
 	if err != nil {
 		if ctx.Err() != nil {
-			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err))
+			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err)), nil
 		}
-		return fail(store.CommandFailed, store.EndFailed, err)
+		return fail(store.CommandFailed, store.EndFailed, err), nil
 	}
 	out.SandboxStarted = lease.StartedAt
-	release := func() {
-		if err := lease.Release(context.Background()); err != nil {
-			log.Error("destroying sandbox", "err", err)
-		}
-		out.SandboxEnded = time.Now()
-		h.meter(&out, spec.Limits)
-	}
-	defer release()
 
 	before, err := lease.Sandbox.Stats(ctx)
 	if err != nil {
@@ -209,16 +227,16 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
 
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped while the run was running: %w", err))
+		return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped while the run was running: %w", err)), lease
 	case err != nil && oom:
 		// The kernel killed the sandbox's own init for memory: the run is what used it.
 		out.Status, out.Error = store.CommandOOM, "the sandbox ran out of memory"
-		return out
+		return out, lease
 	case err != nil && runCtx.Err() != nil:
 		out.Status, out.Error = store.CommandTimedOut, fmt.Sprintf("the run passed its timeout of %s", spec.Timeout)
-		return out
+		return out, lease
 	case err != nil:
-		return fail(store.CommandFailed, store.EndFailed, fmt.Errorf("the sandbox broke off the run: %w", err))
+		return fail(store.CommandFailed, store.EndFailed, fmt.Errorf("the sandbox broke off the run: %w", err)), lease
 	}
 	out.OK, out.Result, out.Error, out.Signal = exit.OK && exit.ExitCode == 0, exit.Result, exit.Error, exit.Signal
 	code := exit.ExitCode
@@ -246,18 +264,21 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) (out Outcome) {
 	default:
 		out.Status = store.CommandFailed
 	}
-	return out
+	return out, lease
 }
 
-// meter fills in usage: CPU time used, and memory reserved over the sandbox's life.
-func (h *Host) meter(out *Outcome, l runtime.Limits) {
-	out.Usage.VCPUMs = float64(out.cpuNanos) / 1e6
-	if !out.SandboxStarted.IsZero() {
-		out.Usage.GiBMs = float64(l.MemoryMiB) / 1024 * float64(out.SandboxEnded.Sub(out.SandboxStarted).Milliseconds())
+// usage is CPU time used, and memory reserved over the sandbox's life from start to end.
+func (h *Host) usage(cpuNanos uint64, l runtime.Limits, start, end time.Time) store.Usage {
+	u := store.Usage{VCPUMs: float64(cpuNanos) / 1e6}
+	if !start.IsZero() {
+		u.GiBMs = float64(l.MemoryMiB) / 1024 * float64(end.Sub(start).Milliseconds())
 	}
+	return u
 }
 
 func kept(c *output.Capture) store.Output {
 	c.Close()
 	return store.Output{Head: c.Head(), Tail: c.Tail(), Bytes: c.Bytes()}
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -83,7 +83,7 @@ func TestRunOnce(t *testing.T) {
 			}
 		}},
 		{"raise", spec("def run(input, config):\n    raise ValueError('boom')", "null"), store.CommandFailed, func(t *testing.T, out host.Outcome) {
-			if out.OK || !strings.Contains(out.Stderr.Head, "Traceback") || !strings.Contains(out.Stderr.Head, "ValueError: boom") {
+			if all := out.Stderr.Head + out.Stderr.Tail; out.OK || !strings.Contains(all, "Traceback") || !strings.Contains(all, "ValueError: boom") {
 				t.Fatalf("%+v", out)
 			}
 		}},
@@ -113,8 +113,9 @@ func TestRunOnce(t *testing.T) {
 			if out.Status != tc.status {
 				t.Fatalf("status %s, want %s: %+v", out.Status, tc.status, out)
 			}
-			if out.EndReason != store.EndRunFinished || out.SandboxStarted.IsZero() || out.SandboxEnded.Before(out.CommandEnded) {
-				t.Fatalf("sandbox life: %+v", out)
+			end := <-out.Ended
+			if out.EndReason != store.EndRunFinished || out.SandboxStarted.IsZero() || end.At.Before(out.CommandEnded) || end.Err != nil {
+				t.Fatalf("sandbox life: %+v %+v", out, end)
 			}
 			if tc.check != nil {
 				tc.check(t, out)
@@ -133,6 +134,7 @@ func TestRunOnceCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	out := h.RunOnce(ctx, spec("import time\ndef run(input, config):\n    time.sleep(30)", "null"))
+	<-out.Ended
 	if out.Status != store.CommandKilled || out.EndReason != store.EndServerShutdown {
 		t.Fatalf("%s %s", out.Status, out.EndReason)
 	}
@@ -145,6 +147,7 @@ func TestRunOnceStartFailure(t *testing.T) {
 	d := local.New(local.Options{AgentPath: "/nonexistent/lbb-agent", StateDir: t.TempDir()})
 	h := host.New(host.Options{Driver: d})
 	out := h.RunOnce(context.Background(), spec("x", "null"))
+	<-out.Ended
 	if out.Status != store.CommandFailed || out.EndReason != store.EndFailed || out.Err == nil {
 		t.Fatalf("%+v", out)
 	}

@@ -48,15 +48,32 @@ type Outcome struct {
 	SandboxStarted time.Time
 	CommandStarted time.Time
 	CommandEnded   time.Time
-	SandboxEnded   time.Time
 	// EndReason says why the sandbox ended (store.End*).
 	EndReason string
-	Usage     store.Usage
+	// Usage is the sandbox's, up to the command's end.
+	Usage store.Usage
+	// Ended receives one Ending once the sandbox is destroyed (at once when none started).
+	Ended <-chan Ending
 	// Err is an infrastructure failure (the sandbox did not start, the agent broke off),
 	// already folded into Status and Error.
 	Err error
 
 	cpuNanos uint64
+}
+
+// Ending is how a sandbox's life ended.
+type Ending struct {
+	At    time.Time
+	Usage store.Usage
+	// Err says the sandbox could not be destroyed cleanly.
+	Err error
+}
+
+// Ended returns a channel that has e, for outcomes whose sandbox is already gone.
+func Ended(e Ending) <-chan Ending {
+	ch := make(chan Ending, 1)
+	ch <- e
+	return ch
 }
 
 type agentExit = agent.Exit

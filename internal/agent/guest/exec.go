@@ -42,12 +42,10 @@ const (
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // baseEnv is every process's environment before the request's env is merged over it.
-// HOME is /root (the sandbox user is root; caches such as matplotlib's that the image
-// prepared there are found, and dotfiles do not litter the workspace).
 func (s *Server) baseEnv() map[string]string {
 	return map[string]string{
 		"PATH":                    s.opts.Path,
-		"HOME":                    "/root",
+		"HOME":                    s.opts.Home,
 		"LANG":                    "C.UTF-8",
 		"MPLBACKEND":              "Agg",
 		"PYTHONDONTWRITEBYTECODE": "1",
@@ -316,12 +314,26 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	fw.writeJSON(agent.FrameExit, ex)
 }
 
+// framePool holds buffers of one frame, header included.
+var framePool = sync.Pool{New: func() any {
+	b := make([]byte, agent.FrameHeaderLen+agent.MaxFrame)
+	return &b
+}}
+
 // pump copies one pipe to frames of kind. With hdr set, the first line is the harness's
 // status line, parsed into hdr, and the rest is the result.
 func (s *Server) pump(wg *sync.WaitGroup, f *os.File, kind byte, fw *frameWriter, ps *procState, hdr *resultHeader) {
 	defer wg.Done()
 	defer f.Close()
-	buf := make([]byte, agent.FrameHeaderLen+agent.MaxFrame)
+	bp := framePool.Get().(*[]byte)
+	buf := *bp
+	reuse := true
+	defer func() {
+		// After a failed write the connection may still be sending from buf: let it be.
+		if reuse {
+			framePool.Put(bp)
+		}
+	}()
 	var line []byte
 	inHeader := hdr != nil
 	for {
@@ -357,6 +369,7 @@ func (s *Server) pump(wg *sync.WaitGroup, f *os.File, kind byte, fw *frameWriter
 			frame := buf[off-agent.FrameHeaderLen : off+n]
 			agent.PutFrameHeader(frame, kind, n)
 			if fw.write(frame) != nil {
+				reuse = false
 				return // the host is gone; closing the pipe stops the writer
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,22 @@ import (
 // copyBufSize is the buffer for streaming file contents; larger than a pipe or an HTTP/2
 // frame so that each syscall moves a lot.
 const copyBufSize = 1 << 20
+
+var copyPool = sync.Pool{New: func() any {
+	b := make([]byte, copyBufSize)
+	return &b
+}}
+
+// copyFile copies with a pooled buffer, as plain Reader and Writer: os.File's WriteTo and
+// ReadFrom would move 32 KiB at a time.
+func copyFile(w io.Writer, r io.Reader) (int64, error) {
+	bp := copyPool.Get().(*[]byte)
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
+	if err == nil { // after a failed write, the connection may still be sending from it
+		copyPool.Put(bp)
+	}
+	return n, err
+}
 
 // entryOf describes the file st named rel.
 func entryOf(rel string, st *unix.Stat_t) agent.FileEntry {
@@ -173,9 +190,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.FormatInt(st.Size, 10))
 	h.Set("Lbb-Mode", fmt.Sprintf("%04o", st.Mode&0o7777))
 	w.WriteHeader(http.StatusOK)
-	buf := make([]byte, copyBufSize)
-	// Plain Reader and Writer: skip os.File's WriteTo, which would copy 32 KiB at a time.
-	if _, err := io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{f}, buf); err != nil {
+	if _, err := copyFile(w, f); err != nil {
 		panic(http.ErrAbortHandler)
 	}
 }
@@ -237,8 +252,7 @@ func writeAt(pfd int, name string, mode uint32, r io.Reader) (agent.FileEntry, e
 		unix.Unlinkat(pfd, tmp, 0)
 		return agent.FileEntry{}, err
 	}
-	buf := make([]byte, copyBufSize)
-	if _, err := io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{r}, buf); err != nil {
+	if _, err := copyFile(f, r); err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
 			return fail(pe.Err)

@@ -92,8 +92,8 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 		Dir: sp.dir, Env: sp.env, Files: sp.files, Sys: sys,
 	})
 	if err == nil {
-		p.pid = pid
 		t.mu.Lock()
+		p.pid = pid
 		t.byPid[pid] = p
 		t.mu.Unlock()
 	}
@@ -124,10 +124,14 @@ func (t *procTable) release(p *proc) {
 	t.mu.Unlock()
 }
 
+// lookup finds the running process id; nil while it is not started yet.
 func (t *procTable) lookup(id string) *proc {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.byID[id]
+	if p := t.byID[id]; p != nil && p.pid > 0 {
+		return p
+	}
+	return nil
 }
 
 // signalAll signals the process group of every process whose stream is open.

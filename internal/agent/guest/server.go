@@ -33,7 +33,11 @@ type Options struct {
 	// EtcDir is where Identity writes hostname and machine-id; default /etc.
 	EtcDir string
 	// Path is the default PATH of processes; default DefaultPath.
-	Path   string
+	Path string
+	// Home is the HOME of processes; default /root (the sandbox user is root; caches that
+	// the image prepared there, such as matplotlib's, are found, and dotfiles do not litter
+	// the workspace).
+	Home   string
 	Logger *slog.Logger
 }
 
@@ -58,6 +62,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Path == "" {
 		opts.Path = DefaultPath
+	}
+	if opts.Home == "" {
+		opts.Home = "/root"
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -183,7 +190,7 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	p := table.lookup(id)
-	if p == nil || p.pid == 0 {
+	if p == nil {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: fmt.Sprintf("no running process %q", id)})
 		return
 	}

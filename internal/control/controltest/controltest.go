@@ -71,8 +71,9 @@ func (r *Runner) RunOnce(ctx context.Context, spec host.RunSpec) host.Outcome {
 	out := host.Outcome{SandboxStarted: t0, CommandStarted: t0, EndReason: store.EndRunFinished}
 	zero := 0
 	finish := func() host.Outcome {
-		out.CommandEnded, out.SandboxEnded = time.Now(), time.Now()
+		out.CommandEnded = time.Now()
 		out.Usage = store.Usage{VCPUMs: 1, GiBMs: float64(spec.Limits.MemoryMiB) / 1024}
+		out.Ended = host.Ended(host.Ending{At: time.Now(), Usage: out.Usage})
 		out.Stdout.Head = host.MaskString(out.Stdout.Head, host.Secrets(spec.Env))
 		out.Stdout.Bytes = int64(len(out.Stdout.Head))
 		return out

@@ -12,7 +12,8 @@
 //   - A process that leaves the agent's tree (a daemon that double-forks and setsid()s) may
 //     outlive Stop.
 //
-// Layout: <StateDir>/<id>/{spec.json, workspace/, etc/, tmp/}. Stop ends the processes and
+// Layout: <StateDir>/<id>/{spec.json, workspace/, etc/, home/, tmp/}; home is the HOME of
+// processes. Stop ends the processes and
 // keeps the directory; Destroy removes it.
 package local
 
@@ -127,6 +128,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 		os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600),
 		os.Mkdir(filepath.Join(dir, "workspace"), 0o755),
 		os.Mkdir(filepath.Join(dir, "etc"), 0o755),
+		os.Mkdir(filepath.Join(dir, "home"), 0o700),
 		os.Mkdir(filepath.Join(dir, "tmp"), 0o700),
 	)
 	if err != nil {
@@ -170,6 +172,7 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 		"--fd", "3",
 		"--workspace", filepath.Join(dir, "workspace"),
 		"--etc-dir", filepath.Join(dir, "etc"),
+		"--home", filepath.Join(dir, "home"),
 		"--path", d.opts.Path)
 	cmd.Env = []string{"PATH=" + d.opts.Path, "LANG=C.UTF-8", "TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + os.Getenv("HOME")}
 	cmd.Dir = filepath.Join(dir, "workspace")

@@ -98,6 +98,9 @@ func TestLifecycle(t *testing.T) {
 	if !strings.HasPrefix(out, "persisted") {
 		t.Errorf("cat keep: %q", out)
 	}
+	if home := sh(t, c, "echo $HOME"); home != filepath.Join(state, id, "home")+"\n" {
+		t.Errorf("HOME=%q", home)
+	}
 	bg, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(out, "persisted")))
 	if st, err := sb.Stats(ctx); err != nil || st.Pids < 2 || st.MemoryBytes == 0 {
 		t.Errorf("stats %+v %v", st, err)

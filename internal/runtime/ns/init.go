@@ -124,12 +124,17 @@ func buildRoot(cfg *initConfig) error {
 		return err
 	}
 	r := func(p string) string { return filepath.Join(cfg.Root, p) }
+	// The upper layer persists across restarts and is the sandbox's to write: a symlink it
+	// left at a mount point would steer this init, which still sees the host's tree, to a
+	// host path (another sandbox's layer, whose ids this user namespace shares). Every
+	// mount point must be a real directory (or file) right under the root. Nothing of the
+	// sandbox's runs now, so what is checked stays so until it is used.
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "workspace", ".lbb"} {
-		if err := os.MkdirAll(r(d), 0o755); err != nil {
+		if err := ensure(r(d), true); err != nil {
 			return err
 		}
 	}
-	if err := os.Chmod(r("workspace"), 0o755); err != nil {
+	if err := ensure(r(agentPath), false); err != nil {
 		return err
 	}
 	if err := bindFile(cfg.Agent, r(agentPath), true); err != nil {
@@ -148,18 +153,29 @@ func buildRoot(cfg *initConfig) error {
 	return mount("tmpfs", r("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp)
 }
 
-// bindFile bind-mounts the host file src over dst (made when missing).
-func bindFile(src, dst string, readOnly bool) error {
-	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+// ensure makes path a directory (dir) or an empty file when it is missing, and fails when it
+// is anything else: a symlink above all.
+func ensure(path string, dir bool) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && dir:
+		return os.Mkdir(path, 0o755)
+	case errors.Is(err, os.ErrNotExist):
+		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o755)
 		if err != nil {
-			return err
+			return fmt.Errorf("create %s: %w", path, err)
 		}
-		f.Close()
+		return unix.Close(fd)
+	case err != nil:
+		return err
+	case dir && !fi.IsDir(), !dir && !fi.Mode().IsRegular():
+		return fmt.Errorf("sandbox root: %s is a %v, want a plain %s", path, fi.Mode().Type(), map[bool]string{true: "directory", false: "file"}[dir])
 	}
+	return nil
+}
+
+// bindFile bind-mounts the host file src over dst, which exists.
+func bindFile(src, dst string, readOnly bool) error {
 	if err := mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
@@ -190,7 +206,11 @@ func buildDev(dev string, shmMiB int64) error {
 		return err
 	}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if err := bindFile("/dev/"+n, filepath.Join(dev, n), false); err != nil {
+		dst := filepath.Join(dev, n)
+		if err := ensure(dst, false); err != nil {
+			return err
+		}
+		if err := bindFile("/dev/"+n, dst, false); err != nil {
 			return err
 		}
 	}
@@ -297,23 +317,12 @@ func execAgent(cfg *initConfig) error {
 	if _, err := unix.FcntlInt(fdChannel, unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("channel fd: %w", err)
 	}
-	if err := setRlimits(cfg); err != nil {
-		return err
+	h := hardening{
+		NoFile:        cfg.NoFile,
+		FileSizeBytes: uint64(cfg.DiskMiB) << 20,
+		Writable:      []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc"},
 	}
-	if err := dropCapabilityBounds(); err != nil {
-		return err
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	ll := landlockPolicy{Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc"}}
-	if _, err := ll.restrictThread(); err != nil {
-		return err
-	}
-	if err := clearCapabilities(); err != nil {
-		return err
-	}
-	if err := seccomp.Load(); err != nil {
+	if err := h.apply(); err != nil {
 		return err
 	}
 	wd, err := os.Getwd()
@@ -324,16 +333,46 @@ func execAgent(cfg *initConfig) error {
 	return fmt.Errorf("exec %s: %w", agentPath, syscall.Exec(agentPath, argv, cfg.Env))
 }
 
-func setRlimits(cfg *initConfig) error {
+// hardening is what the calling thread gives up before it execs the agent. The thread must
+// be locked (runtime.LockOSThread): capabilities, no_new_privs, Landlock and seccomp are per
+// thread, and the exec must come from the same one.
+type hardening struct {
+	NoFile uint64
+	// FileSizeBytes bounds every file: a write beyond it raises SIGXFSZ (EFBIG where the
+	// signal is ignored), so not even a sparse file outgrows the disk.
+	FileSizeBytes uint64
+	// Writable trees keep write access under Landlock; everything else is read and exec.
+	Writable []string
+}
+
+func (h hardening) apply() error {
+	if err := h.setRlimits(); err != nil {
+		return err
+	}
+	if err := dropCapabilityBounds(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if _, err := (landlockPolicy{Writable: h.Writable}).restrictThread(); err != nil {
+		return err
+	}
+	if err := clearCapabilities(); err != nil {
+		return err
+	}
+	// Last: the filter denies nothing the steps above need, but it is the final word.
+	return seccomp.Load()
+}
+
+func (h hardening) setRlimits() error {
 	lims := []struct {
 		res int
 		v   uint64
 	}{
 		{unix.RLIMIT_CORE, 0},
-		{unix.RLIMIT_NOFILE, cfg.NoFile},
-		// No file, not even a sparse one, grows past the disk: a write beyond it raises
-		// SIGXFSZ (EFBIG where the signal is ignored).
-		{unix.RLIMIT_FSIZE, uint64(cfg.DiskMiB) << 20},
+		{unix.RLIMIT_NOFILE, h.NoFile},
+		{unix.RLIMIT_FSIZE, h.FileSizeBytes},
 	}
 	for _, l := range lims {
 		if l.v == 0 && l.res != unix.RLIMIT_CORE {

@@ -1,10 +1,12 @@
 package runtimetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -211,11 +213,12 @@ func (e *env) conformance(t *testing.T) {
 		if err := syscall.Kill(b.pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		waitState(t, b.pid, 'T')
 		pctx, pcancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
 		err := b.c.Ping(pctx)
 		pcancel()
 		if err == nil {
-			t.Log("a stopped agent still answered a ping (the kernel had the reply queued?)")
+			t.Error("a stopped agent answered a ping")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -340,4 +343,21 @@ func jsonEqual(got json.RawMessage, want string) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-var _ = io.EOF
+// waitState waits until process pid is in state (a letter of /proc/pid/stat).
+func waitState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c: %s", pid, state, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

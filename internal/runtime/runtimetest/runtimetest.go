@@ -13,7 +13,6 @@ package runtimetest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -293,5 +292,3 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func isCode(err error, code string) bool { return err != nil && agent.IsCode(err, code) }
-
-var errNoInit = errors.New("the driver does not tell its init's pid")

@@ -133,4 +133,4 @@ def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
     if call.when == "call" and call.excinfo is not None and "server" in getattr(item, "fixturenames", ()):
         srv = item.funcargs.get("server")
         if isinstance(srv, Server) and srv.log_path:
-            item.add_report_section("call", "lbb serve log (tail)", srv.log_tail(30))
+            item.add_report_section("call", "lbb serve log (tail)", srv.log_tail(12))

@@ -39,7 +39,7 @@ function report(e) {
   let s;
   if (isError(e)) {
     // Drop the harness's own frames and node's internals.
-    s = e.stack.split('\n').filter((l) => !/^\s+at .*(\[eval\]|node:internal)/.test(l)).join('\n');
+    s = e.stack.split('\n').filter((l) => !/^\s+at\s.*(\[eval\]|node:)/.test(l)).join('\n');
   } else {
     s = 'Uncaught ' + inspect(e);
   }
@@ -67,11 +67,13 @@ const cwd = process.cwd();
 const filename = path.join(cwd, '<run>');
 
 function loadCommonJS(code) {
-  const fn = vm.compileFunction(
-    code + '\n;return typeof run === "function" ? run : undefined;',
-    ['exports', 'require', 'module', '__filename', '__dirname'],
-    { filename },
-  );
+  const params = ['exports', 'require', 'module', '__filename', '__dirname'];
+  // So that import() works in CommonJS code (node 20.12 and later).
+  const opts = { filename, importModuleDynamically: vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER };
+  // Compiled alone first, so that a syntax error points into the code, not the line added
+  // below to fetch a top-level run.
+  vm.compileFunction(code, params, opts);
+  const fn = vm.compileFunction(code + '\n;return typeof run === "function" ? run : undefined;', params, opts);
   const mod = { exports: {}, filename, id: filename, paths: [] };
   const top = fn.call(mod.exports, mod.exports, createRequire(filename), mod, filename, cwd);
   return typeof top === 'function' ? top : pick(mod.exports);

@@ -33,8 +33,13 @@ def _lbb_main():
     def report(e, tb):
         import traceback
 
-        # Drop the harness's own frames (its file is "<string>").
-        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+        # Drop the harness's own frames (its file is "<string>") and asyncio.run's.
+        aio = sys.modules.get("asyncio")
+        aio = os.path.dirname(aio.__file__) + os.sep if aio is not None else None
+        while tb is not None:
+            f = tb.tb_frame.f_code.co_filename
+            if f != "<string>" and not (aio and f.startswith(aio)):
+                break
             tb = tb.tb_next
         traceback.print_exception(type(e), e, tb, file=sys.stderr)
 

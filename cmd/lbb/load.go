@@ -1,0 +1,157 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/loadtest"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+func init() {
+	commands["load"] = command{summary: "Load check: N concurrent one-call runs; 0 lost, 0 run twice; p50/p99, runs/s", run: runLoad}
+}
+
+const loadUsage = `Usage: lbb load [--n 100] [--concurrency N] [--serve] [--json]
+
+Sends N one-call runs at once (python sum), then counts the records: every run must have
+exactly one command record, none lost, none run twice (a replay of every key must answer the
+same command). Prints p50 and p99 latency and runs/s; exits 1 when the check fails.
+
+Against the server at --url / LBB_URL (with --api-key / LBB_API_KEY), or with --serve
+against a fresh lbb serve of its own (ns runtime, its cap of running sandboxes per graph
+raised to N), started from this binary in a temporary data directory and stopped after.
+`
+
+func runLoad(args []string) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, loadUsage); fs.PrintDefaults() }
+	var cf clientFlags
+	cf.register(fs)
+	n := fs.Int("n", 100, "how many runs")
+	conc := fs.Int("concurrency", 0, "how many at a time (default: all)")
+	serveOwn := fs.Bool("serve", false, "start a server of its own for the check")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *serveOwn {
+		url, key, done, err := serveForLoad(ctx, *n)
+		if err != nil {
+			return err
+		}
+		defer done()
+		cf.url, cf.apiKey, cf.graph = url, key, "main"
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	// 429s (the graph's cap of running sandboxes) are retried with the same key.
+	c2, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, MaxRetries: 1000, UserAgent: "lbb-load"})
+	if err == nil {
+		c = c2
+	}
+	var log io.Writer = os.Stderr
+	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: *n, Concurrency: *conc, Log: log})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		b, _ := res.JSON()
+		fmt.Println(string(b))
+	} else {
+		fmt.Print(res.String())
+	}
+	if !res.OK() {
+		return exitError{1, "the load check failed"}
+	}
+	return nil
+}
+
+var serveAddr = regexp.MustCompile(`lbb: serving on (http://\S+)`)
+
+// serveForLoad starts `lbb serve` in a temporary data directory on a free port.
+func serveForLoad(ctx context.Context, n int) (url, key string, done func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "lbb-load-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	os.Chmod(dir, 0o711)
+	data := filepath.Join(dir, "data")
+	cmd := exec.Command(exe, "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDirFromEnv(),
+		"--max-running-per-graph", strconv.Itoa(max(n, 10)), "--log-level", "warn")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", "", nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, err
+	}
+	done = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	found := make(chan string, 1)
+	var tail []string
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := serveAddr.FindStringSubmatch(line); m != nil {
+				found <- m[1]
+			} else if len(tail) < 20 {
+				tail = append(tail, line)
+			}
+		}
+	}()
+	select {
+	case url = <-found:
+	case <-time.After(10 * time.Minute):
+		done()
+		return "", "", nil, fmt.Errorf("lbb serve did not start:\n%s", strings.Join(tail, "\n"))
+	case <-ctx.Done():
+		done()
+		return "", "", nil, ctx.Err()
+	}
+	b, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		done()
+		return "", "", nil, err
+	}
+	fmt.Fprintf(os.Stderr, "load: serving on %s from %s\n", url, data)
+	return url, strings.TrimSpace(string(b)), done, nil
+}
+
+func imagesDirFromEnv() string {
+	if d := os.Getenv("LBB_IMAGES_DIR"); d != "" {
+		return d
+	}
+	d := os.Getenv("LBB_DATA_DIR")
+	if d == "" {
+		d = "/var/lib/lbb"
+	}
+	return filepath.Join(d, "images")
+}

@@ -1,0 +1,818 @@
+/**
+ * The client: `new LbbClient({ baseUrl, apiKey, graph })`, on the platform's fetch.
+ */
+
+import {
+  APIConnectionError,
+  APITimeoutError,
+  LbbError,
+  NotFoundError,
+  errorFromBody,
+} from "./errors.js";
+import { SSEDecoder, lines, type ServerSentEvent } from "./sse.js";
+import {
+  DONE_STATUSES,
+  fromLimits,
+  runFromCommand,
+  toCommand,
+  toFileInfo,
+  toGraphFile,
+  toPage,
+  toRunResult,
+  toSandboxInfo,
+  toTemplate,
+  type Command,
+  type FileInfo,
+  type GraphFile,
+  type Limits,
+  type Page,
+  type RunResult,
+  type SandboxInfo,
+  type Template,
+  type TemplateFile,
+} from "./types.js";
+import type { WireCommand, WireRunResult, WireSandbox, WireTemplate } from "./wire.js";
+
+export const VERSION = "0.1.0";
+const DEFAULT_BASE_URL = "http://127.0.0.1:7700";
+const DEFAULT_TIMEOUT_MS = 120_000;
+const DEFAULT_MAX_RETRIES = 3;
+/** How long one long-poll of GET /v1/commands/{id} asks the server to wait. */
+const POLL_WAIT_MS = 30_000;
+/** Statuses worth a retry of the same request (and Idempotency-Key). */
+const RETRY_STATUSES = new Set([429, 502, 503, 504]);
+/** Methods that change state: each logical call gets one Idempotency-Key, kept on its retries. */
+const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+
+export interface ClientOptions {
+  /** Default: $LBB_URL, then http://127.0.0.1:7700. */
+  baseUrl?: string;
+  /** Default: $LBB_API_KEY, then (for a local server) the admin key it saved in $LBB_DATA_DIR/admin.key. */
+  apiKey?: string;
+  /** Default: $LBB_GRAPH, then "main". */
+  graph?: string;
+  /** How long one request may take, unless it waits longer on the server (wait_ms). Default 120 s. */
+  timeoutMs?: number;
+  /** Retries of a call that could not connect or got 429, 502, 503 or 504. Default 3. */
+  maxRetries?: number;
+  /** Headers sent with every request. */
+  headers?: Record<string, string>;
+  /** The fetch to use; default the platform's. */
+  fetch?: typeof fetch;
+}
+
+/** JSON values. */
+export type Json = unknown;
+export type Data = string | Uint8Array | ArrayBuffer;
+
+interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined | null>;
+  json?: unknown;
+  body?: string | Uint8Array | ArrayBuffer;
+  headers?: Record<string, string>;
+  idempotencyKey?: string | undefined;
+  /** A server-side wait the read must outlast. */
+  waitMs?: number | undefined;
+  graph?: boolean;
+  signal?: AbortSignal | undefined;
+}
+
+function env(name: string): string | undefined {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  const v = p?.env?.[name];
+  return v ? v : undefined;
+}
+
+function isLocal(url: string): boolean {
+  try {
+    return ["127.0.0.1", "localhost", "[::1]"].includes(new URL(url).hostname);
+  } catch {
+    return false;
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
+/** Milliseconds before retry number attempt+1: Retry-After when given (up to 30 s), else exponential with jitter. */
+export function backoffMs(attempt: number, retryAfter?: string | null): number {
+  if (retryAfter) {
+    const s = Number(retryAfter);
+    if (Number.isFinite(s)) return Math.min(Math.max(s, 0), 30) * 1000;
+  }
+  return Math.min(8000, 250 * 2 ** attempt) * (0.5 + Math.random() / 2);
+}
+
+function newIdempotencyKey(): string {
+  return globalThis.crypto.randomUUID();
+}
+
+function compact<T extends Record<string, unknown>>(o: T): Partial<T> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
+  return out as Partial<T>;
+}
+
+function toBody(data: Data): string | Uint8Array {
+  return data instanceof ArrayBuffer ? new Uint8Array(data) : data;
+}
+
+/** Sends requests: auth, graph, Idempotency-Key, retries and typed errors. */
+export class Transport {
+  readonly baseUrl: string;
+  readonly graph: string;
+  private apiKey: string | undefined;
+  private keyLoaded: boolean;
+  private readonly timeoutMs: number;
+  private readonly maxRetries: number;
+  private readonly headers: Record<string, string>;
+  private readonly fetch: typeof fetch;
+
+  constructor(o: ClientOptions) {
+    this.baseUrl = (o.baseUrl ?? env("LBB_URL") ?? DEFAULT_BASE_URL).replace(/\/+$/, "");
+    this.apiKey = o.apiKey ?? env("LBB_API_KEY");
+    this.keyLoaded = this.apiKey !== undefined || !isLocal(this.baseUrl);
+    this.graph = o.graph ?? env("LBB_GRAPH") ?? "main";
+    this.timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.maxRetries = o.maxRetries ?? DEFAULT_MAX_RETRIES;
+    this.headers = { "User-Agent": `lbb-typescript/${VERSION}`, ...o.headers };
+    const f = o.fetch ?? globalThis.fetch;
+    if (!f) throw new LbbError("no fetch: use Node 20 or later, or pass options.fetch");
+    this.fetch = f.bind(globalThis);
+  }
+
+  /** The saved admin key of a local server, read once (DESIGN.md section 5). */
+  private async key(): Promise<string | undefined> {
+    if (!this.keyLoaded) {
+      this.keyLoaded = true;
+      try {
+        const fs = await import("node:fs/promises");
+        const dir = env("LBB_DATA_DIR") ?? "/var/lib/lbb";
+        this.apiKey = (await fs.readFile(`${dir}/admin.key`, "utf8")).trim() || undefined;
+      } catch {
+        // not on Node, or no saved key: the server answers 401
+      }
+    }
+    return this.apiKey;
+  }
+
+  url(path: string, query: RequestOptions["query"], graph = true): string {
+    const u = new URL(this.baseUrl + path);
+    if (graph) u.searchParams.set("graph", this.graph);
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== null) u.searchParams.set(k, String(v));
+    return u.toString();
+  }
+
+  private async baseHeaders(): Promise<Record<string, string>> {
+    const h: Record<string, string> = { Accept: "application/json", ...this.headers };
+    const key = await this.key();
+    if (key) h.Authorization = `Bearer ${key}`;
+    return h;
+  }
+
+  async request(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
+    const url = this.url(path, o.query, o.graph ?? true);
+    const headers = { ...(await this.baseHeaders()), ...o.headers };
+    let body: string | Uint8Array | undefined;
+    if (o.json !== undefined) {
+      body = JSON.stringify(o.json);
+      headers["Content-Type"] = "application/json";
+    } else if (o.body !== undefined) {
+      body = toBody(o.body);
+    }
+    if (MUTATING.has(method)) {
+      // One key per logical call, the same on every retry of it: the server runs the code at most once for it.
+      headers["Idempotency-Key"] = o.idempotencyKey ?? newIdempotencyKey();
+    }
+    const timeout = o.waitMs === undefined ? this.timeoutMs : Math.max(this.timeoutMs, o.waitMs + 30_000);
+    for (let attempt = 0; ; attempt++) {
+      const timer = AbortSignal.timeout(timeout);
+      const signal = o.signal ? AbortSignal.any([o.signal, timer]) : timer;
+      let resp: Response;
+      try {
+        resp = await this.fetch(url, { method, headers, body: body as RequestInit["body"], signal });
+      } catch (e) {
+        if (o.signal?.aborted) throw e;
+        const timedOut = timer.aborted;
+        if (attempt >= this.maxRetries) {
+          const Cls = timedOut ? APITimeoutError : APIConnectionError;
+          throw new Cls(`${method} ${path}: ${timedOut ? `no answer in ${timeout} ms` : describe(e)}`, {
+            code: "connection_error",
+            cause: e,
+          });
+        }
+        await sleep(backoffMs(attempt), o.signal);
+        continue;
+      }
+      if (RETRY_STATUSES.has(resp.status) && attempt < this.maxRetries) {
+        await resp.body?.cancel().catch(() => undefined);
+        await sleep(backoffMs(attempt, resp.headers.get("retry-after")), o.signal);
+        continue;
+      }
+      if (resp.status >= 400) {
+        throw errorFromBody(resp.status, await resp.text(), resp.headers.get("request-id"));
+      }
+      return resp;
+    }
+  }
+
+  async json<T>(method: string, path: string, o: RequestOptions = {}): Promise<T> {
+    const resp = await this.request(method, path, o);
+    const text = await resp.text();
+    return (text.trim() ? JSON.parse(text) : {}) as T;
+  }
+
+  /**
+   * Reads a server-sent event stream. After a broken connection it reconnects with
+   * Last-Event-ID, so no event comes twice; it gives up when the server sent no ids.
+   */
+  async *events(path: string, query: RequestOptions["query"], signal?: AbortSignal): AsyncGenerator<ServerSentEvent> {
+    const url = this.url(path, query);
+    let lastId: string | undefined;
+    for (let attempt = 0; ; ) {
+      const headers: Record<string, string> = { ...(await this.baseHeaders()), Accept: "text/event-stream" };
+      if (lastId !== undefined) headers["Last-Event-ID"] = lastId;
+      const dec = new SSEDecoder();
+      let resp: Response;
+      try {
+        resp = await this.fetch(url, { headers, ...(signal ? { signal } : {}) });
+      } catch (e) {
+        if (signal?.aborted || attempt >= this.maxRetries) {
+          throw new APIConnectionError(`GET ${path}: ${describe(e)}`, { code: "connection_error", cause: e });
+        }
+        await sleep(backoffMs(attempt++), signal);
+        continue;
+      }
+      if (resp.status >= 400) {
+        const text = await resp.text();
+        if (RETRY_STATUSES.has(resp.status) && attempt < this.maxRetries) {
+          await sleep(backoffMs(attempt++, resp.headers.get("retry-after")), signal);
+          continue;
+        }
+        throw errorFromBody(resp.status, text, resp.headers.get("request-id"));
+      }
+      if (!resp.body) return;
+      try {
+        for await (const line of lines(resp.body as AsyncIterable<Uint8Array>)) {
+          const ev = dec.feed(line);
+          if (dec.lastId !== undefined) lastId = dec.lastId;
+          if (ev) {
+            attempt = 0;
+            yield ev;
+          }
+        }
+        const last = dec.feed(""); // a last event the server did not end with a blank line
+        if (last) yield last;
+        return;
+      } catch (e) {
+        if (signal?.aborted) throw e;
+        if (lastId === undefined || attempt >= this.maxRetries) {
+          throw new APIConnectionError(`GET ${path}: the stream broke: ${describe(e)}`, { code: "connection_error", cause: e });
+        }
+        await sleep(backoffMs(attempt++), signal);
+      }
+    }
+  }
+}
+
+function describe(e: unknown): string {
+  if (e instanceof Error) {
+    const cause = (e as { cause?: unknown }).cause;
+    return cause instanceof Error ? `${e.message}: ${cause.message}` : e.message;
+  }
+  return String(e);
+}
+
+async function waitCommand(t: Transport, id: string, timeoutMs?: number, signal?: AbortSignal): Promise<WireCommand> {
+  const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+  for (;;) {
+    const waitMs = deadline === undefined ? POLL_WAIT_MS : Math.max(0, Math.min(POLL_WAIT_MS, deadline - Date.now()));
+    const cmd = await t.json<WireCommand>("GET", `/v1/commands/${encodeURIComponent(id)}`, { query: { wait_ms: waitMs }, waitMs, signal });
+    if (DONE_STATUSES.has(cmd.status) || (deadline !== undefined && Date.now() >= deadline)) return cmd;
+  }
+}
+
+async function finishRun<R>(t: Transport, resp: Response, wait: boolean, signal?: AbortSignal): Promise<RunResult<R>> {
+  let w = (await resp.json()) as WireRunResult;
+  if (wait && (resp.status === 202 || w.status === "queued" || w.status === "running") && w.command) {
+    w = runFromCommand(w, await waitCommand(t, w.command, undefined, signal));
+  }
+  return toRunResult<R>(w);
+}
+
+/** What every call can take. */
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+/** Calls that run code or change state take a key; without one the SDK makes a fresh one per call. */
+export interface IdempotentCallOptions extends CallOptions {
+  idempotencyKey?: string;
+}
+
+export interface RunParams extends IdempotentCallOptions {
+  /** Code that defines run(input, config). */
+  code?: string;
+  /** A template: "normalize", or "normalize@3" to pin a version. */
+  template?: string;
+  input?: Json;
+  /** Merged over the template's config. */
+  config?: Json;
+  /** lbb/python (default), lbb/node or lbb/shell. */
+  base?: string;
+  /** Shorthand for base: "python", "node" or "shell". */
+  language?: string;
+  limits?: Limits;
+  timeoutMs?: number;
+  /** How long the server waits for the run before it answers 202; the SDK then waits on the command. */
+  waitMs?: number;
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+  /** false: answer as soon as the server does, even if the run has not ended. Default true. */
+  wait?: boolean;
+}
+
+export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "metadata">;
+
+function runBody(p: RunParams | SandboxRunParams): Record<string, unknown> {
+  if (p.code !== undefined && p.template !== undefined) throw new TypeError("run takes code or template, not both");
+  if (p.code === undefined && p.template === undefined) throw new TypeError("run needs code or template");
+  const q = p as RunParams;
+  return compact({
+    code: p.code,
+    template: p.template,
+    input: p.input,
+    config: p.config,
+    base: q.base,
+    language: q.language,
+    env: p.env,
+  });
+}
+
+export interface CreateTemplateParams extends IdempotentCallOptions {
+  name: string;
+  base?: string;
+  code?: string;
+  limits?: Limits;
+  /** The command timeout of the template's runs, in ms (the wire's timeout_ms). */
+  commandTimeoutMs?: number;
+  /** The same as commandTimeoutMs. */
+  timeoutMs?: number;
+  config?: Record<string, Json>;
+  files?: TemplateFile[];
+  description?: string;
+}
+
+/** Saved versions of code, limits and default config (/v1/sandboxes/templates). */
+export class Templates {
+  constructor(private readonly t: Transport) {}
+
+  /** Saves a new version of the template; answers the version saved. */
+  async create(p: CreateTemplateParams): Promise<Template> {
+    const body = compact({
+      name: p.name,
+      base: p.base,
+      code: p.code,
+      limits: fromLimits(p.limits),
+      timeout_ms: p.commandTimeoutMs ?? p.timeoutMs,
+      config: p.config,
+      files: p.files?.map((f) => ({ file: f.file, path: f.path })),
+      description: p.description,
+    });
+    return toTemplate(await this.t.json<WireTemplate>("POST", "/v1/sandboxes/templates", { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
+  }
+
+  /** The newest version of each template of the graph; raw.bases lists the base templates. */
+  async list(p: { limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Template>> {
+    const body = await this.t.json<unknown>("GET", "/v1/sandboxes/templates", { query: { limit: p.limit, cursor: p.cursor }, signal: p.signal });
+    return toPage(body, toTemplate);
+  }
+
+  /** A template's newest version ("name@3" pins one), with its versions; or a base ("lbb/python"). */
+  async get(name: string, o: CallOptions = {}): Promise<Template> {
+    return toTemplate(await this.t.json<WireTemplate>("GET", `/v1/sandboxes/templates/${name.split("/").map(encodeURIComponent).join("/")}`, o));
+  }
+}
+
+/** The files of one sandbox's workspace (/workspace). */
+export class SandboxFiles {
+  constructor(
+    private readonly t: Transport,
+    readonly sandboxId: string,
+  ) {}
+
+  private get base(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}`;
+  }
+
+  /** Writes a file (relative to /workspace, or absolute inside it); a string is written as UTF-8. */
+  async write(path: string, data: Data, o: IdempotentCallOptions = {}): Promise<Record<string, unknown>> {
+    return this.t.json("PUT", `${this.base}/files/content`, {
+      query: { path },
+      body: data,
+      headers: { "Content-Type": "application/octet-stream" },
+      idempotencyKey: o.idempotencyKey,
+      signal: o.signal,
+    });
+  }
+
+  /** The bytes of a file. */
+  async read(path: string, o: CallOptions = {}): Promise<Uint8Array> {
+    const resp = await this.t.request("GET", `${this.base}/files/content`, { query: { path }, signal: o.signal });
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+
+  /** The text of a file (UTF-8). */
+  async readText(path: string, o: CallOptions = {}): Promise<string> {
+    return new TextDecoder().decode(await this.read(path, o));
+  }
+
+  /** The entries of a directory, with type, size, mode and mtime. */
+  async list(path = ".", o: { recursive?: boolean } & CallOptions = {}): Promise<Page<FileInfo>> {
+    const body = await this.t.json<unknown>("GET", `${this.base}/files`, {
+      query: { path, recursive: o.recursive ? "true" : undefined },
+      signal: o.signal,
+    });
+    return toPage(body, toFileInfo);
+  }
+
+  async delete(path: string, o: CallOptions = {}): Promise<void> {
+    await this.t.request("DELETE", `${this.base}/files`, { query: { path }, signal: o.signal });
+  }
+
+  /** Keeps a workspace file as a File of the graph, which outlives the sandbox. */
+  async keep(path: string, o: IdempotentCallOptions = {}): Promise<GraphFile> {
+    return toGraphFile(
+      await this.t.json("POST", "/v1/files", { query: { source_sandbox: this.sandboxId, source_path: path }, idempotencyKey: o.idempotencyKey, signal: o.signal }),
+    );
+  }
+
+  /** Copies a File of the graph (by its sha256) into the workspace at path. */
+  async importFile(sha256: string, path: string, o: IdempotentCallOptions = {}): Promise<Record<string, unknown>> {
+    return this.t.json("PUT", "/v1/sandboxes/files/content", {
+      query: { sandbox: this.sandboxId, path, source_sha256: sha256 },
+      idempotencyKey: o.idempotencyKey,
+      signal: o.signal,
+    });
+  }
+}
+
+export interface StreamOptions extends CallOptions {
+  /** "stdout" (default), "stderr" or "both". */
+  stream?: "stdout" | "stderr" | "both";
+  /** Keep reading until the command ends (default true). */
+  follow?: boolean;
+}
+
+/** Command records, by id (/v1/commands). */
+export class Commands {
+  constructor(private readonly t: Transport) {}
+
+  /** A command record; with waitMs the server waits up to that long for it to end. */
+  async get(id: string, o: { waitMs?: number } & CallOptions = {}): Promise<Command> {
+    return toCommand(
+      await this.t.json<WireCommand>("GET", `/v1/commands/${encodeURIComponent(id)}`, { query: { wait_ms: o.waitMs }, waitMs: o.waitMs, signal: o.signal }),
+    );
+  }
+
+  /** Waits until the command ends (or timeoutMs passes) and answers its record. */
+  async wait(id: string, o: { timeoutMs?: number } & CallOptions = {}): Promise<Command> {
+    return toCommand(await waitCommand(this.t, id, o.timeoutMs, o.signal));
+  }
+
+  async list(p: { sandbox?: string; status?: string; limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Command>> {
+    const body = await this.t.json<unknown>("GET", "/v1/commands", {
+      query: { sandbox: p.sandbox, status: p.status, limit: p.limit, cursor: p.cursor },
+      signal: p.signal,
+    });
+    return toPage(body, toCommand);
+  }
+
+  /** The command's output as server-sent events: what is kept, then live chunks, then its exit. */
+  stream(id: string, o: StreamOptions = {}): AsyncIterable<ServerSentEvent> {
+    return this.t.events(
+      `/v1/commands/${encodeURIComponent(id)}/output`,
+      { stream: o.stream ?? "stdout", follow: o.follow === false ? "false" : "true" },
+      o.signal,
+    );
+  }
+
+  async kill(id: string, o: { signal?: AbortSignal; killSignal?: string } = {}): Promise<Command> {
+    return toCommand(
+      await this.t.json<WireCommand>("POST", `/v1/commands/${encodeURIComponent(id)}/kill`, { json: compact({ signal: o.killSignal }), signal: o.signal }),
+    );
+  }
+}
+
+export interface CreateCommandParams extends IdempotentCallOptions {
+  argv: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  stdin?: string | Uint8Array;
+  /** How long the answer waits for the process to end; it says status "running" if it has not. */
+  waitMs?: number;
+  timeoutMs?: number;
+}
+
+function commandBody(p: CreateCommandParams): Record<string, unknown> {
+  if (!Array.isArray(p.argv)) throw new TypeError('argv is an array of strings, e.g. ["python", "upper.py"]; for a shell line use ["bash", "-c", line]');
+  const body: Record<string, unknown> = compact({ argv: p.argv, env: p.env, cwd: p.cwd, wait_ms: p.waitMs, timeout_ms: p.timeoutMs });
+  if (typeof p.stdin === "string") body.stdin = p.stdin;
+  else if (p.stdin !== undefined) {
+    try {
+      body.stdin = new TextDecoder("utf-8", { fatal: true }).decode(p.stdin);
+    } catch {
+      body.stdin_base64 = base64(p.stdin);
+    }
+  }
+  return body;
+}
+
+function base64(b: Uint8Array): string {
+  let s = "";
+  for (let i = 0; i < b.length; i += 0x8000) s += String.fromCharCode(...b.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+/** The commands of one sandbox. */
+export class SandboxCommands {
+  private readonly commands: Commands;
+
+  constructor(
+    private readonly t: Transport,
+    readonly sandboxId: string,
+  ) {
+    this.commands = new Commands(t);
+  }
+
+  /** Starts a process; see CreateCommandParams.waitMs. */
+  async create(p: CreateCommandParams): Promise<Command> {
+    const w = await this.t.json<WireCommand>("POST", `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/commands`, {
+      json: commandBody(p),
+      idempotencyKey: p.idempotencyKey,
+      waitMs: p.waitMs,
+      signal: p.signal,
+    });
+    return toCommand(w);
+  }
+
+  /** Starts a process and waits until it ends. */
+  async run(p: Omit<CreateCommandParams, "waitMs">): Promise<Command> {
+    const cmd = await this.create({ ...p, waitMs: POLL_WAIT_MS });
+    return DONE_STATUSES.has(cmd.status) ? cmd : this.commands.wait(cmd.id, p.signal ? { signal: p.signal } : {});
+  }
+
+  async list(p: { status?: string; limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Command>> {
+    const body = await this.t.json<unknown>("GET", `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/commands`, {
+      query: { status: p.status, limit: p.limit, cursor: p.cursor },
+      signal: p.signal,
+    });
+    return toPage(body, toCommand);
+  }
+
+  get(id: string, o: { waitMs?: number } & CallOptions = {}): Promise<Command> {
+    return this.commands.get(id, o);
+  }
+
+  wait(id: string, o: { timeoutMs?: number } & CallOptions = {}): Promise<Command> {
+    return this.commands.wait(id, o);
+  }
+
+  stream(id: string, o: StreamOptions = {}): AsyncIterable<ServerSentEvent> {
+    return this.commands.stream(id, o);
+  }
+
+  kill(id: string, o: { signal?: AbortSignal; killSignal?: string } = {}): Promise<Command> {
+    return this.commands.kill(id, o);
+  }
+}
+
+/** A handle on a long-lived sandbox: its files, its commands, run(), stop, resume, delete. */
+export class Sandbox {
+  readonly id: string;
+  info: SandboxInfo;
+  readonly files: SandboxFiles;
+  readonly commands: SandboxCommands;
+
+  constructor(
+    private readonly t: Transport,
+    w: WireSandbox,
+  ) {
+    const id = w.id ?? (w as unknown as { sandbox?: string }).sandbox;
+    if (!id) throw new LbbError(`the server's answer names no sandbox id: ${JSON.stringify(w)}`);
+    this.id = id;
+    this.info = toSandboxInfo({ ...w, id });
+    this.files = new SandboxFiles(t, id);
+    this.commands = new SandboxCommands(t, id);
+  }
+
+  get status(): string {
+    return this.info.status;
+  }
+
+  private get path(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.id)}`;
+  }
+
+  private update(w: Partial<WireSandbox>): SandboxInfo {
+    if (w && w.id) this.info = toSandboxInfo(w as WireSandbox);
+    return this.info;
+  }
+
+  /** Reads the sandbox's record again. */
+  async refresh(o: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(await this.t.json<WireSandbox>("GET", this.path, o));
+  }
+
+  /** Calls run(input, config) of code (or a template's code) in this sandbox, next to its files. */
+  async run<R = unknown>(p: SandboxRunParams): Promise<RunResult<R>> {
+    const body = { ...runBody(p), ...compact({ timeout_ms: p.timeoutMs, wait_ms: p.waitMs }) };
+    const resp = await this.t.request("POST", `${this.path}/run`, { json: body, idempotencyKey: p.idempotencyKey, waitMs: p.waitMs, signal: p.signal });
+    return finishRun<R>(this.t, resp, p.wait ?? true, p.signal);
+  }
+
+  /** Ends the sandbox's processes; its disk stays. */
+  async stop(o: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(await this.t.json<WireSandbox>("POST", `${this.path}/stop`, o));
+  }
+
+  /** Starts a stopped sandbox again, with the same workspace. */
+  async resume(o: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(await this.t.json<WireSandbox>("POST", `${this.path}/resume`, o));
+  }
+
+  /** Destroys the sandbox; its record is kept. */
+  async delete(o: CallOptions = {}): Promise<void> {
+    await this.t.request("DELETE", this.path, o);
+  }
+}
+
+export interface CreateSandboxParams extends IdempotentCallOptions {
+  template?: string;
+  base?: string;
+  limits?: Limits;
+  expiresInSeconds?: number;
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
+/** Runs and sandboxes (/v1/sandboxes). */
+export class Sandboxes {
+  readonly templates: Templates;
+
+  constructor(private readonly t: Transport) {
+    this.templates = new Templates(t);
+  }
+
+  /**
+   * Runs code (or a template) once in a new sandbox, destroyed when the run ends.
+   *
+   * A run that raises answers ok: false with the traceback in stderr; a failed call throws an
+   * LbbError. The SDK sends a fresh Idempotency-Key (or p.idempotencyKey) and reuses it on its
+   * retries, so the code runs at most once; past waitMs it waits on the command.
+   */
+  async run<R = unknown>(p: RunParams): Promise<RunResult<R>> {
+    const body = compact({ run: runBody(p), limits: fromLimits(p.limits), timeout_ms: p.timeoutMs, wait_ms: p.waitMs, metadata: p.metadata });
+    const resp = await this.t.request("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, waitMs: p.waitMs, signal: p.signal });
+    return finishRun<R>(this.t, resp, p.wait ?? true, p.signal);
+  }
+
+  /** Creates a long-lived sandbox. */
+  async create(p: CreateSandboxParams = {}): Promise<Sandbox> {
+    const body = compact({
+      template: p.template,
+      base: p.base,
+      limits: fromLimits(p.limits),
+      expires_in_seconds: p.expiresInSeconds,
+      env: p.env,
+      metadata: p.metadata,
+    });
+    return new Sandbox(this.t, await this.t.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
+  }
+
+  /** A handle on an existing sandbox, with its record. */
+  async get(id: string, o: CallOptions = {}): Promise<Sandbox> {
+    return new Sandbox(this.t, await this.t.json<WireSandbox>("GET", `/v1/sandboxes/${encodeURIComponent(id)}`, o));
+  }
+
+  async list(p: { status?: string; limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<SandboxInfo>> {
+    const body = await this.t.json<unknown>("GET", "/v1/sandboxes", { query: { status: p.status, limit: p.limit, cursor: p.cursor }, signal: p.signal });
+    return toPage(body, toSandboxInfo);
+  }
+
+  async delete(id: string, o: CallOptions = {}): Promise<void> {
+    await this.t.request("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`, o);
+  }
+
+  /**
+   * Creates a sandbox, hands it to fn and deletes it when fn ends, also after an error;
+   * answers what fn returns.
+   */
+  async scoped<T>(spec: CreateSandboxParams, fn: (sb: Sandbox) => Promise<T> | T): Promise<T> {
+    const sb = await this.create(spec);
+    let result: T;
+    try {
+      result = await fn(sb);
+    } catch (e) {
+      await sb.delete().catch((de: unknown) => {
+        if (!(de instanceof NotFoundError) && e instanceof Error) {
+          (e as { deleteError?: unknown }).deleteError = de;
+        }
+      });
+      throw e;
+    }
+    try {
+      await sb.delete();
+    } catch (de) {
+      if (!(de instanceof NotFoundError)) throw de;
+    }
+    return result;
+  }
+}
+
+/** Files of the graph (/v1/files): content-addressed, outliving sandboxes. */
+export class Files {
+  constructor(private readonly t: Transport) {}
+
+  async upload(data: Data, o: { name?: string } & IdempotentCallOptions = {}): Promise<GraphFile> {
+    return toGraphFile(
+      await this.t.json("POST", "/v1/files", {
+        query: { name: o.name },
+        body: data,
+        headers: { "Content-Type": "application/octet-stream" },
+        idempotencyKey: o.idempotencyKey,
+        signal: o.signal,
+      }),
+    );
+  }
+
+  /** Keeps a workspace file as a File; it names the sandbox and path as its origin. */
+  keep(sandboxId: string, path: string, o: IdempotentCallOptions = {}): Promise<GraphFile> {
+    return new SandboxFiles(this.t, sandboxId).keep(path, o);
+  }
+
+  async list(p: { limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<GraphFile>> {
+    const body = await this.t.json<unknown>("GET", "/v1/files", { query: { limit: p.limit, cursor: p.cursor }, signal: p.signal });
+    return toPage(body, toGraphFile);
+  }
+
+  async get(id: string, o: CallOptions = {}): Promise<GraphFile> {
+    return toGraphFile(await this.t.json("GET", `/v1/files/${encodeURIComponent(id)}`, o));
+  }
+
+  async content(id: string, o: CallOptions = {}): Promise<Uint8Array> {
+    const resp = await this.t.request("GET", `/v1/files/${encodeURIComponent(id)}/content`, o);
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+}
+
+/**
+ * The client. Every call goes to one graph (options.graph, default "main").
+ *
+ * ```ts
+ * const lbb = new LbbClient({ baseUrl: "http://127.0.0.1:7700", apiKey, graph: "main" });
+ * const { result } = await lbb.sandboxes.run({ code, input: [1, 2, 3] });
+ * ```
+ */
+export class LbbClient {
+  readonly sandboxes: Sandboxes;
+  readonly commands: Commands;
+  readonly files: Files;
+  private readonly t: Transport;
+
+  constructor(options: ClientOptions = {}) {
+    this.t = new Transport(options);
+    this.sandboxes = new Sandboxes(this.t);
+    this.commands = new Commands(this.t);
+    this.files = new Files(this.t);
+  }
+
+  get baseUrl(): string {
+    return this.t.baseUrl;
+  }
+
+  get graph(): string {
+    return this.t.graph;
+  }
+
+  /** GET /healthz. */
+  health(o: CallOptions = {}): Promise<Record<string, unknown>> {
+    return this.t.json("GET", "/healthz", { graph: false, signal: o.signal });
+  }
+
+  /** The server's OpenAPI document. */
+  openapi(o: CallOptions = {}): Promise<Record<string, unknown>> {
+    return this.t.json("GET", "/v1/openapi.json", { graph: false, signal: o.signal });
+  }
+}

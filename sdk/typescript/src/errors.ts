@@ -1,0 +1,145 @@
+/**
+ * Typed errors: the server's error codes and statuses, mapped back to classes.
+ *
+ * Every error of the API is `{"error": {"code", "message", "request_id"}}` with a status; the
+ * class follows the status (the server maps its error classes to statuses in one place) and a
+ * few stable codes get a subclass of their own.
+ */
+
+export interface LbbErrorOptions {
+  code?: string;
+  status?: number;
+  requestId?: string;
+  body?: unknown;
+  cause?: unknown;
+}
+
+/** Base of every error this SDK throws. */
+export class LbbError extends Error {
+  /** The server's stable error code: `not_found`, `idempotency_key_reused`, … */
+  readonly code: string;
+  /** The HTTP status; undefined when no answer arrived. */
+  readonly status: number | undefined;
+  /** The request's id, to quote in a report. */
+  readonly requestId: string | undefined;
+  /** The answer's body, parsed when it was JSON. */
+  readonly body: unknown;
+
+  constructor(message: string, options: LbbErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = options.code ?? "error";
+    this.status = options.status;
+    this.requestId = options.requestId;
+    this.body = options.body;
+  }
+
+  override toString(): string {
+    const tag = this.status === undefined ? this.code : `${this.status} ${this.code}`;
+    return `${this.name}: ${this.message} (${tag}${this.requestId ? `, request ${this.requestId}` : ""})`;
+  }
+}
+
+/** No answer from the server: it could not be reached, or the connection broke (after retries). */
+export class APIConnectionError extends LbbError {}
+/** The server did not answer in time (after retries). */
+export class APITimeoutError extends APIConnectionError {}
+/** The server answered with an error status. */
+export class APIStatusError extends LbbError {}
+/** 400: the request is malformed, or asks for more than the server's caps (code `limit_exceeded`). */
+export class InvalidRequestError extends APIStatusError {}
+/** 400 `idempotency_key_required`. */
+export class IdempotencyKeyRequiredError extends InvalidRequestError {}
+/** 400 `path_outside_workspace`: a file path resolves outside /workspace. */
+export class PathOutsideWorkspaceError extends InvalidRequestError {}
+/** 401: the API key is missing, unknown or revoked. */
+export class AuthenticationError extends APIStatusError {}
+/** 403: the key may not use this graph, or lacks the scope of this call. */
+export class PermissionDeniedError extends APIStatusError {}
+/** 404: no such record in this graph (another graph's ids are not found too). */
+export class NotFoundError extends APIStatusError {}
+/** 409: the request clashes with the state of a record. */
+export class ConflictError extends APIStatusError {}
+/** 413: the body or file is larger than the server takes. */
+export class PayloadTooLargeError extends APIStatusError {}
+/** 422: the request is well-formed but cannot be done. */
+export class UnprocessableError extends APIStatusError {}
+/** 422 `idempotency_key_reused`: the key was used before with a different request. */
+export class IdempotencyConflictError extends UnprocessableError {}
+/** 429: a limit is reached; retry later with the same Idempotency-Key. */
+export class RateLimitError extends APIStatusError {}
+/** 429 `too_many_sandboxes`: the graph has as many running sandboxes as it may. */
+export class TooManySandboxesError extends RateLimitError {}
+/** 5xx other than 503: the server failed. */
+export class InternalServerError extends APIStatusError {}
+/** 503: the service cannot do this now; a retry later may work. */
+export class UnavailableError extends APIStatusError {}
+
+type StatusErrorClass = new (message: string, options?: LbbErrorOptions) => APIStatusError;
+
+const byStatus: Record<number, StatusErrorClass> = {
+  400: InvalidRequestError,
+  401: AuthenticationError,
+  403: PermissionDeniedError,
+  404: NotFoundError,
+  405: InvalidRequestError,
+  409: ConflictError,
+  413: PayloadTooLargeError,
+  422: UnprocessableError,
+  429: RateLimitError,
+  503: UnavailableError,
+};
+
+const byCode: Record<string, StatusErrorClass> = {
+  idempotency_key_required: IdempotencyKeyRequiredError,
+  idempotency_key_reused: IdempotencyConflictError,
+  path_outside_workspace: PathOutsideWorkspaceError,
+  too_many_sandboxes: TooManySandboxesError,
+};
+
+const defaultCodes: Record<number, string> = {
+  400: "invalid_request",
+  401: "unauthorized",
+  403: "forbidden",
+  404: "not_found",
+  409: "conflict",
+  413: "payload_too_large",
+  422: "unprocessable",
+  429: "limit_exceeded",
+  503: "unavailable",
+};
+
+/** The error class for an answer with status and code. */
+export function errorClass(status: number, code: string): StatusErrorClass {
+  const forCode = byCode[code];
+  const forStatus = byStatus[status];
+  if (forCode && forStatus && forCode.prototype instanceof forStatus) return forCode;
+  if (forStatus) return forStatus;
+  if (status >= 500) return InternalServerError;
+  return APIStatusError;
+}
+
+/** Builds the typed error for an answer with an error status. */
+export function errorFromBody(status: number, text: string, requestIdHeader?: string | null): APIStatusError {
+  let code = defaultCodes[status] ?? (status >= 500 ? "internal" : "error");
+  let message = "";
+  let requestId = requestIdHeader ?? undefined;
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  if (body && typeof body === "object" && "error" in body) {
+    const err = (body as { error?: unknown }).error;
+    if (err && typeof err === "object") {
+      const e = err as { code?: unknown; message?: unknown; request_id?: unknown };
+      if (typeof e.code === "string" && e.code) code = e.code;
+      if (typeof e.message === "string") message = e.message;
+      if (typeof e.request_id === "string" && e.request_id) requestId = e.request_id;
+    }
+  }
+  if (!message) message = text.trim().slice(0, 500) || `HTTP ${status}`;
+  const Cls = errorClass(status, code);
+  return new Cls(message, { code, status, requestId, body });
+}

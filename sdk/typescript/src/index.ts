@@ -1,0 +1,60 @@
+/**
+ * TypeScript client for lbb: run code you did not write in an isolated sandbox, in one call.
+ *
+ * ```ts
+ * import { LbbClient } from "@littlebigbrain/client";
+ *
+ * const lbb = new LbbClient({ baseUrl: process.env.LBB_URL, apiKey: process.env.LBB_API_KEY, graph: "main" });
+ * const run = await lbb.sandboxes.run({ code: "def run(input, config):\n    return sum(input)", input: [1, 2, 3] });
+ * run.result;  // 6
+ * run.command; // "cmd_…", the record of this run
+ * ```
+ */
+
+export {
+  LbbClient,
+  Sandboxes,
+  Sandbox,
+  SandboxFiles,
+  SandboxCommands,
+  Templates,
+  Commands,
+  Files,
+  Transport,
+  VERSION,
+  backoffMs,
+} from "./client.js";
+export type {
+  ClientOptions,
+  CallOptions,
+  IdempotentCallOptions,
+  RunParams,
+  SandboxRunParams,
+  CreateTemplateParams,
+  CreateSandboxParams,
+  CreateCommandParams,
+  StreamOptions,
+  Json,
+  Data,
+} from "./client.js";
+export * from "./errors.js";
+export type { ServerSentEvent } from "./sse.js";
+export { SSEDecoder } from "./sse.js";
+export type {
+  Output,
+  Limits,
+  Usage,
+  TemplateRef,
+  RunResult,
+  Command,
+  CommandStatus,
+  SandboxInfo,
+  SandboxStatus,
+  Template,
+  TemplateFile,
+  FileInfo,
+  GraphFile,
+  Page,
+} from "./types.js";
+export { WIRE_FIELDS, WIRE_REQUIRED } from "./wire.js";
+export type * from "./wire.js";

@@ -1,0 +1,345 @@
+/**
+ * The SDK's values, in camelCase, and their mapping from and to the wire (src/wire.ts).
+ * User data (input, config, result, metadata, env) passes through untouched; each value keeps
+ * the JSON it came from in `raw`, with any field this SDK does not know yet.
+ */
+
+import type {
+  CommandStatus,
+  SandboxStatus,
+  WireCommand,
+  WireFile,
+  WireFileInfo,
+  WireLimits,
+  WireOutput,
+  WireRunResult,
+  WireSandbox,
+  WireTemplate,
+  WireTemplateRef,
+  WireUsage,
+} from "./wire.js";
+
+export type { CommandStatus, SandboxStatus };
+
+/** What a record keeps of one output stream. */
+export interface Output {
+  head: string;
+  tail: string;
+  bytes: number;
+  expired?: boolean;
+}
+
+/** Resources of a sandbox. */
+export interface Limits {
+  memoryMib?: number;
+  cpus?: number;
+  pids?: number;
+  diskMib?: number;
+}
+
+export interface Usage {
+  vcpuMs: number;
+  gibMs: number;
+}
+
+export interface TemplateRef {
+  id: string;
+  name: string;
+  version: number;
+}
+
+/** The answer of a run. `result` is what run(input, config) returned. */
+export interface RunResult<R = unknown> {
+  /** True when run() returned and the process exited with code 0. */
+  ok: boolean;
+  result: R;
+  error?: string;
+  /** The id (`cmd_…`) of the command record of this run. */
+  command: string;
+  sandbox: string;
+  status: CommandStatus;
+  exitCode: number | null;
+  signal?: string;
+  durationMs: number;
+  stdout: Output;
+  stderr: Output;
+  base?: string;
+  template?: TemplateRef;
+  limits?: Limits;
+  timeoutMs?: number;
+  usage?: Usage;
+  createdAt?: string;
+  startedAt?: string;
+  finishedAt?: string;
+  raw: WireRunResult;
+}
+
+/** A command record: a process, or a run() in a sandbox. */
+export interface Command {
+  id: string;
+  sandbox: string;
+  kind: "process" | "run";
+  status: CommandStatus;
+  ok: boolean;
+  exitCode: number | null;
+  signal?: string;
+  result?: unknown;
+  error?: string;
+  argv?: string[];
+  cwd?: string;
+  stdinBytes?: number;
+  template?: TemplateRef;
+  envNames?: string[];
+  timeoutMs?: number;
+  stdout: Output;
+  stderr: Output;
+  createdAt: string;
+  startedAt?: string;
+  finishedAt?: string;
+  durationMs: number;
+  raw: WireCommand;
+}
+
+/** A sandbox record. */
+export interface SandboxInfo {
+  id: string;
+  status: SandboxStatus;
+  oneCall?: boolean;
+  base?: string;
+  image?: string;
+  template?: TemplateRef;
+  limits?: Limits;
+  envNames?: string[];
+  metadata?: Record<string, string>;
+  createdAt: string;
+  startedAt?: string;
+  endedAt?: string;
+  expiresAt?: string;
+  endReason?: string;
+  error?: string;
+  usage?: Usage;
+  raw: WireSandbox;
+}
+
+export interface TemplateFile {
+  file: string;
+  path: string;
+}
+
+/** One version of a template. */
+export interface Template {
+  id: string;
+  name: string;
+  version: number;
+  base: string;
+  code?: string;
+  limits?: Limits;
+  /** The command timeout of its runs, in ms. */
+  timeoutMs?: number;
+  config?: unknown;
+  files?: TemplateFile[];
+  description?: string;
+  createdAt: string;
+  createdBy?: string;
+  versions?: { version: number; createdAt: string; createdBy?: string }[];
+  raw: WireTemplate;
+}
+
+/** An entry of a workspace directory. */
+export interface FileInfo {
+  name?: string;
+  path: string;
+  type: string;
+  size: number;
+  mode?: string | number;
+  mtime?: string;
+  raw: WireFileInfo;
+}
+
+/** A File of the graph: content-addressed, outlives sandboxes, names its origin. */
+export interface GraphFile {
+  id: string;
+  sha256: string;
+  size?: number;
+  name?: string;
+  origin?: Record<string, unknown>;
+  createdAt?: string;
+  raw: WireFile;
+}
+
+/** One page of a list; pass nextCursor as cursor for the next. */
+export interface Page<T> {
+  data: T[];
+  nextCursor?: string;
+  raw: Record<string, unknown>;
+}
+
+// Mapping. `opt` keeps absent fields absent, so the values print as the server sent them.
+
+type Obj = Record<string, unknown>;
+
+function opt<K extends string, V>(key: K, v: V | undefined | null): { [P in K]?: V } {
+  return (v === undefined || v === null ? {} : { [key]: v }) as { [P in K]?: V };
+}
+
+export function toOutput(w: Partial<WireOutput> | undefined | null): Output {
+  return { head: w?.head ?? "", tail: w?.tail ?? "", bytes: w?.bytes ?? 0, ...opt("expired", w?.expired) };
+}
+
+export function toLimits(w: WireLimits | undefined | null): Limits | undefined {
+  if (!w) return undefined;
+  return { ...opt("memoryMib", w.memory_mib), ...opt("cpus", w.cpus), ...opt("pids", w.pids), ...opt("diskMib", w.disk_mib) };
+}
+
+export function fromLimits(l: Limits | undefined): WireLimits | undefined {
+  if (!l) return undefined;
+  return { ...opt("memory_mib", l.memoryMib), ...opt("cpus", l.cpus), ...opt("pids", l.pids), ...opt("disk_mib", l.diskMib) };
+}
+
+function toUsage(w: WireUsage | undefined | null): Usage | undefined {
+  return w ? { vcpuMs: w.vcpu_ms, gibMs: w.gib_ms } : undefined;
+}
+
+function toTemplateRef(w: WireTemplateRef | undefined | null): TemplateRef | undefined {
+  return w ? { id: w.id, name: w.name, version: w.version } : undefined;
+}
+
+export function toRunResult<R = unknown>(w: WireRunResult): RunResult<R> {
+  return {
+    ok: Boolean(w.ok),
+    result: (w.result ?? null) as R,
+    ...opt("error", w.error),
+    command: w.command,
+    sandbox: w.sandbox,
+    status: w.status,
+    exitCode: w.exit_code ?? null,
+    ...opt("signal", w.signal),
+    durationMs: w.duration_ms ?? 0,
+    stdout: toOutput(w.stdout),
+    stderr: toOutput(w.stderr),
+    ...opt("base", w.base),
+    ...opt("template", toTemplateRef(w.template)),
+    ...opt("limits", toLimits(w.limits)),
+    ...opt("timeoutMs", w.timeout_ms),
+    ...opt("usage", toUsage(w.usage)),
+    ...opt("createdAt", w.created_at),
+    ...opt("startedAt", w.started_at),
+    ...opt("finishedAt", w.finished_at),
+    raw: w,
+  };
+}
+
+/** The answer of a run that ended after a 202: the 202's body brought up to date by the command record. */
+export function runFromCommand(prev: WireRunResult, cmd: WireCommand): WireRunResult {
+  const skip = new Set(["id", "graph", "kind", "code", "input", "config", "env_names", "idempotency_key", "origin", "argv", "cwd", "stdin_bytes", "language"]);
+  const merged: Obj = { ...prev };
+  for (const [k, v] of Object.entries(cmd)) if (!skip.has(k)) merged[k] = v;
+  merged.command = cmd.id || prev.command;
+  if (!("result" in cmd)) merged.result = null;
+  return merged as unknown as WireRunResult;
+}
+
+export function toCommand(w: WireCommand): Command {
+  return {
+    id: w.id,
+    sandbox: w.sandbox,
+    kind: w.kind,
+    status: w.status,
+    ok: Boolean(w.ok),
+    exitCode: w.exit_code ?? null,
+    ...opt("signal", w.signal),
+    ...("result" in w ? { result: w.result } : {}),
+    ...opt("error", w.error),
+    ...opt("argv", w.argv),
+    ...opt("cwd", w.cwd),
+    ...opt("stdinBytes", w.stdin_bytes),
+    ...opt("template", toTemplateRef(w.template)),
+    ...opt("envNames", w.env_names),
+    ...opt("timeoutMs", w.timeout_ms),
+    stdout: toOutput(w.stdout),
+    stderr: toOutput(w.stderr),
+    createdAt: w.created_at,
+    ...opt("startedAt", w.started_at),
+    ...opt("finishedAt", w.finished_at),
+    durationMs: w.duration_ms ?? 0,
+    raw: w,
+  };
+}
+
+export function toSandboxInfo(w: WireSandbox): SandboxInfo {
+  return {
+    id: w.id,
+    status: w.status,
+    ...opt("oneCall", w.one_call),
+    ...opt("base", w.base),
+    ...opt("image", w.image),
+    ...opt("template", toTemplateRef(w.template)),
+    ...opt("limits", toLimits(w.limits)),
+    ...opt("envNames", w.env_names),
+    ...opt("metadata", w.metadata),
+    createdAt: w.created_at,
+    ...opt("startedAt", w.started_at),
+    ...opt("endedAt", w.ended_at),
+    ...opt("expiresAt", w.expires_at),
+    ...opt("endReason", w.end_reason),
+    ...opt("error", w.error),
+    ...opt("usage", toUsage(w.usage)),
+    raw: w,
+  };
+}
+
+export function toTemplate(w: WireTemplate): Template {
+  return {
+    id: w.id,
+    name: w.name,
+    version: w.version,
+    base: w.base,
+    ...opt("code", w.code),
+    ...opt("limits", toLimits(w.limits)),
+    ...opt("timeoutMs", w.timeout_ms),
+    ...("config" in w ? { config: w.config } : {}),
+    ...opt("files", w.files?.map((f) => ({ file: f.file, path: f.path }))),
+    ...opt("description", w.description),
+    createdAt: w.created_at,
+    ...opt("createdBy", w.created_by),
+    ...opt(
+      "versions",
+      w.versions?.map((v) => ({ version: v.version, createdAt: v.created_at, ...opt("createdBy", v.created_by) })),
+    ),
+    raw: w,
+  };
+}
+
+export function toFileInfo(w: WireFileInfo): FileInfo {
+  return {
+    ...opt("name", w.name),
+    path: w.path ?? w.name ?? "",
+    type: w.type,
+    size: w.size ?? 0,
+    ...opt("mode", w.mode),
+    ...opt("mtime", w.mtime),
+    raw: w,
+  };
+}
+
+export function toGraphFile(w: WireFile): GraphFile {
+  return {
+    id: w.id,
+    sha256: w.sha256,
+    ...opt("size", w.size),
+    ...opt("name", w.name),
+    ...opt("origin", w.origin),
+    ...opt("createdAt", w.created_at),
+    raw: w,
+  };
+}
+
+/** Reads a list answer: `{"data": [...], "next_cursor": ...}`, or a bare array. */
+export function toPage<W, T>(body: unknown, map: (w: W) => T): Page<T> {
+  if (Array.isArray(body)) return { data: (body as W[]).map(map), raw: {} };
+  const o = (body ?? {}) as Obj;
+  const items = (o.data ?? o.entries ?? o.files ?? []) as W[];
+  return { data: items.map(map), ...opt("nextCursor", (o.next_cursor as string | undefined) || undefined), raw: o };
+}
+
+export const DONE_STATUSES: ReadonlySet<string> = new Set(["succeeded", "failed", "timed_out", "killed", "lost", "oom", "disk_full"]);

@@ -1,0 +1,201 @@
+/**
+ * The SDK against a real `lbb serve` with the real driver: Level 1, 2 and 3 beyond the seed's
+ * samples, errors, idempotency, streams, and the OpenAPI document the wire types follow.
+ * Written to DESIGN.md section 4: a test of a route the server does not serve yet fails.
+ */
+
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { test } from "node:test";
+
+import {
+  AuthenticationError,
+  IdempotencyConflictError,
+  InvalidRequestError,
+  LbbClient,
+  NotFoundError,
+  PathOutsideWorkspaceError,
+  WIRE_FIELDS,
+  WIRE_REQUIRED,
+} from "@littlebigbrain/client";
+
+import { testServer } from "./server-env.js";
+
+const SUM = "def run(input, config):\n    return sum(input)";
+
+function client(t: import("node:test").TestContext): LbbClient | undefined {
+  const s = testServer(t);
+  return s && new LbbClient({ baseUrl: s.url, apiKey: s.key, graph: "main" });
+}
+
+test("a one-call run answers the documented fields", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const run = await lbb.sandboxes.run<number>({ code: SUM, input: [1, 2, 3] });
+  for (const f of WIRE_REQUIRED.runResult) assert.ok(f in run.raw, `the answer has no ${f}`);
+  assert.deepEqual([run.ok, run.result, run.status, run.exitCode], [true, 6, "succeeded", 0]);
+  assert.match(run.command, /^cmd_/);
+  assert.match(run.sandbox, /^sbx_/);
+  assert.equal(typeof run.stdout.bytes, "number");
+  assert.equal((await lbb.sandboxes.get(run.sandbox)).info.status, "destroyed");
+  assert.equal((await lbb.commands.get(run.command)).status, "succeeded");
+});
+
+test("printing, config, a run that raises, node and shell", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const p = await lbb.sandboxes.run({ code: "def run(input, config):\n    print('hello', input)\n    return config", input: 3, config: { unit: "cm" } });
+  assert.deepEqual(p.result, { unit: "cm" });
+  assert.match(p.stdout.head + p.stdout.tail, /hello 3/);
+  const bad = await lbb.sandboxes.run({ code: "def run(input, config):\n    raise ValueError('bad input')" });
+  assert.equal(bad.ok, false);
+  assert.match(bad.stderr.head + bad.stderr.tail, /ValueError: bad input/);
+  const node = await lbb.sandboxes.run({ code: "function run(input) { return input.map((x) => x * 2); }", input: [1, 2], language: "node" });
+  assert.deepEqual(node.result, [2, 4]);
+  const sh = await lbb.sandboxes.run({ code: 'jq add > "$LBB_RESULT"', input: [1, 2, 3], base: "lbb/shell" });
+  assert.equal(sh.result, 6);
+});
+
+test("past waitMs the SDK waits on the command", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const code = "import time\ndef run(input, config):\n    time.sleep(1.5)\n    return 'late'";
+  const early = await lbb.sandboxes.run({ code, waitMs: 0, wait: false });
+  assert.ok(["queued", "running"].includes(early.status), early.status);
+  assert.equal((await lbb.commands.wait(early.command)).result, "late");
+  assert.equal((await lbb.sandboxes.run({ code, waitMs: 0 })).result, "late");
+});
+
+test("the same key runs the code once; another request with it is refused", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const key = `test-${randomUUID()}`;
+  const code = "import random\ndef run(input, config):\n    return random.random()";
+  const a = await lbb.sandboxes.run({ code, idempotencyKey: key });
+  const b = await lbb.sandboxes.run({ code, idempotencyKey: key });
+  assert.equal(a.command, b.command);
+  assert.equal(a.result, b.result);
+  await assert.rejects(lbb.sandboxes.run({ code: code + "\n", idempotencyKey: key }), (e: unknown) => e instanceof IdempotencyConflictError && e.status === 422 && !!e.requestId);
+});
+
+test("errors are typed", async (t) => {
+  const s = testServer(t);
+  if (!s) return;
+  const lbb = new LbbClient({ baseUrl: s.url, apiKey: s.key });
+  await assert.rejects(lbb.commands.get("cmd_01aaaaaaaaaaaaaaaaaaaaaaaa"), (e: unknown) => e instanceof NotFoundError && e.code === "not_found" && /^req_/.test(e.requestId ?? ""));
+  await assert.rejects(lbb.sandboxes.run({ code: SUM, limits: { memoryMib: 2 ** 30 } }), InvalidRequestError);
+  await assert.rejects(new LbbClient({ baseUrl: s.url, apiKey: "lbb_sk_wrong" }).sandboxes.run({ code: SUM }), AuthenticationError);
+  await assert.rejects(lbb.sandboxes.run({ template: `no-such-${randomUUID().slice(0, 8)}` }), NotFoundError);
+});
+
+test("templates: versions, pins, config merge", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const name = `t-${randomUUID().slice(0, 10)}`;
+  const v1 = await lbb.sandboxes.templates.create({ name, code: "def run(input, config):\n    return ['v1', config]", config: { unit: "cm" } });
+  const v2 = await lbb.sandboxes.templates.create({ name, code: "def run(input, config):\n    return ['v2', config]", config: { unit: "cm" }, commandTimeoutMs: 30_000 });
+  assert.deepEqual([v1.version, v2.version, v1.id === v2.id, v2.timeoutMs], [1, 2, true, 30_000]);
+  assert.deepEqual((await lbb.sandboxes.run({ template: name })).result, ["v2", { unit: "cm" }]);
+  assert.deepEqual((await lbb.sandboxes.run({ template: `${name}@1`, config: { extra: 1 } })).result, ["v1", { unit: "cm", extra: 1 }]);
+  const got = await lbb.sandboxes.templates.get(name);
+  assert.deepEqual(got.versions?.map((v) => v.version).sort(), [1, 2]);
+  assert.ok((await lbb.sandboxes.templates.list()).data.some((x) => x.name === name));
+});
+
+test("Level 3: files, commands, stop and resume keep the disk, paths stay inside", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const sb = await lbb.sandboxes.create({ expiresInSeconds: 300 });
+  try {
+    assert.match(sb.id, /^sbx_/);
+    await sb.files.write("dir/a.bin", new Uint8Array([0, 1, 2, 255]));
+    assert.deepEqual(await sb.files.read("dir/a.bin"), new Uint8Array([0, 1, 2, 255]));
+    const { data } = await sb.files.list("dir");
+    assert.ok(data.some((e) => e.path.endsWith("a.bin") && e.type === "file" && e.size === 4), JSON.stringify(data));
+    const cmd = await sb.commands.create({ argv: ["bash", "-c", "echo out; echo err >&2; exit 3"], waitMs: 30_000 });
+    assert.deepEqual([cmd.status, cmd.exitCode], ["failed", 3]);
+    assert.match(cmd.stdout.head + cmd.stdout.tail, /out/);
+    assert.match(cmd.stderr.head + cmd.stderr.tail, /err/);
+    const cat = await sb.commands.run({ argv: ["cat"], stdin: "piped" });
+    assert.equal(cat.stdout.head + cat.stdout.tail, "piped");
+    await sb.stop();
+    assert.equal((await sb.refresh()).status, "stopped");
+    await sb.resume();
+    assert.deepEqual(await sb.files.read("dir/a.bin"), new Uint8Array([0, 1, 2, 255]));
+    await assert.rejects(sb.files.read("../../etc/passwd"), PathOutsideWorkspaceError);
+    const r = await sb.run<number>({ code: "def run(input, config):\n    return len(open('dir/a.bin', 'rb').read()) + input", input: 1 });
+    assert.equal(r.result, 5);
+  } finally {
+    await sb.delete();
+  }
+  assert.equal((await lbb.sandboxes.get(sb.id)).info.status, "destroyed");
+});
+
+test("scoped deletes the sandbox after an error", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  let id = "";
+  await assert.rejects(
+    lbb.sandboxes.scoped({}, async (sb) => {
+      id = sb.id;
+      throw new Error("in the block");
+    }),
+    /in the block/,
+  );
+  assert.equal((await lbb.sandboxes.get(id)).info.status, "destroyed");
+});
+
+test("output streams as server-sent events", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  await lbb.sandboxes.scoped({}, async (sb) => {
+    const cmd = await sb.commands.create({ argv: ["bash", "-c", "for i in 1 2 3; do echo line$i; sleep 0.2; done"] });
+    // Chunks, then an exit event (issue 4); whatever the events are named, the chunks' text joins to the output.
+    const control = new Set(["exit", "end", "done", "error", "status", "ping", "keepalive"]);
+    let text = "";
+    for await (const ev of lbb.commands.stream(cmd.id)) if (!control.has(ev.event)) text += ev.text;
+    assert.equal(text.replace(/\r/g, ""), "line1\nline2\nline3\n");
+    assert.equal((await lbb.commands.wait(cmd.id)).exitCode, 0);
+  });
+});
+
+test("openapi: the routes the SDK calls and the fields of its wire types", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const doc = (await lbb.openapi()) as { paths?: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
+  const paths = doc.paths ?? {};
+  const used: [string, string][] = [
+    ["post", "/v1/sandboxes"], ["get", "/v1/sandboxes"], ["get", "/v1/sandboxes/{id}"], ["delete", "/v1/sandboxes/{id}"],
+    ["post", "/v1/sandboxes/{id}/stop"], ["post", "/v1/sandboxes/{id}/resume"], ["post", "/v1/sandboxes/{id}/run"],
+    ["post", "/v1/sandboxes/{id}/commands"], ["get", "/v1/sandboxes/{id}/commands"], ["get", "/v1/commands"], ["get", "/v1/commands/{id}"],
+    ["get", "/v1/commands/{id}/output"], ["post", "/v1/commands/{id}/kill"],
+    ["put", "/v1/sandboxes/{id}/files/content"], ["get", "/v1/sandboxes/{id}/files/content"],
+    ["get", "/v1/sandboxes/{id}/files"], ["delete", "/v1/sandboxes/{id}/files"],
+    ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"],
+    ["post", "/v1/files"], ["get", "/v1/files"], ["get", "/v1/files/{id}"], ["get", "/v1/files/{id}/content"],
+    ["put", "/v1/sandboxes/files/content"],
+  ];
+  const missing = used.filter(([m, p]) => !paths[p]?.[m]).map(([m, p]) => `${m.toUpperCase()} ${p}`);
+  assert.deepEqual(missing, [], "routes the SDK calls that /v1/openapi.json does not have");
+
+  // Each wire type against the schema of a response that carries it.
+  const resolve = (s: any): any => {
+    for (let i = 0; s && s.$ref && i < 10; i++) s = doc.components?.schemas?.[String(s.$ref).split("/").pop()!];
+    if (s?.allOf) return { properties: Object.assign({}, ...s.allOf.map((x: any) => resolve(x)?.properties ?? {})) };
+    return s;
+  };
+  const props = (method: string, path: string, status: string): string[] => {
+    const s = resolve(paths[path]?.[method]?.responses?.[status]?.content?.["application/json"]?.schema);
+    return Object.keys(s?.properties ?? {});
+  };
+  const checks: [string, readonly string[], string[]][] = [
+    ["POST /v1/sandboxes 200 (run)", WIRE_FIELDS.runResult, props("post", "/v1/sandboxes", "200")],
+    ["GET /v1/commands/{id} 200", WIRE_FIELDS.command, props("get", "/v1/commands/{id}", "200")],
+    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, props("get", "/v1/sandboxes/{id}", "200")],
+    ["POST /v1/sandboxes/templates 201", WIRE_FIELDS.template.filter((f) => f !== "versions"), props("post", "/v1/sandboxes/templates", "201")],
+  ];
+  for (const [what, ours, theirs] of checks) {
+    const unknown = ours.filter((f) => !theirs.includes(f));
+    assert.deepEqual(unknown, [], `${what}: fields of the SDK's wire type that the OpenAPI schema does not have`);
+  }
+});

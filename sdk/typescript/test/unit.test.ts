@@ -1,0 +1,340 @@
+/**
+ * The client against a scripted local server: typed errors, idempotency keys, retries, 202
+ * waits, camelCase mapping, scoped cleanup and event streams. No lbb server needed.
+ */
+
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import { describe, test } from "node:test";
+
+import {
+  APIConnectionError,
+  APIStatusError,
+  AuthenticationError,
+  ConflictError,
+  IdempotencyConflictError,
+  IdempotencyKeyRequiredError,
+  InternalServerError,
+  InvalidRequestError,
+  LbbClient,
+  LbbError,
+  NotFoundError,
+  PathOutsideWorkspaceError,
+  PayloadTooLargeError,
+  PermissionDeniedError,
+  RateLimitError,
+  SSEDecoder,
+  TooManySandboxesError,
+  UnavailableError,
+  UnprocessableError,
+  errorFromBody,
+} from "@littlebigbrain/client";
+
+import { RUN_OK, error, withServer, type Reply, type Seen } from "./fake-server.js";
+
+const CODE = "def run(input, config):\n    return sum(input)";
+
+describe("errors", () => {
+  const cases: [number, string, Function][] = [
+    [400, "invalid_request", InvalidRequestError],
+    [400, "limit_exceeded", InvalidRequestError],
+    [400, "idempotency_key_required", IdempotencyKeyRequiredError],
+    [400, "path_outside_workspace", PathOutsideWorkspaceError],
+    [401, "unauthorized", AuthenticationError],
+    [403, "forbidden", PermissionDeniedError],
+    [404, "not_found", NotFoundError],
+    [409, "conflict", ConflictError],
+    [413, "payload_too_large", PayloadTooLargeError],
+    [422, "unprocessable", UnprocessableError],
+    [422, "idempotency_key_reused", IdempotencyConflictError],
+    [429, "limit_exceeded", RateLimitError],
+    [429, "too_many_sandboxes", TooManySandboxesError],
+    [500, "internal", InternalServerError],
+    [503, "unavailable", UnavailableError],
+    [404, "too_many_sandboxes", NotFoundError],
+    [418, "teapot", APIStatusError],
+  ];
+  for (const [status, code, cls] of cases) {
+    test(`${status} ${code} → ${cls.name}`, () => {
+      const e = errorFromBody(status, JSON.stringify({ error: { code, message: "what failed", request_id: "req_1" } }));
+      assert.equal(e.constructor, cls);
+      assert.ok(e instanceof LbbError && e instanceof Error);
+      assert.deepEqual([e.status, e.code, e.message, e.requestId], [status, code, "what failed", "req_1"]);
+      assert.equal(e.name, cls.name);
+      assert.match(String(e), new RegExp(`what failed.*${code}.*req_1`));
+    });
+  }
+
+  test("an answer that is not JSON", () => {
+    const e = errorFromBody(502, "<html>bad gateway</html>", "req_h");
+    assert.ok(e instanceof InternalServerError);
+    assert.equal(e.code, "internal");
+    assert.match(e.message, /bad gateway/);
+    assert.equal(e.requestId, "req_h");
+  });
+
+  test("the client throws them", async () => {
+    await withServer(
+      (seen) => (seen.path === "/v1/commands/cmd_missing" ? error(404, "not_found", "no such command", "req_404") : error(401, "unauthorized")),
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k", maxRetries: 0 });
+        await assert.rejects(lbb.commands.get("cmd_missing"), (e: unknown) => e instanceof NotFoundError && e.requestId === "req_404");
+        await assert.rejects(lbb.sandboxes.run({ code: CODE }), AuthenticationError);
+      },
+    );
+  });
+
+  test("nothing listening: a connection error after the retries", async () => {
+    const port = await new Promise<number>((resolve) => {
+      const s = createServer();
+      s.listen(0, "127.0.0.1", () => {
+        const p = (s.address() as { port: number }).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const lbb = new LbbClient({ baseUrl: `http://127.0.0.1:${port}`, apiKey: "k", maxRetries: 1 });
+    await assert.rejects(lbb.sandboxes.run({ code: CODE }), (e: unknown) => e instanceof APIConnectionError && e.status === undefined && e.code === "connection_error");
+  });
+});
+
+function failFirst(how: "503" | "drop") {
+  return (seen: Seen, nth: number): Reply => {
+    if (nth === 1) return how === "503" ? error(503, "unavailable", "draining") : { drop: true };
+    return { body: RUN_OK };
+  };
+}
+
+describe("idempotency and retries", () => {
+  for (const how of ["503", "drop"] as const) {
+    test(`a retry after ${how} sends the same Idempotency-Key`, async () => {
+      await withServer(failFirst(how), async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "secret", graph: "g1" });
+        const run = await lbb.sandboxes.run({ code: CODE, input: [1, 2, 3] });
+        assert.equal(run.result, 6);
+        const posts = srv.requests("POST", "/v1/sandboxes");
+        assert.equal(posts.length, 2);
+        const k0 = posts[0]!.headers["idempotency-key"];
+        assert.ok(k0 && /^[0-9a-f-]{36}$/.test(k0));
+        assert.equal(posts[1]!.headers["idempotency-key"], k0);
+        assert.deepEqual(posts[0]!.body, posts[1]!.body);
+        for (const p of posts) {
+          assert.equal(p.query.graph, "g1");
+          assert.equal(p.headers.authorization, "Bearer secret");
+        }
+        assert.deepEqual(posts[0]!.json(), { run: { code: CODE, input: [1, 2, 3] } });
+      });
+    });
+  }
+
+  test("a fresh key per call, or the caller's", async () => {
+    await withServer(
+      () => ({ body: RUN_OK }),
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+        await lbb.sandboxes.run({ code: CODE });
+        await lbb.sandboxes.run({ code: CODE });
+        await lbb.sandboxes.run({ code: CODE, idempotencyKey: "sum-a" });
+        const keys = srv.requests("POST", "/v1/sandboxes").map((s) => s.headers["idempotency-key"]);
+        assert.notEqual(keys[0], keys[1]);
+        assert.equal(keys[2], "sum-a");
+      },
+    );
+  });
+
+  test("Retry-After, then give up with the last error", async () => {
+    await withServer(
+      (_s, nth) => ({ ...error(503, "unavailable", "down", `req_${nth}`), headers: { "Retry-After": "0" } }),
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k", maxRetries: 2 });
+        await assert.rejects(lbb.sandboxes.run({ code: CODE }), (e: unknown) => e instanceof UnavailableError && e.requestId === "req_3");
+        assert.equal(srv.requests("POST", "/v1/sandboxes").length, 3);
+      },
+    );
+  });
+
+  test("no retry of a 422", async () => {
+    await withServer(
+      () => error(422, "idempotency_key_reused"),
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+        await assert.rejects(lbb.sandboxes.run({ code: CODE, idempotencyKey: "k1" }), IdempotencyConflictError);
+        assert.equal(srv.seen.length, 1);
+      },
+    );
+  });
+});
+
+test("past wait_ms (202) the client waits on the command", async () => {
+  const running = { ...RUN_OK, ok: false, result: null, status: "running", exit_code: null };
+  await withServer(
+    (seen, nth) => {
+      if (seen.method === "POST") return { status: 202, body: running };
+      assert.equal(seen.path, "/v1/commands/cmd_01test");
+      assert.ok(Number(seen.query.wait_ms) > 0);
+      if (nth === 1) return { body: { id: "cmd_01test", sandbox: "sbx_01test", kind: "run", status: "running", ok: false } };
+      return {
+        body: {
+          id: "cmd_01test", sandbox: "sbx_01test", kind: "run", status: "succeeded", ok: true, result: 6, exit_code: 0,
+          stdout: { head: "x", tail: "", bytes: 1 }, stderr: { head: "", tail: "", bytes: 0 }, duration_ms: 1200,
+        },
+      };
+    },
+    async (srv) => {
+      const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+      const run = await lbb.sandboxes.run<number>({ code: CODE, input: [1, 2, 3], waitMs: 0 });
+      assert.equal(srv.requests("POST", "/v1/sandboxes")[0]!.json().wait_ms, 0);
+      assert.deepEqual([run.ok, run.result, run.command, run.status, run.exitCode, run.durationMs], [true, 6, "cmd_01test", "succeeded", 0, 1200]);
+      assert.deepEqual(run.stdout, { head: "x", tail: "", bytes: 1 });
+      assert.equal(srv.requests("GET", "/v1/commands/cmd_01test").length, 2);
+      const early = await lbb.sandboxes.run({ code: CODE, waitMs: 0, wait: false });
+      assert.equal(early.status, "running");
+    },
+  );
+});
+
+test("camelCase in, snake_case on the wire; user data untouched", async () => {
+  await withServer(
+    (seen) => {
+      if (seen.path === "/v1/sandboxes/templates") {
+        return { status: 201, body: { id: "sbt_1", name: "normalize", version: 1, base: "lbb/python", limits: { memory_mib: 2048 }, timeout_ms: 60000, config: { unit_name: "cm" }, created_at: "2030-01-01T00:00:00Z" } };
+      }
+      return { body: { ...RUN_OK, result: { snake_key: 1 } } };
+    },
+    async (srv) => {
+      const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+      const t = await lbb.sandboxes.templates.create({ name: "normalize", base: "lbb/python", code: CODE, limits: { memoryMib: 2048 }, commandTimeoutMs: 60_000, config: { unit_name: "cm" } });
+      assert.deepEqual(srv.requests("POST", "/v1/sandboxes/templates")[0]!.json(), {
+        name: "normalize", base: "lbb/python", code: CODE, limits: { memory_mib: 2048 }, timeout_ms: 60000, config: { unit_name: "cm" },
+      });
+      assert.deepEqual([t.limits, t.timeoutMs, t.config], [{ memoryMib: 2048 }, 60000, { unit_name: "cm" }]);
+      const run = await lbb.sandboxes.run({ template: "normalize", input: { some_key: [1] }, limits: { diskMib: 10 }, timeoutMs: 5000 });
+      assert.deepEqual(run.result, { snake_key: 1 });
+      assert.deepEqual(srv.requests("POST", "/v1/sandboxes")[0]!.json(), {
+        run: { template: "normalize", input: { some_key: [1] } }, limits: { disk_mib: 10 }, timeout_ms: 5000,
+      });
+    },
+  );
+});
+
+function sandboxServer(log: string[]) {
+  return (seen: Seen): Reply => {
+    log.push(`${seen.method} ${seen.path}`);
+    const p = seen.path;
+    if (seen.method === "POST" && p === "/v1/sandboxes") return { status: 201, body: { id: "sbx_01l3", status: "running", created_at: "2030-01-01T00:00:00Z" } };
+    if (seen.method === "DELETE" && p === "/v1/sandboxes/sbx_01l3") return { body: { id: "sbx_01l3", status: "destroyed" } };
+    if (p === "/v1/sandboxes/sbx_01l3/files/content") {
+      return seen.method === "PUT" ? { body: { path: `/workspace/${seen.query.path}`, size: seen.body.length } } : { body: Buffer.from("1,2\n3,4\n") };
+    }
+    if (p === "/v1/sandboxes/sbx_01l3/files") return { body: { data: [{ name: "data.csv", path: "/workspace/data.csv", type: "file", size: 8 }] } };
+    if (p === "/v1/sandboxes/sbx_01l3/run") return { body: { ...RUN_OK, result: 2 } };
+    if (p === "/v1/sandboxes/sbx_01l3/commands") {
+      return {
+        body: {
+          id: "cmd_01c", sandbox: "sbx_01l3", kind: "process", status: "succeeded", ok: true, exit_code: 0, created_at: "2030-01-01T00:00:00Z", duration_ms: 5,
+          stdout: { head: "1,2\n3,4\n\n", tail: "1,2\n3,4\n\n", bytes: 9 }, stderr: { head: "", tail: "", bytes: 0 },
+        },
+      };
+    }
+    if (p.endsWith("/stop") || p.endsWith("/resume")) return { body: { id: "sbx_01l3", status: p.endsWith("/stop") ? "stopped" : "running", created_at: "2030-01-01T00:00:00Z" } };
+    return error(404, "not_found");
+  };
+}
+
+describe("sandboxes", () => {
+  test("scoped deletes after success and after an error", async () => {
+    const log: string[] = [];
+    await withServer(sandboxServer(log), async (srv) => {
+      const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+      const out = await lbb.sandboxes.scoped({}, async (sb) => {
+        assert.equal(sb.id, "sbx_01l3");
+        await sb.files.write("data.csv", "1,2\n3,4\n");
+        assert.deepEqual(await sb.files.read("data.csv"), new TextEncoder().encode("1,2\n3,4\n"));
+        assert.equal(await sb.files.readText("data.csv"), "1,2\n3,4\n");
+        const { data } = await sb.files.list(".");
+        assert.equal(data[0]!.path, "/workspace/data.csv");
+        const rows = await sb.run({ code: "x", input: { file: "data.csv" } });
+        const upper = await sb.commands.create({ argv: ["python", "upper.py"], waitMs: 30_000 });
+        return { lines: rows.result, upper: upper.stdout.tail };
+      });
+      assert.deepEqual(out, { lines: 2, upper: "1,2\n3,4\n\n" });
+      assert.equal(log.at(-1), "DELETE /v1/sandboxes/sbx_01l3");
+      const put = srv.requests("PUT", "/v1/sandboxes/sbx_01l3/files/content")[0]!;
+      assert.equal(put.body.toString(), "1,2\n3,4\n");
+      assert.equal(put.query.path, "data.csv");
+      assert.ok(put.headers["idempotency-key"]);
+      const cmd = srv.requests("POST", "/v1/sandboxes/sbx_01l3/commands")[0]!;
+      assert.deepEqual(cmd.json(), { argv: ["python", "upper.py"], wait_ms: 30000 });
+      assert.ok(cmd.headers["idempotency-key"]);
+      assert.deepEqual(srv.requests("POST", "/v1/sandboxes/sbx_01l3/run")[0]!.json(), { code: "x", input: { file: "data.csv" } });
+
+      log.length = 0;
+      await assert.rejects(
+        lbb.sandboxes.scoped({ expiresInSeconds: 60 }, async () => {
+          throw new RangeError("in the block");
+        }),
+        RangeError,
+      );
+      assert.deepEqual(log, ["POST /v1/sandboxes", "DELETE /v1/sandboxes/sbx_01l3"]);
+      assert.deepEqual(srv.requests("POST", "/v1/sandboxes").at(-1)!.json(), { expires_in_seconds: 60 });
+    });
+  });
+
+  test("create, stop, resume, delete", async () => {
+    const log: string[] = [];
+    await withServer(sandboxServer(log), async (srv) => {
+      const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+      const sb = await lbb.sandboxes.create({ expiresInSeconds: 600 });
+      assert.equal((await sb.stop()).status, "stopped");
+      assert.equal(sb.status, "stopped");
+      assert.equal((await sb.resume()).status, "running");
+      await sb.delete();
+      assert.deepEqual(log, ["POST /v1/sandboxes", "POST /v1/sandboxes/sbx_01l3/stop", "POST /v1/sandboxes/sbx_01l3/resume", "DELETE /v1/sandboxes/sbx_01l3"]);
+    });
+  });
+});
+
+describe("streams", () => {
+  test("the decoder", () => {
+    const d = new SSEDecoder();
+    const evs = [": hi", "id: 1", "event: stdout", "data: a", "data: b", "", 'data: {"data": "c"}', "", "retry: 10", "event: exit", 'data: {"exit_code": 0}', ""]
+      .map((l) => d.feed(l))
+      .filter((e) => e !== undefined);
+    assert.deepEqual(evs.map((e) => [e.event, e.data, e.id]), [["stdout", "a\nb", "1"], ["message", '{"data": "c"}', "1"], ["exit", '{"exit_code": 0}', "1"]]);
+    assert.equal(evs[1]!.text, "c");
+    assert.deepEqual(evs[2]!.json(), { exit_code: 0 });
+    assert.equal(evs[2]!.retry, 10);
+  });
+
+  test("reconnects with Last-Event-ID after a broken connection", async () => {
+    await withServer(
+      (seen, nth) => {
+        assert.equal(seen.query.stream, "stdout");
+        assert.equal(seen.query.follow, "true");
+        if (nth === 1) return { stream: ["id: 1\nevent: stdout\ndata: one\n\n", null] };
+        assert.equal(seen.headers["last-event-id"], "1");
+        return { stream: ["id: 2\nevent: stdout\r\ndata: tw", "o\n\n", 'id: 3\nevent: exit\ndata: {"exit_code": 0}\n\n'] };
+      },
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+        const got: [string, string][] = [];
+        for await (const ev of lbb.commands.stream("cmd_01s")) got.push([ev.event, ev.data]);
+        assert.deepEqual(got, [["stdout", "one"], ["stdout", "two"], ["exit", '{"exit_code": 0}']]);
+      },
+    );
+  });
+});
+
+test("defaults from the environment", () => {
+  const saved = { ...process.env };
+  try {
+    process.env.LBB_URL = "http://example.invalid:1/";
+    delete process.env.LBB_GRAPH;
+    const lbb = new LbbClient({ apiKey: "x" });
+    assert.equal(lbb.baseUrl, "http://example.invalid:1");
+    assert.equal(lbb.graph, "main");
+    delete process.env.LBB_URL;
+    assert.equal(new LbbClient({ apiKey: "x" }).baseUrl, "http://127.0.0.1:7700");
+  } finally {
+    process.env = saved;
+  }
+});
