@@ -299,10 +299,11 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		log.Warn("run ended by an infrastructure failure", "status", out.Status, "err", out.Err)
 	}
 
-	// The command's end is recorded and answered first; the sandbox is destroyed meanwhile
-	// and its record ended after.
+	// The run's end is recorded and answered while the host destroys the sandbox: the
+	// sandbox's life (and its usage) ends with the run, since nothing runs in it after.
 	cmd, sb := p.command, p.sandbox
 	applyOutcome(&cmd, &sb, out)
+	endSandbox(&sb, out)
 	body, err := json.Marshal(render(cmd, sb))
 	if err != nil {
 		log.Error("rendering run result", "err", err)
@@ -338,9 +339,11 @@ func (s *Service) execute(p *plan, inf *inflight) {
 
 	end := <-out.Ended
 	s.metrics.running.Dec()
-	endSandbox(&sb, out, end)
-	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
-		log.Error("recording the end of a sandbox", "err", err)
+	if end.Err != nil {
+		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Err.Error()
+		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+			log.Error("recording a failed destroy", "err", err)
+		}
 	}
 }
 
@@ -360,24 +363,24 @@ func applyOutcome(cmd *store.Command, sb *store.Sandbox, out host.Outcome) {
 	if !out.SandboxStarted.IsZero() {
 		st := out.SandboxStarted.UTC().Truncate(time.Millisecond)
 		sb.StartedAt = &st
-		sb.Status = store.SandboxRunning
 	}
 	sb.Usage = out.Usage
 }
 
-// endSandbox ends a run's sandbox record once the sandbox is gone.
-func endSandbox(sb *store.Sandbox, out host.Outcome, end host.Ending) {
-	at := end.At.UTC().Truncate(time.Millisecond)
-	sb.EndedAt, sb.EndReason, sb.Usage = &at, out.EndReason, end.Usage
+// endSandbox ends a run's sandbox record with its run.
+func endSandbox(sb *store.Sandbox, out host.Outcome) {
+	at := out.CommandEnded
+	if at.IsZero() {
+		at = time.Now()
+	}
+	at = at.UTC().Truncate(time.Millisecond)
+	sb.EndedAt, sb.EndReason = &at, out.EndReason
 	sb.Status = store.SandboxDestroyed
 	if out.EndReason == store.EndFailed {
 		sb.Status = store.SandboxFailed
 		if out.Err != nil {
 			sb.Error = out.Err.Error()
 		}
-	}
-	if end.Err != nil {
-		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Err.Error()
 	}
 }
 

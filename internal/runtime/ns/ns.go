@@ -381,6 +381,12 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		return nil, errors.Join(err, u.Undo())
 	}
 	defer p.closeAll()
+	if err := u.step("open mount sources", func() error {
+		return p.openPaths(spec.Image, filepath.Join(diskDir, "upper"), filepath.Join(diskDir, "work"),
+			filepath.Join(dir, "root"), d.cfg.AgentPath)
+	}, nil); err != nil {
+		return nil, err
+	}
 
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
@@ -388,7 +394,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		Env:        []string{}, // nothing of the host's environment
 		Stdout:     p.logW,
 		Stderr:     p.logW,
-		ExtraFiles: []*os.File{p.childChan, p.cfgR, p.statusW}, // fds 3, 4, 5
+		ExtraFiles: append([]*os.File{p.childChan, p.cfgR, p.statusW}, p.paths...), // fds 3, 4, 5, 6…
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -417,11 +423,6 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	// nothing of the sandbox's before the go signal.
 	icfg := initConfig{
 		Hostname: spec.Hostname,
-		Image:    spec.Image,
-		Upper:    filepath.Join(diskDir, "upper"),
-		Work:     filepath.Join(diskDir, "work"),
-		Root:     filepath.Join(dir, "root"),
-		Agent:    d.cfg.AgentPath,
 		TmpMiB:   lim.TmpMiB,
 		DiskMiB:  lim.DiskMiB,
 		NoFile:   d.cfg.NoFile,
@@ -515,6 +516,23 @@ type initPipes struct {
 	cfgR, cfgW          *os.File
 	statusR, statusW    *os.File
 	logR, logW          *os.File
+	// paths are O_PATH descriptors of what the init mounts, in fdImage… order.
+	paths []*os.File
+}
+
+func (p *initPipes) openPaths(names ...string) error {
+	for i, n := range names {
+		flags := unix.O_PATH | unix.O_CLOEXEC
+		if i < len(names)-1 {
+			flags |= unix.O_DIRECTORY
+		}
+		fd, err := unix.Open(n, flags, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", n, err)
+		}
+		p.paths = append(p.paths, os.NewFile(uintptr(fd), n))
+	}
+	return nil
 }
 
 func newInitPipes() (p *initPipes, err error) {
@@ -548,6 +566,10 @@ func (p *initPipes) closeChildEnds() {
 			*f = nil
 		}
 	}
+	for _, f := range p.paths {
+		f.Close()
+	}
+	p.paths = nil
 }
 
 func (p *initPipes) closeAll() {

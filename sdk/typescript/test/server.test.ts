@@ -181,7 +181,8 @@ test("openapi: the routes the SDK calls and the fields of its wire types", async
   // Each wire type against the schema of a response that carries it.
   const resolve = (s: any): any => {
     for (let i = 0; s && s.$ref && i < 10; i++) s = doc.components?.schemas?.[String(s.$ref).split("/").pop()!];
-    if (s?.allOf) return { properties: Object.assign({}, ...s.allOf.map((x: any) => resolve(x)?.properties ?? {})) };
+    const parts = s?.allOf ?? s?.oneOf ?? s?.anyOf;
+    if (parts) return { properties: Object.assign({}, ...parts.map((x: any) => resolve(x)?.properties ?? {})) };
     return s;
   };
   const props = (method: string, path: string, status: string): string[] => {
