@@ -6,6 +6,12 @@ for pair in debootstrap:debootstrap npm:npm bwrap:bubblewrap mkfs.ext4:e2fsprogs
 	cmd=${pair%%:*} pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done
+# The Python SDK and its tests, on Debian's python3 (PyPI is out of reach): httpx, pytest,
+# pytest-timeout, and venv (ensurepip) for installing the SDK the way users do.
+for pair in httpx:python3-httpx pytest:python3-pytest pytest_timeout:python3-pytest-timeout ensurepip:python3-venv; do
+	mod=${pair%%:*} pkg=${pair#*:}
+	/usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing ${need[*]}; run as root (or: sudo apt-get install ${need[*]})" >&2

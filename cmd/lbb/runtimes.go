@@ -20,6 +20,9 @@ func init() {
 		if _, err := os.Stat(cfg.Agent); err != nil {
 			return nil, control.Image{}, fmt.Errorf("the guest agent (--agent, LBB_AGENT): %w; run `make build`", err)
 		}
+		if err := traversable(cfg.DataDir); err != nil {
+			return nil, control.Image{}, err
+		}
 		d := ns.New(ns.Config{
 			StateDir:  filepath.Join(cfg.DataDir, "sandboxes"),
 			AgentPath: cfg.Agent,
@@ -31,5 +34,23 @@ func init() {
 		}
 		img, err := buildImage(ctx, cfg)
 		return d, img, err
+	}
+}
+
+// traversable checks that every directory above the data directory lets others through:
+// each sandbox's root is an unprivileged host id that must reach its state there.
+func traversable(dataDir string) error {
+	for dir := filepath.Dir(dataDir); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("--data-dir %s: sandboxes cannot pass through %s (mode %04o); chmod o+x it, or choose another --data-dir",
+				dataDir, dir, fi.Mode().Perm())
+		}
+		if dir == "/" {
+			return nil
+		}
 	}
 }

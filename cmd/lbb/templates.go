@@ -107,10 +107,17 @@ func runTemplates(args []string) error {
 			l.Data, l.NextCursor = all, ""
 			return printJSON(l)
 		}
-		w := table("NAME", "VERSION", "BASE", "ID", "SAVED")
+		w := table("BASE", "LANGUAGE", "IMAGE", "VERSIONS")
 		for _, b := range l.Bases {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", b.Name, "base", b.Language, "image "+b.Image, versionsLine(b.Versions))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", b.Name, b.Language, b.Image, versionsLine(b.Versions))
 		}
+		w.Flush()
+		if len(all) == 0 {
+			fmt.Println("\nno templates yet: lbb templates create NAME --file FILE")
+			return nil
+		}
+		fmt.Println()
+		w = table("TEMPLATE", "NEWEST", "BASE", "ID", "SAVED")
 		for _, t := range all {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", t.Name, t.Version, t.Base, t.ID, when(&t.CreatedAt))
 		}

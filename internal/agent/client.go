@@ -407,3 +407,10 @@ func (c *Client) Mkdir(ctx context.Context, path string) error {
 func (c *Client) SetIdentity(ctx context.Context, id Identity) error {
 	return c.call(ctx, http.MethodPost, PathIdentity, nil, id, nil)
 }
+
+// Prestart starts an interpreter for language that waits for the next Run of that language
+// (see PrestartRequest). It returns once the interpreter has loaded its imports; cancelling
+// ctx before that kills it.
+func (c *Client) Prestart(ctx context.Context, req PrestartRequest) error {
+	return c.call(ctx, http.MethodPost, PathPrestart, nil, req, nil)
+}

@@ -14,6 +14,7 @@
 //	GET    /v1/files/content?path=           → the bytes (streamed, Content-Length set)
 //	PUT    /v1/files/content?path=&mode=     body = the bytes (streamed); parents are made → FileEntry
 //	POST   /v1/identity  Identity            hostname, machine id, entropy for a claimed slot → 204
+//	POST   /v1/prestart  PrestartRequest     start a run() interpreter that waits for its run → 204
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
@@ -49,6 +50,7 @@ const (
 	PathFileContent = "/v1/files/content"
 	PathMkdir       = "/v1/files/mkdir"
 	PathIdentity    = "/v1/identity"
+	PathPrestart    = "/v1/prestart"
 
 	// HeaderExec carries the ExecRequest as unpadded base64url JSON, so that the body is free
 	// for stdin.
@@ -140,6 +142,36 @@ type Identity struct {
 	MachineID string `json:"machine_id,omitempty"`
 	// Seed is fresh entropy, mixed into the kernel pool and any pre-started interpreter.
 	Seed []byte `json:"seed,omitempty"`
+}
+
+// PrestartRequest starts the harness interpreter of a language ahead of its run, for a warm
+// pool: the interpreter loads the harness, imports Imports, says it is ready (the call
+// answers 204 then, not before) and blocks until a Run of the same language hands it its
+// request; that Run spawns nothing. A pre-started interpreter serves one run, then exits.
+//
+// What the run sees differs from a spawned interpreter only in this: the imported modules
+// are already in sys.modules (python) or the require cache (node); the run's Env and Cwd are
+// applied by the harness (os.environ, os.chdir; process.env, process.chdir) rather than at
+// exec; and the interpreter was seeded before the claim. Before user code runs, the python
+// harness reseeds random and numpy's global generator from os.urandom (which the host has
+// mixed fresh entropy into with SetIdentity). What cannot be reseeded: Python's str/bytes
+// hash salt (PYTHONHASHSEED, fixed at start) and V8's Math.random state (no API); both were
+// drawn from the kernel's CSPRNG when this interpreter started, so they differ between
+// interpreters but were chosen before the claim.
+//
+// A Run whose Env sets a variable that an interpreter reads only at start (PYTHON*, NODE_*,
+// LD_*, LC_*, LANG, TZ, OMP_*, OPENBLAS_*, MKL_*, UV_*, MALLOC_*) spawns a fresh
+// interpreter instead, as does a Run of another language; either way, every waiting
+// interpreter the Run does not use is killed (it would never serve). Output a pre-started
+// interpreter writes before its run (import warnings) is discarded, never part of the run.
+type PrestartRequest struct {
+	// Language is LangPython or LangNode.
+	Language string `json:"language"`
+	// Imports are module names (python: importlib.import_module; node: require) loaded
+	// before the interpreter waits. nil means the default: numpy and pandas for python,
+	// nothing for node. A module that fails to import is skipped: the run that imports it
+	// sees the error itself.
+	Imports []string `json:"imports"`
 }
 
 // Identity answers not_supported naming what could not be bound: in a sandbox without

@@ -26,7 +26,7 @@ import (
 var bg = context.Background()
 
 type server struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	svc    *control.Service
 	st     store.Store
@@ -35,7 +35,7 @@ type server struct {
 	admin  string
 }
 
-func newServer(t *testing.T, tweak func(*config.Config)) *server {
+func newServer(t testing.TB, tweak func(*config.Config)) *server {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(bg, filepath.Join(dir, "lbb.db"))
@@ -223,6 +223,19 @@ func TestAuditAndMetrics(t *testing.T) {
 		"lbb_sandboxes_running 0", "lbb_run_duration_seconds_bucket"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// BenchmarkRunOverhead measures the control plane and API alone (the fake runner runs
+// nothing): one one-call run over HTTP, with its reservation, records and audit entry.
+func BenchmarkRunOverhead(b *testing.B) {
+	s := newServer(b, nil)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, map[string]string{"Idempotency-Key": fmt.Sprint("bench-", i)}, sumBody)
+		if r.status != 200 {
+			b.Fatalf("%d %s", r.status, r.body)
 		}
 	}
 }

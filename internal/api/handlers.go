@@ -185,9 +185,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 	}
 	var ids struct {
 		Command string `json:"command"`
+		Sandbox string `json:"sandbox"`
 	}
 	if json.Unmarshal(resp.Body, &ids) == nil {
-		c.target = ids.Command
+		c.target, c.sandbox = ids.Command, ids.Sandbox
 	}
 	if resp.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

@@ -93,9 +93,11 @@ type call struct {
 	route     *Route
 	caller    control.Caller
 	authed    bool
-	// target names the record a state-changing call made or changed, for logs and audit.
-	target string
-	status int
+	// target names the record a state-changing call made or changed, for logs and audit;
+	// sandbox, the sandbox of a run.
+	target  string
+	sandbox string
+	status  int
 }
 
 type statusWriter struct {
@@ -155,6 +157,9 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		if c.target != "" {
 			attrs = append(attrs, targetAttr(c.target), c.target)
+		}
+		if c.sandbox != "" {
+			attrs = append(attrs, "sandbox", c.sandbox)
 		}
 		level := slog.LevelInfo
 		if w.status >= 500 {

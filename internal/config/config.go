@@ -43,7 +43,9 @@ type Config struct {
 	// DefaultLifetime and MaxLifetime bound how long a sandbox may live.
 	DefaultLifetime time.Duration
 	MaxLifetime     time.Duration
-	// DefaultWait and MaxWait bound how long a call waits for its command before a 202.
+	// DefaultWait is how long a call that names no wait_ms waits for a command it did not
+	// start (a replay, a GET); one that starts a run waits for its timeout and 30 s more.
+	// MaxWait bounds every wait before a 202.
 	DefaultWait time.Duration
 	MaxWait     time.Duration
 

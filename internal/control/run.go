@@ -129,6 +129,10 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	if err != nil {
 		return Response{}, err
 	}
+	if req.WaitMs == nil {
+		// Without wait_ms a call waits for its run to end, whatever its timeout.
+		wait = min(p.timeout+30*time.Second, s.cfg.MaxWait)
+	}
 	p.idemKey, p.reqHash, p.wait = idemKey, reqHash, wait
 	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
@@ -486,7 +490,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	sbID, cmdID := ids.New(ids.Sandbox), ids.New(ids.Command)
 	envNames := sortedKeys(env)
 	return &plan{
-		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxStarting, OneCall: true, Base: base.Name,
+		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxRunning, OneCall: true, Base: base.Name,
 			Image: s.image.ID, Template: ref, Limits: limits, EnvNames: envNames, Metadata: req.Metadata, Origin: origin, CreatedAt: now},
 		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),

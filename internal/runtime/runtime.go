@@ -6,9 +6,14 @@
 //   - Start boots a created (or stopped) sandbox: namespaces, cgroups, mounts, and the guest
 //     agent as PID 1. It returns once the agent answers on the one channel.
 //   - Stop ends every process of the sandbox and unmounts it. Its disk stays, so a later Start
-//     resumes with the same workspace.
+//     resumes with the same workspace. Stopping a sandbox that is not started is no error;
+//     an id the driver has no state for is ErrNotFound.
 //   - Destroy ends processes, unmounts, removes cgroups, state and disk. Nothing stays. It works
-//     on a sandbox in any state, after a partial Create, when the agent is hung, and twice.
+//     on a sandbox in any state, after a partial Create, when the agent is hung, and twice (an
+//     unknown id is no error).
+//
+// Start of an unknown id is ErrNotFound; Create of an existing id, and Start of a sandbox whose
+// agent still runs, fail. Drivers classify their errors with internal/errdefs.
 //
 // Example:
 //
@@ -53,11 +58,12 @@ type Spec struct {
 // Sandbox is a started sandbox.
 type Sandbox interface {
 	ID() string
-	// Conn is the one channel to the guest agent. Nothing else crosses.
+	// Conn is the one channel to the guest agent. Nothing else crosses. Stop and Destroy
+	// close it.
 	Conn() net.Conn
 	// Stats reads the sandbox's resource accounting.
 	Stats(ctx context.Context) (Stats, error)
-	// Done is closed when the sandbox's init process has exited.
+	// Done is closed when the sandbox's init process has exited (the agent died, or Stop).
 	Done() <-chan struct{}
 }
 

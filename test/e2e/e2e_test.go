@@ -130,6 +130,14 @@ func TestService(t *testing.T) {
 		}
 	})
 
+	t.Run("LimitDisk", func(t *testing.T) {
+		_, m := s.run("disk-1", jsonBody(t, map[string]any{"limits": map[string]int{"disk_mib": 64}, "run": map[string]any{
+			"code": "def run(input, config):\n    with open('big', 'wb') as f:\n        for i in range(200):\n            f.write(b'x' * 1024 * 1024)"}}))
+		if m["ok"] != false || m["status"] != "disk_full" {
+			t.Fatalf("%v", m)
+		}
+	})
+
 	t.Run("LimitCaps", func(t *testing.T) {
 		r := s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "cap-1"},
 			`{"run": {"code": "x"}, "limits": {"memory_mib": 999999}}`)

@@ -71,6 +71,9 @@ func TestMain(m *testing.M) {
 
 func requireEnv(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short skips the end-to-end tests (they need root and the base image)")
+	}
 	if skipWhy != "" {
 		t.Skip(skipWhy)
 	}

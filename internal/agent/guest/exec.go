@@ -67,6 +67,10 @@ type procSpec struct {
 	result *os.File
 	// finish completes the Exit frame before it is sent (and may send FrameResult chunks).
 	finish func(ex *agent.Exit, hdr *resultHeader, fw *frameWriter)
+	// warm, if set, is a pre-started interpreter that runs this instead of a spawned process;
+	// warmReq makes its request from the resolved working directory and the request's env.
+	warm    *warmProc
+	warmReq func(dir string, env map[string]string) ([]byte, error)
 }
 
 // resultHeader is the status line a harness writes to its result fd before the result.
@@ -162,6 +166,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	if sp.result != nil {
 		defer sp.result.Close()
 	}
+	defer func() {
+		if sp.warm != nil { // not handed over: it would never serve
+			sp.warm.kill(nil)
+		}
+	}()
 	env, err := s.buildEnv(sp.env)
 	if err != nil {
 		writeError(w, err)
@@ -180,11 +189,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 
 	var exe string
-	if startErr == "" {
+	if startErr == "" && sp.warm == nil {
 		exe, startErr = lookPath(sp.argv[0], env["PATH"], dir)
 	}
 	var outR, outW, errR, errW, inR, inW *os.File
-	if startErr == "" {
+	if startErr == "" && sp.warm == nil {
 		if outR, outW, err = os.Pipe(); err == nil {
 			if errR, errW, err = os.Pipe(); err == nil && sp.stdin != nil {
 				inR, inW, err = os.Pipe()
@@ -203,7 +212,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 	var p *proc
 	var started time.Time
-	if startErr == "" {
+	if startErr == "" && sp.warm != nil {
+		started = time.Now()
+		p, outR, errR, err = s.handOver(sp, dir)
+		if errors.Is(err, errDuplicateID) {
+			writeError(w, &agent.Error{Code: agent.CodeExists, Message: fmt.Sprintf("process %q is running", sp.id)})
+			return
+		}
+		if err != nil {
+			startErr = err.Error()
+		}
+	} else if startErr == "" {
 		stdin := s.devNull
 		if inR != nil {
 			stdin = inR

@@ -114,6 +114,22 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 	return p, nil
 }
 
+// adopt gives a process started without an id (a pre-started interpreter) the id of the
+// command it now runs.
+func (t *procTable) adopt(p *proc, id string) error {
+	if id == "" {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, dup := t.byID[id]; dup {
+		return errDuplicateID
+	}
+	p.id = id
+	t.byID[id] = p
+	return nil
+}
+
 // release forgets p once its stream has ended.
 func (t *procTable) release(p *proc) {
 	t.mu.Lock()

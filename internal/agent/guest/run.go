@@ -42,12 +42,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := &procSpec{id: req.ID, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond}
 	var err error
-	switch strings.ToLower(req.Language) {
-	case agent.LangPython, "python3", "py":
-		err = s.harnessSpec(sp, []string{"python3", "-c", pythonHarness}, req.Code, input, config)
-	case agent.LangNode, "javascript", "js":
-		err = s.harnessSpec(sp, []string{"node", "-e", nodeHarness}, req.Code, input, config)
+	switch lang := strings.ToLower(req.Language); lang {
+	case agent.LangPython, "python3", "py", agent.LangNode, "javascript", "js":
+		hl := harnessLang(lang)
+		if wp := s.takeWarm(hl, req.Env); wp != nil {
+			s.warmSpec(sp, wp, req.Code, input, config)
+		} else {
+			err = s.harnessSpec(sp, harnessArgv(hl), req.Code, input, config)
+		}
 	case agent.LangShell, "bash", "sh":
+		s.takeWarm("", nil)
 		var cleanup func()
 		cleanup, err = s.shellSpec(sp, req.Code, input, config)
 		if cleanup != nil {
@@ -91,13 +95,26 @@ func (s *Server) harnessSpec(sp *procSpec, argv []string, code string, input, co
 	sp.argv = argv
 	sp.extra = []*os.File{reqR, resW}
 	sp.result = resR
-	sp.finish = func(ex *agent.Exit, hdr *resultHeader, fw *frameWriter) {
-		ex.OK = hdr.seen && hdr.OK && ex.ExitCode == 0 && ex.Signal == "" && !ex.TimedOut
-		if !ex.OK {
-			ex.Error = failure(ex, hdr)
-		}
-	}
+	sp.finish = harnessFinish
 	return nil
+}
+
+// warmSpec hands the run to a pre-started interpreter; stream sends it the request once the
+// working directory is resolved.
+func (s *Server) warmSpec(sp *procSpec, wp *warmProc, code string, input, config []byte) {
+	sp.warm = wp
+	sp.warmReq = func(dir string, env map[string]string) ([]byte, error) {
+		return warmRequest(code, input, config, dir, env)
+	}
+	sp.result = wp.resR
+	sp.finish = harnessFinish
+}
+
+func harnessFinish(ex *agent.Exit, hdr *resultHeader, fw *frameWriter) {
+	ex.OK = hdr.seen && hdr.OK && ex.ExitCode == 0 && ex.Signal == "" && !ex.TimedOut
+	if !ex.OK {
+		ex.Error = failure(ex, hdr)
+	}
 }
 
 // failure says why a run is not OK.

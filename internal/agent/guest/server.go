@@ -49,6 +49,8 @@ type Server struct {
 	devNull *os.File
 	// pid1 is true inside a sandbox: the agent is its init.
 	pid1 bool
+	// warm are the pre-started interpreters waiting for their run.
+	warm warmSet
 }
 
 // New prepares the agent. Outside a sandbox (not PID 1) it makes itself a child subreaper,
@@ -78,7 +80,8 @@ func New(opts Options) (*Server, error) {
 		ws.Close()
 		return nil, err
 	}
-	s := &Server{opts: opts, ws: ws, log: opts.Logger, devNull: devNull, pid1: os.Getpid() == 1}
+	s := &Server{opts: opts, ws: ws, log: opts.Logger, devNull: devNull, pid1: os.Getpid() == 1,
+		warm: warmSet{procs: map[string]*warmProc{}, starting: map[string]bool{}}}
 	if !s.pid1 {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			s.log.Warn("cannot become a child subreaper; orphans will not be reaped", "err", err)
@@ -100,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+agent.PathFileContent, s.handleRead)
 	mux.HandleFunc("PUT "+agent.PathFileContent, s.handleWrite)
 	mux.HandleFunc("POST "+agent.PathIdentity, s.handleIdentity)
+	mux.HandleFunc("POST "+agent.PathPrestart, s.handlePrestart)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such route"})
 	})

@@ -41,11 +41,17 @@ func (t *diskTemplates) get(ctx context.Context, mib int64) (string, error) {
 	if err := os.MkdirAll(t.dir, 0o700); err != nil {
 		return "", err
 	}
-	tmp := p + ".tmp"
+	f, err := os.CreateTemp(t.dir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	tmp := f.Name()
 	if err := formatDisk(ctx, tmp, mib); err != nil {
 		os.Remove(tmp)
 		return "", err
 	}
+	// Another driver on this state directory may have won the race: its file is as good.
 	return p, os.Rename(tmp, p)
 }
 
@@ -54,7 +60,7 @@ func formatDisk(ctx context.Context, path string, mib int64) error {
 	if err != nil {
 		return err
 	}
-	err = f.Truncate(mib << 20)
+	err = f.Truncate(mib << 20) // sparse
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -29,14 +29,6 @@ const (
 	fdChannel = 3 // the agent's end of the channel; the only one the agent keeps
 	fdConfig  = 4 // initConfig as a JSON line, then EOF once the init is in its cgroups
 	fdStatus  = 5 // close-on-exec: EOF means the agent was exec'd, else an error message
-	// O_PATH descriptors of what the init mounts, opened by the host: the init reaches them
-	// through /proc/self/fd, so it needs no search permission on their host directories,
-	// and no host path shows in the sandbox's mount table.
-	fdImage = 6 // the image's rootfs: the overlay's lower layer
-	fdUpper = 7 // the overlay's upper and work directories, on the sandbox's disk
-	fdWork  = 8
-	fdRoot  = 9  // the mount point of the new root
-	fdAgent = 10 // the agent binary
 )
 
 // AgentChannelFD is where the agent finds its end of the channel.
@@ -46,8 +38,17 @@ const AgentChannelFD = fdChannel
 const agentPath = "/.lbb/agent"
 
 type initConfig struct {
-	Hostname string   `json:"hostname"`
-	TmpMiB   int64    `json:"tmp_mib"`
+	Hostname string `json:"hostname"`
+	// Image, Upper, Work and Root are host paths: the overlay's lower, upper and work
+	// directories and its mount point. Agent is the agent binary on the host. The init
+	// reaches them as the sandbox's root, an unprivileged id on the host: their directories
+	// must be searchable by others.
+	Image   string   `json:"image"`
+	Upper   string   `json:"upper"`
+	Work    string   `json:"work"`
+	Root    string   `json:"root"`
+	Agent   string   `json:"agent"`
+	TmpMiB  int64    `json:"tmp_mib"`
 	DiskMiB int64    `json:"disk_mib"`
 	NoFile  uint64   `json:"nofile"`
 	Env     []string `json:"env"`
@@ -78,8 +79,7 @@ func sandboxInit() error {
 	if err := dec.Decode(&cfg); err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	_, rootFD, err := buildRoot(&cfg)
-	if err != nil {
+	if err := buildRoot(&cfg); err != nil {
 		return err
 	}
 	if err := setupNetwork(); err != nil {
@@ -88,7 +88,7 @@ func sandboxInit() error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	if err := pivot(rootFD); err != nil {
+	if err := pivot(cfg.Root); err != nil {
 		return err
 	}
 	maskProc()
@@ -112,23 +112,20 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 	return nil
 }
 
-// fdPath names an inherited descriptor by a path.
-func fdPath(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
-
-// buildRoot mounts the sandbox's root file system on the root mount point and answers a path
-// of its root (through a descriptor of the mount).
-func buildRoot(cfg *initConfig) (root string, rootFD int, err error) {
+// buildRoot mounts the sandbox's root file system at cfg.Root.
+func buildRoot(cfg *initConfig) error {
 	// Nothing mounted from here on propagates back to the host.
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return "", -1, err
+		return err
 	}
 	// The image is the read-only lower layer; the upper layer lives on the sandbox's disk.
-	mfd, err := mountOverlay()
-	if err != nil {
-		return "", -1, err
+	// userxattr: overlay metadata goes to user.overlay.* xattrs, which a user namespace may set.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cfg.Image, cfg.Upper, cfg.Work)
+	if err := mount("overlay", cfg.Root, "overlay", 0, opts); err != nil {
+		return err
 	}
-	root = fdPath(mfd)
-	r := func(p string) string { return root + "/" + strings.TrimPrefix(p, "/") }
+	root := cfg.Root
+	r := func(p string) string { return filepath.Join(root, p) }
 	// The upper layer persists across restarts and is the sandbox's to write: a symlink it
 	// left at a mount point would steer this init, which still sees the host's tree, to a
 	// host path (another sandbox's layer, whose ids this user namespace shares). Every
@@ -136,62 +133,26 @@ func buildRoot(cfg *initConfig) (root string, rootFD int, err error) {
 	// sandbox's runs now, so what is checked stays so until it is used.
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "workspace", ".lbb"} {
 		if err := ensure(r(d), true); err != nil {
-			return "", -1, err
+			return err
 		}
 	}
 	if err := ensure(r(agentPath), false); err != nil {
-		return "", -1, err
+		return err
 	}
-	if err := bindFile(fdPath(fdAgent), r(agentPath), true); err != nil {
-		return "", -1, fmt.Errorf("agent: %w", err)
+	if err := bindFile(cfg.Agent, r(agentPath), true); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	if err := mount("proc", r("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return "", -1, err
+		return err
 	}
 	// sysfs shows the sandbox's own network namespace (only lo). A kernel that refuses it
 	// (a host whose /sys is partly hidden) leaves /sys empty.
 	_ = unix.Mount("sysfs", r("sys"), "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
 	if err := buildDev(r("dev"), cfg.TmpMiB); err != nil {
-		return "", -1, err
+		return err
 	}
 	tmp := fmt.Sprintf("mode=1777,size=%dm", cfg.TmpMiB)
-	if err := mount("tmpfs", r("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp); err != nil {
-		return "", -1, err
-	}
-	return root, mfd, nil
-}
-
-// mountOverlay builds the overlay with the mount API (fsopen, fsmount) and attaches it on the
-// root mount point. The returned descriptor is the overlay's root: paths under
-// /proc/self/fd/<it> walk the overlay, where those under the mount point's own descriptor
-// would stay beneath it.
-func mountOverlay() (int, error) {
-	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("fsopen overlay: %w", err)
-	}
-	defer unix.Close(fsfd)
-	for _, kv := range [][2]string{{"lowerdir", fdPath(fdImage)}, {"upperdir", fdPath(fdUpper)}, {"workdir", fdPath(fdWork)}} {
-		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
-			return -1, fmt.Errorf("overlay %s: %w", kv[0], err)
-		}
-	}
-	// userxattr: overlay metadata goes to user.overlay.* xattrs, which a user namespace may set.
-	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
-		return -1, fmt.Errorf("overlay userxattr: %w", err)
-	}
-	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return -1, fmt.Errorf("create overlay: %w", err)
-	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("fsmount overlay: %w", err)
-	}
-	if err := unix.MoveMount(mfd, "", fdRoot, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		unix.Close(mfd)
-		return -1, fmt.Errorf("attach overlay: %w", err)
-	}
-	return mfd, nil
+	return mount("tmpfs", r("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp)
 }
 
 // ensure makes path a directory (dir) or an empty file when it is missing, and fails when it
@@ -300,10 +261,9 @@ func setupNetwork() error {
 	return nil
 }
 
-// pivot makes the mount root (a descriptor) the root and detaches the old one (the host's
-// tree) entirely.
-func pivot(root int) error {
-	if err := unix.Fchdir(root); err != nil {
+// pivot makes root the root and detaches the old one (the host's tree) entirely.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
 		return err
 	}
 	// pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then
@@ -314,10 +274,7 @@ func pivot(root int) error {
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach old root: %w", err)
 	}
-	if err := unix.Chdir("/"); err != nil {
-		return err
-	}
-	return unix.Close(root)
+	return unix.Chdir("/")
 }
 
 // maskProc hides the parts of /proc that tell about the host or poke at it, as runc does.

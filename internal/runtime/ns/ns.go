@@ -12,7 +12,10 @@
 //	                            namespace only
 //	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
 //
-// and inside: user (ids 0..65535 = host runtime.IDBase..), mount, pid, net (lo only), ipc,
+// beside <StateDir>/.templates (a formatted disk per size, copied sparsely by Create) and
+// <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it).
+//
+// Inside: user (ids 0..65535 = host runtime.IDBase..), mount, pid, net (lo only), ipc,
 // uts and cgroup namespaces; the image read-only under a writable overlay; the agent as
 // PID 1 with no capabilities, no_new_privs, Landlock and a seccomp filter. See init.go for
 // the sandbox side.
@@ -20,6 +23,8 @@ package ns
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,14 +54,16 @@ import (
 type Config struct {
 	// StateDir holds one directory per sandbox (default /var/lib/lbb/sandboxes).
 	StateDir string
-	// AgentPath is the static lbb-agent binary on the host, bind-mounted read-only into
-	// every sandbox at /.lbb/agent.
+	// AgentPath is the static lbb-agent binary on the host. Start copies it under StateDir
+	// (exec-only for the sandbox's ids) and bind-mounts the copy read-only at /.lbb/agent.
 	AgentPath string
 	// CgroupParent is the cgroup under which each sandbox gets its own (default "lbb").
 	CgroupParent string
 	// Limits fills the zero fields of a Spec's limits.
 	Limits runtime.Limits
-	// IO throttles each sandbox's disk (its loop device). Zero fields are unthrottled.
+	// IO throttles each sandbox's disk (its loop device). The zero value takes the
+	// defaults (200 MiB/s and 10000 IOPS each way); in a set IOLimits, a zero field is
+	// unthrottled.
 	IO IOLimits
 	// NoFile is the sandbox's RLIMIT_NOFILE (default 4096).
 	NoFile uint64
@@ -91,6 +98,10 @@ type Driver struct {
 	cgErr  error
 
 	oomWarn sync.Once
+
+	agentMu   sync.Mutex
+	agentKey  string // size and mtime of AgentPath when it was copied
+	agentCopy string
 
 	mu      sync.Mutex
 	running map[string]*sandbox
@@ -159,7 +170,10 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 	return d.cg, d.cgErr
 }
 
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+var (
+	validID       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	validHostname = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$`)
+)
 
 func checkID(id string) error {
 	if !validID.MatchString(id) {
@@ -217,6 +231,9 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	spec.Limits = fillLimits(spec.Limits, d.cfg.Limits)
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
+	}
+	if !validHostname.MatchString(spec.Hostname) {
+		return errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
 	}
 	unlock := d.lock(spec.ID)
 	defer unlock()
@@ -306,10 +323,18 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 	unlock := d.lock(id)
 	defer unlock()
 	d.mu.Lock()
-	_, running := d.running[id]
+	old := d.running[id]
 	d.mu.Unlock()
-	if running {
-		return nil, errdefs.Conflict("sandbox %s is already started", id)
+	if old != nil {
+		select {
+		case <-old.Done():
+			// Its agent died: clean up what is left before starting afresh.
+			if err := d.stop(ctx, id); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, errdefs.Conflict("sandbox %s is already started", id)
+		}
 	}
 	spec, err := d.readSpec(id)
 	if err != nil {
@@ -339,8 +364,12 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	}
 
 	go cg.Warm()
+	var agentBin string
+	if err := u.step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
+		return nil, err
+	}
 	var major, minor uint32
-	err := u.step("mount disk", func() error {
+	if err := u.step("mount disk", func() error {
 		if m, _ := mountsUnder(dir); len(m) > 0 {
 			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
 		}
@@ -351,8 +380,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		ctx, cancel := undoCtx()
 		defer cancel()
 		return unmount(ctx, diskDir)
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	if err := u.step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
@@ -381,20 +409,13 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		return nil, errors.Join(err, u.Undo())
 	}
 	defer p.closeAll()
-	if err := u.step("open mount sources", func() error {
-		return p.openPaths(spec.Image, filepath.Join(diskDir, "upper"), filepath.Join(diskDir, "work"),
-			filepath.Join(dir, "root"), d.cfg.AgentPath)
-	}, nil); err != nil {
-		return nil, err
-	}
-
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{"lbb-sandbox-init", initArg},
 		Env:        []string{}, // nothing of the host's environment
 		Stdout:     p.logW,
 		Stderr:     p.logW,
-		ExtraFiles: append([]*os.File{p.childChan, p.cfgR, p.statusW}, p.paths...), // fds 3, 4, 5, 6…
+		ExtraFiles: []*os.File{p.childChan, p.cfgR, p.statusW}, // fds 3, 4, 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -407,6 +428,15 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 			// to it. A restarted server reaps what is left (List, then Destroy).
 			Pdeathsig: syscall.SIGKILL,
 		},
+	}
+	// On cgroup v2 the init is born in its group (no move, no wait: see cgroup.warm).
+	cgFD, err := cg.CloneFD(id)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("cgroup: %w", err), u.Undo())
+	}
+	if cgFD != nil {
+		defer cgFD.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgFD.Fd())
 	}
 	if err := u.step("start init", func() error { return spawn(cmd) }, func() error {
 		_ = cmd.Process.Kill()
@@ -423,6 +453,11 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	// nothing of the sandbox's before the go signal.
 	icfg := initConfig{
 		Hostname: spec.Hostname,
+		Image:    spec.Image,
+		Upper:    filepath.Join(diskDir, "upper"),
+		Work:     filepath.Join(diskDir, "work"),
+		Root:     filepath.Join(dir, "root"),
+		Agent:    agentBin,
 		TmpMiB:   lim.TmpMiB,
 		DiskMiB:  lim.DiskMiB,
 		NoFile:   d.cfg.NoFile,
@@ -431,8 +466,10 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	if err := u.step("configure init", func() error { return p.sendConfig(icfg) }, nil); err != nil {
 		return nil, err
 	}
-	if err := u.step("join cgroups", func() error { return cg.Add(id, pid) }, nil); err != nil {
-		return nil, err
+	if cgFD == nil {
+		if err := u.step("join cgroups", func() error { return cg.Add(id, pid) }, nil); err != nil {
+			return nil, err
+		}
 	}
 	// The agent (PID 1) must outlive an OOM inside; it resets its children to 0. The legacy
 	// oom_adj file is used on purpose: writing oom_score_adj would also lower the minimum its
@@ -516,23 +553,6 @@ type initPipes struct {
 	cfgR, cfgW          *os.File
 	statusR, statusW    *os.File
 	logR, logW          *os.File
-	// paths are O_PATH descriptors of what the init mounts, in fdImage… order.
-	paths []*os.File
-}
-
-func (p *initPipes) openPaths(names ...string) error {
-	for i, n := range names {
-		flags := unix.O_PATH | unix.O_CLOEXEC
-		if i < len(names)-1 {
-			flags |= unix.O_DIRECTORY
-		}
-		fd, err := unix.Open(n, flags, 0)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", n, err)
-		}
-		p.paths = append(p.paths, os.NewFile(uintptr(fd), n))
-	}
-	return nil
 }
 
 func newInitPipes() (p *initPipes, err error) {
@@ -566,10 +586,6 @@ func (p *initPipes) closeChildEnds() {
 			*f = nil
 		}
 	}
-	for _, f := range p.paths {
-		f.Close()
-	}
-	p.paths = nil
 }
 
 func (p *initPipes) closeAll() {
@@ -730,10 +746,19 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 	d.mu.Unlock()
 
 	var errs []error
+	t0 := time.Now()
 	if sb != nil {
-		// Killing PID 1 ends its pid namespace; the cgroup kill below gets any stragglers.
+		// Killing PID 1 ends its pid namespace: the kernel kills the rest and the init is
+		// reaped only after them. A process stuck in the kernel can hold that up; the cgroup
+		// kill below then does what it can.
 		_ = sb.cmd.Process.Signal(syscall.SIGKILL)
+		select {
+		case <-sb.done:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
 	}
+	t1 := time.Now()
 	if cg, err := d.cgroups(); err == nil {
 		if err := cg.Remove(ctx, id); err != nil {
 			errs = append(errs, fmt.Errorf("cgroups: %w", err))
@@ -749,12 +774,14 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 		}
 		sb.conn.Close()
 	}
+	t2 := time.Now()
 	if err := unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
 		errs = append(errs, err)
 	}
 	if m, err := mountsUnder(d.dir(id)); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
+	d.cfg.Logger.Debug("sandbox stopped", "sandbox", id, "kill", t1.Sub(t0), "cgroups", t2.Sub(t1), "unmount", time.Since(t2))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
@@ -769,7 +796,10 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	unlock := d.lock(id)
 	defer unlock()
 	dir := d.dir(id)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	d.mu.Lock()
+	_, running := d.running[id]
+	d.mu.Unlock()
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && !running {
 		return nil
 	}
 	if err := d.stop(ctx, id); err != nil {
@@ -885,4 +915,63 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, "loop device "+l)
 	}
 	return out
+}
+
+// agentBinary answers the agent binary the init bind-mounts: a copy under the state
+// directory, which the sandbox's ids can search, whereas AgentPath may sit anywhere (in a
+// private home directory, say), with the mode the sandbox needs (0711). The copy is named by
+// its content, so a rebuilt agent gets a new one and a running sandbox keeps its own.
+func (d *Driver) agentBinary() (string, error) {
+	d.agentMu.Lock()
+	defer d.agentMu.Unlock()
+	fi, err := os.Stat(d.cfg.AgentPath)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	if key == d.agentKey {
+		return d.agentCopy, nil
+	}
+	src, err := os.Open(d.cfg.AgentPath)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, src); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(d.cfg.StateDir, ".agent")
+	dst := filepath.Join(dir, "lbb-agent-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(dst); err != nil {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return "", err
+		}
+		if _, err := src.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		tmp, err := os.CreateTemp(dir, ".tmp-")
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(tmp, src)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			// Executable but not readable by the sandbox's ids: the kernel then makes the agent
+			// non-dumpable at exec, so that user code, which runs as the same id, cannot reach
+			// into it through /proc/1 (mem, fd, environ) nor ptrace it.
+			err = os.Chmod(tmp.Name(), 0o711)
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), dst)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return "", fmt.Errorf("copy agent binary: %w", err)
+		}
+	}
+	d.agentKey, d.agentCopy = key, dst
+	return dst, nil
 }

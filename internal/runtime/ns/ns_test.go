@@ -3,13 +3,17 @@
 package ns_test
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
@@ -18,64 +22,62 @@ import (
 // TestMain lets this test binary be the sandbox init, as cmd/lbb is in production.
 func TestMain(m *testing.M) {
 	ns.MaybeInit()
-	os.Exit(m.Run())
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
 }
 
 func TestRuntime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the runtime suites start real sandboxes; skipped in -short mode")
 	}
-	runtimetest.RequiresRoot(t)
+	if os.Geteuid() != 0 {
+		t.Skip("the ns driver needs root (euid 0); rootless mode is not supported")
+	}
 	runtimetest.RequiresUserNS(t)
 	agentBin := agentBinary(t)
 	stateDir := traversableTempDir(t)
 	cfg := ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: testLogger(t)}
-	var d *ns.Driver
-	runtimetest.Run(t, func(t *testing.T) runtime.Driver {
-		d = ns.New(cfg)
-		return d
-	}, runtimetest.Options{
-		Leftovers: func(id string) []string { return d.Leftovers(id) },
-		HostFiles: []string{agentBin},
+	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return ns.New(cfg) }, runtimetest.Options{
+		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(id) },
+		HostFiles: []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
 	})
 }
 
 var (
 	agentOnce sync.Once
+	agentDir  string
 	agentPath string
 	agentErr  error
 )
 
-// agentBinary is $LBB_AGENT, or the agent built (static) into a directory the sandbox's ids
-// can reach: the init bind-mounts it as the sandbox's root, which owns nothing on the host.
+// agentBinary is $LBB_AGENT, or the agent built (static) once for this test binary.
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("LBB_AGENT"); p != "" {
 		return p
 	}
 	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lbb-agent-")
-		if err != nil {
-			agentErr = err
+		if agentDir, agentErr = os.MkdirTemp("", "lbb-agent-"); agentErr != nil {
 			return
 		}
-		os.Chmod(dir, 0o755)
-		agentPath = filepath.Join(dir, "lbb-agent")
+		agentPath = filepath.Join(agentDir, "lbb-agent")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", agentPath, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = err
-			agentPath = string(out)
+			agentErr = fmt.Errorf("%w\n%s", err, out)
 		}
 	})
 	if agentErr != nil {
-		t.Fatalf("build lbb-agent: %v\n%s", agentErr, agentPath)
+		t.Fatalf("build lbb-agent: %v", agentErr)
 	}
-	t.Cleanup(func() {}) // the binary is removed with the process's temp files below
 	return agentPath
 }
 
-// traversableTempDir is a fresh state directory whose ancestors the sandbox's ids can pass.
+// traversableTempDir is a fresh state directory whose ancestors the sandbox's ids can search
+// (t.TempDir makes them 0700).
 func traversableTempDir(t *testing.T) string {
 	dir := t.TempDir()
 	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
@@ -88,6 +90,78 @@ func traversableTempDir(t *testing.T) string {
 
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// BenchmarkCreateStartExec measures a cold sandbox: create, start, the first exec of
+// /bin/true, then destroy (reported separately).
+func BenchmarkCreateStartExec(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the ns driver needs root (euid 0)")
+	}
+	img := runtimetest.FindImage(b)
+	stateDir, err := os.MkdirTemp("", "lbb-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(stateDir)
+	os.Chmod(stateDir, 0o711)
+	agentBin := os.Getenv("LBB_AGENT")
+	if agentBin == "" {
+		b.Skip("set LBB_AGENT to a static lbb-agent")
+	}
+	d := ns.New(ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: benchLogger()})
+	if err := runtime.CheckRequirements(d); err != nil {
+		b.Skip(err)
+	}
+	ctx := context.Background()
+	var create, start, first, destroy time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("sbx_bench%d", i)
+		t0 := time.Now()
+		if err := d.Create(ctx, runtime.Spec{ID: id, Image: img}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		sb, err := d.Start(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		c, err := agent.NewClient(sb.Conn())
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := c.Exec(ctx, agent.ExecRequest{ID: "c", Argv: []string{"/bin/true"}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ex, err := p.Wait(nil, nil); err != nil || ex.ExitCode != 0 {
+			b.Fatal(ex, err)
+		}
+		t3 := time.Now()
+		c.Close()
+		if err := d.Destroy(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		create += t1.Sub(t0)
+		start += t2.Sub(t1)
+		first += t3.Sub(t2)
+		destroy += time.Since(t3)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(create.Microseconds())/n/1000, "create-ms")
+	b.ReportMetric(float64(start.Microseconds())/n/1000, "start-ms")
+	b.ReportMetric(float64(first.Microseconds())/n/1000, "first-exec-ms")
+	b.ReportMetric(float64((create+start+first).Microseconds())/n/1000, "create-to-exec-ms")
+	b.ReportMetric(float64(destroy.Microseconds())/n/1000, "destroy-ms")
+}
+
+// benchLogger logs the driver's step timings when LBB_BENCH_DEBUG is set.
+func benchLogger() *slog.Logger {
+	if os.Getenv("LBB_BENCH_DEBUG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -63,6 +64,7 @@ func (d *Driver) Requirements() []runtime.Requirement {
 			return nil
 		}},
 		{Name: "agent", Check: func() error { return checkStatic(d.cfg.AgentPath) }},
+		{Name: "state directory", Check: func() error { return checkSearchable(d.cfg.StateDir) }},
 	}
 }
 
@@ -90,9 +92,8 @@ func checkStatic(path string) error {
 	if err != nil {
 		return fmt.Errorf("agent binary: %w", err)
 	}
-	if fi.Mode()&0o001 == 0 {
-		// The sandbox's ids are not the file's owner: only the "other" bits count.
-		return fmt.Errorf("agent binary %s is not executable by others (mode %v)", path, fi.Mode())
+	if fi.Mode()&0o111 == 0 || !fi.Mode().IsRegular() {
+		return fmt.Errorf("agent binary %s is not an executable file (mode %v)", path, fi.Mode())
 	}
 	f, err := elf.Open(path)
 	if err != nil {
@@ -105,4 +106,22 @@ func checkStatic(path string) error {
 		}
 	}
 	return nil
+}
+
+// checkSearchable requires every existing ancestor of dir to be searchable by others: a
+// sandbox's init runs as an unprivileged host id and reaches its mount points through them.
+func checkSearchable(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode()&0o001 == 0 {
+			return fmt.Errorf("%s (above the state directory %s) is not searchable by others (mode %v): "+
+				"sandboxes, which run as unprivileged host ids, could not reach their files", d, dir, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }

@@ -268,6 +268,61 @@ func (e *env) conformance(t *testing.T) {
 		b.ok("true")
 	})
 
+	t.Run("start after the agent died", func(t *testing.T) {
+		b := e.boot(t, runtime.Limits{})
+		if b.pid == 0 {
+			t.Skip("the driver does not tell its init's pid (InitPID)")
+		}
+		b.ok("echo kept > /workspace/f")
+		syscall.Kill(b.pid, syscall.SIGKILL)
+		select {
+		case <-b.sb.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Done not closed after the init died")
+		}
+		b2 := e.start(t, b.id)
+		if out := b2.ok("cat /workspace/f"); out != "kept\n" {
+			t.Errorf("after restart: %q", out)
+		}
+	})
+
+	t.Run("reap after a restart", func(t *testing.T) {
+		// A new driver (a restarted server) finds the sandbox by List and destroys it, though
+		// it did not start it.
+		b := e.boot(t, runtime.Limits{})
+		b.ok("sleep 1000 >/dev/null 2>&1 &")
+		d2 := e.newDriver(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ids, err := d2.List(ctx)
+		if err != nil || !slices.Contains(ids, b.id) {
+			t.Fatalf("List = %v, %v: lacks %s", ids, err, b.id)
+		}
+		if err := d2.Destroy(ctx, b.id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.sb.Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the sandbox's init survived a destroy by another driver")
+		}
+		for _, l := range e.leftovers(ctx, b.id, b.pid) {
+			t.Error(l)
+		}
+	})
+
+	t.Run("concurrent", func(t *testing.T) {
+		for i := range 6 {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				t.Parallel()
+				b := e.boot(t, runtime.Limits{})
+				if out := b.ok(fmt.Sprintf("echo %d > /workspace/n && cat /workspace/n", i)); out != fmt.Sprintf("%d\n", i) {
+					t.Errorf("sandbox %d says %q", i, out)
+				}
+			})
+		}
+	})
+
 	t.Run("run", e.runs)
 }
 

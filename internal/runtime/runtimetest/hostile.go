@@ -26,7 +26,11 @@ import (
 
 func (e *env) hostile(t *testing.T) {
 	hashes := map[string]string{}
-	files := append([]string{}, e.opts.HostFiles...)
+	var files []string
+	for _, pat := range e.opts.HostFiles {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
 	if exe, err := os.Executable(); err == nil {
 		files = append(files, exe)
 	}
@@ -45,6 +49,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("memory bomb", e.memoryBomb)
 	t.Run("disk fill", e.diskFill)
 	t.Run("timeout kills the group", e.timeoutGroup)
+	t.Run("timeout kills what left the group", e.timeoutSetsid)
 	t.Run("cpu quota", e.cpuQuota)
 	t.Run("stdout flood", e.stdoutFlood)
 	t.Run("network", e.network)
@@ -54,6 +59,8 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("proc self exe", e.procSelfExe)
 	t.Run("descriptors and cwd", e.descriptors)
 	t.Run("path escapes", e.pathEscapes)
+	t.Run("agent out of reach", e.agentOutOfReach)
+
 }
 
 func fileHash(t *testing.T, path string) string {
@@ -186,15 +193,42 @@ func (e *env) timeoutGroup(t *testing.T) {
 		t.Errorf("the timeout took %v", d)
 	}
 	// Nothing of it is left: only the agent and ps itself.
-	time.Sleep(200 * time.Millisecond)
-	r = b.exec(agent.ExecRequest{Argv: []string{"ps", "-eo", "pid=,comm="}}, nil)
-	out := r.stdout
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] != "1" && f[1] != "ps" {
-			t.Errorf("left running after the timeout: %q (all: %q)", line, out)
+	b.onlyAgentLeft()
+}
+
+// onlyAgentLeft waits (a little) until no process but the agent runs in the sandbox.
+func (b *box) onlyAgentLeft() {
+	b.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := b.exec(agent.ExecRequest{Argv: []string{"ps", "-eo", "pid=,sid=,comm="}}, nil)
+		var left []string
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] != "1" && f[2] != "ps" {
+				left = append(left, line)
+			}
 		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Errorf("left running after the timeout: %q", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// timeoutSetsid: a process may leave its process group (setsid), and a group kill then misses
+// it. It still lives in the sandbox, bounded by its limits, but it outlives the command that
+// timed out.
+func (e *env) timeoutSetsid(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	r := b.exec(agent.ExecRequest{Argv: []string{"sh", "-c", "setsid sh -c 'while :; do :; done' & sleep 1000"}, TimeoutMs: 500}, nil)
+	if !r.exit.TimedOut {
+		t.Errorf("command: %v", r)
+	}
+	b.onlyAgentLeft()
 }
 
 func (e *env) cpuQuota(t *testing.T) {
@@ -221,8 +255,9 @@ func (e *env) stdoutFlood(t *testing.T) {
 	goruntime.GC()
 	goruntime.ReadMemStats(&ms)
 	base, peak := ms.HeapInuse, ms.HeapInuse
-	done := make(chan struct{})
+	done, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(sampled)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -244,6 +279,7 @@ func (e *env) stdoutFlood(t *testing.T) {
 	}
 	ex, err := p.Wait(&cw, nil)
 	close(done)
+	<-sampled
 	if err != nil || ex.ExitCode != 0 {
 		t.Fatalf("flood: %+v %v", ex, err)
 	}
@@ -275,6 +311,13 @@ func (e *env) network(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
+	// And one on an abstract unix socket, which only a network namespace separates.
+	abstract := "lbb-hostile-" + randHex(6)
+	uln, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uln.Close()
 	b := e.boot(t, runtime.Limits{})
 	if out := b.ok("ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
 		t.Errorf("interfaces: %q, want only lo", out)
@@ -296,13 +339,18 @@ def attempt(host, port):
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e))
 print("host", attempt("127.0.0.1", %d))
+u = socket.socket(socket.AF_UNIX)
+try:
+    u.connect("\0%s"); print("abstract connected")
+except OSError as e:
+    print("abstract", errno.errorcode.get(e.errno, str(e)))
 print("out", attempt("1.1.1.1", 80))
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
 c = socket.create_connection(srv.getsockname(), timeout=3)
 print("lo", "works")
-`, port))
+`, port, abstract))
 	if !strings.Contains(r.stdout, "host ECONNREFUSED") || !strings.Contains(r.stdout, "out ENETUNREACH") ||
-		!strings.Contains(r.stdout, "lo works") {
+		!strings.Contains(r.stdout, "abstract ECONNREFUSED") || !strings.Contains(r.stdout, "lo works") {
 		t.Errorf("network: %v", r)
 	}
 }
@@ -461,8 +509,8 @@ m.write(code)
 addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
 print("int80 returned", ctypes.CFUNCTYPE(ctypes.c_int)(addr)())
 `)
-		if strings.Contains(r.stdout, "int80 returned") {
-			t.Errorf("an i386 system call returned: %v", r)
+		if strings.Contains(r.stdout, "int80 returned") || r.exit.Signal != "SIGSYS" {
+			t.Errorf("an i386 system call: %v (want the process killed by SIGSYS)", r)
 		}
 	}
 }
@@ -551,6 +599,47 @@ print(json.dumps(res))
 		}
 	} else {
 		t.Logf("the agent's descriptors are hidden from user code (errno %d)", res.AgentHidden)
+	}
+	if b.pid > 0 {
+		// From the host: no directory the agent holds is outside the sandbox's root file
+		// system (the /workspace descriptor is on it; a host directory is not).
+		var root unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/root/", b.pid), &root); err != nil {
+			t.Fatal(err)
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", b.pid))
+		for _, fd := range fds {
+			p := fmt.Sprintf("/proc/%d/fd/%s", b.pid, fd.Name())
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Dev != root.Dev {
+				link, _ := os.Readlink(p)
+				t.Errorf("the agent holds a directory outside the sandbox: fd %s -> %s", fd.Name(), link)
+			}
+		}
+		if cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", b.pid)); cwd != "/" {
+			t.Errorf("the agent's cwd is %q", cwd)
+		}
+	}
+}
+
+// agentOutOfReach: user code runs as the same id as the agent, yet must not reach into it.
+func (e *env) agentOutOfReach(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	r := b.py(`
+import os
+for path, mode in [("/proc/1/mem", "r+b"), ("/proc/1/environ", "rb"), ("/proc/1/fd/3", "rb"), ("/.lbb/agent", "rb")]:
+    try:
+        open(path, mode, buffering=0)
+        print("OPENED", path)
+    except OSError as e:
+        print("refused", path, e.errno)
+os.kill(1, 9)  # the kernel drops it: the init of a pid namespace has no handler for it
+`)
+	if strings.Contains(r.stdout, "OPENED") || r.exit.ExitCode != 0 {
+		t.Errorf("the agent is within reach: %v", r)
+	}
+	if err := b.ping(); err != nil {
+		t.Fatalf("agent: %v", err)
 	}
 }
 

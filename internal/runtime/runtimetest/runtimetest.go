@@ -35,8 +35,9 @@ type Options struct {
 	// Leftovers lists what a destroyed sandbox left on the host: processes, mounts, cgroups,
 	// devices, directories. Nil checks only what the contract shows (List, the init process).
 	Leftovers func(id string) []string
-	// HostFiles must be byte-identical after the hostile suite: the driver's binaries that a
-	// sandbox could try to overwrite (the agent, the init). The test binary is always checked.
+	// HostFiles (glob patterns, expanded when the hostile suite starts) must be
+	// byte-identical after it: the driver's binaries that a sandbox could try to overwrite
+	// (the agent, the init). The test binary, which a driver may re-execute, is always checked.
 	HostFiles []string
 }
 

@@ -31,7 +31,7 @@ class Reply:
     # Drop the connection without answering (a connection error for the client).
     drop: bool = False
     # Lines sent one by one for a streamed answer (server-sent events), then the connection closes.
-    stream: Optional[Iterable[str]] = None
+    stream: Optional[Iterable[Optional[str]]] = None
 
 
 Handler = Callable[[Seen, int], Reply]

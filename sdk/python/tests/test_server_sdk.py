@@ -183,7 +183,7 @@ def test_openapi_has_the_routes_the_sdk_calls(lbb: LbbClient) -> None:
         ("get", "/v1/commands/{id}/output"), ("post", "/v1/commands/{id}/kill"),
         ("put", "/v1/sandboxes/{id}/files/content"), ("get", "/v1/sandboxes/{id}/files/content"),
         ("get", "/v1/sandboxes/{id}/files"), ("delete", "/v1/sandboxes/{id}/files"),
-        ("post", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates"),
+        ("post", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates/{name}"),
         ("post", "/v1/files"), ("get", "/v1/files"), ("get", "/v1/files/{id}"), ("get", "/v1/files/{id}/content"),
         ("put", "/v1/sandboxes/files/content"),
     ]
@@ -194,12 +194,21 @@ def test_openapi_has_the_routes_the_sdk_calls(lbb: LbbClient) -> None:
 # The async client
 
 
-def test_async_client(server: Any) -> None:
+def test_async_client_runs(server: Any) -> None:
     async def main() -> None:
         async with sdk.AsyncLbbClient(server.url, api_key=server.key, graph="main") as c:
             runs = await asyncio.gather(*(c.sandboxes.run(code=SUM, input=[i, i]) for i in range(3)))
             assert [r.result for r in runs] == [0, 2, 4]
             assert len({r.command for r in runs}) == 3
+            with pytest.raises(sdk.NotFoundError):
+                await c.commands.get("cmd_01aaaaaaaaaaaaaaaaaaaaaaaa")
+
+    asyncio.run(main())
+
+
+def test_async_client_sandboxes(server: Any) -> None:
+    async def main() -> None:
+        async with sdk.AsyncLbbClient(server.url, api_key=server.key, graph="main") as c:
 
             async def body(sb: sdk.AsyncSandbox) -> Any:
                 await sb.files.write("x.txt", "abc")
@@ -209,5 +218,9 @@ def test_async_client(server: Any) -> None:
             async with c.sandboxes.scoped() as sb:
                 r = await sb.run(code="def run(input, config):\n    return input * 2", input=21)
                 assert r.result == 42
+                cmd = await sb.commands.create(argv=["bash", "-c", "echo a; sleep 0.2; echo b"])
+                control = {"exit", "end", "done", "error", "status", "ping", "keepalive"}
+                text = "".join([ev.text async for ev in c.commands.stream(cmd.id) if ev.event not in control])
+                assert text == "a\nb\n"
 
     asyncio.run(main())

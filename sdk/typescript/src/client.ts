@@ -198,7 +198,7 @@ export class Transport {
     const timeout = o.waitMs === undefined ? this.timeoutMs : Math.max(this.timeoutMs, o.waitMs + 30_000);
     for (let attempt = 0; ; attempt++) {
       const timer = AbortSignal.timeout(timeout);
-      const signal = o.signal ? AbortSignal.any([o.signal, timer]) : timer;
+      const signal = o.signal && typeof AbortSignal.any === "function" ? AbortSignal.any([o.signal, timer]) : (o.signal ?? timer);
       let resp: Response;
       try {
         resp = await this.fetch(url, { method, headers, body: body as RequestInit["body"], signal });
@@ -339,11 +339,19 @@ export interface RunParams extends IdempotentCallOptions {
   waitMs?: number;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
+  /** The workflow step that made the call, kept in the records. */
+  origin?: Origin;
   /** false: answer as soon as the server does, even if the run has not ended. Default true. */
   wait?: boolean;
 }
 
-export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "metadata">;
+export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "metadata" | "origin">;
+
+export interface Origin {
+  workflow?: string;
+  run?: string;
+  step?: string;
+}
 
 function runBody(p: RunParams | SandboxRunParams): Record<string, unknown> {
   if (p.code !== undefined && p.template !== undefined) throw new TypeError("run takes code or template, not both");
@@ -665,6 +673,7 @@ export interface CreateSandboxParams extends IdempotentCallOptions {
   expiresInSeconds?: number;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
+  origin?: Origin;
 }
 
 /** Runs and sandboxes (/v1/sandboxes). */
@@ -683,7 +692,14 @@ export class Sandboxes {
    * retries, so the code runs at most once; past waitMs it waits on the command.
    */
   async run<R = unknown>(p: RunParams): Promise<RunResult<R>> {
-    const body = compact({ run: runBody(p), limits: fromLimits(p.limits), timeout_ms: p.timeoutMs, wait_ms: p.waitMs, metadata: p.metadata });
+    const body = compact({
+      run: runBody(p),
+      limits: fromLimits(p.limits),
+      timeout_ms: p.timeoutMs,
+      wait_ms: p.waitMs,
+      metadata: p.metadata,
+      origin: p.origin,
+    });
     const resp = await this.t.request("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, waitMs: p.waitMs, signal: p.signal });
     return finishRun<R>(this.t, resp, p.wait ?? true, p.signal);
   }
@@ -697,6 +713,7 @@ export class Sandboxes {
       expires_in_seconds: p.expiresInSeconds,
       env: p.env,
       metadata: p.metadata,
+      origin: p.origin,
     });
     return new Sandbox(this.t, await this.t.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
   }

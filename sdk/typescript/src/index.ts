@@ -33,6 +33,7 @@ export type {
   CreateTemplateParams,
   CreateSandboxParams,
   CreateCommandParams,
+  Origin,
   StreamOptions,
   Json,
   Data,
@@ -56,5 +57,6 @@ export type {
   GraphFile,
   Page,
 } from "./types.js";
+export { outputText } from "./types.js";
 export { WIRE_FIELDS, WIRE_REQUIRED } from "./wire.js";
 export type * from "./wire.js";

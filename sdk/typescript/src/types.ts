@@ -186,6 +186,20 @@ export function toOutput(w: Partial<WireOutput> | undefined | null): Output {
   return { head: w?.head ?? "", tail: w?.tail ?? "", bytes: w?.bytes ?? 0, ...opt("expired", w?.expired) };
 }
 
+/**
+ * The whole stream when the record kept all of it (whether the server keeps a short stream in
+ * head, in tail, or in both), else head and tail joined by an ellipsis.
+ */
+export function outputText(o: Output): string {
+  const enc = new TextEncoder();
+  const hb = enc.encode(o.head).length;
+  const tb = enc.encode(o.tail).length;
+  if (o.bytes <= hb) return o.head;
+  if (o.bytes <= tb) return o.tail;
+  if (hb + tb === o.bytes) return o.head + o.tail;
+  return `${o.head}\n…\n${o.tail}`;
+}
+
 export function toLimits(w: WireLimits | undefined | null): Limits | undefined {
   if (!w) return undefined;
   return { ...opt("memoryMib", w.memory_mib), ...opt("cpus", w.cpus), ...opt("pids", w.pids), ...opt("diskMib", w.disk_mib) };

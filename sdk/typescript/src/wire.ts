@@ -67,12 +67,12 @@ export interface WireRunResult {
   duration_ms: number;
   stdout: WireOutput;
   stderr: WireOutput;
-  base?: string;
+  base: string;
   template?: WireTemplateRef;
-  limits?: WireLimits;
-  timeout_ms?: number;
-  usage?: WireUsage;
-  created_at?: string;
+  limits: WireLimits;
+  timeout_ms: number;
+  usage: WireUsage;
+  created_at: string;
   started_at?: string;
   finished_at?: string;
 }
@@ -80,7 +80,7 @@ export interface WireRunResult {
 /** A command record: GET /v1/commands/{id}, POST /v1/sandboxes/{id}/commands. */
 export interface WireCommand {
   id: string;
-  graph?: string;
+  graph: string;
   sandbox: string;
   kind: "process" | "run";
   argv?: string[];
@@ -92,7 +92,7 @@ export interface WireCommand {
   config?: unknown;
   template?: WireTemplateRef;
   env_names?: string[];
-  timeout_ms?: number;
+  timeout_ms: number;
   status: CommandStatus;
   ok: boolean;
   result?: unknown;
@@ -102,7 +102,7 @@ export interface WireCommand {
   stdout: WireOutput;
   stderr: WireOutput;
   idempotency_key?: string;
-  origin?: WireOrigin;
+  origin: WireOrigin;
   created_at: string;
   started_at?: string;
   finished_at?: string;
@@ -112,23 +112,23 @@ export interface WireCommand {
 /** A sandbox record: GET /v1/sandboxes/{id}; POST /v1/sandboxes without `run`. */
 export interface WireSandbox {
   id: string;
-  graph?: string;
+  graph: string;
   status: SandboxStatus;
-  one_call?: boolean;
-  base?: string;
+  one_call: boolean;
+  base: string;
   image?: string;
   template?: WireTemplateRef;
-  limits?: WireLimits;
+  limits: WireLimits;
   env_names?: string[];
   metadata?: Record<string, string>;
-  origin?: WireOrigin;
+  origin: WireOrigin;
   created_at: string;
   started_at?: string;
   ended_at?: string;
   expires_at?: string;
   end_reason?: string;
   error?: string;
-  usage?: WireUsage;
+  usage: WireUsage;
 }
 
 export interface WireTemplateFile {
@@ -139,12 +139,12 @@ export interface WireTemplateFile {
 /** One version of a template: POST /v1/sandboxes/templates; GET adds `versions`. */
 export interface WireTemplate {
   id: string;
-  graph?: string;
+  graph: string;
   name: string;
   version: number;
   base: string;
   code?: string;
-  limits?: WireLimits;
+  limits: WireLimits;
   timeout_ms?: number;
   config?: unknown;
   files?: WireTemplateFile[];
@@ -206,8 +206,7 @@ const templateFields = [
   "created_at", "created_by", "versions",
 ] as const;
 
-/** The fields of each record, for checks against the OpenAPI document. The required ones are
- * those the server always sends (no omitempty in its Go structs). */
+/** The fields of each record, for checks against the OpenAPI document. */
 export const WIRE_FIELDS: {
   runResult: Exact<WireRunResult, typeof runResultFields>;
   command: Exact<WireCommand, typeof commandFields>;
@@ -215,10 +214,11 @@ export const WIRE_FIELDS: {
   template: Exact<WireTemplate, typeof templateFields>;
 } = { runResult: runResultFields, command: commandFields, sandbox: sandboxFields, template: templateFields };
 
-/** Fields a check may insist on: the server sends them on every answer. */
+/** The fields the server sends on every answer (the schema's `required`): the ones not
+ * optional in the interfaces above. */
 export const WIRE_REQUIRED = {
-  runResult: ["ok", "result", "command", "sandbox", "status", "exit_code", "duration_ms", "stdout", "stderr"],
-  command: ["id", "sandbox", "kind", "status", "ok", "exit_code", "stdout", "stderr", "created_at", "duration_ms"],
-  sandbox: ["id", "status", "created_at"],
-  template: ["id", "name", "version", "base", "created_at"],
+  runResult: ["ok", "result", "command", "sandbox", "status", "exit_code", "duration_ms", "stdout", "stderr", "base", "limits", "timeout_ms", "usage", "created_at"],
+  command: ["id", "graph", "sandbox", "kind", "timeout_ms", "status", "ok", "exit_code", "stdout", "stderr", "origin", "created_at", "duration_ms"],
+  sandbox: ["id", "graph", "status", "one_call", "base", "limits", "origin", "created_at", "usage"],
+  template: ["id", "graph", "name", "version", "base", "limits", "created_at"],
 } as const;

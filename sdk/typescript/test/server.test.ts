@@ -17,6 +17,7 @@ import {
   PathOutsideWorkspaceError,
   WIRE_FIELDS,
   WIRE_REQUIRED,
+  outputText,
 } from "@littlebigbrain/client";
 
 import { testServer } from "./server-env.js";
@@ -46,10 +47,10 @@ test("printing, config, a run that raises, node and shell", async (t) => {
   if (!lbb) return;
   const p = await lbb.sandboxes.run({ code: "def run(input, config):\n    print('hello', input)\n    return config", input: 3, config: { unit: "cm" } });
   assert.deepEqual(p.result, { unit: "cm" });
-  assert.match(p.stdout.head + p.stdout.tail, /hello 3/);
+  assert.match(outputText(p.stdout), /hello 3/);
   const bad = await lbb.sandboxes.run({ code: "def run(input, config):\n    raise ValueError('bad input')" });
   assert.equal(bad.ok, false);
-  assert.match(bad.stderr.head + bad.stderr.tail, /ValueError: bad input/);
+  assert.match(outputText(bad.stderr), /ValueError: bad input/);
   const node = await lbb.sandboxes.run({ code: "function run(input) { return input.map((x) => x * 2); }", input: [1, 2], language: "node" });
   assert.deepEqual(node.result, [2, 4]);
   const sh = await lbb.sandboxes.run({ code: 'jq add > "$LBB_RESULT"', input: [1, 2, 3], base: "lbb/shell" });
@@ -114,10 +115,10 @@ test("Level 3: files, commands, stop and resume keep the disk, paths stay inside
     assert.ok(data.some((e) => e.path.endsWith("a.bin") && e.type === "file" && e.size === 4), JSON.stringify(data));
     const cmd = await sb.commands.create({ argv: ["bash", "-c", "echo out; echo err >&2; exit 3"], waitMs: 30_000 });
     assert.deepEqual([cmd.status, cmd.exitCode], ["failed", 3]);
-    assert.match(cmd.stdout.head + cmd.stdout.tail, /out/);
-    assert.match(cmd.stderr.head + cmd.stderr.tail, /err/);
+    assert.match(outputText(cmd.stdout), /out/);
+    assert.match(outputText(cmd.stderr), /err/);
     const cat = await sb.commands.run({ argv: ["cat"], stdin: "piped" });
-    assert.equal(cat.stdout.head + cat.stdout.tail, "piped");
+    assert.equal(outputText(cat.stdout), "piped");
     await sb.stop();
     assert.equal((await sb.refresh()).status, "stopped");
     await sb.resume();
@@ -159,11 +160,12 @@ test("output streams as server-sent events", async (t) => {
   });
 });
 
-test("openapi: the routes the SDK calls and the fields of its wire types", async (t) => {
+type OpenAPI = { paths?: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
+
+test("openapi: every route the SDK calls is in the document", async (t) => {
   const lbb = client(t);
   if (!lbb) return;
-  const doc = (await lbb.openapi()) as { paths?: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
-  const paths = doc.paths ?? {};
+  const paths = ((await lbb.openapi()) as OpenAPI).paths ?? {};
   const used: [string, string][] = [
     ["post", "/v1/sandboxes"], ["get", "/v1/sandboxes"], ["get", "/v1/sandboxes/{id}"], ["delete", "/v1/sandboxes/{id}"],
     ["post", "/v1/sandboxes/{id}/stop"], ["post", "/v1/sandboxes/{id}/resume"], ["post", "/v1/sandboxes/{id}/run"],
@@ -171,32 +173,45 @@ test("openapi: the routes the SDK calls and the fields of its wire types", async
     ["get", "/v1/commands/{id}/output"], ["post", "/v1/commands/{id}/kill"],
     ["put", "/v1/sandboxes/{id}/files/content"], ["get", "/v1/sandboxes/{id}/files/content"],
     ["get", "/v1/sandboxes/{id}/files"], ["delete", "/v1/sandboxes/{id}/files"],
-    ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"],
+    ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates/{name}"],
     ["post", "/v1/files"], ["get", "/v1/files"], ["get", "/v1/files/{id}"], ["get", "/v1/files/{id}/content"],
     ["put", "/v1/sandboxes/files/content"],
   ];
   const missing = used.filter(([m, p]) => !paths[p]?.[m]).map(([m, p]) => `${m.toUpperCase()} ${p}`);
   assert.deepEqual(missing, [], "routes the SDK calls that /v1/openapi.json does not have");
+});
 
-  // Each wire type against the schema of a response that carries it.
-  const resolve = (s: any): any => {
+test("openapi: the wire types of src/wire.ts are the document's schemas", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const doc = (await lbb.openapi()) as OpenAPI;
+  type Schema = { properties?: Record<string, unknown>; required?: string[] };
+  // The schema of a response, $refs followed; of alternatives (oneOf), the one most like ours.
+  const resolve = (s: any, fields: readonly string[]): Schema => {
     for (let i = 0; s && s.$ref && i < 10; i++) s = doc.components?.schemas?.[String(s.$ref).split("/").pop()!];
-    const parts = s?.allOf ?? s?.oneOf ?? s?.anyOf;
-    if (parts) return { properties: Object.assign({}, ...parts.map((x: any) => resolve(x)?.properties ?? {})) };
-    return s;
+    if (s?.allOf) {
+      const parts = s.allOf.map((x: any) => resolve(x, fields));
+      return { properties: Object.assign({}, ...parts.map((p: Schema) => p.properties)), required: parts.flatMap((p: Schema) => p.required ?? []) };
+    }
+    const alts = s?.oneOf ?? s?.anyOf;
+    if (alts) {
+      const score = (x: Schema) => Object.keys(x.properties ?? {}).filter((k) => fields.includes(k)).length;
+      return alts.map((x: any) => resolve(x, fields)).sort((a: Schema, b: Schema) => score(b) - score(a))[0] ?? {};
+    }
+    return s ?? {};
   };
-  const props = (method: string, path: string, status: string): string[] => {
-    const s = resolve(paths[path]?.[method]?.responses?.[status]?.content?.["application/json"]?.schema);
-    return Object.keys(s?.properties ?? {});
-  };
-  const checks: [string, readonly string[], string[]][] = [
-    ["POST /v1/sandboxes 200 (run)", WIRE_FIELDS.runResult, props("post", "/v1/sandboxes", "200")],
-    ["GET /v1/commands/{id} 200", WIRE_FIELDS.command, props("get", "/v1/commands/{id}", "200")],
-    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, props("get", "/v1/sandboxes/{id}", "200")],
-    ["POST /v1/sandboxes/templates 201", WIRE_FIELDS.template.filter((f) => f !== "versions"), props("post", "/v1/sandboxes/templates", "201")],
+  const schema = (method: string, path: string, status: string, fields: readonly string[]): Schema =>
+    resolve(doc.paths?.[path]?.[method]?.responses?.[status]?.content?.["application/json"]?.schema, fields);
+  const tplFields = WIRE_FIELDS.template.filter((f) => f !== "versions");
+  // The same fields both ways: a field the server adds shows up here as one to add to src/wire.ts.
+  const checks: [string, readonly string[], readonly string[], Schema][] = [
+    ["POST /v1/sandboxes 200 (a run)", WIRE_FIELDS.runResult, WIRE_REQUIRED.runResult, schema("post", "/v1/sandboxes", "200", WIRE_FIELDS.runResult)],
+    ["GET /v1/commands/{id} 200", WIRE_FIELDS.command, WIRE_REQUIRED.command, schema("get", "/v1/commands/{id}", "200", WIRE_FIELDS.command)],
+    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("get", "/v1/sandboxes/{id}", "200", WIRE_FIELDS.sandbox)],
+    ["POST /v1/sandboxes/templates 201", tplFields, WIRE_REQUIRED.template, schema("post", "/v1/sandboxes/templates", "201", tplFields)],
   ];
-  for (const [what, ours, theirs] of checks) {
-    const unknown = ours.filter((f) => !theirs.includes(f));
-    assert.deepEqual(unknown, [], `${what}: fields of the SDK's wire type that the OpenAPI schema does not have`);
+  for (const [what, fields, required, s] of checks) {
+    assert.deepEqual([...fields].sort(), Object.keys(s.properties ?? {}).sort(), `${what}: the fields of src/wire.ts against the OpenAPI schema`);
+    assert.deepEqual([...required].sort(), [...(s.required ?? [])].sort(), `${what}: the required fields of src/wire.ts against the OpenAPI schema`);
   }
 });

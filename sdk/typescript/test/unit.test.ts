@@ -28,6 +28,7 @@ import {
   UnavailableError,
   UnprocessableError,
   errorFromBody,
+  outputText,
 } from "@littlebigbrain/client";
 
 import { RUN_OK, error, withServer, type Reply, type Seen } from "./fake-server.js";
@@ -322,6 +323,13 @@ describe("streams", () => {
       },
     );
   });
+});
+
+test("outputText", () => {
+  assert.equal(outputText({ head: "hi\n", tail: "", bytes: 3 }), "hi\n");
+  assert.equal(outputText({ head: "hi\n", tail: "hi\n", bytes: 3 }), "hi\n");
+  assert.equal(outputText({ head: "ab", tail: "cd", bytes: 4 }), "abcd");
+  assert.equal(outputText({ head: "ab", tail: "yz", bytes: 10 }), "ab\n…\nyz");
 });
 
 test("defaults from the environment", () => {

@@ -4,6 +4,9 @@
 // module.exports = fn); when that fails on ES module syntax, it is imported as an ES module
 // from a temporary .mjs in the working directory, so that its relative imports resolve
 // (export function run, export default).
+// Pre-started (`node -e HARNESS -- --lbb-prestart MODULE…`): require the modules, write "ready\n"
+// on fd 4, then wait for the request, which also carries "cwd" and "env". Math.random cannot
+// be reseeded (V8 has no API for it): it was seeded from the kernel when this process started.
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -13,8 +16,23 @@ const { createRequire } = require('module');
 const { pathToFileURL } = require('url');
 const { inspect } = require('util');
 
+const warm = process.argv[1] === '--lbb-prestart';
+if (warm) {
+  for (const m of process.argv.slice(2)) {
+    try {
+      require(m);
+    } catch {}
+  }
+  process.argv.splice(1);
+  // Writes to pipes are synchronous on Linux: nothing written before is still pending.
+  fs.writeSync(4, 'ready\n');
+}
 const req = JSON.parse(fs.readFileSync(3, 'utf8'));
 fs.closeSync(3);
+if (warm) {
+  if (req.env) Object.assign(process.env, req.env);
+  if (req.cwd) process.chdir(req.cwd);
+}
 
 function finish(head, body) {
   const buf = Buffer.from(JSON.stringify(head) + '\n' + (body === undefined ? '' : body), 'utf8');

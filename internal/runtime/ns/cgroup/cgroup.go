@@ -50,6 +50,9 @@ type Manager interface {
 	Add(name string, pid int) error
 	// Warm makes the next Adds cheap; see warm.
 	Warm()
+	// CloneFD opens the group for clone(CLONE_INTO_CGROUP), so that a child is born in it
+	// and needs no Add. It answers nil when the hierarchy cannot (v1: a group per controller).
+	CloneFD(name string) (*os.File, error)
 	// Procs lists the processes in the group.
 	Procs(name string) ([]int, error)
 	Freeze(ctx context.Context, name string) error

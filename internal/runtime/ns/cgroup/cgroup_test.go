@@ -4,9 +4,11 @@ package cgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -87,4 +89,28 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("%s left behind", p)
 		}
 	}
+}
+
+// TestDetectV2 runs v2 detection where a unified hierarchy is mounted: it must either work
+// or say which controller is missing (hybrid hosts mount cgroup2 without memory and pids).
+func TestDetectV2(t *testing.T) {
+	root := "/sys/fs/cgroup/unified"
+	if !isCgroup2(root) {
+		if !isCgroup2("/sys/fs/cgroup") {
+			t.Skip("no cgroup2 mount")
+		}
+		root = "/sys/fs/cgroup"
+	}
+	m, err := Detect(root, "lbb-test-detect")
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("detect on %s: %v", root, err)
+		}
+		t.Logf("v2 at %s is not usable: %v", root, err)
+		return
+	}
+	if m.Version() != 2 {
+		t.Fatalf("version %d", m.Version())
+	}
+	os.Remove(filepath.Join(root, "lbb-test-detect"))
 }

@@ -181,6 +181,8 @@ func (m *v1) Create(name string, l Limits) (err error) {
 	return nil
 }
 
+func (m *v1) CloneFD(string) (*os.File, error) { return nil, nil }
+
 func (m *v1) Warm() { warm(filepath.Join(m.mounts["pids"], m.parent)) }
 
 func (m *v1) Add(name string, pid int) error {
@@ -242,6 +244,9 @@ func (m *v1) setFreezer(ctx context.Context, name, state string) error {
 }
 
 func (m *v1) Kill(ctx context.Context, name string) error {
+	if pids, err := m.Procs(name); err == nil && len(pids) == 0 {
+		return nil
+	}
 	if _, err := os.Stat(m.dir("freezer", name)); errors.Is(err, os.ErrNotExist) {
 		return m.killLoop(ctx, name)
 	}

@@ -125,7 +125,16 @@ func (m *v2) Create(name string, l Limits) (err error) {
 	return nil
 }
 
-func (m *v2) Warm() { warm(filepath.Join(m.root, m.parent)) }
+func (m *v2) CloneFD(name string) (*os.File, error) {
+	fd, err := unix.Open(m.dir(name), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), m.dir(name)), nil
+}
+
+// Warm does nothing: on v2 a sandbox's init is born in its group (CloneFD), never moved.
+func (m *v2) Warm() {}
 
 func (m *v2) Add(name string, pid int) error {
 	return writeFile(m.dir(name), "cgroup.procs", fmt.Sprint(pid))

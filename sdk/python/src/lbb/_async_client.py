@@ -496,6 +496,7 @@ class AsyncSandboxes:
         wait_ms: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        origin: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         wait: bool = True,
     ) -> RunResult:
@@ -507,9 +508,10 @@ class AsyncSandboxes:
         :class:`LbbError`. The SDK sends a fresh Idempotency-Key (or ``idempotency_key``)
         and reuses it on its retries, so the code runs at most once. When the server answers
         before the run ends (past ``wait_ms``), it waits for the command unless ``wait=False``.
+        ``origin`` (``workflow``, ``run``, ``step``) names the workflow step that made the call.
         """
         run = _core.run_body(code=code, input=input, config=config, template=template, base=base, language=language, env=env)
-        body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=wait_ms, metadata=metadata)
+        body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=wait_ms, metadata=metadata, origin=origin)
         resp = await self._api.request(
             "POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, wait_ms)
         )
@@ -517,7 +519,7 @@ class AsyncSandboxes:
 
     async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
-        ``create(template=…, base=…, limits=…, expires_in_seconds=…, env=…, metadata=…)``."""
+        ``create(template=…, base=…, limits=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``."""
         body = _core.sandbox_spec(spec, kwargs)
         return AsyncSandbox(self._api, await self._api.json("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key))
 

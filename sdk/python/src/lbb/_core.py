@@ -98,7 +98,7 @@ def backoff(attempt: int, retry_after: Optional[str] = None) -> float:
             return min(max(float(retry_after), 0.0), 30.0)
         except ValueError:
             pass
-    return min(8.0, 0.25 * (2**attempt)) * (0.5 + random.random() / 2)
+    return float(min(8.0, 0.25 * 2.0**attempt) * (0.5 + random.random() / 2))
 
 
 def request_timeout(opts: Options, wait_ms: Optional[int]) -> float:
@@ -139,8 +139,9 @@ def one_call_body(
     timeout_ms: Optional[int],
     wait_ms: Optional[int],
     metadata: Optional[Mapping[str, str]],
+    origin: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
-    return clean({"run": run, "limits": limits, "timeout_ms": timeout_ms, "wait_ms": wait_ms, "metadata": metadata})
+    return clean({"run": run, "limits": limits, "timeout_ms": timeout_ms, "wait_ms": wait_ms, "metadata": metadata, "origin": origin})
 
 
 def sandbox_spec(spec: Optional[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> Dict[str, Any]:

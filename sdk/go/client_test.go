@@ -1,0 +1,165 @@
+package lbb_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/api"
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/control/controltest"
+	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// The SDK against the real API server and control plane, with the control plane's fake
+// runner (the end-to-end tests run the SDK against the real runtime).
+func newClient(t *testing.T, tweak func(*config.Config)) (*lbb.Client, *controltest.Runner) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r := controltest.New()
+	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
+	secret, err := svc.Bootstrap(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
+	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
+	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, r
+}
+
+func TestRun(t *testing.T) {
+	c, r := newClient(t, nil)
+	ctx := context.Background()
+	run, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "def run(input, config):\n    return input", Input: []int{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	if err := run.Decode(&got); err != nil || len(got) != 3 || !run.OK || run.Replayed || run.IdempotencyKey == "" {
+		t.Fatalf("%+v %v", run, err)
+	}
+	again, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "def run(input, config):\n    return input", Input: []int{1, 2, 3}, IdempotencyKey: run.IdempotencyKey})
+	if err != nil || !again.Replayed || again.Command != run.Command || r.Total() != 1 {
+		t.Fatalf("replay: %+v %v", again, err)
+	}
+	_, err = c.Sandboxes.Run(ctx, lbb.RunParams{Code: "other", IdempotencyKey: run.IdempotencyKey})
+	if lbb.StatusOf(err) != 422 || lbb.CodeOf(err) != "idempotency_key_reused" {
+		t.Fatalf("a reused key: %v", err)
+	}
+	cmd, err := c.Commands.Get(ctx, run.Command, 0)
+	if err != nil || cmd.Status != lbb.StatusSucceeded || cmd.Sandbox != run.Sandbox {
+		t.Fatalf("command: %+v %v", cmd, err)
+	}
+	sb, err := c.Sandboxes.Get(ctx, run.Sandbox)
+	if err != nil || sb.Status != "destroyed" || sb.EndReason != "run_finished" {
+		t.Fatalf("sandbox: %+v %v", sb, err)
+	}
+	_, err = c.Commands.Get(ctx, "cmd_01aaaaaaaaaaaaaaaaaaaaaaaa", 0)
+	var e *lbb.Error
+	if !lbb.IsNotFound(err) || !errors.As(err, &e) || e.RequestID == "" {
+		t.Fatalf("a missing command: %v", err)
+	}
+	if _, err := c.WithGraph("nope").Commands.Get(ctx, run.Command, 0); !lbb.IsNotFound(err) {
+		t.Fatalf("another graph: %v", err)
+	}
+}
+
+// TestRunPastWait: the server answers 202 while the run goes on; Run asks again with the
+// same key until it ends, and the code runs once.
+func TestRunPastWait(t *testing.T) {
+	c, r := newClient(t, nil)
+	run, err := c.Sandboxes.Run(context.Background(), lbb.RunParams{Code: "sleep:600ms", Input: 5, WaitMs: 100})
+	if err != nil || !run.OK || string(run.Result) != "5" || r.Total() != 1 {
+		t.Fatalf("%+v %v runs=%d", run, err, r.Total())
+	}
+}
+
+// TestRetryTooMany: a 429 (the graph's running sandboxes) is retried with the same key.
+func TestRetryTooMany(t *testing.T) {
+	c, r := newClient(t, func(cfg *config.Config) { cfg.MaxRunningPerGraph = 1 })
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "sleep:300ms"})
+		first <- err
+	}()
+	<-r.Started()
+	run, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "x", Input: 1})
+	if err != nil || !run.OK {
+		t.Fatalf("%+v %v", run, err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTemplatesAndKeys(t *testing.T) {
+	c, _ := newClient(t, nil)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.Sandboxes.Templates.Create(ctx, lbb.TemplateParams{Name: "normalize", Code: "x", Config: map[string]string{"unit": "cm"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl, err := c.Sandboxes.Templates.Get(ctx, "normalize")
+	if err != nil || tpl.Version != 2 || len(tpl.Versions) != 2 {
+		t.Fatalf("%+v %v", tpl, err)
+	}
+	l, err := c.Sandboxes.Templates.List(ctx, lbb.ListParams{})
+	if err != nil || len(l.Data) != 1 || len(l.Bases) != 3 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	run, err := c.Sandboxes.Run(ctx, lbb.RunParams{Template: "normalize@1", Input: 1})
+	if err != nil || run.Template == nil || run.Template.Version != 1 {
+		t.Fatalf("%+v %v", run, err)
+	}
+	k, err := c.Keys.Create(ctx, lbb.KeyParams{Name: "ci", Graphs: []string{"ci"}})
+	if err != nil || k.Secret == "" {
+		t.Fatalf("%+v %v", k, err)
+	}
+	keys, err := c.Keys.List(ctx, lbb.ListParams{})
+	if err != nil || len(keys.Data) != 2 || keys.Data[0].Secret != "" {
+		t.Fatalf("%+v %v", keys, err)
+	}
+	if _, err := c.Keys.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	audit, err := c.Audit.List(ctx, lbb.ListParams{})
+	if err != nil || len(audit.Data) < 4 {
+		t.Fatalf("%+v %v", audit, err)
+	}
+}
+
+func TestOutputString(t *testing.T) {
+	for _, tc := range []struct {
+		o    lbb.Output
+		want string
+	}{
+		{lbb.Output{Head: "abc", Bytes: 3}, "abc"},
+		{lbb.Output{Head: "abc", Tail: "def", Bytes: 6}, "abcdef"},
+		{lbb.Output{Head: "abc", Tail: "xyz", Bytes: 100}, "abc\n…\nxyz"},
+	} {
+		if got := tc.o.String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.o, got, tc.want)
+		}
+	}
+}
