@@ -14,9 +14,10 @@ import (
 const DefaultKeep = 64 << 10
 
 // Capture is an io.Writer that keeps the first headMax bytes written (the head), the last
-// tailMax bytes after those (the tail), and the total count. Head and tail never overlap:
-// while fewer than headMax+tailMax bytes were written, head followed by tail is everything.
-// It is safe for concurrent use; its memory is bounded whatever is written.
+// tailMax bytes written (the tail), and the total count. The tail is the end of the whole
+// stream, so a short stream is in both: a caller reading `stdout.tail` of a one-line print
+// gets that line (seed 000's Level 3 sample does exactly that). It is safe for concurrent
+// use; its memory is bounded whatever is written.
 type Capture struct {
 	mu      sync.Mutex
 	headMax int
@@ -55,11 +56,8 @@ func (c *Capture) Write(p []byte) (int, error) {
 			c.head = make([]byte, 0, min(c.headMax, max(k, 4096)))
 		}
 		c.head = append(c.head, p[:k]...)
-		p = p[k:]
 	}
-	if len(p) > 0 {
-		c.appendTail(p)
-	}
+	c.appendTail(p)
 	close(c.changed)
 	c.changed = make(chan struct{})
 	return n, nil
@@ -122,18 +120,14 @@ func (c *Capture) Head() string {
 	return string(h)
 }
 
-// Tail is the last bytes written after the head. When bytes were dropped between head and
-// tail, UTF-8 continuation bytes cut at its start are dropped; when none were, the bytes
-// that Head dropped at its end start the tail, so that Head()+Tail() is everything.
+// Tail is the last bytes written. When the stream began before it, UTF-8 continuation
+// bytes cut at its start are dropped.
 func (c *Capture) Tail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.tailBytes()
-	switch {
-	case c.total > int64(len(c.head)+len(t)):
+	if c.total > int64(len(t)) {
 		t = trimStart(t)
-	case c.total > int64(len(c.head)):
-		t = append(c.head[len(trimEnd(c.head)):len(c.head):len(c.head)], t...)
 	}
 	return string(t)
 }
@@ -149,7 +143,7 @@ func (c *Capture) Bytes() int64 {
 func (c *Capture) Omitted() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.total - int64(len(c.head)+len(c.ring))
+	return max(0, c.total-int64(len(c.head)+len(c.ring)))
 }
 
 // Close marks the end of the stream: followers get io.EOF once they have read everything.
