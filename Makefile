@@ -40,6 +40,8 @@ test-quick: ## The inner loop: unit tests that need no images (skip privileged s
 test: deps vet images ## Everything: vet, the image, conformance and hostile suites, service tests.
 	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
 
+include sdk/sdk.mk
+
 .PHONY: bench
 bench: build ## Benchmarks beside bare-process and bwrap baselines.
 	$(BIN)/lbb bench

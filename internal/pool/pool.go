@@ -1,0 +1,778 @@
+// Package pool is lbb's warm pool: a host.Provider that hands out sandboxes it made before
+// anyone asked. For each Key (an image, a run language and a limits class) it keeps a target
+// number of ready slots: created and started through the runtime driver, the guest agent
+// connected and answering, for python and node an interpreter pre-started with the harness
+// and the common imports loaded (agent.PrestartRequest), then parked with the driver's
+// runtime.Freezer when it has one.
+//
+// A claim pops a ready slot, thaws it, binds fresh entropy (and the spec's hostname, when it
+// asks for another one) and returns it as a Lease whose Release destroys it: a slot serves
+// exactly one sandbox and is never reused, so no state crosses between claims. A spec the
+// pool has no ready slot for (another image, language or limits, or an empty pool) goes to
+// the cold provider at once, without waiting for a refill.
+//
+// Slots are driver sandboxes with ids of their own (ids.New(ids.Sandbox)), not the record id
+// the caller passed in spec.ID: Lease.Sandbox.ID() names the driver's sandbox. Crash
+// reaping stays correct without a mapping for one-call sandboxes, since the host reaps every
+// driver sandbox that no stopped record claims: parked slots and claimed ones alike. A
+// sandbox that may be stopped and resumed must be addressed by Lease.Sandbox.ID().
+//
+// Refill runs in the background, one or two slots at a time, and starts no new slot while a
+// claim is in flight or while BusyLeases leases are held, so that it never competes with
+// running work for CPU. Each key's target follows demand: an exponentially weighted average
+// of its claims per second (warm and missed) times the time a slot takes to build, bounded by
+// the key's Min and Max.
+//
+// Start the pool after the service has reaped what a crash left behind (control.Recover):
+// reaping destroys every driver sandbox no record claims, parked slots included.
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+)
+
+// Key is one kind of slot the pool keeps ready.
+type Key struct {
+	// Name labels the key in metrics and logs; default "<language>/<memory>m-<cpus>c".
+	Name string
+	// Image is the root filesystem directory (runtime.Spec.Image).
+	Image string
+	// Language is agent.LangPython or agent.LangNode for slots with a pre-started
+	// interpreter; "" for a bare sandbox (agent up, nothing else started).
+	Language string
+	// Imports are what the interpreter loads before it waits; nil means the agent's default
+	// (numpy and pandas for python, nothing for node).
+	Imports []string
+	// Limits is the class a spec must have exactly to be served from this key.
+	Limits runtime.Limits
+	// Min is the depth kept without demand, Max the most demand can ask for; zero takes
+	// Options.Min and Options.Max.
+	Min, Max int
+}
+
+// Options configure a Pool.
+type Options struct {
+	Driver runtime.Driver
+	// Cold serves what the pool cannot; nil means a host.Cold on Driver.
+	Cold host.Provider
+	// Keys are the kinds of slots to keep ready. Without keys every claim is cold.
+	Keys []Key
+	// DefaultLanguage is the language of a claim whose context names none (WithLanguage);
+	// default agent.LangPython.
+	DefaultLanguage string
+	// Min and Max are the default depth bounds of a key (default 2 and 8).
+	Min, Max int
+	// Refill is how many slots are built at once (default 1).
+	Refill int
+	// BusyLeases: no new slot is started while this many leases are held (default the
+	// number of CPUs). Claims in flight always pause refill starts.
+	BusyLeases int
+	// Hostname is what slots are created with (runtime.Spec.Hostname; "" is the driver's
+	// default). A claim whose spec asks for another is renamed on the host, when the driver
+	// allows it, else served cold.
+	Hostname string
+	// NoFreeze keeps slots running instead of parking them with the driver's Freezer.
+	NoFreeze bool
+	// Tick is how often demand is measured and targets set (default 1 s); HalfLife is the
+	// half-life of the demand average (default 30 s).
+	Tick, HalfLife time.Duration
+	// ClaimTimeout bounds thawing and binding a claimed slot (default 5 s).
+	ClaimTimeout time.Duration
+	// BuildTimeout bounds building one slot (default 2 min).
+	BuildTimeout time.Duration
+	// Registerer, if set, registers the pool's metrics (see Collectors).
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+	// NewID names slots; default ids.New(ids.Sandbox).
+	NewID func() string
+}
+
+// Pool is a warm pool. It is safe for concurrent use.
+type Pool struct {
+	o       Options
+	log     *slog.Logger
+	freezer runtime.Freezer
+	m       *metrics
+
+	ctx    context.Context // cancelled by Close: ends builds
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	keys     []*keyState
+	started  bool
+	closed   bool
+	building int
+	claiming int // Acquire calls in flight
+	leases   int // leases handed out and not released
+	lastTick time.Time
+
+	wake chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup // the loop, builds and destroys
+}
+
+type keyState struct {
+	key      Key
+	ready    []*slot // oldest first
+	building int
+	target   int
+	// demand: claims (warm or missed) since the last tick, and their average per second
+	claims    int
+	rate      float64
+	buildTime time.Duration // average time to build a slot
+	failures  int
+	retryAt   time.Time
+	warm      uint64
+	cold      uint64
+}
+
+type slotState int
+
+const (
+	parked slotState = iota
+	claimed
+	discarded
+)
+
+type slot struct {
+	id      string
+	ks      *keyState
+	sb      runtime.Sandbox
+	client  *agent.Client
+	frozen  bool
+	builtAt time.Time
+	state   slotState // guarded by Pool.mu
+}
+
+// New validates o and returns a pool that serves every claim cold until Start.
+func New(o Options) (*Pool, error) {
+	if o.Driver == nil {
+		return nil, errors.New("pool: no driver")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Cold == nil {
+		o.Cold = &host.Cold{Driver: o.Driver, Log: o.Log}
+	}
+	if o.DefaultLanguage == "" {
+		o.DefaultLanguage = agent.LangPython
+	}
+	o.DefaultLanguage = normLanguage(o.DefaultLanguage)
+	if o.Min <= 0 {
+		o.Min = 2
+	}
+	if o.Max <= 0 {
+		o.Max = 8
+	}
+	if o.Max < o.Min {
+		o.Max = o.Min
+	}
+	if o.Refill <= 0 {
+		o.Refill = 1
+	}
+	if o.BusyLeases <= 0 {
+		o.BusyLeases = goruntime.NumCPU()
+	}
+	if o.Tick <= 0 {
+		o.Tick = time.Second
+	}
+	if o.HalfLife <= 0 {
+		o.HalfLife = 30 * time.Second
+	}
+	if o.ClaimTimeout <= 0 {
+		o.ClaimTimeout = 5 * time.Second
+	}
+	if o.BuildTimeout <= 0 {
+		o.BuildTimeout = 2 * time.Minute
+	}
+	if o.NewID == nil {
+		o.NewID = func() string { return ids.New(ids.Sandbox) }
+	}
+	p := &Pool{o: o, log: o.Log, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if f, ok := o.Driver.(runtime.Freezer); ok && !o.NoFreeze {
+		p.freezer = f
+	}
+	seen := map[string]bool{}
+	for _, k := range o.Keys {
+		if k.Image == "" {
+			return nil, fmt.Errorf("pool: key %q has no image", k.Name)
+		}
+		lang := normLanguage(k.Language)
+		if k.Language != "" && lang == "" {
+			return nil, fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
+		}
+		k.Language = lang
+		if k.Name == "" {
+			k.Name = defaultName(k)
+		}
+		if k.Min <= 0 {
+			k.Min = o.Min
+		}
+		if k.Max <= 0 {
+			k.Max = o.Max
+		}
+		if k.Max < k.Min {
+			k.Max = k.Min
+		}
+		id := fmt.Sprintf("%s\x00%s\x00%+v", k.Image, k.Language, k.Limits)
+		if seen[id] || seen["name\x00"+k.Name] {
+			return nil, fmt.Errorf("pool: key %q is given twice", k.Name)
+		}
+		seen[id], seen["name\x00"+k.Name] = true, true
+		p.keys = append(p.keys, &keyState{key: k, target: k.Min})
+	}
+	p.m = newMetrics()
+	for _, ks := range p.keys {
+		p.m.target.WithLabelValues(ks.key.Name).Set(float64(ks.target))
+		p.m.ready.WithLabelValues(ks.key.Name).Set(0)
+	}
+	if o.Registerer != nil {
+		for _, c := range p.m.collectors() {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("pool: registering metrics: %w", err)
+			}
+		}
+	}
+	return p, nil
+}
+
+func defaultName(k Key) string {
+	lang := k.Language
+	if lang == "" {
+		lang = "bare"
+	}
+	return fmt.Sprintf("%s/%dm-%gc", lang, k.Limits.MemoryMiB, k.Limits.CPUs)
+}
+
+// normLanguage maps a run language and its aliases to the interpreter a slot pre-starts;
+// "" for none (shell, or a bare sandbox).
+func normLanguage(lang string) string {
+	switch strings.ToLower(lang) {
+	case agent.LangPython, "python3", "py":
+		return agent.LangPython
+	case agent.LangNode, "javascript", "js":
+		return agent.LangNode
+	}
+	return ""
+}
+
+type languageKey struct{}
+
+// WithLanguage says what a claim made with ctx will run: agent.LangPython or agent.LangNode
+// (or an alias) takes a slot with that interpreter pre-started; anything else ("", shell)
+// takes a bare slot. Without it a claim takes Options.DefaultLanguage.
+func WithLanguage(ctx context.Context, language string) context.Context {
+	return context.WithValue(ctx, languageKey{}, normLanguage(language))
+}
+
+func (p *Pool) languageOf(ctx context.Context) string {
+	if l, ok := ctx.Value(languageKey{}).(string); ok {
+		return l
+	}
+	return p.o.DefaultLanguage
+}
+
+// Start begins building slots. Call it once the service has reaped what a crash left behind.
+func (p *Pool) Start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.closed {
+		return
+	}
+	p.started = true
+	p.lastTick = time.Now()
+	p.wg.Add(1)
+	go p.loop()
+}
+
+// Close stops refilling and destroys every parked slot; claims after it are cold. Leases
+// already handed out stay valid: their Release destroys them.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	p.cancel()
+	var parkedSlots []*slot
+	for _, ks := range p.keys {
+		for _, s := range ks.ready {
+			s.state = discarded
+			parkedSlots = append(parkedSlots, s)
+		}
+		ks.ready = nil
+		p.m.ready.WithLabelValues(ks.key.Name).Set(0)
+	}
+	p.mu.Unlock()
+
+	errs := make([]error, len(parkedSlots))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, s := range parkedSlots {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			errs[i] = p.destroy(ctx, s)
+		}()
+	}
+	wg.Wait()
+	p.wg.Wait() // builds in flight destroy what they made
+	return errors.Join(errs...)
+}
+
+func (p *Pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Acquire hands out a ready slot for spec, or a cold sandbox when the pool has none.
+func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
+	t0 := time.Now()
+	lang := p.languageOf(ctx)
+	p.mu.Lock()
+	p.claiming++
+	cands := p.match(spec, lang)
+	if len(cands) > 0 {
+		cands[0].claims++ // demand, whether it is met warm or not
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.claiming--
+		p.mu.Unlock()
+		p.kick()
+	}()
+
+	for _, ks := range cands {
+		for {
+			s := p.pop(ks)
+			if s == nil {
+				break
+			}
+			lease, err := p.claim(ctx, s, spec)
+			if err == nil {
+				p.mu.Lock()
+				cands[0].warm++
+				p.mu.Unlock()
+				p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
+				p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
+				return lease, nil
+			}
+			p.log.Warn("pool: a ready slot failed its claim; trying another", "slot", s.id, "key", ks.key.Name, "err", err)
+			p.m.discarded.WithLabelValues(ks.key.Name, "claim_failed").Inc()
+			p.destroyAsync(s)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("pool: claiming a slot: %w", ctx.Err())
+			}
+		}
+	}
+
+	name := "none"
+	if len(cands) > 0 {
+		name = cands[0].key.Name
+		p.mu.Lock()
+		cands[0].cold++
+		p.mu.Unlock()
+	}
+	lease, err := p.o.Cold.Acquire(ctx, spec)
+	p.m.claims.WithLabelValues(name, "cold").Inc()
+	p.m.claimSeconds.WithLabelValues("cold").Observe(time.Since(t0).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.leases++
+	p.mu.Unlock()
+	return host.NewLease(lease.Sandbox, lease.Agent, lease.StartedAt, func(ctx context.Context) error {
+		defer p.released()
+		return lease.Release(ctx)
+	}), nil
+}
+
+// match lists the keys that can serve spec, best first: the exact one, then a bare slot of
+// the same image and limits (a started sandbox, whatever it runs).
+func (p *Pool) match(spec runtime.Spec, lang string) []*keyState {
+	if spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename(p.o.Driver) {
+		return nil
+	}
+	var exact, bare *keyState
+	for _, ks := range p.keys {
+		k := ks.key
+		if k.Image != spec.Image || k.Limits != spec.Limits {
+			continue
+		}
+		switch k.Language {
+		case lang:
+			exact = ks
+		case "":
+			bare = ks
+		}
+	}
+	var out []*keyState
+	if exact != nil {
+		out = append(out, exact)
+	}
+	if bare != nil && bare != exact {
+		out = append(out, bare)
+	}
+	return out
+}
+
+// pop takes the oldest parked slot of ks.
+func (p *Pool) pop(ks *keyState) *slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(ks.ready) == 0 {
+		return nil
+	}
+	s := ks.ready[0]
+	ks.ready = ks.ready[1:]
+	s.state = claimed
+	p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
+	return s
+}
+
+// claim wakes a popped slot and binds it to its sandbox.
+func (p *Pool) claim(ctx context.Context, s *slot, spec runtime.Spec) (*host.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
+	defer cancel()
+	if s.frozen {
+		if err := p.freezer.Thaw(ctx, s.id); err != nil {
+			return nil, fmt.Errorf("thawing: %w", err)
+		}
+		s.frozen = false
+	}
+	select {
+	case <-s.sb.Done():
+		return nil, errors.New("the slot's sandbox has ended")
+	default:
+	}
+	if spec.Hostname != "" && spec.Hostname != p.o.Hostname {
+		if err := setHostname(s.sb, spec.Hostname); err != nil {
+			return nil, fmt.Errorf("hostname: %w", err)
+		}
+	}
+	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
+	// interpreter reseeds from it when its run arrives. The slot was created with the
+	// hostname and the (empty) machine id every sandbox of the image has.
+	seed := make([]byte, 32)
+	rand.Read(seed)
+	if err := s.client.SetIdentity(ctx, agent.Identity{Seed: seed}); err != nil {
+		return nil, fmt.Errorf("binding identity: %w", err)
+	}
+	p.mu.Lock()
+	p.leases++
+	p.mu.Unlock()
+	return host.NewLease(s.sb, s.client, time.Now(), func(ctx context.Context) error {
+		defer p.released()
+		return p.destroy(ctx, s)
+	}), nil
+}
+
+func (p *Pool) released() {
+	p.mu.Lock()
+	p.leases--
+	p.mu.Unlock()
+	p.kick()
+}
+
+// destroy ends a slot: its channel, its sandbox, everything the driver holds for it.
+func (p *Pool) destroy(ctx context.Context, s *slot) error {
+	var errs []error
+	if s.frozen && p.freezer != nil {
+		// Killing a frozen sandbox waits on its thaw; do it first.
+		if err := p.freezer.Thaw(ctx, s.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	if err := p.o.Driver.Destroy(ctx, s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		errs = append(errs, fmt.Errorf("destroying slot %s: %w", s.id, err))
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) destroyAsync(s *slot) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.destroy(ctx, s); err != nil {
+			p.log.Error("pool: destroying a slot", "slot", s.id, "err", err)
+		}
+	}()
+}
+
+func (p *Pool) loop() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.o.Tick)
+	defer t.Stop()
+	for {
+		p.schedule()
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case now := <-t.C:
+			p.tick(now)
+		}
+	}
+}
+
+// busy says whether running work needs the CPU more than the pool does.
+func (p *Pool) busy() bool { return p.claiming > 0 || p.leases >= p.o.BusyLeases }
+
+// schedule starts builds for the keys furthest below their target, while the pool may.
+func (p *Pool) schedule() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for !p.closed && p.building < p.o.Refill && !p.busy() {
+		var best *keyState
+		bestDeficit := 0.0
+		for _, ks := range p.keys {
+			have := len(ks.ready) + ks.building
+			if have >= ks.target || now.Before(ks.retryAt) {
+				continue
+			}
+			// The emptiest key relative to its target first.
+			d := float64(ks.target-have) / float64(ks.target)
+			if best == nil || d > bestDeficit {
+				best, bestDeficit = ks, d
+			}
+		}
+		if best == nil {
+			return
+		}
+		best.building++
+		p.building++
+		p.wg.Add(1)
+		go p.build(best)
+	}
+}
+
+// tick folds the claims since the last tick into each key's demand and sets its target:
+// enough slots to cover the demand for two build times (refill is serial), within Min and
+// Max. A key with more slots than its target gives back its oldest, one per tick.
+func (p *Pool) tick(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dt := now.Sub(p.lastTick).Seconds()
+	if dt <= 0 {
+		return
+	}
+	p.lastTick = now
+	alpha := 1 - math.Exp(-dt*math.Ln2/p.o.HalfLife.Seconds())
+	for _, ks := range p.keys {
+		ks.rate += alpha * (float64(ks.claims)/dt - ks.rate)
+		ks.claims = 0
+		bt := ks.buildTime
+		if bt == 0 {
+			bt = time.Second
+		}
+		need := int(math.Ceil(ks.rate * bt.Seconds() * 2))
+		ks.target = min(max(need, ks.key.Min), ks.key.Max)
+		p.m.target.WithLabelValues(ks.key.Name).Set(float64(ks.target))
+		if len(ks.ready) > ks.target && !p.closed {
+			s := ks.ready[0]
+			ks.ready = ks.ready[1:]
+			s.state = discarded
+			p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
+			p.m.discarded.WithLabelValues(ks.key.Name, "surplus").Inc()
+			p.destroyAsync(s)
+		}
+	}
+}
+
+// build makes one slot of ks and parks it.
+func (p *Pool) build(ks *keyState) {
+	defer p.wg.Done()
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(p.ctx, p.o.BuildTimeout)
+	s, err := p.make(ctx, ks)
+	cancel()
+	d := time.Since(t0)
+
+	p.mu.Lock()
+	ks.building--
+	p.building--
+	switch {
+	case err != nil:
+		ks.failures++
+		backoff := min(time.Second<<min(ks.failures-1, 6), time.Minute)
+		ks.retryAt = time.Now().Add(backoff)
+		p.mu.Unlock()
+		if p.ctx.Err() == nil {
+			p.m.refillErrors.WithLabelValues(ks.key.Name).Inc()
+			p.log.Error("pool: building a slot", "key", ks.key.Name, "err", err, "retry_in", backoff.String())
+		}
+	case p.closed:
+		s.state = discarded
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		p.destroy(ctx, s)
+		cancel()
+	default:
+		ks.failures = 0
+		if ks.buildTime == 0 {
+			ks.buildTime = d
+		} else {
+			ks.buildTime = (ks.buildTime*3 + d) / 4
+		}
+		ks.ready = append(ks.ready, s)
+		p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
+		p.m.build.WithLabelValues(ks.key.Name).Observe(d.Seconds())
+		p.mu.Unlock()
+		p.log.Debug("pool: slot ready", "key", ks.key.Name, "slot", s.id, "build_ms", d.Milliseconds())
+		go p.watch(s)
+	}
+	p.kick()
+}
+
+// make creates, starts, connects to, pre-starts and parks a slot; a failure at any step
+// destroys what the steps before made.
+func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
+	k := ks.key
+	s := &slot{id: p.o.NewID(), ks: ks}
+	defer func() {
+		if err != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = errors.Join(err, p.destroy(dctx, s))
+		}
+	}()
+	if err := p.o.Driver.Create(ctx, runtime.Spec{ID: s.id, Image: k.Image, Limits: k.Limits, Hostname: p.o.Hostname}); err != nil {
+		return nil, fmt.Errorf("creating: %w", err)
+	}
+	sb, err := p.o.Driver.Start(ctx, s.id)
+	if err != nil {
+		return nil, fmt.Errorf("starting: %w", err)
+	}
+	s.sb = sb
+	if s.client, err = agent.NewClient(sb.Conn()); err != nil {
+		return nil, fmt.Errorf("connecting to the agent: %w", err)
+	}
+	if k.Language != "" {
+		if err := s.client.Prestart(ctx, agent.PrestartRequest{Language: k.Language, Imports: k.Imports}); err != nil {
+			return nil, fmt.Errorf("pre-starting %s: %w", k.Language, err)
+		}
+	} else if err := s.client.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("the agent does not answer: %w", err)
+	}
+	if p.freezer != nil {
+		if err := p.freezer.Freeze(ctx, s.id); err != nil {
+			return nil, fmt.Errorf("parking: %w", err)
+		}
+		s.frozen = true
+	}
+	s.builtAt = time.Now()
+	return s, nil
+}
+
+// watch discards a parked slot whose sandbox ends (killed from outside, out of memory).
+func (p *Pool) watch(s *slot) {
+	<-s.sb.Done()
+	p.mu.Lock()
+	if s.state != parked {
+		p.mu.Unlock()
+		return
+	}
+	ks := s.ks
+	for i, r := range ks.ready {
+		if r == s {
+			ks.ready = append(ks.ready[:i:i], ks.ready[i+1:]...)
+			break
+		}
+	}
+	s.state = discarded
+	p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return
+	}
+	p.log.Warn("pool: a parked slot ended; replacing it", "slot", s.id, "key", ks.key.Name)
+	p.m.discarded.WithLabelValues(ks.key.Name, "ended").Inc()
+	p.destroyAsync(s)
+	p.kick()
+}
+
+// KeyStats is one key's state.
+type KeyStats struct {
+	Name     string
+	Language string
+	Limits   runtime.Limits
+	// Ready slots are parked; Building are being made; Target is what refill aims for.
+	Ready, Building, Target int
+	// Rate is the demand average, in claims per second.
+	Rate float64
+	// Warm and Cold count claims served from this key and missed by it.
+	Warm, Cold uint64
+	// BuildTime is the average time to build one slot.
+	BuildTime time.Duration
+}
+
+// Stats reports every key's state (for lbb bench and logs).
+func (p *Pool) Stats() []KeyStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]KeyStats, 0, len(p.keys))
+	for _, ks := range p.keys {
+		out = append(out, KeyStats{Name: ks.key.Name, Language: ks.key.Language, Limits: ks.key.Limits,
+			Ready: len(ks.ready), Building: ks.building, Target: ks.target, Rate: ks.rate,
+			Warm: ks.warm, Cold: ks.cold, BuildTime: ks.buildTime})
+	}
+	return out
+}
+
+// WaitReady waits until every key has as many ready slots as its target (for benchmarks
+// and tests that want a full pool). Refill must be started.
+func (p *Pool) WaitReady(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		full := true
+		for _, ks := range p.keys {
+			if len(ks.ready) < ks.target {
+				full = false
+			}
+		}
+		p.mu.Unlock()
+		if full {
+			return nil
+		}
+		p.kick()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pool: waiting for ready slots: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
