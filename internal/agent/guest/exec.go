@@ -287,7 +287,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	if sp.timeout > 0 {
 		timer = time.AfterFunc(sp.timeout, func() {
 			timedOut.Store(true)
-			p.signal(syscall.SIGKILL)
+			table.killGroupAndEscaped(p)
 		})
 	}
 	ended := make(chan struct{})
@@ -295,7 +295,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	go func() {
 		select {
 		case <-r.Context().Done(): // the host cancelled: the stream was reset
-			p.signal(syscall.SIGKILL)
+			table.killGroupAndEscaped(p)
 		case <-ended:
 		}
 	}()

@@ -26,6 +26,10 @@ type proc struct {
 	id   string
 	pid  int
 	done chan exitStatus // receives the leader's exit, once
+	// seq numbers starts; othersAtStart says another process was live when this one started.
+	// Together they tell whether an orphan can only have come from this process.
+	seq           uint64
+	othersAtStart bool
 }
 
 // signal signals the process group; a group that is already gone is not an error.
@@ -43,6 +47,7 @@ type procTable struct {
 	byPid   map[int]*proc      // started, not yet reaped
 	byID    map[string]*proc   // from start until its stream ends
 	live    map[*proc]struct{} // from start until its stream ends
+	seq     uint64             // counts starts
 	kick    chan struct{}      // wakes the reaper when it had no child
 	once    sync.Once
 }
@@ -80,6 +85,8 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 		}
 		t.byID[sp.id] = p
 	}
+	t.seq++
+	p.seq, p.othersAtStart = t.seq, len(t.live) > 0
 	t.live[p] = struct{}{}
 	t.mu.Unlock()
 
