@@ -30,10 +30,11 @@ type Options struct {
 
 // Result is what a check measured and found.
 type Result struct {
-	N         int
-	Succeeded int
-	Failed    int
-	Lost      int
+	N           int
+	Concurrency int
+	Succeeded   int
+	Failed      int
+	Lost        int
 	// Records counts command records found for the check's keys; RunTwice counts keys with
 	// more than one, and Mismatched replays that answered another command.
 	Records    int
@@ -54,8 +55,8 @@ func (r Result) OK() bool {
 // String is the report for people.
 func (r Result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d concurrent one-call runs in %s: %.1f runs/s, latency p50 %s p99 %s\n",
-		r.N, r.Wall.Round(time.Millisecond), r.RunsPerSec, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%d one-call runs, %d at a time, in %s: %.1f runs/s, latency p50 %s p99 %s\n",
+		r.N, r.Concurrency, r.Wall.Round(time.Millisecond), r.RunsPerSec, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "succeeded %d, failed %d, lost %d, command records %d, run twice %d, replays answering another command %d\n",
 		r.Succeeded, r.Failed, r.Lost, r.Records, r.RunTwice, r.Mismatched)
 	for _, e := range r.Errors {
@@ -84,7 +85,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			fmt.Fprintf(o.Log, format+"\n", a...)
 		}
 	}
-	res := Result{N: o.N, Latencies: make([]time.Duration, o.N)}
+	res := Result{N: o.N, Concurrency: o.Concurrency, Latencies: make([]time.Duration, o.N)}
 	prefix := fmt.Sprintf("load-%d-", time.Now().UnixNano())
 	keys := make([]string, o.N)
 	cmds := make([]string, o.N)
@@ -202,7 +203,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 func (r Result) JSON() ([]byte, error) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return json.MarshalIndent(map[string]any{
-		"n": r.N, "succeeded": r.Succeeded, "failed": r.Failed, "lost": r.Lost, "records": r.Records,
+		"n": r.N, "concurrency": r.Concurrency, "succeeded": r.Succeeded, "failed": r.Failed, "lost": r.Lost, "records": r.Records,
 		"run_twice": r.RunTwice, "replay_mismatched": r.Mismatched, "errors": r.Errors,
 		"wall_ms": ms(r.Wall), "p50_ms": ms(r.P50), "p99_ms": ms(r.P99), "runs_per_s": r.RunsPerSec, "ok": r.OK(),
 	}, "", "  ")

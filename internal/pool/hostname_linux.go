@@ -1,3 +1,5 @@
+//go:build linux
+
 package pool
 
 import (
@@ -47,33 +49,34 @@ func setHostname(sb runtime.Sandbox, name string) error {
 	done := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
-		// The thread is given back only once it is in its own namespace again; otherwise it
-		// ends with this goroutine.
-		err := func() error {
-			tfd, err := unix.Open(target, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(tfd)
-			sfd, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(sfd)
-			if err := unix.Setns(tfd, unix.CLONE_NEWUTS); err != nil {
-				return fmt.Errorf("entering the sandbox's uts namespace: %w", err)
-			}
-			serr := unix.Sethostname([]byte(name))
-			if err := unix.Setns(sfd, unix.CLONE_NEWUTS); err != nil {
-				done <- errors.Join(serr, err)
-				select {} // never reached: see below
-			}
-			return serr
-		}()
-		if err == nil || !errors.Is(err, errStuck) {
+		back, err := renameFromThread(target, name)
+		if back {
 			goruntime.UnlockOSThread()
-		}
+		} // else the thread ends with this goroutine, still in the sandbox's namespace
 		done <- err
 	}()
 	return <-done
+}
+
+// renameFromThread sets the hostname of the uts namespace at target from the calling
+// (locked) thread. back says the thread is in its own namespace again.
+func renameFromThread(target, name string) (back bool, _ error) {
+	tfd, err := unix.Open(target, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true, err
+	}
+	defer unix.Close(tfd)
+	sfd, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true, err
+	}
+	defer unix.Close(sfd)
+	if err := unix.Setns(tfd, unix.CLONE_NEWUTS); err != nil {
+		return true, fmt.Errorf("entering the sandbox's uts namespace: %w", err)
+	}
+	serr := unix.Sethostname([]byte(name))
+	if err := unix.Setns(sfd, unix.CLONE_NEWUTS); err != nil {
+		return false, errors.Join(serr, err)
+	}
+	return true, serr
 }

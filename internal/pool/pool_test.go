@@ -1,0 +1,538 @@
+package pool
+
+// Unit tests on the local driver: the real guest agent and harnesses as plain subprocesses,
+// no isolation and no root. e2e_test.go runs the ns driver on the real image.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/local"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns"
+)
+
+var agentBin string
+
+// TestMain builds the static agent (or takes $LBB_AGENT) and lets this binary be the ns
+// sandbox init, as cmd/lbb is in production.
+func TestMain(m *testing.M) {
+	ns.MaybeInit()
+	agentBin = os.Getenv("LBB_AGENT")
+	dir := ""
+	if agentBin == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "lbb-pool-test-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Chmod(dir, 0o755) // the ns driver's sandboxes bind-mount it
+		agentBin = filepath.Join(dir, "lbb-agent")
+		build := exec.Command("go", "build", "-trimpath", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+const testImage = "/image-of-the-local-driver" // the local driver runs the host's tree
+
+var testLimits = runtime.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func requirePython(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("the local driver runs the host's python3, and there is none")
+	}
+}
+
+type env struct {
+	d   *local.Driver
+	p   *Pool
+	reg *prometheus.Registry
+}
+
+// newPool makes a pool of python slots on the local driver; edit changes the options.
+func newPool(t *testing.T, edit func(*Options)) *env {
+	t.Helper()
+	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir(), Logger: testLogger(t)})
+	reg := prometheus.NewRegistry()
+	o := Options{
+		Driver: d, Registerer: reg, Log: testLogger(t),
+		Keys: []Key{{Name: "py", Image: testImage, Language: agent.LangPython, Imports: []string{}, Limits: testLimits}},
+		Min:  2, Tick: time.Hour, // no adaptive changes unless a test ticks
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if left, _ := d.List(context.Background()); len(left) > 0 {
+			t.Errorf("sandboxes left after Close and Release: %v", left)
+		}
+	})
+	return &env{d: d, p: p, reg: reg}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) fill(t *testing.T) {
+	t.Helper()
+	e.p.Start()
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func spec() runtime.Spec {
+	return runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: testLimits}
+}
+
+const isWarmPy = "import sys\ndef run(input, config):\n    return {'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0'), 'sum': sum(input)}"
+
+// runWarm runs isWarmPy in the lease and says whether it ran in a pre-started interpreter.
+func runWarm(t *testing.T, l *host.Lease) bool {
+	t.Helper()
+	p, err := l.Agent.Run(ctxT(t), agent.RunRequest{Language: agent.LangPython, Code: isWarmPy, Input: json.RawMessage("[1,2,3]")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	ex, err := p.Wait(nil, &stderr)
+	var r struct {
+		Warm bool `json:"warm"`
+		Sum  int  `json:"sum"`
+	}
+	if err != nil || !ex.OK || json.Unmarshal(ex.Result, &r) != nil || r.Sum != 6 {
+		t.Fatalf("run: %+v %v\n%s", ex, err, stderr.String())
+	}
+	return r.Warm
+}
+
+// counter reads a metric's value from the registry (labels as name=value pairs).
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func TestClaimWarm(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, nil)
+	e.fill(t)
+	sp := spec()
+	l, err := e.p.Acquire(ctxT(t), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID()
+	if id == sp.ID || !ids.Valid(ids.Sandbox, id) {
+		t.Errorf("lease sandbox %q: want a slot id of its own (a valid sandbox id), not the record's %q", id, sp.ID)
+	}
+	if !runWarm(t, l) {
+		t.Error("the claimed slot's run did not use its pre-started interpreter")
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "py", "path", "warm"); got != 1 {
+		t.Errorf("warm claims %v, want 1", got)
+	}
+	if got := counter(t, e.reg, "lbb_pool_claim_seconds", "path", "warm"); got != 1 {
+		t.Errorf("warm claim latency samples %v, want 1", got)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := e.d.List(ctxT(t))
+	for _, h := range held {
+		if h == id {
+			t.Errorf("the released slot %s is still held", id)
+		}
+	}
+	select {
+	case <-l.Sandbox.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("the released slot's agent still runs")
+	}
+}
+
+func TestEmptyPoolGoesCold(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, nil) // never started: empty
+	sp := spec()
+	t0 := time.Now()
+	l, err := e.p.Acquire(ctxT(t), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cold claim on an empty pool: %v", time.Since(t0))
+	if l.Sandbox.ID() != sp.ID {
+		t.Errorf("a cold lease names %q, want the spec's id %q", l.Sandbox.ID(), sp.ID)
+	}
+	if runWarm(t, l) {
+		t.Error("a cold sandbox had a pre-started interpreter")
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "py", "path", "cold"); got != 1 {
+		t.Errorf("cold claims %v, want 1", got)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOtherSpecsGoCold(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 1 })
+	e.fill(t)
+	ctx := ctxT(t)
+	other := testLimits
+	other.MemoryMiB = 1024
+	cases := map[string]struct {
+		ctx  context.Context
+		spec runtime.Spec
+	}{
+		"limits":   {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: other}},
+		"image":    {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: "/another", Limits: testLimits}},
+		"language": {WithLanguage(ctx, "node"), spec()},
+		"hostname": {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: testLimits, Hostname: "other"}},
+	}
+	for name, c := range cases {
+		l, err := e.p.Acquire(c.ctx, c.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if l.Sandbox.ID() != c.spec.ID {
+			t.Errorf("%s: served from the pool (%s), want cold", name, l.Sandbox.ID())
+		}
+		l.Release(ctx)
+	}
+	if st := e.p.Stats(); st[0].Ready != 1 || st[0].Warm != 0 {
+		t.Errorf("the pool was touched: %+v", st)
+	}
+	// An alias of the default language is served warm.
+	l, err := e.p.Acquire(WithLanguage(ctx, "python3"), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !runWarm(t, l) {
+		t.Error("python3 was not served warm")
+	}
+	l.Release(ctx)
+}
+
+func TestNeverHandedOutTwice(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 4 })
+	e.fill(t)
+	const n = 12
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var leases []*host.Lease
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := e.p.Acquire(ctxT(t), spec())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			seen[l.Sandbox.ID()]++
+			leases = append(leases, l)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for id, c := range seen {
+		if c > 1 {
+			t.Errorf("sandbox %s handed out %d times", id, c)
+		}
+	}
+	warm := counter(t, e.reg, "lbb_pool_claims_total", "path", "warm")
+	cold := counter(t, e.reg, "lbb_pool_claims_total", "path", "cold")
+	if len(seen) != n || warm != 4 || warm+cold != n {
+		t.Errorf("%d distinct sandboxes, %v warm, %v cold; want %d, 4 warm", len(seen), warm, cold, n)
+	}
+	for _, l := range leases {
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestCloseDestroysParked(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 3 })
+	e.fill(t)
+	held, _ := e.d.List(ctxT(t))
+	if len(held) != 3 {
+		t.Fatalf("driver holds %v, want 3 slots", held)
+	}
+	l, err := e.p.Acquire(ctxT(t), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	held, _ = e.d.List(ctxT(t))
+	if len(held) != 1 || held[0] != l.Sandbox.ID() {
+		t.Errorf("after Close the driver holds %v, want only the claimed %s", held, l.Sandbox.ID())
+	}
+	// A lease outlives Close; claims after it are cold.
+	if !runWarm(t, l) {
+		t.Error("the lease claimed before Close lost its interpreter")
+	}
+	l.Release(ctxT(t))
+	sp := spec()
+	l2, err := e.p.Acquire(ctxT(t), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Sandbox.ID() != sp.ID {
+		t.Error("a claim after Close was not cold")
+	}
+	l2.Release(ctxT(t))
+}
+
+func TestRefillAfterClaims(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, nil)
+	e.fill(t)
+	first := map[string]bool{}
+	for range 2 {
+		l, err := e.p.Acquire(ctxT(t), spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[l.Sandbox.ID()] = true
+		l.Release(ctxT(t))
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		l, err := e.p.Acquire(ctxT(t), spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first[l.Sandbox.ID()] {
+			t.Errorf("slot %s served twice", l.Sandbox.ID())
+		}
+		if !runWarm(t, l) {
+			t.Error("a refilled slot was not warm")
+		}
+		l.Release(ctxT(t))
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "path", "warm"); got != 4 {
+		t.Errorf("warm claims %v, want 4", got)
+	}
+}
+
+func TestBusyPausesRefill(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 1; o.BusyLeases = 1 })
+	e.fill(t)
+	l, err := e.p.Acquire(ctxT(t), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st := e.p.Stats()[0]; st.Ready+st.Building != 0 {
+		t.Errorf("refill started while the pool was busy: %+v", st)
+	}
+	l.Release(ctxT(t))
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEndedSlotIsReplaced(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 1 })
+	e.fill(t)
+	e.p.mu.Lock()
+	s := e.p.keys[0].ready[0]
+	e.p.mu.Unlock()
+	syscall.Kill(s.sb.(interface{ InitPID() int }).InitPID(), syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(t, e.reg, "lbb_pool_slots_discarded_total", "reason", "ended") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the ended slot was not discarded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.p.Acquire(ctxT(t), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Sandbox.ID() == s.id || !runWarm(t, l) {
+		t.Errorf("claimed %s (the ended slot was %s), or it was not warm", l.Sandbox.ID(), s.id)
+	}
+	l.Release(ctxT(t))
+}
+
+func TestBareSlots(t *testing.T) {
+	e := newPool(t, func(o *Options) {
+		o.Min = 1
+		o.Keys = []Key{{Image: testImage, Limits: testLimits}}
+	})
+	e.fill(t)
+	if name := e.p.Stats()[0].Name; name != "bare/512m-1c" {
+		t.Errorf("default key name %q", name)
+	}
+	// A claim of any language takes a bare slot of its image and limits.
+	l, err := e.p.Acquire(WithLanguage(ctxT(t), "shell"), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Agent.Exec(ctxT(t), agent.ExecRequest{Argv: []string{"true"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := p.Wait(nil, nil); err != nil || ex.ExitCode != 0 {
+		t.Fatal(ex, err)
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "path", "warm"); got != 1 {
+		t.Errorf("warm claims %v, want 1", got)
+	}
+	l.Release(ctxT(t))
+}
+
+func TestBuildErrorsBackOff(t *testing.T) {
+	d := local.New(local.Options{AgentPath: "/nonexistent/lbb-agent", StateDir: t.TempDir()})
+	reg := prometheus.NewRegistry()
+	p, err := New(Options{Driver: d, Registerer: reg, Keys: []Key{{Name: "k", Image: testImage, Language: "python", Limits: testLimits}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	time.Sleep(500 * time.Millisecond)
+	p.Close()
+	if got := counter(t, reg, "lbb_pool_refill_errors_total", "key", "k"); got < 1 || got > 2 {
+		t.Errorf("refill errors %v in 0.5 s: want 1 or 2 (backing off)", got)
+	}
+	if left, _ := d.List(context.Background()); len(left) > 0 {
+		t.Errorf("failed builds left %v", left)
+	}
+}
+
+func TestAdaptiveTarget(t *testing.T) {
+	e := newPool(t, func(o *Options) { o.Min = 2; o.Max = 8; o.HalfLife = 2 * time.Second })
+	ks := e.p.keys[0]
+	ks.buildTime = 500 * time.Millisecond
+	now := time.Now()
+	e.p.lastTick = now
+	tickWith := func(claims int) {
+		e.p.mu.Lock()
+		ks.claims = claims
+		e.p.mu.Unlock()
+		now = now.Add(time.Second)
+		e.p.tick(now)
+	}
+	if ks.target != 2 {
+		t.Fatalf("initial target %d, want Min 2", ks.target)
+	}
+	// 3 claims a second, a slot built in 0.5 s: 3 are needed to cover two build times.
+	for range 20 {
+		tickWith(3)
+	}
+	if ks.target != 3 || ks.rate < 2.9 || ks.rate > 3.1 {
+		t.Errorf("at 3 claims/s: target %d rate %.2f, want 3 and about 3", ks.target, ks.rate)
+	}
+	for range 20 {
+		tickWith(50)
+	}
+	if ks.target != 8 {
+		t.Errorf("at 50 claims/s: target %d, want Max 8", ks.target)
+	}
+	if got := counter(t, e.reg, "lbb_pool_target", "key", "py"); got != 8 {
+		t.Errorf("target gauge %v", got)
+	}
+	// Demand gone: back to Min, and surplus slots are given back one per tick.
+	e.p.mu.Lock()
+	for i := range 5 {
+		ks.ready = append(ks.ready, &slot{id: fmt.Sprintf("sbx_fake%d", i), ks: ks})
+	}
+	e.p.mu.Unlock()
+	for range 20 {
+		tickWith(0)
+	}
+	if ks.target != 2 || len(ks.ready) != 2 {
+		t.Errorf("without demand: target %d, %d ready; want 2 and 2", ks.target, len(ks.ready))
+	}
+	if got := counter(t, e.reg, "lbb_pool_slots_discarded_total", "reason", "surplus"); got != 3 {
+		t.Errorf("surplus discarded %v, want 3", got)
+	}
+}
