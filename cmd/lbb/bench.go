@@ -26,6 +26,7 @@ func init() {
 }
 
 const benchUsage = `Usage: lbb bench [--n 20] [--json FILE] [--agent PATH] [--images-dir DIR]
+       lbb bench load [flags]   (the load check: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same image:
   create → first exec of /bin/true      (bare fork/exec, chroot, bwrap)
@@ -35,6 +36,9 @@ and prints medians, p90, p99 and p50 ratios. Needs root (the ns driver).
 `
 
 func runBench(args []string) error {
+	if len(args) > 0 && args[0] == "load" {
+		return runLoad(args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 	n := fs.Int("n", 20, "samples per metric")
