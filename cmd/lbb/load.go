@@ -86,8 +86,9 @@ func runLoad(args []string) error {
 
 var serveAddr = regexp.MustCompile(`lbb: serving on (http://\S+)`)
 
-// serveForLoad starts `lbb serve` in a temporary data directory on a free port.
-func serveForLoad(ctx context.Context, n int) (url, key string, done func(), err error) {
+// serveForLoad starts `lbb serve` in a temporary data directory on a free port; extra flags
+// go after the defaults.
+func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string, done func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", "", nil, err
@@ -98,8 +99,9 @@ func serveForLoad(ctx context.Context, n int) (url, key string, done func(), err
 	}
 	os.Chmod(dir, 0o711)
 	data := filepath.Join(dir, "data")
-	cmd := exec.Command(exe, "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDirFromEnv(),
-		"--max-running-per-graph", strconv.Itoa(max(n, 10)), "--log-level", "warn")
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDirFromEnv(),
+		"--max-running-per-graph", strconv.Itoa(max(n, 10)), "--log-level", "warn"}
+	cmd := exec.Command(exe, append(args, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return "", "", nil, err

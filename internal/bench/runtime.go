@@ -24,6 +24,23 @@ type RuntimeOptions struct {
 
 const pySum = "def run(input, config):\n    return sum(input)\n"
 
+// Bare runs argv as a plain process.
+func Bare(argv ...string) func() error {
+	return func() error { return exec.Command(argv[0], argv[1:]...).Run() }
+}
+
+// Chroot runs argv chrooted into rootfs: the same binaries as a sandbox, no isolation.
+func Chroot(rootfs string, argv ...string) func() error {
+	return Bare(append([]string{"chroot", rootfs}, argv...)...)
+}
+
+// Bwrap runs argv under bubblewrap on rootfs, unsharing every namespace.
+func Bwrap(bwrap, rootfs string, argv ...string) func() error {
+	args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/workspace", "--chdir", "/workspace"}
+	return Bare(append(append([]string{bwrap}, args...), argv...)...)
+}
+
 // Runtime measures the driver directly (no server): create → first exec, exec round trip,
 // and a cold Python run, each beside a bare process and bwrap doing the same work.
 func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
@@ -35,17 +52,8 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 			fmt.Fprintf(o.Log, format+"\n", a...)
 		}
 	}
-	bare := func(argv ...string) func() error {
-		return func() error { return exec.Command(argv[0], argv[1:]...).Run() }
-	}
-	chroot := func(argv ...string) func() error {
-		return bare(append([]string{"chroot", o.Rootfs}, argv...)...)
-	}
-	bwrap := func(argv ...string) func() error {
-		args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", o.Rootfs, "/",
-			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/workspace", "--chdir", "/workspace"}
-		return bare(append(append([]string{o.Bwrap}, args...), argv...)...)
-	}
+	bare, chroot, bwrap := Bare, func(argv ...string) func() error { return Chroot(o.Rootfs, argv...) },
+		func(argv ...string) func() error { return Bwrap(o.Bwrap, o.Rootfs, argv...) }
 	withBwrap := func(base []Sample, name string, f func() error) []Sample {
 		if o.Bwrap == "" {
 			return base

@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/loadtest"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// PandasSum is the one-call pandas run the benchmark times.
+const PandasSum = "import pandas as pd\n\ndef run(input, config):\n    return pd.DataFrame(input).sum().to_dict()\n"
+
+// PandasInput is its input.
+var PandasInput = []map[string]int{{"a": 1, "b": 2}, {"a": 3, "b": 4}}
+
+// OneCall times n one-call runs of code through the API, one at a time, and checks each
+// answer with ok.
+func OneCall(ctx context.Context, c *lbb.Client, name string, n int, p lbb.RunParams, ok func(*lbb.Run) error) Sample {
+	return Time(name, n, func() error {
+		r, err := c.Sandboxes.Run(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !r.OK {
+			return fmt.Errorf("run failed: %s %s", r.Status, r.Stderr.Tail)
+		}
+		if ok != nil {
+			return ok(r)
+		}
+		return nil
+	})
+}
+
+// Burst sends n one-call runs at once and checks the records: n records, none lost, none
+// run twice.
+func Burst(ctx context.Context, c *lbb.Client, n int) (Sample, string, error) {
+	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: n})
+	if err != nil {
+		return Sample{}, "", err
+	}
+	s := Sample{Name: fmt.Sprintf("lbb, %d at once", n), Durs: res.Latencies, Errors: res.Failed + len(res.Errors)}
+	extra := fmt.Sprintf("%d records, %d lost, %d run twice, %d replays mismatched, %.1f runs/s",
+		res.Records, res.Lost, res.RunTwice, res.Mismatched, float64(res.N)/res.Wall.Seconds())
+	return s, extra, nil
+}
+
+// Sustained runs one-call runs from clients goroutines for d and returns the latencies and
+// the rate.
+func Sustained(ctx context.Context, c *lbb.Client, clients int, d time.Duration) (Sample, float64) {
+	var (
+		mu   sync.Mutex
+		s    = Sample{Name: fmt.Sprintf("lbb, %d clients", clients)}
+		done atomic.Int64
+		wg   sync.WaitGroup
+	)
+	end := time.Now().Add(d)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				r, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}})
+				el := time.Since(t0)
+				mu.Lock()
+				if err != nil || !r.OK {
+					s.Errors++
+				} else {
+					s.Durs = append(s.Durs, el)
+					done.Add(1)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return s, float64(done.Load()) / d.Seconds()
+}
