@@ -1,0 +1,487 @@
+//go:build linux
+
+package mcp
+
+// The end-to-end tests: a real `lbb serve` (the ns driver, the base image) and real MCP
+// clients over both transports: the Go SDK's client, and the TypeScript SDK's
+// (@modelcontextprotocol/sdk, run by node from testdata/npm-client). They need root and a
+// built image (`make images`) and skip, saying why, without them; `make test` sets LBB_BIN,
+// without it they build bin/lbb and bin/lbb-agent into a temporary directory.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/littlebigbrain/lbb/internal/images"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// live is the one lbb serve the end-to-end tests share.
+var live struct {
+	once   sync.Once
+	skip   string
+	err    error
+	bin    string
+	url    string
+	key    string
+	level3 bool
+	// level3Why is what the server answered to a create, when it made no sandbox.
+	level3Why string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	cleanup   []func()
+	log       bytes.Buffer
+	logMu     sync.Mutex
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if live.cmd != nil {
+		live.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-live.exited:
+		case <-time.After(time.Minute):
+			live.cmd.Process.Kill()
+			<-live.exited
+		}
+	}
+	for i := len(live.cleanup) - 1; i >= 0; i-- {
+		live.cleanup[i]()
+	}
+	os.Exit(code)
+}
+
+type logWriter struct{}
+
+func (logWriter) Write(p []byte) (int, error) {
+	live.logMu.Lock()
+	defer live.logMu.Unlock()
+	return live.log.Write(p)
+}
+
+func serverLog() string {
+	live.logMu.Lock()
+	defer live.logMu.Unlock()
+	lines := strings.Split(live.log.String(), "\n")
+	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}
+
+// requireServer starts lbb serve the first time a test needs it, or skips saying why not.
+func requireServer(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short skips the end-to-end tests (they need root and the base image)")
+	}
+	live.once.Do(startLive)
+	if live.skip != "" {
+		t.Skip(live.skip)
+	}
+	if live.err != nil {
+		t.Fatal(live.err)
+	}
+}
+
+var servingLine = regexp.MustCompile(`lbb: serving on (http://\S+)`)
+
+func startLive() {
+	if os.Geteuid() != 0 {
+		live.skip = "lbb serve's ns driver needs root (euid 0)"
+		return
+	}
+	imagesDir := images.DefaultDir("")
+	if _, err := images.Current(imagesDir); err != nil {
+		live.skip = fmt.Sprintf("no base image in %s: run `make images` (%v)", imagesDir, err)
+		return
+	}
+	live.bin = os.Getenv("LBB_BIN")
+	if live.bin == "" {
+		dir, err := os.MkdirTemp("", "lbb-mcp-bin-")
+		if err != nil {
+			live.err = err
+			return
+		}
+		live.cleanup = append(live.cleanup, func() { os.RemoveAll(dir) })
+		for _, b := range []struct{ out, pkg string }{{"lbb", "./cmd/lbb"}, {"lbb-agent", "./cmd/lbb-agent"}} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+			cmd.Dir = "../.."
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				live.err = fmt.Errorf("building %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		live.bin = filepath.Join(dir, "lbb")
+	}
+	dir, err := os.MkdirTemp("", "lbb-mcp-e2e-")
+	if err != nil {
+		live.err = err
+		return
+	}
+	live.cleanup = append(live.cleanup, func() { os.RemoveAll(dir) })
+	// The sandboxes' own user ids traverse to their state under the data directory.
+	os.Chmod(dir, 0o711)
+	data := filepath.Join(dir, "data")
+	live.cmd = exec.Command(live.bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDir)
+	pr, pw := io.Pipe()
+	live.cmd.Stderr = io.MultiWriter(logWriter{}, pw)
+	live.cmd.Stdout = logWriter{}
+	if err := live.cmd.Start(); err != nil {
+		live.err, live.cmd = err, nil
+		return
+	}
+	live.exited = make(chan struct{})
+	go func() { live.cmd.Wait(); pw.Close(); close(live.exited) }()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case live.url = <-found:
+	case <-live.exited:
+		live.err = fmt.Errorf("lbb serve ended:\n%s", serverLog())
+		return
+	case <-time.After(3 * time.Minute):
+		live.err = fmt.Errorf("lbb serve did not start:\n%s", serverLog())
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		live.err = err
+		return
+	}
+	live.key = strings.TrimSpace(string(b))
+	// Level 3 (long-lived sandboxes) is there when the server makes one.
+	c, err := lbb.New(lbb.Options{BaseURL: live.url, APIKey: live.key, Graph: "main"})
+	if err != nil {
+		live.err = err
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{ExpiresInSeconds: 60}); err == nil {
+		live.level3 = true
+		c.Sandboxes.Delete(ctx, sb.ID)
+	} else {
+		live.level3Why = err.Error()
+	}
+}
+
+func requireLevel3(t *testing.T) {
+	t.Helper()
+	if !live.level3 {
+		t.Skip("this lbb serve makes no long-lived sandboxes (Level 3): " + live.level3Why)
+	}
+}
+
+func apiClient(t *testing.T) *lbb.Client {
+	c, err := lbb.New(lbb.Options{BaseURL: live.url, APIKey: live.key, Graph: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mcpURL is where MCP over HTTP is served: lbb serve's own /mcp when it has one, else this
+// package's handler, in front of lbb serve, on a test server.
+func mcpURL(t *testing.T) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", live.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	req.Header.Set("Authorization", "Bearer "+live.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Logf("MCP over HTTP: lbb serve's own %s/mcp", live.url)
+			return live.url + "/mcp"
+		}
+	}
+	srv := httptest.NewServer(NewHTTPHandler(live.url, HTTPOptions{}))
+	t.Cleanup(srv.Close)
+	t.Logf("MCP over HTTP: NewHTTPHandler on %s (lbb serve has no /mcp yet)", srv.URL)
+	return srv.URL
+}
+
+func connectStdio(t *testing.T, p *person, protocol string) *gomcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(live.bin, "mcp")
+	cmd.Env = append(os.Environ(), "LBB_URL="+live.url, "LBB_API_KEY="+live.key, "LBB_GRAPH=main")
+	cmd.Stderr = os.Stderr
+	cs, err := newClient(p).Connect(context.Background(), &gomcp.CommandTransport{Command: cmd},
+		&gomcp.ClientSessionOptions{ProtocolVersion: protocol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	t.Logf("stdio (lbb mcp): protocol %s", cs.InitializeResult().ProtocolVersion)
+	return cs
+}
+
+func connectHTTP(t *testing.T, p *person, protocol string) *gomcp.ClientSession {
+	t.Helper()
+	tr := &gomcp.StreamableClientTransport{Endpoint: mcpURL(t) + "?graph=main",
+		HTTPClient: &http.Client{Transport: bearerTransport{key: live.key}}}
+	cs, err := newClient(p).Connect(context.Background(), tr, &gomcp.ClientSessionOptions{ProtocolVersion: protocol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	t.Logf("streamable HTTP: protocol %s", cs.InitializeResult().ProtocolVersion)
+	return cs
+}
+
+var sandboxID = regexp.MustCompile(`sbx_[A-Za-z0-9]+`)
+
+// scenario is what every Go client does against the real server.
+func scenario(t *testing.T, connect func(*testing.T, *person, string) *gomcp.ClientSession) {
+	for _, proto := range protocols {
+		t.Run("protocol="+cmp(proto, "newest"), func(t *testing.T) {
+			p := &person{}
+			cs := connect(t, p, proto)
+			res, err := cs.ListTools(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tool := range res.Tools {
+				names = append(names, tool.Name)
+			}
+			if strings.Join(names, ",") != "lbb_sandboxes_delete,lbb_sandboxes_manage,lbb_sandboxes_read" {
+				t.Fatalf("tools: %v", names)
+			}
+
+			out, isErr := call(t, cs, toolManage, map[string]any{"action": "run",
+				"code": "def run(input, config):\n    return sum(input)", "input": []int{1, 2, 3}})
+			if isErr || !strings.Contains(out, "result (JSON): "+untrustedIntro+"\n<untrusted-output>\n6\n</untrusted-output>") {
+				t.Fatalf("run:\n%s", out)
+			}
+			cmdID := regexp.MustCompile(`Run (cmd_\S+)`).FindStringSubmatch(out)
+			if cmdID == nil {
+				t.Fatalf("no command id in:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_command", "command_id": cmdID[1]}); isErr ||
+				!strings.Contains(out, "succeeded") || !strings.Contains(out, "<untrusted-output>\n6\n</untrusted-output>") {
+				t.Errorf("get_command:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_sandboxes", "limit": 5}); isErr || !strings.Contains(out, "sbx_") {
+				t.Errorf("list_sandboxes:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_templates"}); isErr || !strings.Contains(out, "lbb/python") {
+				t.Errorf("list_templates:\n%s", out)
+			}
+
+			// The same idempotency_key answers the first run again and never runs the code twice;
+			// with other code it is refused.
+			key := lbb.NewIdempotencyKey()
+			args := map[string]any{"action": "run", "code": "import random\ndef run(input, config):\n    return random.random()", "idempotency_key": key}
+			first, _ := call(t, cs, toolManage, args)
+			again, isErr := call(t, cs, toolManage, args)
+			firstCmd := regexp.MustCompile(`Run (cmd_\S+)`).FindStringSubmatch(first)
+			if isErr || firstCmd == nil || !strings.Contains(again, "Run "+firstCmd[1]+" ") || !strings.Contains(again, "did not run again") ||
+				strings.Split(first, "result (JSON)")[1] != strings.Split(again, "result (JSON)")[1] {
+				t.Errorf("replay:\n%s\nagain:\n%s", first, again)
+			}
+			args["code"] = "def run(input, config):\n    return 1"
+			if out, isErr := call(t, cs, toolManage, args); !isErr || !strings.Contains(out, "422") {
+				t.Errorf("the key with other code: %v\n%s", isErr, out)
+			}
+
+			// A run that raises is ok=false, with its traceback wrapped.
+			out, isErr = call(t, cs, toolManage, map[string]any{"action": "run", "code": "def run(input, config):\n    raise ValueError('boom')"})
+			if isErr || !strings.Contains(out, "NOT ok") || !strings.Contains(out, "ValueError") {
+				t.Errorf("raising run:\n%s", out)
+			}
+
+			requireLevel3(t)
+			api := apiClient(t)
+			create := func() string {
+				out, isErr := call(t, cs, toolManage, map[string]any{"action": "create", "expires_in_seconds": 300})
+				id := sandboxID.FindString(out)
+				if isErr || id == "" {
+					t.Fatalf("create:\n%s", out)
+				}
+				t.Cleanup(func() { api.Sandboxes.Delete(context.Background(), id) })
+				return id
+			}
+			status := func(id string) string {
+				sb, err := api.Sandboxes.Get(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sb.Status
+			}
+
+			id := create()
+			if out, isErr := call(t, cs, toolManage, map[string]any{"action": "write_file", "sandbox_id": id,
+				"path": "data.csv", "content": "1,2\n3,4\n"}); isErr || !strings.Contains(out, "Wrote 8 bytes") {
+				t.Errorf("write_file:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolManage, map[string]any{"action": "exec", "sandbox_id": id,
+				"argv": []string{"wc", "-l", "data.csv"}}); isErr || !strings.Contains(out, "2 data.csv") || !strings.Contains(out, "exit code 0") {
+				t.Errorf("exec:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolManage, map[string]any{"action": "run", "sandbox_id": id,
+				"code": "def run(input, config):\n    return len(open(input['file']).read().splitlines())", "input": map[string]any{"file": "data.csv"}}); isErr ||
+				!strings.Contains(out, "<untrusted-output>\n2\n</untrusted-output>") {
+				t.Errorf("run in the sandbox:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_files", "sandbox_id": id}); isErr || !strings.Contains(out, "data.csv") {
+				t.Errorf("list_files:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "read_file", "sandbox_id": id, "path": "data.csv"}); isErr ||
+				!strings.Contains(out, "<untrusted-output>\n1,2\n3,4\n</untrusted-output>") {
+				t.Errorf("read_file:\n%s", out)
+			}
+			if out, isErr := call(t, cs, toolManage, map[string]any{"action": "stop", "sandbox_id": id}); isErr || status(id) != "stopped" {
+				t.Errorf("stop (%s):\n%s", status(id), out)
+			}
+			if out, isErr := call(t, cs, toolManage, map[string]any{"action": "resume", "sandbox_id": id}); isErr || status(id) != "running" {
+				t.Errorf("resume (%s):\n%s", status(id), out)
+			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "read_file", "sandbox_id": id, "path": "data.csv"}); isErr || !strings.Contains(out, "3,4") {
+				t.Errorf("read_file after resume:\n%s", out)
+			}
+
+			p.answer = "decline"
+			out, isErr = call(t, cs, toolDelete, map[string]any{"sandbox_id": id})
+			if isErr || !strings.Contains(out, "declined") || status(id) != "running" {
+				t.Errorf("declined (%s):\n%s", status(id), out)
+			}
+			p.answer = "accept"
+			out, isErr = call(t, cs, toolDelete, map[string]any{"sandbox_id": id})
+			if isErr || status(id) != "destroyed" {
+				t.Errorf("confirmed (%s):\n%s", status(id), out)
+			}
+			if q := p.questions(); len(q) != 2 || !strings.HasPrefix(q[0], "Destroy sandbox "+id+"?") {
+				t.Errorf("questions: %q", q)
+			}
+		})
+	}
+}
+
+func TestE2EGoClientStdio(t *testing.T) {
+	requireServer(t)
+	scenario(t, connectStdio)
+}
+
+func TestE2EGoClientHTTP(t *testing.T) {
+	requireServer(t)
+	scenario(t, connectHTTP)
+}
+
+func TestE2EDeleteRefusedWithoutElicitation(t *testing.T) {
+	requireServer(t)
+	requireLevel3(t)
+	api := apiClient(t)
+	sb, err := api.Sandboxes.Create(context.Background(), lbb.CreateParams{ExpiresInSeconds: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Sandboxes.Delete(context.Background(), sb.ID)
+	for name, connect := range map[string]func(*testing.T, *person, string) *gomcp.ClientSession{"stdio": connectStdio, "http": connectHTTP} {
+		cs := connect(t, nil, "")
+		out, isErr := call(t, cs, toolDelete, map[string]any{"sandbox_id": sb.ID})
+		if !isErr || !strings.Contains(out, "cannot ask") {
+			t.Errorf("%s: %v\n%s", name, isErr, out)
+		}
+	}
+	if got, err := api.Sandboxes.Get(context.Background(), sb.ID); err != nil || got.Status != "running" {
+		t.Errorf("after refusals: %v %+v", err, got)
+	}
+}
+
+// npmClient installs the TypeScript SDK (npm ci, from the lockfile) or skips saying why.
+func npmClient(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("testdata/npm-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: the TypeScript SDK's client cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err == nil {
+		return dir
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("npm is not installed: cannot install @modelcontextprotocol/sdk")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("npm ci in %s failed, so the TypeScript SDK's client cannot run: %v\n%s", dir, err, out)
+	}
+	return dir
+}
+
+func TestE2ENpmClient(t *testing.T) {
+	requireServer(t)
+	dir := npmClient(t)
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			target := live.bin
+			if mode == "http" {
+				target = mcpURL(t) + "?graph=main"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "node", "client.mjs", mode, target)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "LBB_URL="+live.url, "LBB_API_KEY="+live.key, "LBB_GRAPH=main")
+			if !live.level3 {
+				cmd.Env = append(cmd.Env, "LBB_LEVEL3=0")
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node client.mjs %s: %v\nstdout: %s\nstderr: %s\nserver: %s", mode, err, out, stderr.String(), serverLog())
+			}
+			var got struct {
+				Tools                          []string
+				AcceptedStatus, DeclinedStatus string
+				Asked                          []string
+				Failures                       []string
+			}
+			if err := json.Unmarshal(bytes.TrimSpace(out), &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if len(got.Failures) > 0 || len(got.Tools) != 3 {
+				t.Errorf("%+v", got)
+			}
+			if !live.level3 {
+				t.Logf("TypeScript SDK client over %s: tools %v, run ok; no deletes: this lbb serve has no Level 3 routes", mode, got.Tools)
+				return
+			}
+			if got.AcceptedStatus != "destroyed" || got.DeclinedStatus != "running" || len(got.Asked) != 2 {
+				t.Errorf("%+v", got)
+			}
+			t.Logf("TypeScript SDK client over %s: tools %v, confirmed → %s, declined → %s, asked %q", mode, got.Tools, got.AcceptedStatus, got.DeclinedStatus, got.Asked)
+		})
+	}
+}
