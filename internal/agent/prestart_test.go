@@ -243,3 +243,87 @@ def run(input, config):
 		}
 	}
 }
+
+// A harness reports its exit code in its status line, and the run ends when it has closed
+// its outputs: the code must be the one a waited-for process would have had.
+func TestRunPythonExitCodes(t *testing.T) {
+	hasProgram(t, "python3")
+	ta := startAgent(t)
+	cases := []struct {
+		code string
+		exit int
+		ok   bool
+	}{
+		{"def run(i, c):\n    return 1", 0, true},
+		{"import sys\ndef run(i, c):\n    sys.exit(4)", 4, false},
+		{"import sys\ndef run(i, c):\n    sys.exit(260)", 4, false},
+		{"def run(i, c):\n    raise ValueError('x')", 1, false},
+		// A background child keeps stdout open: the run ends when the harness has exited.
+		{"import subprocess\ndef run(i, c):\n    subprocess.Popen(['sleep', '0.3'])\n    return 2", 0, true},
+	}
+	for _, warm := range []bool{false, true} {
+		for _, c := range cases {
+			if warm {
+				ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+			}
+			_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: c.code})
+			if ex.ExitCode != c.exit || ex.OK != c.ok || ex.Signal != "" {
+				t.Errorf("warm %v, %q: exit %+v, want code %d ok %v", warm, c.code, ex, c.exit, c.ok)
+			}
+		}
+	}
+}
+
+// The node harness closes its outputs in its last 'exit' listener and exits: the user's own
+// listeners still run and print, and the exit code is the harness's.
+func TestRunNodeExit(t *testing.T) {
+	hasProgram(t, "node")
+	ta := startAgent(t)
+	cases := []struct {
+		code, stdout string
+		exit         int
+		ok           bool
+	}{
+		{"function run() { process.on('exit', () => console.log('bye')); return 1; }", "bye\n", 0, true},
+		{"function run() { process.on('exit', () => console.log('bye')); throw new Error('x'); }", "bye\n", 1, false},
+		{"function run() { require('child_process').spawn('sleep', ['0.3'], {stdio: 'inherit'}); return 2; }", "", 0, true},
+	}
+	for _, warm := range []bool{false, true} {
+		for _, c := range cases {
+			if warm {
+				ta.prestart(t, agent.PrestartRequest{Language: "node"})
+			}
+			out, errOut, ex := ta.run(t, agent.RunRequest{Language: "node", Code: c.code})
+			if ex.ExitCode != c.exit || ex.OK != c.ok || ex.Signal != "" || out != c.stdout {
+				t.Errorf("warm %v, %q: exit %+v stdout %q stderr %q", warm, c.code, ex, out, errOut)
+			}
+		}
+	}
+}
+
+// Whatever seeded random before the claim (here: a module imported at prestart that seeds
+// it with a constant), the run draws from a generator seeded again at its claim.
+func TestPrestartReseeds(t *testing.T) {
+	hasProgram(t, "python3")
+	ta := startAgent(t)
+	os.WriteFile(filepath.Join(ta.ws, "seeded.py"), []byte("import random\nrandom.seed(42)\n"), 0o644)
+	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"seeded"}})
+	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import random, sys\ndef run(i, c):\n    return ['seeded' in sys.modules, random.random() != random.Random(42).random()]"})
+	if !ex.OK || string(ex.Result) != "[true,true]" {
+		t.Errorf("%+v: want the seeding module loaded and random reseeded", ex)
+	}
+}
+
+// Files written into the workspace after the prestart (a template's) import like any other.
+func TestPrestartSeesNewFiles(t *testing.T) {
+	hasProgram(t, "python3")
+	ta := startAgent(t)
+	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"no_such_module_yet"}})
+	if err := ta.c.WriteFile(ctxT(t), "helper.py", 0, strings.NewReader("VALUE = 7\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import helper\ndef run(i, c):\n    return helper.VALUE"})
+	if !ex.OK || string(ex.Result) != "7" {
+		t.Errorf("%+v\n%s", ex, errOut)
+	}
+}

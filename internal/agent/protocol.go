@@ -107,7 +107,11 @@ type ExecRequest struct {
 //     parses, else a string (one trailing newline removed), null when nothing was written.
 //
 // The python and node harnesses get the request on fd 3 and answer on fd 4 (a status line,
-// then the result), so stdout and stderr are the user's alone. A run is OK when run
+// then the result), so stdout and stderr are the user's alone. The status line names the
+// code the harness exits with; once the harness has closed fd 4, stdout and stderr (after the
+// run's threads, atexit or 'exit' handlers), the run's Exit is sent without waiting for the
+// interpreter to finish dying, which takes milliseconds with numpy and pandas mapped. A
+// child of the run that keeps stdout or stderr open makes the agent wait for the exit. A run is OK when run
 // returned (or the script exited 0) and its result is JSON; otherwise Exit.Error says why
 // (the exception line, "timed out after N ms", "exit code N"), and the traceback or stack
 // is on stderr.

@@ -30,6 +30,7 @@ package pool
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -156,6 +157,7 @@ type slot struct {
 	sb      runtime.Sandbox
 	client  *agent.Client
 	frozen  bool
+	base    runtime.Stats // its accounting when parked
 	builtAt time.Time
 	state   slotState // guarded by Pool.mu
 }
@@ -478,17 +480,21 @@ func (p *Pool) claim(ctx context.Context, s *slot, spec runtime.Spec) (*host.Lea
 		}
 	}
 	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
-	// interpreter reseeds from it when its run arrives. The slot was created with the
-	// hostname and the (empty) machine id every sandbox of the image has.
-	seed := make([]byte, 32)
+	// interpreter reseeds from it when its run arrives. A fresh machine id too, which the
+	// agent can only write where the image lets it (see the agent's Identity): not_supported
+	// says the slot keeps the image's, like a cold sandbox, and is no failure.
+	seed := make([]byte, 48)
 	rand.Read(seed)
-	if err := s.client.SetIdentity(ctx, agent.Identity{Seed: seed}); err != nil {
+	id := agent.Identity{Seed: seed[:32], MachineID: hex.EncodeToString(seed[32:])}
+	if err := s.client.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
 		return nil, fmt.Errorf("binding identity: %w", err)
 	}
 	p.mu.Lock()
 	p.leases++
 	p.mu.Unlock()
-	return host.NewLease(s.sb, s.client, time.Now(), func(ctx context.Context) error {
+	// StartedAt is the claim: the sandbox's life (and its metered usage) is the claimant's
+	// from here.
+	return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
 		defer p.released()
 		return p.destroy(ctx, s)
 	}), nil
@@ -520,9 +526,22 @@ func (p *Pool) destroy(ctx context.Context, s *slot) error {
 }
 
 func (p *Pool) destroyAsync(s *slot) {
-	p.wg.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.destroyAsyncLocked(s)
+}
+
+// destroyAsyncLocked destroys s in the background; Close waits for it, unless it is
+// already waiting (then it is not tracked: Add must not race Wait).
+func (p *Pool) destroyAsyncLocked(s *slot) {
+	tracked := !p.closed
+	if tracked {
+		p.wg.Add(1)
+	}
 	go func() {
-		defer p.wg.Done()
+		if tracked {
+			defer p.wg.Done()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := p.destroy(ctx, s); err != nil {
@@ -607,7 +626,7 @@ func (p *Pool) tick(now time.Time) {
 			s.state = discarded
 			p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
 			p.m.discarded.WithLabelValues(ks.key.Name, "surplus").Inc()
-			p.destroyAsync(s)
+			p.destroyAsyncLocked(s)
 		}
 	}
 }
@@ -693,6 +712,10 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 		}
 		s.frozen = true
 	}
+	// What the slot used to get here is the pool's, not its claimant's.
+	if s.base, err = sb.Stats(ctx); err != nil {
+		return nil, fmt.Errorf("reading its accounting: %w", err)
+	}
 	s.builtAt = time.Now()
 	return s, nil
 }
@@ -723,6 +746,15 @@ func (p *Pool) watch(s *slot) {
 	p.m.discarded.WithLabelValues(ks.key.Name, "ended").Inc()
 	p.destroyAsync(s)
 	p.kick()
+}
+
+// DefaultKeys are the keys lbb serve keeps on image for a limits class (the server's default
+// limits): python with numpy and pandas imported, and node.
+func DefaultKeys(image string, limits runtime.Limits) []Key {
+	return []Key{
+		{Name: "python", Image: image, Language: agent.LangPython, Limits: limits},
+		{Name: "node", Image: image, Language: agent.LangNode, Limits: limits},
+	}
 }
 
 // KeyStats is one key's state.

@@ -77,6 +77,7 @@ func requirePython(t testing.TB) {
 }
 
 type env struct {
+	dir string // the local driver's state directory
 	d   *local.Driver
 	p   *Pool
 	reg *prometheus.Registry
@@ -85,7 +86,8 @@ type env struct {
 // newPool makes a pool of python slots on the local driver; edit changes the options.
 func newPool(t *testing.T, edit func(*Options)) *env {
 	t.Helper()
-	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir(), Logger: testLogger(t)})
+	dir := t.TempDir()
+	d := local.New(local.Options{AgentPath: agentBin, StateDir: dir, Logger: testLogger(t)})
 	reg := prometheus.NewRegistry()
 	o := Options{
 		Driver: d, Registerer: reg, Log: testLogger(t),
@@ -107,7 +109,7 @@ func newPool(t *testing.T, edit func(*Options)) *env {
 			t.Errorf("sandboxes left after Close and Release: %v", left)
 		}
 	})
-	return &env{d: d, p: p, reg: reg}
+	return &env{dir: dir, d: d, p: p, reg: reg}
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -199,6 +201,10 @@ func TestClaimWarm(t *testing.T) {
 	}
 	if !runWarm(t, l) {
 		t.Error("the claimed slot's run did not use its pre-started interpreter")
+	}
+	// The claim bound a fresh machine id where the agent can write it (the local driver's etc).
+	if b, err := os.ReadFile(filepath.Join(e.dir, id, "etc", "machine-id")); err != nil || len(b) != 33 {
+		t.Errorf("machine-id %q %v", b, err)
 	}
 	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "py", "path", "warm"); got != 1 {
 		t.Errorf("warm claims %v, want 1", got)

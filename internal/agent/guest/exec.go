@@ -77,7 +77,11 @@ type procSpec struct {
 type resultHeader struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error"`
-	seen  bool
+	// Exit is the code the harness exits with. A harness that says it may close its result
+	// fd, stdout and stderr when it is done and then exit: the run is reported when all three
+	// are closed, not when the process has finished dying.
+	Exit *int `json:"exit"`
+	seen bool
 }
 
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -300,23 +304,44 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		}
 	}()
 
-	st := <-p.done
+	var st exitStatus
+	early := false       // the harness said it is done; the process may still be exiting
+	if len(pumps) == 3 { // a harness run: it may say it is done before it has exited
+		closed := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(closed)
+		}()
+		select {
+		case st = <-p.done:
+		case <-closed:
+			if early = hdr.seen && hdr.Exit != nil && !timedOut.Load(); !early {
+				st = <-p.done
+			}
+		}
+	} else {
+		st = <-p.done
+	}
 	duration := time.Since(started)
 	if timer != nil {
 		timer.Stop()
 	}
-	ps.exitAt.Store(time.Now().UnixNano())
-	ps.exited.Store(true)
-	for _, f := range pumps {
-		f.SetReadDeadline(time.Now().Add(drainIdle))
+	if !early {
+		ps.exitAt.Store(time.Now().UnixNano())
+		ps.exited.Store(true)
+		for _, f := range pumps {
+			f.SetReadDeadline(time.Now().Add(drainIdle))
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if inW != nil {
 		inW.Close()
 	}
 
 	ex := agent.Exit{DurationMs: duration.Milliseconds(), TimedOut: timedOut.Load()}
 	switch {
+	case early:
+		ex.ExitCode = *hdr.Exit
 	case st.ws.Exited():
 		ex.ExitCode = st.ws.ExitStatus()
 	case st.ws.Signaled():
@@ -362,7 +387,7 @@ func (s *Server) pump(wg *sync.WaitGroup, f *os.File, kind byte, fw *frameWriter
 			}
 			f.SetReadDeadline(time.Now().Add(drainIdle))
 		}
-		n, err := f.Read(buf[agent.FrameHeaderLen:])
+		n, err := readDrain(f, buf[agent.FrameHeaderLen:])
 		off := agent.FrameHeaderLen
 		if n > 0 && inHeader {
 			data := buf[off : off+n]
@@ -396,6 +421,38 @@ func (s *Server) pump(wg *sync.WaitGroup, f *os.File, kind byte, fw *frameWriter
 			return
 		}
 	}
+}
+
+// readDrain reads from f like f.Read. When f's drain deadline has passed, Go's poller fails
+// the read before looking at the pipe, so a pump that was not scheduled in time (a loaded
+// host) would lose bytes the process wrote before it ended — a run's result among them. It
+// then takes what the pipe already holds without waiting, and reports the deadline only
+// when nothing is there.
+func readDrain(f *os.File, p []byte) (int, error) {
+	n, err := f.Read(p)
+	if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, err
+	}
+	rc, rerr := f.SyscallConn()
+	if rerr != nil {
+		return 0, err
+	}
+	f.SetReadDeadline(time.Time{})
+	var m int
+	var serr error
+	if rerr := rc.Read(func(fd uintptr) bool {
+		m, serr = syscall.Read(int(fd), p)
+		return true // one try: never wait here
+	}); rerr != nil {
+		return 0, err
+	}
+	switch {
+	case m > 0:
+		return m, nil
+	case m == 0 && serr == nil:
+		return 0, io.EOF
+	}
+	return 0, err
 }
 
 // buildEnv merges the request's env over the base environment.

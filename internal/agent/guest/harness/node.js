@@ -34,11 +34,21 @@ if (warm) {
   if (req.cwd) process.chdir(req.cwd);
 }
 
+// finish writes the status line (which says the exit code) and the result, then exits. The
+// last 'exit' listener closes stdout, stderr and fd 4: the agent reports the run then,
+// without waiting for the process to finish dying (milliseconds for node).
 function finish(head, body) {
   const buf = Buffer.from(JSON.stringify(head) + '\n' + (body === undefined ? '' : body), 'utf8');
   let off = 0;
   while (off < buf.length) off += fs.writeSync(4, buf, off);
-  fs.closeSync(4);
+  process.on('exit', () => {
+    for (const fd of [1, 2, 4]) {
+      try {
+        fs.closeSync(fd);
+      } catch {}
+    }
+  });
+  process.exit(head.exit);
 }
 
 function isError(e) {
@@ -67,8 +77,7 @@ function report(e) {
 function fail(msg, e) {
   if (e !== undefined) report(e);
   else process.stderr.write('lbb: ' + msg + '\n');
-  finish({ ok: false, error: msg });
-  process.exit(1);
+  finish({ ok: false, error: msg, exit: 1 });
 }
 
 function pick(x) {
@@ -144,6 +153,5 @@ const moduleSyntax = /\b(import|export)\b|await is only valid|outside a module/;
   } catch (e) {
     fail('the result is not JSON: ' + (isError(e) ? e.message : String(e)));
   }
-  finish({ ok: true }, body === undefined ? 'null' : body);
-  process.exit(0);
+  finish({ ok: true, exit: 0 }, body === undefined ? 'null' : body);
 })();

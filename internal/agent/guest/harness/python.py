@@ -19,6 +19,7 @@ def _lbb_prestart(mods):
         sys.stderr.flush()
     except Exception:
         pass
+    importlib.invalidate_caches()  # its first call imports importlib.metadata: not at the claim
     import gc
 
     gc.freeze()  # what is loaded now is never garbage: collections skip it
@@ -56,6 +57,11 @@ def _lbb_main():
             os.environ.update(req["env"])
         if req.get("cwd"):
             os.chdir(req["cwd"])
+        # Files may have been written since the imports listed the directories on sys.path
+        # (cheap here: the prestart paid for the first call).
+        import importlib
+
+        importlib.invalidate_caches()
     os.set_inheritable(4, False)  # processes that the code starts do not get the result fd
     out = os.fdopen(4, "wb")
     try:
@@ -63,15 +69,20 @@ def _lbb_main():
     except Exception:
         pass
 
-    def finish(ok, error=None, result=b""):
+    def finish(ok, error=None, result=b"", code=0):
+        # The status line says the exit code too: once fd 4, stdout and stderr are closed
+        # (the last thing _lbb_exit does), the agent reports the run without waiting for the
+        # process to finish dying, which takes milliseconds with numpy and pandas mapped.
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except Exception:
             pass
-        head = {"ok": True} if ok else {"ok": False, "error": error}
+        code &= 0xFF  # as the kernel reports it
+        head = {"ok": True, "exit": code} if ok else {"ok": False, "error": error, "exit": code}
         out.write(json.dumps(head).encode() + b"\n" + result)
-        out.close()
+        out.flush()
+        return code
 
     def exc_line(e):
         s = str(e)
@@ -109,8 +120,7 @@ def _lbb_main():
         if not callable(run):
             msg = "the code defines no run(input, config) function"
             print("lbb: " + msg, file=sys.stderr)
-            finish(False, msg)
-            return 1
+            return finish(False, msg, code=1)
         res = run(inp, config)
         if hasattr(res, "__await__"):
             import asyncio
@@ -125,26 +135,21 @@ def _lbb_main():
             res = asyncio.run(res)
     except SystemExit as e:
         report(e, e.__traceback__)
-        finish(False, "run exited: " + exc_line(e))
-        return e.code if isinstance(e.code, int) and e.code != 0 else 1
+        return finish(False, "run exited: " + exc_line(e), code=e.code if isinstance(e.code, int) and e.code != 0 else 1)
     except BaseException as e:
         report(e, e.__traceback__)
-        finish(False, exc_line(e))
-        return 1
+        return finish(False, exc_line(e), code=1)
 
     try:
         data = _lbb_dumps(res)
     except _NotJSON as e:
         msg = "the result is not JSON: " + e.what + " at $" + "".join(reversed(e.path))
         print("lbb: " + msg, file=sys.stderr)
-        finish(False, msg)
-        return 1
+        return finish(False, msg, code=1)
     except BaseException as e:
         report(e, e.__traceback__)
-        finish(False, "converting the result: " + exc_line(e))
-        return 1
-    finish(True, result=data)
-    return 0
+        return finish(False, "converting the result: " + exc_line(e), code=1)
+    return finish(True, result=data)
 
 
 class _NotJSON(Exception):
@@ -345,6 +350,12 @@ def _lbb_exit(code):
         try:
             f.flush()
         except BaseException:
+            pass
+    # Done: every output closed tells the agent so (unless a child of the run holds one).
+    for fd in (1, 2, 4):
+        try:
+            os.close(fd)
+        except OSError:
             pass
     os._exit(code if isinstance(code, int) else 1)
 
