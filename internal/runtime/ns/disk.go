@@ -240,6 +240,29 @@ func unescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
+// waitLoopDetached waits until no loop device is backed by img. The kernel detaches an
+// autoclear device only once the last reference to its filesystem is gone, and the
+// sandbox's dying mount namespace drops its copy of the mount asynchronously, after the
+// init is reaped. Until then a Start could attach a second device to the same file and
+// mount the same ext4 twice; and Destroy must leave no device behind.
+func waitLoopDetached(ctx context.Context, img string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		devs := loopDevicesFor(img)
+		if len(devs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loop devices %v still hold %s", devs, img)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loop devices %v still hold %s: %w", devs, img, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
 // loopDevicesFor lists loop devices whose backing file is img.
 func loopDevicesFor(img string) []string {
 	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")

@@ -777,6 +777,8 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 	t2 := time.Now()
 	if err := unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
 		errs = append(errs, err)
+	} else if err := waitLoopDetached(ctx, filepath.Join(d.dir(id), "disk.img")); err != nil {
+		errs = append(errs, err)
 	}
 	if m, err := mountsUnder(d.dir(id)); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
