@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -15,7 +17,10 @@ func init() {
 
 const commandsUsage = `Usage:
   lbb commands get ID [--wait-ms N]   a command record (waiting up to N ms for it to end)
-  lbb commands list [--limit N]       the newest command records
+  lbb commands list [--limit N] [--sandbox ID] [--status S]   the newest command records
+  lbb commands logs ID [-f] [--stream stdout|stderr|both]      its output (-f: follow it live
+                                      until it ends, then exit with its exit code)
+  lbb commands kill ID [--signal SIG] signal its process group (default SIGKILL)
 Every subcommand takes --url, --api-key, --graph and --json.
 `
 
@@ -54,6 +59,8 @@ func runCommands(args []string) error {
 		return nil
 	case "list":
 		limit := fs.Int("limit", 20, "how many")
+		sandbox := fs.String("sandbox", "", "only the commands of this sandbox")
+		status := fs.String("status", "", "only commands with this status")
 		if _, err := parseInterspersed(fs, args[1:]); err != nil {
 			return err
 		}
@@ -61,7 +68,12 @@ func runCommands(args []string) error {
 		if err != nil {
 			return err
 		}
-		l, err := c.Commands.List(ctx, lbb.ListParams{Limit: *limit})
+		var l *lbb.List[lbb.Command]
+		if *sandbox != "" {
+			l, err = c.Sandboxes.Commands(ctx, *sandbox, lbb.ListParams{Limit: *limit, Status: *status})
+		} else {
+			l, err = c.Commands.List(ctx, lbb.ListParams{Limit: *limit, Status: *status})
+		}
 		if err != nil {
 			return err
 		}
@@ -77,6 +89,55 @@ func runCommands(args []string) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
 		}
 		return w.Flush()
+	case "logs":
+		follow := fs.Bool("f", false, "follow the output live until the command ends")
+		stream := fs.String("stream", "both", "stdout, stderr or both")
+		pos, err := parseInterspersed(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return exitError{2, "commands logs takes one ID"}
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		exit, err := streamOutput(sctx, c, pos[0], *stream, *follow)
+		if err != nil {
+			if sctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if *follow && exit != nil {
+			return exitFor(exit)
+		}
+		return nil
+	case "kill":
+		sig := fs.String("signal", "", "SIGTERM, SIGINT, 15… (default SIGKILL)")
+		pos, err := parseInterspersed(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return exitError{2, "commands kill takes one ID"}
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		cmd, err := c.Commands.Kill(ctx, pos[0], *sig)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return printJSON(cmd)
+		}
+		printCommand(cmd)
+		return nil
 	}
 	fs.Usage()
 	return exitError{2, fmt.Sprintf("unknown subcommand %q", args[0])}

@@ -36,7 +36,9 @@ func main() {
 		os.Exit(2)
 	}
 	if err := c.run(os.Args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "lbb %s: %v\n", os.Args[1], err)
+		if msg := err.Error(); msg != "" { // "" is a command's own exit code, passed on
+			fmt.Fprintf(os.Stderr, "lbb %s: %s\n", os.Args[1], msg)
+		}
 		if e, ok := err.(interface{ ExitCode() int }); ok {
 			os.Exit(e.ExitCode())
 		}

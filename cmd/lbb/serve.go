@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/littlebigbrain/lbb/internal/api"
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/host"
@@ -95,18 +96,25 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 
+	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hst := host.New(host.Options{Driver: driver, Log: log})
 	svc := control.New(control.Options{
-		Store: st, Runner: host.New(host.Options{Driver: driver, Log: log}), Image: image,
+		Store: st, Runner: hst, Sandboxes: hst, Blobs: bs, Image: image,
 		Config: cfg, Log: log, Registerer: reg,
 	})
 	rec, err := svc.Recover(ctx)
 	if err != nil {
 		return err
 	}
-	if len(rec.Lost)+len(rec.Sandboxes)+len(rec.Reaped) > 0 {
-		log.Warn("recovered after an unclean stop", "commands_lost", len(rec.Lost), "sandboxes_ended", len(rec.Sandboxes), "sandboxes_reaped", len(rec.Reaped))
+	if len(rec.Lost)+len(rec.Sandboxes)+len(rec.Reaped)+len(rec.Stopped)+len(rec.Expired)+rec.Released > 0 {
+		log.Warn("recovered after an unclean stop", "commands_lost", len(rec.Lost), "sandboxes_ended", len(rec.Sandboxes),
+			"sandboxes_reaped", len(rec.Reaped), "sandboxes_stopped", len(rec.Stopped), "sandboxes_expired", len(rec.Expired),
+			"keys_released", rec.Released)
 	}
 	secret, err := svc.Bootstrap(ctx, cfg.DataDir)
 	if err != nil {

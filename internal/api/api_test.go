@@ -16,9 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/littlebigbrain/lbb/internal/api"
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
@@ -49,7 +52,13 @@ func newServer(t testing.TB, tweak func(*config.Config)) *server {
 	}
 	reg := prometheus.NewRegistry()
 	r := controltest.New()
-	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg, Registerer: reg,
+	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+	svc := control.New(control.Options{Store: st, Runner: r, Sandboxes: host.New(host.Options{Driver: drv}), Blobs: bs,
+		Config: cfg, Registerer: reg,
 		Image: control.Image{ID: "img1", Rootfs: "/", Versions: map[string]string{"python": "3.13.5"}}})
 	admin, err := svc.Bootstrap(bg, dir)
 	if err != nil {

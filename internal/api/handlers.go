@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/control"
@@ -45,6 +46,7 @@ func (s *Server) routes() {
 	s.handle("GET", "/v1/keys", admin, false, false, s.listKeys)
 	s.handle("DELETE", "/v1/keys/{id}", admin, false, true, s.revokeKey)
 	s.handle("GET", "/v1/audit", admin, false, false, s.listAudit)
+	s.level3Routes()
 }
 
 // list is the shape of every list answer.
@@ -170,6 +172,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 	if err := decode(body, &req); err != nil {
 		return err
 	}
+	if req.Run == nil {
+		return s.createLongLived(w, r, c, body, req)
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
@@ -202,7 +207,18 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	out, next, err := s.svc.Store().ListSandboxes(r.Context(), c.caller.Graph, store.SandboxFilter{Status: r.URL.Query().Get("status")}, p)
+	f := store.SandboxFilter{Status: r.URL.Query().Get("status")}
+	for _, l := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return errdefs.InvalidArgument("label %q: want key=value", l)
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	out, next, err := s.svc.Store().ListSandboxes(r.Context(), c.caller.Graph, f, p)
 	if err != nil {
 		return err
 	}

@@ -214,6 +214,7 @@ func TestOpenAPIContract(t *testing.T) {
 	s := newServer(t, func(c *config.Config) {
 		c.MaxRunningPerGraph = 1
 		c.MaxBodyBytes = 4096
+		c.MaxFileBytes = 4096
 	})
 	seen := map[string]bool{} // "METHOD /path STATUS"
 	reader := s.key([]string{"main"}, []string{store.ScopeSandboxesRead})
@@ -267,6 +268,8 @@ func TestOpenAPIContract(t *testing.T) {
 	check("createSandbox", sb, 422, "POST", sb+"?graph=main", admin, idem("a"), `{"run": {"code": "x"}}`)
 	blocked := check("createSandbox", sb, 202, "POST", sb+"?graph=main", admin, idem("block"), `{"run": {"code": "block"}, "wait_ms": 0}`).json(t)
 	check("createSandbox", sb, 429, "POST", sb+"?graph=main", admin, idem("c"), sumBody)
+	check("deleteSandbox", sb+"/{id}", 409, "DELETE", sb+"/"+blocked["sandbox"].(string)+"?graph=main", admin, nil, "")
+	check("killCommand", "/v1/commands/{id}/kill", 409, "POST", "/v1/commands/"+blocked["command"].(string)+"/kill?graph=main", admin, nil, "")
 	check("getCommand", "/v1/commands/{id}", 200, "GET", "/v1/commands/"+blocked["command"].(string)+"?graph=main&wait_ms=10", admin, nil, "")
 	s.runner.Release()
 
@@ -341,12 +344,15 @@ func TestOpenAPIContract(t *testing.T) {
 	check("listAudit", "/v1/audit", 401, "GET", "/v1/audit", "", nil, "")
 	check("listAudit", "/v1/audit", 403, "GET", "/v1/audit", reader, nil, "")
 
+	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
+
 	// 503: a server that is shutting down takes no run.
 	time.Sleep(50 * time.Millisecond)
 	if err := s.svc.Shutdown(bg); err != nil {
 		t.Fatal(err)
 	}
 	check("createSandbox", sb, 503, "POST", sb+"?graph=main", admin, idem("late"), sumBody)
+	check("resumeSandbox", "/v1/sandboxes/{id}/resume", 503, "POST", sb+"/"+stopped+"/resume?graph=main", admin, nil, "")
 	// …and one whose store is gone is not healthy.
 	s.st.Close()
 	check("healthz", "/healthz", 503, "GET", "/healthz", "", nil, "")

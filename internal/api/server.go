@@ -158,7 +158,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if c.target != "" {
 			attrs = append(attrs, targetAttr(c.target), c.target)
 		}
-		if c.sandbox != "" {
+		if c.sandbox != "" && c.sandbox != c.target {
 			attrs = append(attrs, "sandbox", c.sandbox)
 		}
 		level := slog.LevelInfo
@@ -206,6 +206,8 @@ func targetAttr(id string) string {
 		return "template"
 	case strings.HasPrefix(id, ids.Key):
 		return "key_target"
+	case strings.HasPrefix(id, ids.File):
+		return "file"
 	}
 	return "target"
 }

@@ -7,12 +7,14 @@ package control
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
@@ -40,6 +42,10 @@ type Image struct {
 type Options struct {
 	Store  store.Store
 	Runner Runner
+	// Sandboxes runs long-lived sandboxes (Level 3); without it only one-call runs are served.
+	Sandboxes SandboxHost
+	// Blobs keeps the bytes of Files of the graph; without it there are no Files.
+	Blobs  blobs.Store
 	Image  Image
 	Config config.Config
 	Log    *slog.Logger
@@ -51,13 +57,15 @@ type Options struct {
 
 // Service is the control plane.
 type Service struct {
-	st      store.Store
-	runner  Runner
-	image   Image
-	cfg     config.Config
-	log     *slog.Logger
-	now     func() time.Time
-	metrics *metrics
+	st        store.Store
+	runner    Runner
+	sandboxes SandboxHost
+	blobs     blobs.Store
+	image     Image
+	cfg       config.Config
+	log       *slog.Logger
+	now       func() time.Time
+	metrics   *metrics
 
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
@@ -69,6 +77,12 @@ type Service struct {
 
 	janitorStop chan struct{}
 	janitorDone chan struct{}
+
+	// lmu guards the long-lived sandboxes held (running or stopped) and the commands
+	// running in them.
+	lmu   sync.Mutex
+	lives map[string]*liveSandbox
+	cmds  map[string]*liveCommand
 }
 
 // New returns a Service. Call Recover before serving and Shutdown at the end.
@@ -79,15 +93,20 @@ func New(o Options) *Service {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Service{
-		st: o.Store, runner: o.Runner, image: o.Image, cfg: o.Config, log: o.Log,
+		st: o.Store, runner: o.Runner, sandboxes: o.Sandboxes, blobs: o.Blobs, image: o.Image, cfg: o.Config, log: o.Log,
 		now:     func() time.Time { return o.Now().UTC().Truncate(time.Millisecond) },
 		metrics: newMetrics(o.Registerer),
-		runCtx:  ctx, cancelRuns: cancel,
+		runCtx:  ctx, cancelRuns: func() { cancel(errShutdown) },
 		inflight: map[string]*inflight{},
+		lives:    map[string]*liveSandbox{},
+		cmds:     map[string]*liveCommand{},
 	}
 }
+
+// errShutdown is why commands still running at the end of the grace period end.
+var errShutdown = errors.New("the server shut down")
 
 // Store returns the record store.
 func (s *Service) Store() store.Store { return s.st }
@@ -122,8 +141,11 @@ func (s *Service) Running() int {
 
 // Shutdown stops taking runs, lets running ones finish for up to the grace period, then
 // ends the rest (their records say killed, their sandboxes server_shutdown) and stops the
-// janitor. It returns when every run has been recorded or ctx ends.
+// janitor. Long-lived sandboxes are stopped with their disks kept (end reason
+// server_shutdown), so that resume finds their workspaces after a restart. It returns when
+// every run has been recorded or ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
+	defer s.stopAllLive(context.WithoutCancel(ctx), store.EndServerShutdown)
 	s.mu.Lock()
 	s.draining = true
 	n := len(s.inflight)

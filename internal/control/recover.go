@@ -19,6 +19,13 @@ type Recovered struct {
 	Lost      []string // commands marked lost
 	Sandboxes []string // sandbox records ended as lost
 	Reaped    []string // sandboxes the runtime still held, destroyed
+	// Stopped are long-lived sandboxes that were running: stopped, their disks kept.
+	Stopped []string
+	// Expired are long-lived sandboxes whose expiry passed while the server was down.
+	Expired []string
+	// Released are idempotency keys of calls that ran no code and were cut off; a retry
+	// with one does the work.
+	Released int
 }
 
 // Recover runs at start, before the server serves: every command still queued or running
@@ -45,7 +52,7 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			if err != nil {
 				return err
 			}
-			if sb.EndedAt == nil {
+			if sb.EndedAt == nil && sb.OneCall {
 				sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
 				if err := q.UpdateSandbox(ctx, sb); err != nil {
 					return err
@@ -57,7 +64,12 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			} else if err != nil {
 				return err
 			}
-			body, err := json.Marshal(render(c, sb))
+			var body []byte
+			if c.Kind == store.KindProcess {
+				body, err = json.Marshal(c)
+			} else {
+				body, err = json.Marshal(render(c, sb))
+			}
 			if err != nil {
 				return err
 			}
@@ -71,17 +83,37 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 		s.log.Warn("command lost", "graph", c.Graph, "command", c.ID, "sandbox", c.SandboxID)
 		rec.Lost = append(rec.Lost, c.ID)
 	}
+	if err := s.recoverLongLived(ctx, &rec); err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
 	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused)
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)
 	}
 	for _, sb := range live {
+		if !sb.OneCall && s.sandboxes != nil {
+			continue // recoverLongLived stopped it
+		}
 		sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			return rec, fmt.Errorf("recover: ending %s: %w", sb.ID, err)
 		}
 		s.log.Warn("sandbox lost", "graph", sb.Graph, "sandbox", sb.ID)
 		rec.Sandboxes = append(rec.Sandboxes, sb.ID)
+	}
+	// Calls that ran no code and were cut off leave their keys reserved: release them.
+	pending, err := s.st.ListIdempotencyByState(ctx, store.IdempotencyRunning)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	for _, r := range pending {
+		if r.CommandID != "" {
+			continue
+		}
+		if err := s.st.DeleteIdempotency(ctx, r.Graph, r.Key); err != nil && !errdefs.IsNotFound(err) {
+			return rec, fmt.Errorf("recover: releasing an idempotency key: %w", err)
+		}
+		rec.Released++
 	}
 	// Stopped sandboxes keep their disk; nothing else is meant to exist after a restart.
 	stopped, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStopped)
@@ -116,6 +148,7 @@ func (s *Service) StartJanitor() {
 			if _, err := s.Sweep(context.Background()); err != nil {
 				s.log.Error("janitor", "err", err)
 			}
+			s.expireDue()
 			select {
 			case <-stop:
 				return

@@ -95,6 +95,7 @@ type plan struct {
 	idemKey  string
 	reqHash  string
 	language string
+	files    []host.WorkspaceFile
 }
 
 // inflight is a run this process is executing.
@@ -242,6 +243,10 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	if err != nil {
 		return Response{}, err
 	}
+	if cmd.Kind == store.KindProcess {
+		body, err := json.Marshal(cmd)
+		return Response{Status: http.StatusAccepted, Body: body}, err
+	}
 	sb, err := s.st.GetSandbox(ctx, graph, cmd.SandboxID)
 	if err != nil {
 		return Response{}, err
@@ -296,6 +301,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 			Pids: p.sandbox.Limits.Pids, DiskMiB: p.sandbox.Limits.DiskMiB},
 		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
+		Files: p.files,
 	})
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
@@ -401,7 +407,7 @@ func render(cmd store.Command, sb store.Sandbox) RunResult {
 // plan validates a one-call run and resolves its template, base, limits and config.
 func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan, error) {
 	if req.Run == nil {
-		return nil, errdefs.InvalidArgument("the body needs run: long-lived sandboxes (Level 3) are not served yet")
+		return nil, errdefs.InvalidArgument("a one-call run needs run")
 	}
 	r := req.Run
 	if req.ExpiresInSeconds != 0 {
@@ -457,9 +463,13 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	var tplLimits *store.Limits
 	var tplTimeout int64
 	var ref *store.TemplateRef
+	var files []host.WorkspaceFile
 	if tpl != nil {
 		tplConfig, tplLimits, tplTimeout = tpl.Config, &tpl.Limits, tpl.TimeoutMs
 		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}
+		if files, err = s.templateFiles(ctx, c.Graph, tpl.Files); err != nil {
+			return nil, err
+		}
 	}
 	config, err := mergeConfig(tplConfig, callConfig)
 	if err != nil {
@@ -495,7 +505,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
 			Status: store.CommandRunning, Origin: origin, CreatedAt: now},
-		env: env, timeout: timeout, language: base.Language,
+		env: env, timeout: timeout, language: base.Language, files: files,
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -61,6 +62,11 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 		if strings.HasPrefix(f.Path, "/") && !strings.HasPrefix(f.Path, "/workspace/") || strings.Contains("/"+f.Path+"/", "/../") {
 			return store.Template{}, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodePathOutsideWorkspace,
 				"files[%d].path %q is outside /workspace", i, f.Path)
+		}
+	}
+	for i, f := range req.Files {
+		if _, err := s.resolveFile(ctx, c.Graph, f.File); err != nil {
+			return store.Template{}, fmt.Errorf("files[%d].file: %w", i, err)
 		}
 	}
 	var limits store.Limits

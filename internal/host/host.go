@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -151,7 +152,6 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) Outcome {
 	t0 := time.Now()
 	out, lease := h.run(ctx, spec, log, secrets)
 	out.Error = MaskString(out.Error, secrets)
-	out.Result = MaskJSON(out.Result, secrets)
 	ended := make(chan Ending, 1)
 	out.Ended = ended
 	if lease == nil {
@@ -194,19 +194,91 @@ func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets 
 		return fail(store.CommandFailed, store.EndFailed, err), nil
 	}
 	out.SandboxStarted = lease.StartedAt
+	if err := WriteFiles(ctx, lease.Agent, spec.Files); err != nil {
+		if ctx.Err() != nil {
+			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the run started: %w", err)), lease
+		}
+		return fail(store.CommandFailed, store.EndFailed, err), lease
+	}
+	stdoutCap, stderrCap := output.NewCapture(spec.HeadBytes, spec.TailBytes), output.NewCapture(spec.HeadBytes, spec.TailBytes)
+	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: ptr(agentRun(spec)), timeout: spec.Timeout, limits: spec.Limits},
+		stdoutCap, stderrCap, secrets, log)
+	res.SandboxStarted, res.EndReason = out.SandboxStarted, out.EndReason
+	if res.Err != nil && res.Status == store.CommandFailed {
+		res.EndReason = store.EndFailed
+	}
+	if res.Status == store.CommandKilled && ctx.Err() != nil {
+		res.EndReason = store.EndServerShutdown
+		res.Error = "the server stopped while the run was running"
+	}
+	return res, lease
+}
 
-	before, err := lease.Sandbox.Stats(ctx)
+func ptr[T any](v T) *T { return &v }
+
+// WriteFiles puts files into a sandbox's workspace, streaming each.
+func WriteFiles(ctx context.Context, c *agent.Client, files []WorkspaceFile) error {
+	for _, f := range files {
+		r, err := f.Open(ctx)
+		if err != nil {
+			return fmt.Errorf("copying %s into the workspace: %w", f.Path, err)
+		}
+		err = c.WriteFile(ctx, f.Path, 0, r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("copying %s into the workspace: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// execution is one process or run in a started sandbox.
+type execution struct {
+	run     *agent.RunRequest
+	exec    *agent.ExecRequest
+	stdin   io.Reader
+	timeout time.Duration
+	limits  runtime.Limits
+	// killed reports whether the caller signalled the command (its end is then killed).
+	killed func() bool
+	// started is called once the agent has started the process (or said it cannot).
+	started func()
+}
+
+// execute runs one process or run on a started sandbox's agent, copies its output (masked)
+// into the captures and classifies how it ended. It closes the captures.
+func (h *Host) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Client, e execution, stdoutCap, stderrCap *output.Capture,
+	secrets []string, log *slog.Logger) (out Outcome) {
+	fail := func(status string, err error) Outcome {
+		out.Status, out.Err, out.Error = status, err, err.Error()
+		return out
+	}
+	defer func() {
+		stdoutCap.Close()
+		stderrCap.Close()
+		out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
+		out.Error = MaskString(out.Error, secrets)
+		out.Result = MaskJSON(out.Result, secrets)
+	}()
+	before, err := sb.Stats(ctx)
 	if err != nil {
 		log.Warn("reading sandbox stats", "err", err)
 	}
-	stdoutCap, stderrCap := output.NewCapture(spec.HeadBytes, spec.TailBytes), output.NewCapture(spec.HeadBytes, spec.TailBytes)
 	stdout, stderr := newMaskWriter(stdoutCap, secrets), newMaskWriter(stderrCap, secrets)
 
 	// The agent enforces the timeout; the backstop covers an agent that cannot.
-	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout+h.backstop)
+	runCtx, cancel := context.WithTimeout(ctx, e.timeout+h.backstop)
 	defer cancel()
 	out.CommandStarted = time.Now()
-	p, err := lease.Agent.Run(runCtx, agentRun(spec))
+	var p *agent.Process
+	if e.run != nil {
+		p, err = ag.Run(runCtx, *e.run)
+	} else {
+		p, err = ag.Exec(runCtx, *e.exec, e.stdin)
+	}
+	if e.started != nil {
+		e.started()
+	}
 	var exit agentExit
 	if err == nil {
 		exit, err = p.Wait(stdout, stderr)
@@ -214,57 +286,65 @@ func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets 
 	out.CommandEnded = time.Now()
 	flush(stdout)
 	flush(stderr)
-	out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
 
 	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
-	after, serr := lease.Sandbox.Stats(statsCtx)
+	after, serr := sb.Stats(statsCtx)
 	cancelStats()
 	if serr != nil {
 		log.Warn("reading sandbox stats", "err", serr)
 	}
 	out.cpuNanos = after.CPUNanos
 	oom := serr == nil && after.OOMKills > before.OOMKills
+	killed := e.killed != nil && e.killed()
 
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped while the run was running: %w", err)), lease
+		return fail(store.CommandKilled, fmt.Errorf("the command was ended before it finished: %w", context.Cause(ctx)))
 	case err != nil && oom:
-		// The kernel killed the sandbox's own init for memory: the run is what used it.
+		// The kernel killed the sandbox's own init for memory: the command is what used it.
 		out.Status, out.Error = store.CommandOOM, "the sandbox ran out of memory"
-		return out, lease
+		return out
 	case err != nil && runCtx.Err() != nil:
-		out.Status, out.Error = store.CommandTimedOut, fmt.Sprintf("the run passed its timeout of %s", spec.Timeout)
-		return out, lease
+		out.Status, out.Error = store.CommandTimedOut, fmt.Sprintf("the command passed its timeout of %s", e.timeout)
+		return out
 	case err != nil:
-		return fail(store.CommandFailed, store.EndFailed, fmt.Errorf("the sandbox broke off the run: %w", err)), lease
+		return fail(store.CommandFailed, fmt.Errorf("the sandbox broke off the command: %w", err))
 	}
 	out.OK, out.Result, out.Error, out.Signal = exit.OK && exit.ExitCode == 0, exit.Result, exit.Error, exit.Signal
+	if e.run == nil {
+		out.OK = exit.ExitCode == 0 && exit.StartError == ""
+	}
 	code := exit.ExitCode
 	out.ExitCode = &code
 	switch {
 	case exit.StartError != "":
-		out.Status, out.Error, out.ExitCode = store.CommandFailed, exit.StartError, nil
+		out.Status, out.Error, out.ExitCode, out.OK = store.CommandFailed, exit.StartError, nil, false
 	case exit.TimedOut:
 		out.Status, out.OK = store.CommandTimedOut, false
 		if out.Error == "" {
-			out.Error = fmt.Sprintf("the run passed its timeout of %s", spec.Timeout)
+			out.Error = fmt.Sprintf("the command passed its timeout of %s", e.timeout)
 		}
-	case oom && (exit.Signal == "SIGKILL" || !exit.OK):
+	case killed && exit.Signal != "":
+		out.Status, out.OK = store.CommandKilled, false
+		if out.Error == "" {
+			out.Error = "killed by " + exit.Signal
+		}
+	case oom && (exit.Signal == "SIGKILL" || !out.OK):
 		out.Status, out.OK = store.CommandOOM, false
 		if out.Error == "" || exit.Signal == "SIGKILL" {
-			out.Error = fmt.Sprintf("the run ran out of memory (limit %d MiB)", spec.Limits.MemoryMiB)
+			out.Error = fmt.Sprintf("the command ran out of memory (limit %d MiB)", e.limits.MemoryMiB)
 		}
 	case exit.DiskFull && !out.OK:
 		out.Status = store.CommandDiskFull
 		if out.Error == "" {
-			out.Error = fmt.Sprintf("the workspace disk is full (limit %d MiB)", spec.Limits.DiskMiB)
+			out.Error = fmt.Sprintf("the workspace disk is full (limit %d MiB)", e.limits.DiskMiB)
 		}
 	case out.OK:
 		out.Status = store.CommandSucceeded
 	default:
 		out.Status = store.CommandFailed
 	}
-	return out, lease
+	return out
 }
 
 // usage is CPU time used, and memory reserved over the sandbox's life from start to end.
@@ -277,7 +357,6 @@ func (h *Host) usage(cpuNanos uint64, l runtime.Limits, start, end time.Time) st
 }
 
 func kept(c *output.Capture) store.Output {
-	c.Close()
 	return store.Output{Head: c.Head(), Tail: c.Tail(), Bytes: c.Bytes()}
 }
 

@@ -75,7 +75,9 @@ func MaskJSON(raw json.RawMessage, secrets []string) json.RawMessage {
 }
 
 // maskWriter masks secrets in a stream before passing it on. A secret may arrive split
-// across writes, so it holds back the last len(longest)-1 bytes until more come or Flush.
+// across writes, so it holds back an end of the stream that could be the start of one (at
+// most len(longest)-1 bytes) until more come or Flush; the rest goes on at once, so live
+// readers are not kept waiting.
 type maskWriter struct {
 	w       io.Writer
 	secrets [][]byte
@@ -98,13 +100,26 @@ func newMaskWriter(w io.Writer, secrets []string) io.Writer {
 func (m *maskWriter) Write(p []byte) (int, error) {
 	m.buf = append(m.buf, p...)
 	m.replace()
-	if n := len(m.buf) - m.hold; n > 0 {
+	if n := len(m.buf) - m.pending(); n > 0 {
 		if _, err := m.w.Write(m.buf[:n]); err != nil {
 			return 0, err
 		}
 		m.buf = append(m.buf[:0], m.buf[n:]...)
 	}
 	return len(p), nil
+}
+
+// pending is how many bytes at the end of buf could begin a secret.
+func (m *maskWriter) pending() int {
+	for k := min(m.hold, len(m.buf)); k > 0; k-- {
+		tail := m.buf[len(m.buf)-k:]
+		for _, s := range m.secrets {
+			if k < len(s) && bytes.HasPrefix(s, tail) {
+				return k
+			}
+		}
+	}
+	return 0
 }
 
 func (m *maskWriter) replace() {

@@ -5,7 +5,9 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -31,6 +33,14 @@ type RunSpec struct {
 
 	// HeadBytes and TailBytes are how much of each stream to keep.
 	HeadBytes, TailBytes int
+	// Files are put into the workspace before the run (a template's Files).
+	Files []WorkspaceFile
+}
+
+// WorkspaceFile is a file to put into a workspace: Path inside /workspace, and its bytes.
+type WorkspaceFile struct {
+	Path string
+	Open func(ctx context.Context) (io.ReadCloser, error)
 }
 
 // Outcome is how a run ended, ready for its records.

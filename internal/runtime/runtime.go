@@ -97,6 +97,25 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Checkpointer is an optional ability: save a started sandbox whole (memory, processes, the
+// agent, the disk) and start it again from what was saved, as itself or as a new sandbox.
+//
+//	d.Checkpoint(ctx, "sbx_01", dir)                // sbx_01 stops; dir holds it
+//	sb, err := d.Restore(ctx, "sbx_01", dir)        // resumed where it was
+//	fork, err := d.Restore(ctx, "sbx_02", dir)      // a second one, from the same point
+type Checkpointer interface {
+	// Checkpoint saves started sandbox id into dir (missing or empty) and stops it: its
+	// processes end and its channel closes, as after Stop. Its disk stays.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore starts sandbox id from the checkpoint in dir, its memory, processes and disk as
+	// they were then. id is the checkpointed sandbox (stopped: its disk is replaced by the
+	// checkpoint's) or a new id, which Restore creates with the checkpoint's image and limits
+	// (a fork; dir may serve any number of them). The agent starts a new session on the
+	// returned channel; calls that were in flight at the checkpoint, and processes streaming
+	// to them, have ended.
+	Restore(ctx context.Context, id, dir string) (Sandbox, error)
+}
+
 // Requirement is one thing a driver needs from its host.
 type Requirement struct {
 	Name  string

@@ -60,6 +60,17 @@ type Queries interface {
 	GetIdempotency(ctx context.Context, graph, key string) (Idempotency, error)
 	GetIdempotencyByCommand(ctx context.Context, commandID string) (Idempotency, error)
 	UpdateIdempotency(ctx context.Context, r Idempotency) error
+	// DeleteIdempotency forgets a reservation that ran no code (a call a crash cut off), so
+	// that a retry with its key does the work.
+	DeleteIdempotency(ctx context.Context, graph, key string) error
+	// ListIdempotencyByState lists every graph's reservations in state.
+	ListIdempotencyByState(ctx context.Context, state string) ([]Idempotency, error)
+
+	CreateFile(ctx context.Context, f File) error
+	GetFile(ctx context.Context, graph, id string) (File, error)
+	// GetFileBySHA256 returns the graph's newest File with these bytes.
+	GetFileBySHA256(ctx context.Context, graph, sha256 string) (File, error)
+	ListFiles(ctx context.Context, graph string, p Page) ([]File, string, error)
 
 	AppendAudit(ctx context.Context, e AuditEntry) error
 	// ListAudit lists entries newest first; graph "" lists every graph's.
@@ -189,6 +200,9 @@ const (
 	EndServerShutdown = "server_shutdown"
 	EndLost           = "lost"
 	EndFailed         = "failed"
+	// EndServerRestart: the server stopped (or crashed) while a long-lived sandbox ran; it
+	// was stopped with its disk kept, and resume starts it again.
+	EndServerRestart = "server_restart"
 )
 
 // Sandbox is a sandbox record.
@@ -347,6 +361,47 @@ type AuditEntry struct {
 // SandboxFilter narrows a sandbox list.
 type SandboxFilter struct {
 	Status string
+	// Labels keeps the sandboxes whose metadata has every one of these pairs.
+	Labels map[string]string
+}
+
+// Matches reports whether s passes the filter.
+func (f SandboxFilter) Matches(s Sandbox) bool {
+	if f.Status != "" && s.Status != f.Status {
+		return false
+	}
+	for k, v := range f.Labels {
+		if got, ok := s.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// File is a File of the graph: its bytes are the blob with its SHA256.
+type File struct {
+	ID        string     `json:"id"`
+	Graph     string     `json:"graph"`
+	SHA256    string     `json:"sha256"`
+	Size      int64      `json:"size"`
+	Name      string     `json:"name,omitempty"`
+	Origin    FileOrigin `json:"origin"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// File origins.
+const (
+	FileFromSandbox = "sandbox"
+	FileFromUpload  = "upload"
+)
+
+// FileOrigin says where a File came from: a workspace file (sandbox and path) or an upload,
+// and the key that kept it.
+type FileOrigin struct {
+	Kind    string `json:"kind"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Key     string `json:"key,omitempty"`
 }
 
 // CommandFilter narrows a command list.

@@ -62,8 +62,11 @@ type Client struct {
 
 	Sandboxes *SandboxesService
 	Commands  *CommandsService
-	Keys      *KeysService
-	Audit     *AuditService
+	// Files are the files of sandboxes' workspaces; GraphFiles are Files of the graph.
+	Files      *FilesService
+	GraphFiles *GraphFilesService
+	Keys       *KeysService
+	Audit      *AuditService
 }
 
 // New returns a client.
@@ -116,6 +119,8 @@ func New(o Options) (*Client, error) {
 func (c *Client) init() {
 	c.Sandboxes = &SandboxesService{c: c, Templates: &TemplatesService{c: c}}
 	c.Commands = &CommandsService{c: c}
+	c.Files = &FilesService{c: c}
+	c.GraphFiles = &GraphFilesService{c: c}
 	c.Keys = &KeysService{c: c}
 	c.Audit = &AuditService{c: c}
 }
@@ -301,6 +306,10 @@ func decodeError(resp *response) error {
 type ListParams struct {
 	Limit  int
 	Cursor string
+	// Status keeps the records of one status (sandboxes and commands).
+	Status string
+	// Labels keeps the sandboxes whose metadata has every one of these key-value pairs.
+	Labels map[string]string
 }
 
 func (p ListParams) query() url.Values {
@@ -310,6 +319,12 @@ func (p ListParams) query() url.Values {
 	}
 	if p.Cursor != "" {
 		q.Set("cursor", p.Cursor)
+	}
+	if p.Status != "" {
+		q.Set("status", p.Status)
+	}
+	for k, v := range p.Labels {
+		q.Add("label", k+"="+v)
 	}
 	return q
 }

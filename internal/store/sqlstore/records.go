@@ -202,6 +202,9 @@ func (q queries) listSandboxes(ctx context.Context, query string, args ...any) (
 
 func (q queries) ListSandboxes(ctx context.Context, graph string, f store.SandboxFilter, p store.Page) ([]store.Sandbox, string, error) {
 	limit := pageLimit(p)
+	if len(f.Labels) > 0 {
+		return q.listSandboxesByLabel(ctx, graph, f, p.Cursor, limit)
+	}
 	out, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
 		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, p.Cursor, p.Cursor, limit+1)
 	if err != nil {
@@ -213,6 +216,33 @@ func (q queries) ListSandboxes(ctx context.Context, graph string, f store.Sandbo
 		next = out[limit-1].ID
 	}
 	return out, next, nil
+}
+
+// listSandboxesByLabel filters metadata in Go, a batch at a time: metadata is JSON text,
+// and JSON queries differ between databases.
+func (q queries) listSandboxesByLabel(ctx context.Context, graph string, f store.SandboxFilter, cursor string, limit int) ([]store.Sandbox, string, error) {
+	const batch = 500
+	var out []store.Sandbox
+	for {
+		got, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
+			AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, cursor, cursor, batch)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, s := range got {
+			if !f.Matches(s) {
+				continue
+			}
+			if len(out) == limit {
+				return out, out[limit-1].ID, nil
+			}
+			out = append(out, s)
+		}
+		if len(got) < batch {
+			return out, "", nil
+		}
+		cursor = got[len(got)-1].ID
+	}
 }
 
 func (q queries) CountActiveSandboxes(ctx context.Context, graph string) (int, error) {
@@ -497,6 +527,86 @@ func (q queries) UpdateIdempotency(ctx context.Context, r store.Idempotency) err
 		r.Route, r.RequestHash, r.State, nullStr(r.CommandID), nullStr(r.SandboxID), r.ResponseStatus, r.ResponseBody,
 		msPtr(r.CompletedAt), r.Graph, r.Key)
 	return mustAffect(res, err, "idempotency key")
+}
+
+func (q queries) DeleteIdempotency(ctx context.Context, graph, key string) error {
+	res, err := q.exec(ctx, `DELETE FROM idempotency WHERE graph = ? AND idem_key = ?`, graph, key)
+	return mustAffect(res, err, "idempotency key")
+}
+
+func (q queries) ListIdempotencyByState(ctx context.Context, state string) ([]store.Idempotency, error) {
+	rows, err := q.query(ctx, `SELECT `+idemCols+` FROM idempotency WHERE state = ? ORDER BY created_at`, state)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Idempotency
+	for rows.Next() {
+		r, err := scanIdem(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Files of the graph.
+
+const fileCols = `id, graph, sha256, size, name, origin, created_at`
+
+func scanFile(sc interface{ Scan(...any) error }) (store.File, error) {
+	var f store.File
+	var name, origin sql.NullString
+	var created int64
+	if err := sc.Scan(&f.ID, &f.Graph, &f.SHA256, &f.Size, &name, &origin, &created); err != nil {
+		return f, err
+	}
+	f.Name, f.CreatedAt = name.String, fromMs(created)
+	return f, fromJSON(origin, &f.Origin)
+}
+
+func (q queries) CreateFile(ctx context.Context, f store.File) error {
+	_, err := q.exec(ctx, `INSERT INTO files (`+fileCols+`) VALUES (`+inList(7)+`)`,
+		f.ID, f.Graph, f.SHA256, f.Size, nullStr(f.Name), jsonText(f.Origin), ms(f.CreatedAt))
+	return err
+}
+
+func (q queries) GetFile(ctx context.Context, graph, id string) (store.File, error) {
+	f, err := scanFile(q.queryRow(ctx, `SELECT `+fileCols+` FROM files WHERE graph = ? AND id = ?`, graph, id))
+	return f, notFound(err, "file %s not found", id)
+}
+
+func (q queries) GetFileBySHA256(ctx context.Context, graph, sha256 string) (store.File, error) {
+	f, err := scanFile(q.queryRow(ctx, `SELECT `+fileCols+` FROM files WHERE graph = ? AND sha256 = ? ORDER BY id DESC LIMIT 1`, graph, sha256))
+	return f, notFound(err, "no file with sha256 %s in graph %s", sha256, graph)
+}
+
+func (q queries) ListFiles(ctx context.Context, graph string, p store.Page) ([]store.File, string, error) {
+	limit := pageLimit(p)
+	rows, err := q.query(ctx, `SELECT `+fileCols+` FROM files WHERE graph = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
+		graph, p.Cursor, p.Cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []store.File
+	for rows.Next() {
+		f, err := scanFile(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
 }
 
 // Audit.

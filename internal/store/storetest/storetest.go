@@ -34,6 +34,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Tx", testTx},
 		{"Retention", testRetention},
 		{"Pagination", testPagination},
+		{"Files", testFiles},
+		{"SandboxLabels", testSandboxLabels},
+		{"IdempotencyDelete", testIdempotencyDelete},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -425,4 +428,84 @@ func testPagination(t *testing.T, s store.Store) {
 	if pages != 3 {
 		t.Fatalf("%d pages, want 3", pages)
 	}
+}
+
+func testFiles(t *testing.T, s store.Store) {
+	at := now()
+	a := store.File{ID: ids.New(ids.File), Graph: "main", SHA256: "aa", Size: 3, Name: "a.txt",
+		Origin: store.FileOrigin{Kind: store.FileFromSandbox, Sandbox: "sbx_1", Path: "out/a.txt", Key: "key_1"}, CreatedAt: at}
+	b := store.File{ID: ids.New(ids.File), Graph: "main", SHA256: "aa", Size: 3, Origin: store.FileOrigin{Kind: store.FileFromUpload}, CreatedAt: at}
+	c := store.File{ID: ids.New(ids.File), Graph: "other", SHA256: "cc", Size: 1, CreatedAt: at}
+	for _, f := range []store.File{a, b, c} {
+		must(t, s.CreateFile(ctx, f))
+	}
+	wantClass(t, s.CreateFile(ctx, a), errdefs.ClassConflict)
+	got, err := s.GetFile(ctx, "main", a.ID)
+	must(t, err)
+	equal(t, got, a)
+	_, err = s.GetFile(ctx, "other", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	got, err = s.GetFileBySHA256(ctx, "main", "aa")
+	must(t, err)
+	equal(t, got.ID, b.ID) // the newest
+	_, err = s.GetFileBySHA256(ctx, "main", "cc")
+	wantClass(t, err, errdefs.ClassNotFound)
+	page, next, err := s.ListFiles(ctx, "main", store.Page{Limit: 1})
+	must(t, err)
+	equal(t, len(page), 1)
+	equal(t, page[0].ID, b.ID)
+	page, next, err = s.ListFiles(ctx, "main", store.Page{Limit: 1, Cursor: next})
+	must(t, err)
+	equal(t, page[0].ID, a.ID)
+	equal(t, next, "")
+}
+
+func testSandboxLabels(t *testing.T, s store.Store) {
+	at := now()
+	var want []string
+	for i := 0; i < 700; i++ {
+		md := map[string]string{"team": "b"}
+		if i%100 == 0 {
+			md = map[string]string{"team": "a", "i": fmt.Sprint(i)}
+		}
+		sb := store.Sandbox{ID: ids.New(ids.Sandbox), Graph: "main", Status: store.SandboxRunning, Base: "lbb/python", Metadata: md, CreatedAt: at}
+		must(t, s.CreateSandbox(ctx, sb))
+		if i%100 == 0 {
+			want = append([]string{sb.ID}, want...)
+		}
+	}
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		page, next, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Labels: map[string]string{"team": "a"}}, store.Page{Limit: 3, Cursor: cursor})
+		must(t, err)
+		for _, sb := range page {
+			got = append(got, sb.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	equal(t, got, want)
+	page, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Labels: map[string]string{"team": "a", "i": "300"}}, store.Page{})
+	must(t, err)
+	equal(t, len(page), 1)
+	page, _, err = s.ListSandboxes(ctx, "main", store.SandboxFilter{Status: store.SandboxStopped, Labels: map[string]string{"team": "a"}}, store.Page{})
+	must(t, err)
+	equal(t, len(page), 0)
+}
+
+func testIdempotencyDelete(t *testing.T, s store.Store) {
+	at := now()
+	r := store.Idempotency{Graph: "main", Key: "k", Route: "POST /v1/files", RequestHash: "h", State: store.IdempotencyRunning, CreatedAt: at}
+	must(t, s.CreateIdempotency(ctx, r))
+	running, err := s.ListIdempotencyByState(ctx, store.IdempotencyRunning)
+	must(t, err)
+	equal(t, len(running), 1)
+	must(t, s.DeleteIdempotency(ctx, "main", "k"))
+	wantClass(t, s.DeleteIdempotency(ctx, "main", "k"), errdefs.ClassNotFound)
+	_, err = s.GetIdempotency(ctx, "main", "k")
+	wantClass(t, err, errdefs.ClassNotFound)
+	must(t, s.CreateIdempotency(ctx, r))
 }

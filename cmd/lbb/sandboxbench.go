@@ -1,0 +1,229 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+func init() {
+	sandboxBench = runSandboxBench
+}
+
+const sandboxBenchUsage = `Usage: lbb sandbox bench [--n 100] [--file-mib 200] [--serve] [--json]
+
+Measures Level 3 through the API, in one long-lived sandbox:
+  create (cold), stop, resume and delete of a sandbox
+  exec round trip: POST …/commands of /bin/true, waited for, to its record
+  run in a sandbox: POST …/run of a Python run() returning 1
+  file throughput: a --file-mib file up (PUT …/files/content), down (GET), kept as a File
+  and imported back, with the sha256 checked each way
+Against --url / LBB_URL, or with --serve a fresh lbb serve of its own (ns runtime).
+`
+
+type benchFigure struct {
+	Name  string  `json:"name"`
+	N     int     `json:"n"`
+	P50Ms float64 `json:"p50_ms,omitempty"`
+	P95Ms float64 `json:"p95_ms,omitempty"`
+	P99Ms float64 `json:"p99_ms,omitempty"`
+	MiBs  float64 `json:"mib_per_s,omitempty"`
+}
+
+func quantiles(name string, ds []time.Duration) benchFigure {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	q := func(p float64) float64 {
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
+	}
+	return benchFigure{Name: name, N: len(s), P50Ms: q(.5), P95Ms: q(.95), P99Ms: q(.99)}
+}
+
+// benchBytes yields n deterministic bytes without holding them.
+type benchBytes struct {
+	n, off int64
+	x      uint64
+}
+
+func (b *benchBytes) Read(p []byte) (int, error) {
+	if b.off >= b.n {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), b.n-b.off)]
+	for i := range p {
+		b.x = b.x*6364136223846793005 + 1442695040888963407
+		p[i] = byte(b.x >> 56)
+	}
+	b.off += int64(len(p))
+	return len(p), nil
+}
+
+func runSandboxBench(args []string) error {
+	fs := flag.NewFlagSet("sandbox bench", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, sandboxBenchUsage); fs.PrintDefaults() }
+	var cf clientFlags
+	cf.register(fs)
+	n := fs.Int("n", 100, "samples of the exec round trip (run: n/5)")
+	fileMiB := fs.Int64("file-mib", 200, "size of the file moved up and down")
+	serveOwn := fs.Bool("serve", false, "start a server of its own")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *serveOwn {
+		url, key, done, err := serveForLoad(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
+		if err != nil {
+			return err
+		}
+		defer done()
+		cf.url, cf.apiKey, cf.graph = url, key, "main"
+	}
+	c, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, UserAgent: "lbb-sandbox-bench"})
+	if err != nil {
+		return err
+	}
+	var figs []benchFigure
+	timed := func(f func() error) (time.Duration, error) {
+		t0 := time.Now()
+		err := f()
+		return time.Since(t0), err
+	}
+	var creates, stops, resumes []time.Duration
+	var sb *lbb.Sandbox
+	for i := range 5 {
+		var x *lbb.Sandbox
+		d, err := timed(func() (err error) {
+			x, err = c.Sandboxes.Create(ctx, lbb.CreateParams{Limits: &lbb.Limits{DiskMiB: max(1024, 3**fileMiB+64)}, ExpiresInSeconds: 1800})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		creates = append(creates, d)
+		if i < 4 {
+			d, err = timed(func() error { _, err := c.Sandboxes.Stop(ctx, x.ID); return err })
+			if err != nil {
+				return err
+			}
+			stops = append(stops, d)
+			d, err = timed(func() error { _, err := c.Sandboxes.Resume(ctx, x.ID); return err })
+			if err != nil {
+				return err
+			}
+			resumes = append(resumes, d)
+			c.Sandboxes.Delete(ctx, x.ID)
+		} else {
+			sb = x
+		}
+	}
+	defer c.Sandboxes.Delete(context.Background(), sb.ID)
+	figs = append(figs, quantiles("create a sandbox (cold)", creates), quantiles("stop", stops), quantiles("resume", resumes))
+
+	var execs []time.Duration
+	for range *n {
+		d, err := timed(func() error {
+			cmd, err := c.Sandboxes.Exec(ctx, sb.ID, lbb.ExecParams{Argv: []string{"/bin/true"}})
+			if err == nil && cmd.Status != lbb.StatusSucceeded {
+				err = fmt.Errorf("true: %s", cmd.Status)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		execs = append(execs, d)
+	}
+	figs = append(figs, quantiles("exec round trip (/bin/true)", execs))
+	var runs []time.Duration
+	for range max(*n/5, 1) {
+		d, err := timed(func() error {
+			r, err := c.Sandboxes.RunIn(ctx, sb.ID, lbb.RunParams{Code: "def run(input, config):\n    return 1"})
+			if err == nil && !r.OK {
+				err = fmt.Errorf("run: %s %s", r.Status, r.Error)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, d)
+	}
+	figs = append(figs, quantiles("run in a sandbox (python run())", runs))
+
+	size := *fileMiB << 20
+	mibs := func(name string, d time.Duration) benchFigure {
+		return benchFigure{Name: name, N: 1, MiBs: float64(size) / (1 << 20) / d.Seconds(), P50Ms: float64(d.Milliseconds())}
+	}
+	h := sha256.New()
+	d, err := timed(func() error {
+		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(&benchBytes{n: size, x: 7}, h))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	figs = append(figs, mibs(fmt.Sprintf("file up (%d MiB)", *fileMiB), d))
+	d, err = timed(func() error {
+		rc, err := c.Files.Read(ctx, sb.ID, "bench.bin")
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, rc); err != nil {
+			return err
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+			return fmt.Errorf("downloaded sha256 %s, uploaded %s", got, sum)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	figs = append(figs, mibs(fmt.Sprintf("file down (%d MiB)", *fileMiB), d))
+	d, err = timed(func() error {
+		f, err := c.GraphFiles.Keep(ctx, sb.ID, "bench.bin")
+		if err == nil && f.SHA256 != sum {
+			err = fmt.Errorf("kept sha256 %s, want %s", f.SHA256, sum)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	figs = append(figs, mibs("keep as a File", d))
+	d, err = timed(func() error { _, err := c.GraphFiles.Import(ctx, sb.ID, "bench-copy.bin", sum); return err })
+	if err != nil {
+		return err
+	}
+	figs = append(figs, mibs("import a File", d))
+
+	if cf.json {
+		return json.NewEncoder(os.Stdout).Encode(figs)
+	}
+	w := table("FIGURE", "N", "P50 MS", "P95 MS", "P99 MS", "MIB/S")
+	for _, f := range figs {
+		rate := "-"
+		if f.MiBs > 0 {
+			rate = fmt.Sprintf("%.0f", f.MiBs)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.2f\t%.2f\t%.2f\t%s\n", f.Name, f.N, f.P50Ms, f.P95Ms, f.P99Ms, rate)
+	}
+	return w.Flush()
+}

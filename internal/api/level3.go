@@ -1,0 +1,454 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Level 3: long-lived sandboxes, their commands and files, and Files of the graph.
+
+func (s *Server) level3Routes() {
+	const (
+		read    = store.ScopeSandboxesRead
+		write   = store.ScopeSandboxesWrite
+		del     = store.ScopeSandboxesDelete
+		filesR  = store.ScopeFilesRead
+		filesW  = store.ScopeFilesWrite
+		graph   = true
+		audited = true
+	)
+	s.handle("POST", "/v1/sandboxes/{id}/stop", write, graph, audited, s.stopSandbox)
+	s.handle("POST", "/v1/sandboxes/{id}/resume", write, graph, audited, s.resumeSandbox)
+	s.handle("DELETE", "/v1/sandboxes/{id}", del, graph, audited, s.deleteSandbox)
+	s.handle("POST", "/v1/sandboxes/{id}/commands", write, graph, audited, s.execCommand)
+	s.handle("POST", "/v1/sandboxes/{id}/run", write, graph, audited, s.runInSandbox)
+	s.handle("GET", "/v1/commands/{id}/output", read, graph, !audited, s.commandOutput)
+	s.handle("POST", "/v1/commands/{id}/kill", write, graph, audited, s.killCommand)
+	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
+
+	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
+	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
+	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)
+	s.handle("DELETE", "/v1/sandboxes/{id}/files", write, graph, audited, s.removeFile)
+	s.handle("POST", "/v1/sandboxes/{id}/files/mkdir", write, graph, audited, s.makeDir)
+
+	s.handle("POST", "/v1/files", filesW, graph, audited, s.createFile)
+	s.handle("GET", "/v1/files", filesR, graph, !audited, s.listGraphFiles)
+	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
+	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
+	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile)
+}
+
+// writeResponse writes a stored or fresh answer of the control plane.
+func writeResponse(w http.ResponseWriter, resp control.Response) {
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeRaw(w, resp.Status, resp.Body)
+}
+
+// createLongLived serves POST /v1/sandboxes without run.
+func (s *Server) createLongLived(w http.ResponseWriter, r *http.Request, c *call, body []byte, req control.CreateRequest) error {
+	key := r.Header.Get("Idempotency-Key")
+	hash, err := requestHash(control.RouteCreateSandbox, c.caller.Graph, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.CreateSandbox(r.Context(), c.caller, req, key, hash)
+	if err != nil {
+		return err
+	}
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(resp.Body, &rec) == nil {
+		c.target, c.sandbox = rec.ID, rec.ID
+	}
+	writeResponse(w, resp)
+	return nil
+}
+
+func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, c *call,
+	op func(ctx context.Context, graph, id string) (store.Sandbox, error)) error {
+	id := r.PathValue("id")
+	c.target, c.sandbox = id, id
+	sb, err := op(r.Context(), c.caller.Graph, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.lifecycle(w, r, c, s.svc.StopSandbox)
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.lifecycle(w, r, c, s.svc.ResumeSandbox)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.lifecycle(w, r, c, s.svc.DeleteSandbox)
+}
+
+// idemKey is the call's Idempotency-Key.
+func idemKey(r *http.Request) string { return r.Header.Get("Idempotency-Key") }
+
+func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.sandbox = id
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.ExecRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	hash, err := requestHash("POST /v1/sandboxes/"+id+"/commands", c.caller.Graph, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.Exec(r.Context(), c.caller, id, req, idemKey(r), hash)
+	if err != nil {
+		return err
+	}
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(resp.Body, &rec) == nil {
+		c.target = rec.ID
+	}
+	writeResponse(w, resp)
+	return nil
+}
+
+func (s *Server) runInSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.sandbox = id
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.RunInRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	hash, err := requestHash("POST /v1/sandboxes/"+id+"/run", c.caller.Graph, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.RunIn(r.Context(), c.caller, id, req, idemKey(r), hash)
+	if err != nil {
+		return err
+	}
+	var rec struct {
+		Command string `json:"command"`
+	}
+	if json.Unmarshal(resp.Body, &rec) == nil {
+		c.target = rec.Command
+	}
+	writeResponse(w, resp)
+	return nil
+}
+
+func (s *Server) killCommand(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target = id
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Signal string `json:"signal"`
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decode(body, &req); err != nil {
+			return err
+		}
+	}
+	cmd, err := s.svc.KillCommand(r.Context(), c.caller.Graph, id, req.Signal)
+	if err != nil {
+		return err
+	}
+	c.sandbox = cmd.SandboxID
+	writeJSON(w, http.StatusOK, cmd)
+	return nil
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.InvalidArgument("%s must be true or false", name)
+	}
+	return b, nil
+}
+
+func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target = id
+	closeIt, err := boolParam(r, "close")
+	if err != nil {
+		return err
+	}
+	body := &cappedBody{r: r.Body, max: s.svc.Config().MaxFileBytes}
+	res, err := s.svc.WriteStdin(r.Context(), c.caller.Graph, id, body, closeIt)
+	if body.over {
+		return errdefs.New(errdefs.ClassPayloadTooLarge, "", "a stdin write is at most %d bytes", body.max)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// cappedBody reads at most max bytes of a streamed body; past that it fails and says so.
+type cappedBody struct {
+	r    io.Reader
+	max  int64
+	n    int64
+	over bool
+}
+
+var errTooLarge = errors.New("the body is larger than this server takes")
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.over {
+		return 0, errTooLarge
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.max {
+		b.over = true
+		return 0, errTooLarge
+	}
+	return n, err
+}
+
+func pathParam(r *http.Request, name string) (string, error) {
+	p := r.URL.Query().Get(name)
+	if p == "" {
+		return "", errdefs.InvalidArgument("?%s= names the file (relative to /workspace, or absolute inside it)", name)
+	}
+	return p, nil
+}
+
+// noDeadlines lets a long transfer outlast the server's read timeout.
+func noDeadlines(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
+	rc.SetWriteDeadline(time.Time{})
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target, c.sandbox = id, id
+	p, err := pathParam(r, "path")
+	if err != nil {
+		return err
+	}
+	max := s.svc.Config().MaxFileBytes
+	if r.ContentLength > max {
+		return errdefs.New(errdefs.ClassPayloadTooLarge, "", "the file is %d bytes; this server takes files of up to %d", r.ContentLength, max)
+	}
+	noDeadlines(w)
+	body := &cappedBody{r: r.Body, max: max}
+	e, err := s.svc.WriteFile(r.Context(), c.caller.Graph, id, p, body)
+	if body.over {
+		return errdefs.New(errdefs.ClassPayloadTooLarge, "", "the file is larger than this server's cap of %d bytes; nothing was written", max)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// attachment sets the headers of a download: bytes to save, never to render.
+func attachment(w http.ResponseWriter, name string, size int64) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	cd := mime.FormatMediaType("attachment", map[string]string{"filename": name})
+	if cd == "" {
+		cd = "attachment"
+	}
+	h.Set("Content-Disposition", cd)
+	if size >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	p, err := pathParam(r, "path")
+	if err != nil {
+		return err
+	}
+	e, rc, err := s.svc.OpenFile(r.Context(), c.caller.Graph, id, p)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	noDeadlines(w)
+	attachment(w, e.Name, e.Size)
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("sending a file", "request_id", c.requestID, "sandbox", id, "err", err)
+	}
+	return nil
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
+	rec, err := boolParam(r, "recursive")
+	if err != nil {
+		return err
+	}
+	es, err := s.svc.ListFiles(r.Context(), c.caller.Graph, r.PathValue("id"), r.URL.Query().Get("path"), rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(es, ""))
+	return nil
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target, c.sandbox = id, id
+	p, err := pathParam(r, "path")
+	if err != nil {
+		return err
+	}
+	rec, err := boolParam(r, "recursive")
+	if err != nil {
+		return err
+	}
+	if err := s.svc.RemoveFile(r.Context(), c.caller.Graph, id, p, rec); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) makeDir(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target, c.sandbox = id, id
+	p, err := pathParam(r, "path")
+	if err != nil {
+		return err
+	}
+	e, err := s.svc.MakeDir(r.Context(), c.caller.Graph, id, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+// createFile is POST /v1/files: with source_sandbox and source_path it keeps a workspace
+// file; otherwise the body is the bytes of a File to upload (?name= names it).
+func (s *Server) createFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	var resp control.Response
+	var err error
+	if q.Has("source_sandbox") || q.Has("source_path") {
+		c.sandbox = q.Get("source_sandbox")
+		resp, err = s.svc.KeepFile(r.Context(), c.caller, q.Get("source_sandbox"), q.Get("source_path"), idemKey(r))
+	} else {
+		max := s.svc.Config().MaxFileBytes
+		if r.ContentLength > max {
+			return errdefs.New(errdefs.ClassPayloadTooLarge, "", "the file is %d bytes; this server keeps Files of up to %d", r.ContentLength, max)
+		}
+		noDeadlines(w)
+		resp, err = s.svc.UploadFile(r.Context(), c.caller, q.Get("name"), r.Body, idemKey(r))
+	}
+	if err != nil {
+		return err
+	}
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(resp.Body, &rec) == nil {
+		c.target = rec.ID
+	}
+	writeResponse(w, resp)
+	return nil
+}
+
+func (s *Server) listGraphFiles(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	out, next, err := s.svc.Store().ListFiles(r.Context(), c.caller.Graph, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newList(out, next))
+	return nil
+}
+
+func (s *Server) getGraphFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, err := s.svc.GetFile(r.Context(), c.caller.Graph, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, f)
+	return nil
+}
+
+func (s *Server) graphFileContent(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, rc, err := s.svc.OpenGraphFile(r.Context(), c.caller.Graph, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	name := f.Name
+	if name == "" {
+		name = f.ID
+	}
+	noDeadlines(w)
+	attachment(w, name, f.Size)
+	w.Header().Set("ETag", `"sha256:`+f.SHA256+`"`)
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("sending a file", "request_id", c.requestID, "file", f.ID, "err", err)
+	}
+	return nil
+}
+
+func (s *Server) importFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	id := q.Get("sandbox")
+	c.target, c.sandbox = id, id
+	resp, err := s.svc.ImportFile(r.Context(), c.caller, id, q.Get("path"), q.Get("source_sha256"), idemKey(r))
+	if err != nil {
+		return err
+	}
+	writeResponse(w, resp)
+	return nil
+}

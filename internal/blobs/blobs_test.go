@@ -1,0 +1,101 @@
+package blobs
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+)
+
+var ctx = context.Background()
+
+func TestLocal(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("hello, blobs\n")
+	info, err := s.Put(ctx, bytes.NewReader(data), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.SHA256 != Digest(data) || info.Size != int64(len(data)) {
+		t.Fatalf("info %+v", info)
+	}
+	// The same bytes again: one copy.
+	if again, err := s.Put(ctx, bytes.NewReader(data), 100); err != nil || again != info {
+		t.Fatalf("%+v %v", again, err)
+	}
+	r, got, err := s.Open(ctx, info.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(b, data) || got != info {
+		t.Fatalf("%q %+v", b, got)
+	}
+	if st, err := s.Stat(ctx, info.SHA256); err != nil || st != info {
+		t.Fatalf("%+v %v", st, err)
+	}
+	// Too large: nothing kept, no temporary file left.
+	_, err = s.Put(ctx, strings.NewReader(strings.Repeat("x", 2000)), 1999)
+	if errdefs.ClassOf(err) != errdefs.ClassPayloadTooLarge {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := s.Stat(ctx, Digest(bytes.Repeat([]byte("x"), 2000))); !errdefs.IsNotFound(err) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := s.Put(ctx, strings.NewReader(strings.Repeat("x", 2000)), 2000); err != nil {
+		t.Fatal(err)
+	}
+	if tmps, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+	if _, _, err := s.Open(ctx, Digest([]byte("nope"))); !errdefs.IsNotFound(err) {
+		t.Fatalf("err %v", err)
+	}
+	if _, _, err := s.Open(ctx, "../../etc/passwd"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("err %v", err)
+	}
+	if err := s.Delete(ctx, info.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, info.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, info.SHA256); !errdefs.IsNotFound(err) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestLocalConcurrentPuts(t *testing.T) {
+	s, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("abc"), 100000)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Put(ctx, bytes.NewReader(data), 0); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	r, info, err := s.Open(ctx, Digest(data))
+	if err != nil || info.Size != int64(len(data)) {
+		t.Fatal(info, err)
+	}
+	r.Close()
+}

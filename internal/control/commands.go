@@ -1,0 +1,532 @@
+package control
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/output"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/commands.
+type ExecRequest struct {
+	Argv []string          `json:"argv"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	// Stdin (text) or StdinBase64 (bytes) is the process's stdin; then end of file, unless
+	// StdinOpen keeps it open for POST /v1/commands/{id}/stdin.
+	Stdin       *string `json:"stdin,omitempty"`
+	StdinBase64 string  `json:"stdin_base64,omitempty"`
+	StdinOpen   bool    `json:"stdin_open,omitempty"`
+	// WaitMs is how long the answer waits for the process to end (default 0: at once).
+	WaitMs    *int64 `json:"wait_ms,omitempty"`
+	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+}
+
+// RunInRequest is the body of POST /v1/sandboxes/{id}/run: run(input, config) in an
+// existing sandbox, with its workspace as the working directory.
+type RunInRequest struct {
+	RunBody
+	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+	WaitMs    *int64 `json:"wait_ms,omitempty"`
+}
+
+// liveCommand is a command running in a long-lived sandbox.
+type liveCommand struct {
+	id, graph, sandbox string
+	stdout, stderr     *output.Capture
+	done               chan struct{}
+	killed             atomic.Bool
+
+	stdinMu    sync.Mutex
+	stdin      *io.PipeWriter // nil unless stdin_open
+	stdinBytes atomic.Int64
+	live       *host.Live
+}
+
+func (s *Service) lookupCommand(id string) *liveCommand {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.cmds[id]
+}
+
+// Exec starts a process in a running sandbox (at most once for (graph, idemKey)) and
+// answers its record: 200 when it ended within wait, else 202 with it running.
+func (s *Service) Exec(ctx context.Context, c Caller, sandboxID string, req ExecRequest, idemKey, reqHash string) (Response, error) {
+	// Without wait_ms a process answers at once: commands often run in the background.
+	if req.WaitMs == nil {
+		req.WaitMs = new(int64)
+	}
+	wait, err := s.commandWait(req.WaitMs, req.TimeoutMs)
+	if err != nil {
+		return Response{}, err
+	}
+	if r, done, err := s.replayCommand(ctx, c, idemKey, reqHash, wait); done || err != nil {
+		return r, err
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return Response{}, errdefs.InvalidArgument("argv needs at least the program to run, e.g. [\"python\", \"main.py\"]")
+	}
+	if err := validEnv(req.Env); err != nil {
+		return Response{}, err
+	}
+	var stdin []byte
+	switch {
+	case req.Stdin != nil && req.StdinBase64 != "":
+		return Response{}, errdefs.InvalidArgument("give stdin or stdin_base64, not both")
+	case req.Stdin != nil:
+		stdin = []byte(*req.Stdin)
+	case req.StdinBase64 != "":
+		if stdin, err = base64.StdEncoding.DecodeString(req.StdinBase64); err != nil {
+			return Response{}, errdefs.InvalidArgument("stdin_base64 is not base64: %v", err)
+		}
+	}
+	timeout, err := s.timeout(0, req.TimeoutMs)
+	if err != nil {
+		return Response{}, err
+	}
+	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindProcess,
+		Argv: req.Argv, Cwd: req.Cwd, StdinBytes: int64(len(stdin)), EnvNames: sortedKeys(req.Env),
+		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
+		Origin: store.Origin{Key: c.Key.ID}}
+	spec := host.ExecSpec{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout}
+	var pw *io.PipeWriter
+	switch {
+	case req.StdinOpen:
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		spec.Stdin = pr
+	case len(stdin) > 0 || req.Stdin != nil:
+		spec.Stdin = strings.NewReader(string(stdin))
+	}
+	return s.startCommand(ctx, c, sandboxID, cmd, spec, req.Env, stdin, pw, RouteExec, idemKey, reqHash, wait)
+}
+
+// RunIn calls run(input, config) in a running sandbox, next to its files. It answers like a
+// one-call run.
+func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req RunInRequest, idemKey, reqHash string) (Response, error) {
+	wait, err := s.commandWait(req.WaitMs, req.TimeoutMs)
+	if err != nil {
+		return Response{}, err
+	}
+	if r, done, err := s.replayCommand(ctx, c, idemKey, reqHash, wait); done || err != nil {
+		return r, err
+	}
+	sb, err := s.st.GetSandbox(ctx, c.Graph, sandboxID)
+	if err != nil {
+		return Response{}, err
+	}
+	r := req.RunBody
+	if r.Code != "" && r.Template != "" {
+		return Response{}, errdefs.InvalidArgument("run takes code or template, not both")
+	}
+	code, tplTimeout := r.Code, int64(0)
+	var tplConfig json.RawMessage
+	var ref *store.TemplateRef
+	baseName := firstNonEmpty(r.Base, r.Language, sb.Base)
+	if r.Template != "" {
+		t, err := s.resolveTemplate(ctx, c.Graph, r.Template)
+		if err != nil {
+			return Response{}, err
+		}
+		code, tplConfig, tplTimeout, baseName = t.Code, t.Config, t.TimeoutMs, t.Base
+		ref = &store.TemplateRef{ID: t.ID, Name: t.Name, Version: t.Version}
+	}
+	base, ok := lookupBase(baseName)
+	if !ok {
+		return Response{}, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
+	}
+	if code == "" {
+		return Response{}, errdefs.InvalidArgument("run needs code, or a template that has code")
+	}
+	input, err := jsonValue("input", r.Input)
+	if err != nil {
+		return Response{}, err
+	}
+	callConfig, err := jsonValue("config", r.Config)
+	if err != nil {
+		return Response{}, err
+	}
+	config, err := mergeConfig(tplConfig, callConfig)
+	if err != nil {
+		return Response{}, err
+	}
+	if err := validEnv(r.Env); err != nil {
+		return Response{}, err
+	}
+	timeout, err := s.timeout(tplTimeout, req.TimeoutMs)
+	if err != nil {
+		return Response{}, err
+	}
+	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindRun,
+		Language: base.Language, Code: code, Input: input, Config: config, Template: ref, EnvNames: sortedKeys(r.Env),
+		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
+		Origin: store.Origin{Key: c.Key.ID}}
+	spec := host.ExecSpec{Run: &agent.RunRequest{Language: base.Language, Code: code, Input: input, Config: config}, Timeout: timeout}
+	return s.startCommand(ctx, c, sandboxID, cmd, spec, r.Env, nil, nil, RouteRunIn, idemKey, reqHash, wait)
+}
+
+// commandWait is how long a call that starts a command waits for it: wait_ms, or without it
+// (a run) the command's timeout and 30 s more, within the server's cap.
+func (s *Service) commandWait(waitMs *int64, timeoutMs int64) (time.Duration, error) {
+	if waitMs != nil {
+		return s.waitFor(waitMs)
+	}
+	t := s.cfg.DefaultTimeout
+	if timeoutMs > 0 {
+		t = time.Duration(timeoutMs) * time.Millisecond
+	}
+	return min(t+30*time.Second, s.cfg.MaxWait), nil
+}
+
+// replayCommand answers a call whose key is taken: done says it answered (or failed).
+func (s *Service) replayCommand(ctx context.Context, c Caller, idemKey, reqHash string, wait time.Duration) (Response, bool, error) {
+	if idemKey == "" {
+		return Response{}, true, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
+			"a call that runs code needs an Idempotency-Key header")
+	}
+	if err := checkKey(idemKey); err != nil {
+		return Response{}, true, err
+	}
+	r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey)
+	if errdefs.IsNotFound(err) {
+		return Response{}, false, nil
+	} else if err != nil {
+		return Response{}, true, err
+	}
+	resp, err := s.replay(ctx, c, r, reqHash, wait)
+	return resp, true, err
+}
+
+// startCommand reserves the key and the command record, starts the command on the running
+// sandbox and waits up to wait for it.
+func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, cmd store.Command, spec host.ExecSpec,
+	cmdEnv map[string]string, stdin []byte, stdinPipe *io.PipeWriter, route, idemKey, reqHash string, wait time.Duration) (Response, error) {
+	sb, ls, err := s.sandboxFor(ctx, c.Graph, sandboxID)
+	if err != nil {
+		return Response{}, err
+	}
+	if sb.OneCall {
+		return Response{}, errdefs.Conflict("sandbox %s is a one-call run's; create a sandbox to run commands in", sandboxID)
+	}
+	var live *host.Live
+	var sbCtx context.Context
+	if ls != nil {
+		live, sbCtx = ls.running()
+	}
+	if live == nil || sb.Status != store.SandboxRunning {
+		return Response{}, errdefs.Conflict("sandbox %s is %s; commands run in a running sandbox (resume a stopped one)", sandboxID, sb.Status)
+	}
+	if err := s.begin(); err != nil {
+		return Response{}, err
+	}
+	now := s.now()
+	cmd.CreatedAt, cmd.StartedAt = now, &now
+	var existing *store.Idempotency
+	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		r, err := q.GetIdempotency(ctx, c.Graph, idemKey)
+		if err == nil {
+			existing = &r
+			return nil
+		} else if !errdefs.IsNotFound(err) {
+			return err
+		}
+		if err := q.CreateCommand(ctx, cmd); err != nil {
+			return err
+		}
+		return q.CreateIdempotency(ctx, store.Idempotency{Graph: c.Graph, Key: idemKey, Route: route, RequestHash: reqHash,
+			State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: sandboxID, CreatedAt: now})
+	})
+	if err != nil || existing != nil {
+		s.runs.Done()
+		if err != nil {
+			if errdefs.IsConflict(err) {
+				// Another call took the key between our read and insert: answer as its replay.
+				if r, gerr := s.st.GetIdempotency(ctx, c.Graph, idemKey); gerr == nil {
+					return s.replay(ctx, c, r, reqHash, wait)
+				}
+			}
+			return Response{}, err
+		}
+		return s.replay(ctx, c, *existing, reqHash, wait)
+	}
+
+	ls.mu.Lock()
+	env := map[string]string{}
+	for k, v := range ls.env {
+		env[k] = v
+	}
+	ls.mu.Unlock()
+	for k, v := range cmdEnv {
+		env[k] = v
+	}
+	lc := &liveCommand{id: cmd.ID, graph: c.Graph, sandbox: sandboxID, done: make(chan struct{}), stdin: stdinPipe, live: live,
+		stdout: output.NewCapture(s.cfg.OutputHeadBytes, s.cfg.OutputTailBytes),
+		stderr: output.NewCapture(s.cfg.OutputHeadBytes, s.cfg.OutputTailBytes)}
+	lc.stdinBytes.Store(int64(len(stdin)))
+	spec.CommandID, spec.Env, spec.Secrets = cmd.ID, env, host.Secrets(env)
+	spec.Stdout, spec.Stderr, spec.Killed = lc.stdout, lc.stderr, lc.killed.Load
+	started := make(chan struct{})
+	spec.Started = sync.OnceFunc(func() { close(started) })
+	inf := &inflight{done: make(chan struct{})}
+	s.mu.Lock()
+	s.inflight[cmd.ID] = inf
+	s.mu.Unlock()
+	s.lmu.Lock()
+	s.cmds[cmd.ID] = lc
+	s.lmu.Unlock()
+	ls.mu.Lock()
+	ls.cmds[cmd.ID] = lc
+	ls.mu.Unlock()
+	if stdinPipe != nil && len(stdin) > 0 {
+		go func() {
+			lc.stdinMu.Lock()
+			defer lc.stdinMu.Unlock()
+			stdinPipe.Write(stdin)
+		}()
+	}
+	s.metrics.running.Inc()
+	go func() {
+		defer s.runs.Done()
+		s.runCommand(sbCtx, ls, lc, cmd, spec, inf)
+	}()
+	// Answer once the process runs, so that a kill or stdin that follows reaches it.
+	select {
+	case <-started:
+	case <-inf.done:
+	case <-ctx.Done():
+	}
+	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
+}
+
+// runCommand runs a command to its end and records how it ended.
+func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveCommand, cmd store.Command, spec host.ExecSpec, inf *inflight) {
+	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
+	out := lc.live.Exec(ctx, spec)
+	s.metrics.running.Dec()
+	s.metrics.runs.WithLabelValues(out.Status).Inc()
+	if lc.stdin != nil {
+		lc.stdin.CloseWithError(errors.New("the command has ended"))
+	}
+	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
+	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
+	cmd.StdinBytes = lc.stdinBytes.Load()
+	if !out.CommandStarted.IsZero() {
+		st := out.CommandStarted.UTC().Truncate(time.Millisecond)
+		cmd.StartedAt = &st
+	}
+	fin := s.now()
+	if !out.CommandEnded.IsZero() {
+		fin = out.CommandEnded.UTC().Truncate(time.Millisecond)
+	}
+	cmd.FinishedAt = &fin
+	if cmd.StartedAt != nil {
+		cmd.DurationMs = fin.Sub(*cmd.StartedAt).Milliseconds()
+	}
+	if out.Err != nil {
+		log.Warn("command ended by an infrastructure failure", "status", out.Status, "err", out.Err)
+	}
+	var resp Response
+	var err error
+	if cmd.Kind == store.KindRun {
+		sb, gerr := s.st.GetSandbox(context.Background(), cmd.Graph, cmd.SandboxID)
+		if gerr != nil {
+			sb = store.Sandbox{ID: cmd.SandboxID}
+		}
+		resp, err = jsonResponse(http.StatusOK, render(cmd, sb))
+	} else {
+		resp, err = jsonResponse(http.StatusOK, cmd)
+	}
+	if err != nil {
+		log.Error("rendering a command", "err", err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.st.WithTx(wctx, func(q store.Queries) error {
+		if err := q.UpdateCommand(wctx, cmd); err != nil {
+			return err
+		}
+		r, err := q.GetIdempotencyByCommand(wctx, cmd.ID)
+		if errdefs.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
+		return q.UpdateIdempotency(wctx, r)
+	})
+	if err != nil {
+		log.Error("recording the end of a command", "err", err)
+	}
+	log.Info("command ended", "status", cmd.Status, "duration_ms", cmd.DurationMs)
+	inf.resp = resp
+	s.mu.Lock()
+	delete(s.inflight, cmd.ID)
+	s.mu.Unlock()
+	s.lmu.Lock()
+	delete(s.cmds, cmd.ID)
+	s.lmu.Unlock()
+	ls.mu.Lock()
+	delete(ls.cmds, cmd.ID)
+	ls.mu.Unlock()
+	close(lc.done)
+	close(inf.done)
+}
+
+// KillCommand signals a running command's process group ("" is SIGKILL) and answers its
+// record once it has ended, or after a few seconds. Killing a command that ended answers
+// its record.
+func (s *Service) KillCommand(ctx context.Context, graph, id, signal string) (store.Command, error) {
+	cmd, err := s.st.GetCommand(ctx, graph, id)
+	if err != nil || store.CommandDone(cmd.Status) {
+		return cmd, err
+	}
+	lc := s.lookupCommand(id)
+	if lc == nil || lc.graph != graph {
+		return cmd, errdefs.Conflict("command %s is not running on this server", id)
+	}
+	lc.killed.Store(true)
+	if err := lc.live.Signal(ctx, id, signal); err != nil {
+		if !agent.IsCode(err, agent.CodeNotFound) {
+			return cmd, agentError(err)
+		}
+		// It ended meanwhile: its record is on its way.
+		select {
+		case <-lc.done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	select {
+	case <-lc.done:
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+		return cmd, ctx.Err()
+	}
+	return s.st.GetCommand(ctx, graph, id)
+}
+
+// StdinResult is the answer to a stdin write.
+type StdinResult struct {
+	Command string `json:"command"`
+	// Bytes is how many bytes this call wrote; Total how many the command's stdin got.
+	Bytes  int64 `json:"bytes"`
+	Total  int64 `json:"total"`
+	Closed bool  `json:"closed"`
+}
+
+// WriteStdin streams r to a running command's stdin (one started with stdin_open), and
+// closes it when close is set.
+func (s *Service) WriteStdin(ctx context.Context, graph, id string, r io.Reader, close bool) (StdinResult, error) {
+	cmd, err := s.st.GetCommand(ctx, graph, id)
+	if err != nil {
+		return StdinResult{}, err
+	}
+	res := StdinResult{Command: id}
+	lc := s.lookupCommand(id)
+	if store.CommandDone(cmd.Status) || lc == nil || lc.graph != graph {
+		return res, errdefs.Conflict("command %s is %s; stdin takes writes while it runs", id, cmd.Status)
+	}
+	if lc.stdin == nil {
+		return res, errdefs.Conflict("command %s was started without stdin_open", id)
+	}
+	lc.stdinMu.Lock()
+	defer lc.stdinMu.Unlock()
+	n, err := io.Copy(countingWriter{lc.stdin, &lc.stdinBytes}, ctxReader{ctx, r})
+	res.Bytes = n
+	if err != nil {
+		if errors.Is(err, io.ErrClosedPipe) || strings.Contains(err.Error(), "has ended") {
+			return res, errdefs.Conflict("command %s has ended or its stdin is closed", id)
+		}
+		return res, err
+	}
+	if close {
+		lc.stdin.Close()
+		res.Closed = true
+	}
+	res.Total = lc.stdinBytes.Load()
+	return res, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// CommandOutput is what a reader of a command's output follows: the live captures of a
+// command running here, or else its record (head and tail) alone.
+type CommandOutput struct {
+	Command store.Command
+	// Stdout and Stderr are nil unless the command runs in this process.
+	Stdout, Stderr *output.Capture
+	// Done is closed when the command has ended (nil unless it runs here).
+	Done <-chan struct{}
+}
+
+// CommandOutput finds a command's output.
+func (s *Service) CommandOutput(ctx context.Context, graph, id string) (CommandOutput, error) {
+	lc := s.lookupCommand(id)
+	cmd, err := s.st.GetCommand(ctx, graph, id)
+	if err != nil {
+		return CommandOutput{}, err
+	}
+	out := CommandOutput{Command: cmd}
+	if lc != nil && lc.graph == graph && !store.CommandDone(cmd.Status) {
+		out.Stdout, out.Stderr, out.Done = lc.stdout, lc.stderr, lc.done
+	}
+	return out, nil
+}
+
+// agentError classifies an error of the guest agent for the API.
+func agentError(err error) error {
+	var ae *agent.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	msg := ae.Message
+	switch ae.Code {
+	case agent.CodePathOutside:
+		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodePathOutsideWorkspace, "%s", msg)
+	case agent.CodeNotFound:
+		return errdefs.New(errdefs.ClassNotFound, "", "%s", msg)
+	case agent.CodeIsDir, agent.CodeNotDir, agent.CodeInvalid, agent.CodeNotSupported:
+		return errdefs.New(errdefs.ClassInvalidArgument, ae.Code, "%s", msg)
+	case agent.CodeExists, agent.CodeNotEmpty:
+		return errdefs.New(errdefs.ClassConflict, ae.Code, "%s", msg)
+	case agent.CodeDiskFull:
+		return errdefs.New(errdefs.ClassPayloadTooLarge, "disk_full", "%s", msg)
+	case agent.CodePermission:
+		return errdefs.New(errdefs.ClassForbidden, ae.Code, "%s", msg)
+	}
+	return fmt.Errorf("the sandbox's agent: %w", err)
+}

@@ -1,0 +1,339 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Workspace files stream between the API and the guest agent, which resolves every path
+// beneath /workspace (openat2 RESOLVE_BENEATH): "..", absolute paths elsewhere and symlinks
+// that leave are path_outside_workspace. Files of the graph are blobs (by sha256) named by
+// records of one graph: another graph's File is not_found, whoever holds the same bytes.
+
+// FileEntry is one entry of a workspace listing (the agent's).
+type FileEntry = agent.FileEntry
+
+// ImportedFile is the answer to an import: the workspace entry and the bytes' digest.
+type ImportedFile struct {
+	agent.FileEntry
+	SHA256 string `json:"sha256"`
+}
+
+// agentFor answers the agent of a running long-lived sandbox of graph.
+func (s *Service) agentFor(ctx context.Context, graph, id string) (*agent.Client, error) {
+	if err := s.level3(); err != nil {
+		return nil, err
+	}
+	sb, ls, err := s.sandboxFor(ctx, graph, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.OneCall {
+		return nil, errdefs.Conflict("sandbox %s is a one-call run's; its workspace ended with its run", id)
+	}
+	var live *host.Live
+	if ls != nil {
+		live, _ = ls.running()
+	}
+	if live == nil || sb.Status != store.SandboxRunning {
+		return nil, errdefs.Conflict("sandbox %s is %s; its files are reachable while it runs (resume a stopped one)", id, sb.Status)
+	}
+	return live.Agent, nil
+}
+
+// WriteFile streams r into a workspace file, replacing it whole once r ends.
+func (s *Service) WriteFile(ctx context.Context, graph, sandboxID, p string, r io.Reader) (FileEntry, error) {
+	ag, err := s.agentFor(ctx, graph, sandboxID)
+	if err != nil {
+		return FileEntry{}, err
+	}
+	if err := ag.WriteFile(ctx, p, 0, r); err != nil {
+		return FileEntry{}, agentError(err)
+	}
+	return s.statFile(ctx, ag, p)
+}
+
+func (s *Service) statFile(ctx context.Context, ag *agent.Client, p string) (FileEntry, error) {
+	es, err := ag.List(ctx, p, false)
+	if err != nil {
+		return FileEntry{}, agentError(err)
+	}
+	rel := workspaceRel(p)
+	for _, e := range es {
+		if e.Path == rel {
+			return e, nil
+		}
+	}
+	return FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeFile}, nil
+}
+
+// workspaceRel is how the agent names path p: relative to /workspace, cleaned.
+func workspaceRel(p string) string {
+	if strings.HasPrefix(p, "/") {
+		p = strings.TrimPrefix(p, agent.Workspace)
+	}
+	rel := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if rel == "" {
+		return "."
+	}
+	return rel
+}
+
+// OpenFile streams a workspace file and answers its entry (Size is -1 when unknown: a
+// symlink read through). A directory is is_directory. The caller closes the reader.
+func (s *Service) OpenFile(ctx context.Context, graph, sandboxID, p string) (FileEntry, io.ReadCloser, error) {
+	ag, err := s.agentFor(ctx, graph, sandboxID)
+	if err != nil {
+		return FileEntry{}, nil, err
+	}
+	es, err := ag.List(ctx, p, false)
+	if err != nil {
+		return FileEntry{}, nil, agentError(err)
+	}
+	rel := workspaceRel(p)
+	e := FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeDir, Size: -1}
+	if len(es) == 1 && es[0].Path == rel {
+		e = es[0]
+	}
+	switch e.Type {
+	case agent.TypeDir:
+		return FileEntry{}, nil, errdefs.New(errdefs.ClassInvalidArgument, agent.CodeIsDir, "%s is a directory; list it, or read its files", p)
+	case agent.TypeSymlink:
+		e.Size = -1
+	}
+	rc, err := ag.ReadFile(ctx, p)
+	if err != nil {
+		return FileEntry{}, nil, agentError(err)
+	}
+	return e, rc, nil
+}
+
+// ListFiles lists a workspace directory (recursive: everything beneath it).
+func (s *Service) ListFiles(ctx context.Context, graph, sandboxID, p string, recursive bool) ([]FileEntry, error) {
+	ag, err := s.agentFor(ctx, graph, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if p == "" {
+		p = "."
+	}
+	es, err := ag.List(ctx, p, recursive)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	return es, nil
+}
+
+// RemoveFile removes a workspace file, symlink or directory (a directory that is not empty
+// only with recursive).
+func (s *Service) RemoveFile(ctx context.Context, graph, sandboxID, p string, recursive bool) error {
+	ag, err := s.agentFor(ctx, graph, sandboxID)
+	if err != nil {
+		return err
+	}
+	if err := ag.Remove(ctx, p, recursive); err != nil {
+		return agentError(err)
+	}
+	return nil
+}
+
+// MakeDir makes a workspace directory and its parents.
+func (s *Service) MakeDir(ctx context.Context, graph, sandboxID, p string) (FileEntry, error) {
+	ag, err := s.agentFor(ctx, graph, sandboxID)
+	if err != nil {
+		return FileEntry{}, err
+	}
+	if err := ag.Mkdir(ctx, p); err != nil {
+		return FileEntry{}, agentError(err)
+	}
+	return s.statDir(ctx, ag, workspaceRel(p))
+}
+
+// statDir answers a directory's own entry: listing it gives its contents, so look it up
+// in its parent.
+func (s *Service) statDir(ctx context.Context, ag *agent.Client, rel string) (FileEntry, error) {
+	es, err := ag.List(ctx, path.Dir(rel), false)
+	if err != nil {
+		return FileEntry{}, agentError(err)
+	}
+	for _, e := range es {
+		if e.Path == rel {
+			return e, nil
+		}
+	}
+	return FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeDir, Mode: "0755", MTime: s.now().Format(time.RFC3339)}, nil
+}
+
+func (s *Service) blobStore() (blobs.Store, error) {
+	if s.blobs == nil {
+		return nil, errdefs.Unavailable("this server keeps no Files (it has no blob store)")
+	}
+	return s.blobs, nil
+}
+
+// KeepFile keeps a workspace file as a File of the graph, naming the sandbox and path as its
+// origin (POST /v1/files?source_sandbox=&source_path=). Answers 201 with the File.
+func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey string) (Response, error) {
+	bs, err := s.blobStore()
+	if err != nil {
+		return Response{}, err
+	}
+	if sandboxID == "" || p == "" {
+		return Response{}, errdefs.InvalidArgument("keeping a file needs source_sandbox and source_path")
+	}
+	hash := HashRequest(RouteKeepFile, c.Graph, "sandbox", sandboxID, p)
+	return s.idempotent(ctx, c, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
+		e, rc, err := s.OpenFile(ctx, c.Graph, sandboxID, p)
+		if err != nil {
+			return Response{}, err
+		}
+		defer rc.Close()
+		if e.Type != agent.TypeFile && e.Type != agent.TypeSymlink {
+			return Response{}, errdefs.InvalidArgument("%s is a %s, not a file", p, e.Type)
+		}
+		if e.Size > s.cfg.MaxFileBytes {
+			return Response{}, errdefs.New(errdefs.ClassPayloadTooLarge, "", "%s is %d bytes; this server keeps Files of up to %d", p, e.Size, s.cfg.MaxFileBytes)
+		}
+		info, err := bs.Put(ctx, rc, s.cfg.MaxFileBytes)
+		if err != nil {
+			return Response{}, err
+		}
+		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: info.SHA256, Size: info.Size, Name: e.Name,
+			Origin: store.FileOrigin{Kind: store.FileFromSandbox, Sandbox: sandboxID, Path: e.Path, Key: c.Key.ID}, CreatedAt: s.now()}
+		if err := s.st.CreateFile(ctx, f); err != nil {
+			return Response{}, err
+		}
+		s.log.Info("file kept", "graph", c.Graph, "file", f.ID, "sandbox", sandboxID, "sha256", f.SHA256, "bytes", f.Size)
+		return jsonResponse(http.StatusCreated, f)
+	})
+}
+
+// UploadFile stores r as a File of the graph (POST /v1/files). The bytes go to the blob
+// store first, so that the idempotency hash can name them. Answers 201 with the File.
+func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Reader, idemKey string) (Response, error) {
+	bs, err := s.blobStore()
+	if err != nil {
+		return Response{}, err
+	}
+	if err := checkKey(idemKey); err != nil {
+		return Response{}, err
+	}
+	if strings.ContainsAny(name, "/\x00") || len(name) > 255 {
+		return Response{}, errdefs.InvalidArgument("name %q: a file name, without slashes, of at most 255 bytes", name)
+	}
+	info, err := bs.Put(ctx, r, s.cfg.MaxFileBytes)
+	if err != nil {
+		return Response{}, err
+	}
+	hash := HashRequest(RouteKeepFile, c.Graph, "upload", name, info.SHA256)
+	return s.idempotent(ctx, c, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
+		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: info.SHA256, Size: info.Size, Name: name,
+			Origin: store.FileOrigin{Kind: store.FileFromUpload, Key: c.Key.ID}, CreatedAt: s.now()}
+		if err := s.st.CreateFile(ctx, f); err != nil {
+			return Response{}, err
+		}
+		s.log.Info("file uploaded", "graph", c.Graph, "file", f.ID, "sha256", f.SHA256, "bytes", f.Size)
+		return jsonResponse(http.StatusCreated, f)
+	})
+}
+
+// ImportFile copies the graph's File with this sha256 into a workspace at path
+// (PUT /v1/sandboxes/files/content). Answers 200 with the workspace entry.
+func (s *Service) ImportFile(ctx context.Context, c Caller, sandboxID, p, sha, idemKey string) (Response, error) {
+	bs, err := s.blobStore()
+	if err != nil {
+		return Response{}, err
+	}
+	if sandboxID == "" || p == "" || sha == "" {
+		return Response{}, errdefs.InvalidArgument("importing a file needs sandbox, path and source_sha256")
+	}
+	sha = strings.ToLower(sha)
+	if !blobs.ValidDigest(sha) {
+		return Response{}, errdefs.InvalidArgument("source_sha256 %q is not a sha256 digest (64 hex digits)", sha)
+	}
+	hash := HashRequest(RouteImportFile, c.Graph, sandboxID, p, sha)
+	return s.idempotent(ctx, c, idemKey, RouteImportFile, hash, func(ctx context.Context) (Response, error) {
+		if _, err := s.st.GetFileBySHA256(ctx, c.Graph, sha); err != nil {
+			return Response{}, err
+		}
+		rc, _, err := bs.Open(ctx, sha)
+		if err != nil {
+			return Response{}, err
+		}
+		defer rc.Close()
+		e, err := s.WriteFile(ctx, c.Graph, sandboxID, p, rc)
+		if err != nil {
+			return Response{}, err
+		}
+		return jsonResponse(http.StatusOK, ImportedFile{FileEntry: e, SHA256: sha})
+	})
+}
+
+// GetFile answers a File of the graph.
+func (s *Service) GetFile(ctx context.Context, graph, id string) (store.File, error) {
+	return s.st.GetFile(ctx, graph, id)
+}
+
+// OpenGraphFile streams a File's bytes. The caller closes the reader.
+func (s *Service) OpenGraphFile(ctx context.Context, graph, id string) (store.File, io.ReadCloser, error) {
+	bs, err := s.blobStore()
+	if err != nil {
+		return store.File{}, nil, err
+	}
+	f, err := s.st.GetFile(ctx, graph, id)
+	if err != nil {
+		return f, nil, err
+	}
+	rc, _, err := bs.Open(ctx, f.SHA256)
+	if err != nil {
+		return f, nil, fmt.Errorf("file %s: its bytes: %w", id, err)
+	}
+	return f, rc, nil
+}
+
+// resolveFile finds a File of the graph by id (fil_…) or sha256.
+func (s *Service) resolveFile(ctx context.Context, graph, ref string) (store.File, error) {
+	if strings.HasPrefix(ref, ids.File) {
+		return s.st.GetFile(ctx, graph, ref)
+	}
+	if blobs.ValidDigest(strings.ToLower(ref)) {
+		return s.st.GetFileBySHA256(ctx, graph, strings.ToLower(ref))
+	}
+	return store.File{}, errdefs.InvalidArgument("file %q: want a File id (fil_…) or its sha256", ref)
+}
+
+// templateFiles resolves a template's Files into what a sandbox start copies.
+func (s *Service) templateFiles(ctx context.Context, graph string, tfs []store.TemplateFile) ([]host.WorkspaceFile, error) {
+	if len(tfs) == 0 {
+		return nil, nil
+	}
+	bs, err := s.blobStore()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]host.WorkspaceFile, 0, len(tfs))
+	for _, tf := range tfs {
+		f, err := s.resolveFile(ctx, graph, tf.File)
+		if err != nil {
+			return nil, fmt.Errorf("the template's file %s: %w", tf.File, err)
+		}
+		sha := f.SHA256
+		out = append(out, host.WorkspaceFile{Path: tf.Path, Open: func(ctx context.Context) (io.ReadCloser, error) {
+			rc, _, err := bs.Open(ctx, sha)
+			return rc, err
+		}})
+	}
+	return out, nil
+}

@@ -1,0 +1,278 @@
+package control_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/control/controltest"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/local"
+	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lbb-control-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "lbb-agent")
+	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type env3 struct {
+	*env
+	drv runtime.Driver
+}
+
+// setup3 is a service with long-lived sandboxes on the local driver (real processes and
+// files, no isolation, no root).
+func setup3(t *testing.T, tweak func(*config.Config)) *env3 {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return setup3On(t, dir, st, tweak)
+}
+
+func setup3On(t *testing.T, dir string, st store.Store, tweak func(*config.Config)) *env3 {
+	cfg := config.Default()
+	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
+		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1", Rootfs: "/"}})
+	t.Cleanup(func() { svc.Shutdown(ctx) })
+	secret, err := svc.Bootstrap(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := svc.Authenticate(ctx, secret)
+	if err != nil && secret != "" {
+		t.Fatal(err)
+	}
+	return &env3{env: &env{svc: svc, st: st, caller: control.Caller{Graph: "main", Key: k}, dir: dir}, drv: drv}
+}
+
+func (e *env3) create(t *testing.T, req control.CreateRequest) store.Sandbox {
+	t.Helper()
+	resp, err := e.svc.CreateSandbox(ctx, e.caller, req, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb store.Sandbox
+	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Status != http.StatusCreated {
+		t.Fatalf("%d %s %v", resp.Status, resp.Body, err)
+	}
+	return sb
+}
+
+func (e *env3) exec(t *testing.T, sb string, req control.ExecRequest, key string) (store.Command, int) {
+	t.Helper()
+	resp, err := e.svc.Exec(ctx, e.caller, sb, req, key, "hash-"+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c store.Command
+	if err := json.Unmarshal(resp.Body, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c, resp.Status
+}
+
+func ms(n int64) *int64 { return &n }
+
+// TestRecoverLongLived: after a crash, a long-lived sandbox that was running is stopped
+// with its disk kept and resumes; its running command is lost; one whose expiry passed is
+// destroyed; one cut off while starting failed; a key of a call that ran no code is released.
+func TestRecoverLongLived(t *testing.T) {
+	e := setup3(t, nil)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	later, earlier := now.Add(10*time.Minute), now.Add(-time.Minute)
+	mk := func(status string, exp time.Time, create bool) store.Sandbox {
+		sb := store.Sandbox{ID: ids.New(ids.Sandbox), Graph: "main", Status: status, Base: "lbb/python", Limits: store.Limits{MemoryMiB: 64},
+			CreatedAt: now, ExpiresAt: &exp}
+		if err := e.st.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if create {
+			if err := e.drv.Create(ctx, runtime.Spec{ID: sb.ID, Image: "/"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sb
+	}
+	running := mk(store.SandboxRunning, later, true)
+	expired := mk(store.SandboxRunning, earlier, true)
+	starting := mk(store.SandboxStarting, later, true)
+	stopped := mk(store.SandboxStopped, later, true)
+	stoppedExpired := mk(store.SandboxStopped, earlier, true)
+	cmd := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: running.ID, Kind: store.KindProcess, Argv: []string{"sleep", "60"},
+		Status: store.CommandRunning, CreatedAt: now, StartedAt: &now}
+	if err := e.st.CreateCommand(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Idempotency{
+		{Graph: "main", Key: "exec-1", Route: control.RouteExec, RequestHash: "h", State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: running.ID, CreatedAt: now},
+		{Graph: "main", Key: "keep-1", Route: control.RouteKeepFile, RequestHash: "h", State: store.IdempotencyRunning, CreatedAt: now},
+	} {
+		if err := e.st.CreateIdempotency(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := e.svc.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Stopped) != 1 || len(rec.Expired) != 2 || len(rec.Lost) != 1 || rec.Released != 1 {
+		t.Fatalf("recovered: %+v", rec)
+	}
+	want := map[string][2]string{
+		running.ID: {store.SandboxStopped, store.EndServerRestart}, expired.ID: {store.SandboxDestroyed, store.EndExpired},
+		starting.ID: {store.SandboxFailed, store.EndLost}, stopped.ID: {store.SandboxStopped, ""}, stoppedExpired.ID: {store.SandboxDestroyed, store.EndExpired},
+	}
+	for id, w := range want {
+		sb, _ := e.st.GetSandbox(ctx, "main", id)
+		if sb.Status != w[0] || sb.EndReason != w[1] {
+			t.Errorf("%s: %s/%s, want %s/%s", id, sb.Status, sb.EndReason, w[0], w[1])
+		}
+	}
+	if held, _ := e.drv.List(ctx); len(held) != 2 {
+		t.Errorf("the driver holds %v; want the two stopped sandboxes", held)
+	}
+	// The command is lost, and its key answers that, as a command record.
+	resp, err := e.svc.Exec(ctx, e.caller, running.ID, control.ExecRequest{Argv: []string{"sleep", "60"}}, "exec-1", "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c store.Command
+	json.Unmarshal(resp.Body, &c)
+	if !resp.Replayed || c.ID != cmd.ID || c.Status != store.CommandLost {
+		t.Fatalf("replay of the lost command: %s", resp.Body)
+	}
+	if _, err := e.st.GetIdempotency(ctx, "main", "keep-1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("the key of a call cut off: %v", err)
+	}
+	// The stopped sandbox resumes.
+	sb, err := e.svc.ResumeSandbox(ctx, "main", running.ID)
+	if err != nil || sb.Status != store.SandboxRunning || sb.EndReason != "" {
+		t.Fatalf("resume: %+v %v", sb, err)
+	}
+	if out, _ := e.exec(t, running.ID, control.ExecRequest{Argv: []string{"echo", "back"}, WaitMs: ms(30000)}, "exec-2"); out.Stdout.Tail != "back\n" {
+		t.Fatalf("exec after resume: %+v", out)
+	}
+	if _, err := e.svc.ResumeSandbox(ctx, "main", expired.ID); !errdefs.IsConflict(err) {
+		t.Fatalf("resume of an expired sandbox: %v", err)
+	}
+}
+
+// TestExpiry: a sandbox ends at its expiry, commands and all.
+func TestExpiry(t *testing.T) {
+	e := setup3(t, nil)
+	sb := e.create(t, control.CreateRequest{ExpiresInSeconds: 1})
+	c, status := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "60"}, WaitMs: ms(0)}, "bg")
+	if status != http.StatusAccepted {
+		t.Fatalf("%d %+v", status, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := e.st.GetSandbox(ctx, "main", sb.ID)
+		if got.Status == store.SandboxDestroyed {
+			if got.EndReason != store.EndExpired || got.EndedAt == nil {
+				t.Fatalf("%+v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not expired: %+v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, _ := e.st.GetCommand(ctx, "main", c.ID); got.Status != store.CommandKilled || !strings.Contains(got.Error, "expired") {
+		t.Fatalf("its command: %+v", got)
+	}
+}
+
+// TestLevel3Validation: what a create or an exec refuses before anything starts.
+func TestLevel3Validation(t *testing.T) {
+	e := setup3(t, func(c *config.Config) { c.MaxRunningPerGraph = 1 })
+	for _, tc := range []struct {
+		req  control.CreateRequest
+		code string
+	}{
+		{control.CreateRequest{ExpiresInSeconds: 99999}, errdefs.CodeLimitExceeded},
+		{control.CreateRequest{ExpiresInSeconds: -1}, "invalid_request"},
+		{control.CreateRequest{Base: "lbb/cobol"}, "invalid_request"},
+		{control.CreateRequest{Template: "nope"}, "not_found"},
+		{control.CreateRequest{Env: map[string]string{"1X": "y"}}, "invalid_request"},
+		{control.CreateRequest{TimeoutMs: 5}, "invalid_request"},
+		{control.CreateRequest{Limits: &store.Limits{MemoryMiB: 1 << 20}}, errdefs.CodeLimitExceeded},
+	} {
+		_, err := e.svc.CreateSandbox(ctx, e.caller, tc.req, "", "")
+		wantCode(t, err, tc.code)
+	}
+	sb := e.create(t, control.CreateRequest{})
+	_, err := e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, "", "")
+	wantCode(t, err, errdefs.CodeTooManySandboxes)
+	for _, tc := range []struct {
+		req  control.ExecRequest
+		key  string
+		code string
+	}{
+		{control.ExecRequest{Argv: []string{"true"}}, "", errdefs.CodeIdempotencyKeyRequired},
+		{control.ExecRequest{}, "k1", "invalid_request"},
+		{control.ExecRequest{Argv: []string{"true"}, TimeoutMs: int64(2 * time.Hour / time.Millisecond)}, "k2", errdefs.CodeLimitExceeded},
+		{control.ExecRequest{Argv: []string{"cat"}, Stdin: new(string), StdinBase64: "eA=="}, "k3", "invalid_request"},
+		{control.ExecRequest{Argv: []string{"cat"}, StdinBase64: "%%%"}, "k4", "invalid_request"},
+	} {
+		_, err := e.svc.Exec(ctx, e.caller, sb.ID, tc.req, tc.key, "h")
+		wantCode(t, err, tc.code)
+	}
+	// A command that cannot start fails, with no exit code.
+	c, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"/no/such/program"}, WaitMs: ms(30000)}, "k5")
+	if c.Status != store.CommandFailed || c.ExitCode != nil || c.Error == "" {
+		t.Fatalf("%+v", c)
+	}
+	// Another graph's sandbox is not found.
+	other := control.Caller{Graph: "other", Key: e.caller.Key}
+	if _, err := e.svc.Exec(ctx, other, sb.ID, control.ExecRequest{Argv: []string{"true"}}, "k6", "h"); !errdefs.IsNotFound(err) {
+		t.Fatalf("cross-graph: %v", err)
+	}
+	if _, err := e.svc.StopSandbox(ctx, "other", sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("cross-graph stop: %v", err)
+	}
+}

@@ -1,0 +1,525 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/runtime"
+)
+
+// Inside the sandbox.
+const (
+	lbbDir       = "/.lbb"
+	agentPath    = lbbDir + "/agent"
+	seccompPath  = lbbDir + "/seccomp.bpf"
+	agentSocket  = "agent.sock"
+	agentConnect = lbbDir + "/chan/" + agentSocket
+)
+
+// The OCI runtime spec, the part of it runsc reads here.
+type (
+	ociSpec struct {
+		Version  string     `json:"ociVersion"`
+		Process  ociProcess `json:"process"`
+		Root     ociRoot    `json:"root"`
+		Hostname string     `json:"hostname"`
+		Mounts   []ociMount `json:"mounts"`
+		Linux    ociLinux   `json:"linux"`
+	}
+	ociProcess struct {
+		User            ociUser     `json:"user"`
+		Args            []string    `json:"args"`
+		Env             []string    `json:"env"`
+		Cwd             string      `json:"cwd"`
+		Capabilities    ociCaps     `json:"capabilities"`
+		Rlimits         []ociRlimit `json:"rlimits"`
+		NoNewPrivileges bool        `json:"noNewPrivileges"`
+	}
+	ociUser struct {
+		UID uint32 `json:"uid"`
+		GID uint32 `json:"gid"`
+	}
+	ociCaps struct {
+		Bounding    []string `json:"bounding"`
+		Effective   []string `json:"effective"`
+		Inheritable []string `json:"inheritable"`
+		Permitted   []string `json:"permitted"`
+		Ambient     []string `json:"ambient"`
+	}
+	ociRlimit struct {
+		Type string `json:"type"`
+		Hard uint64 `json:"hard"`
+		Soft uint64 `json:"soft"`
+	}
+	ociRoot struct {
+		Path     string `json:"path"`
+		Readonly bool   `json:"readonly"`
+	}
+	ociMount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options,omitempty"`
+	}
+	ociLinux struct {
+		UIDMappings []ociIDMap     `json:"uidMappings"`
+		GIDMappings []ociIDMap     `json:"gidMappings"`
+		Namespaces  []ociNamespace `json:"namespaces"`
+		CgroupsPath string         `json:"cgroupsPath"`
+		Resources   ociResources   `json:"resources"`
+	}
+	ociIDMap struct {
+		ContainerID uint32 `json:"containerID"`
+		HostID      uint32 `json:"hostID"`
+		Size        uint32 `json:"size"`
+	}
+	ociNamespace struct {
+		Type string `json:"type"`
+	}
+	ociResources struct {
+		Memory *ociMemory `json:"memory,omitempty"`
+		CPU    *ociCPU    `json:"cpu,omitempty"`
+	}
+	ociMemory struct {
+		Limit int64 `json:"limit"`
+	}
+	ociCPU struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	}
+)
+
+const cpuPeriod = 100_000 // µs
+
+// ociSpec is the sandbox's OCI spec: the image read-only, the disk and the /.lbb directory
+// bound in, the agent as the init, no capabilities, limits.
+func (d *Driver) ociSpec(st state, dir string) ociSpec {
+	spec := st.Spec
+	lim := spec.Limits
+	disk := filepath.Join(dir, "disk")
+	tmp := fmt.Sprintf("size=%dm", lim.TmpMiB)
+	ro := []string{"rbind", "ro", "nosuid", "nodev"}
+	rw := []string{"rbind", "rw", "nosuid", "nodev"}
+	idmap := []ociIDMap{{ContainerID: 0, HostID: runtime.IDBase, Size: runtime.IDCount}}
+	return ociSpec{
+		Version: "1.0.2",
+		Process: ociProcess{
+			User: ociUser{UID: 0, GID: 0},
+			Args: []string{agentPath},
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"HOME=/root",
+				"LANG=C.UTF-8",
+				"HOSTNAME=" + spec.Hostname,
+				"LBB_SANDBOX_ID=" + spec.ID,
+				"LBB_AGENT_CONNECT=" + agentConnect,
+				"LBB_AGENT_SECCOMP=" + seccompPath,
+				"LBB_AGENT_TOKEN=" + st.Token,
+			},
+			Cwd:          "/",
+			Capabilities: ociCaps{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}},
+			Rlimits: []ociRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: d.cfg.NoFile, Soft: d.cfg.NoFile},
+				// Tasks (threads included) of the sandbox's root, the agent's among them.
+				{Type: "RLIMIT_NPROC", Hard: uint64(lim.Pids), Soft: uint64(lim.Pids)},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+				// No file outgrows the disk, not even a sparse one.
+				{Type: "RLIMIT_FSIZE", Hard: uint64(lim.DiskMiB) << 20, Soft: uint64(lim.DiskMiB) << 20},
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: spec.Image, Readonly: true},
+		Hostname: spec.Hostname,
+		Mounts: []ociMount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// gVisor's sysfs has no class/net: say what is true, lo is the only interface.
+			{Destination: "/sys/class", Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec", "mode=755", "size=4k"}},
+			{Destination: "/sys/class/net/lo", Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec", "mode=755", "size=4k"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", tmp}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmp}},
+			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=16m"}},
+			{Destination: "/run/lock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1m"}},
+			{Destination: "/workspace", Type: "bind", Source: filepath.Join(disk, "workspace"), Options: rw},
+			{Destination: "/root", Type: "bind", Source: filepath.Join(disk, "home"), Options: rw},
+			{Destination: "/var/tmp", Type: "bind", Source: filepath.Join(disk, "vartmp"), Options: rw},
+			{Destination: lbbDir, Type: "bind", Source: filepath.Join(dir, "lbb"), Options: ro},
+		},
+		Linux: ociLinux{
+			UIDMappings: idmap,
+			GIDMappings: idmap,
+			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"},
+				{Type: "mount"}, {Type: "user"}},
+			CgroupsPath: "/" + d.cfg.CgroupParent + "/" + spec.ID,
+			Resources: ociResources{
+				Memory: &ociMemory{Limit: lim.MemoryMiB << 20},
+				CPU:    &ociCPU{Quota: int64(lim.CPUs * cpuPeriod), Period: cpuPeriod},
+			},
+		},
+	}
+}
+
+// prepareLbbDir (re)makes <dir>/lbb, mounted read-only at /.lbb: the agent, the seccomp
+// filter (both hard links to the driver's copies), and chan/ for the agent's socket.
+func (d *Driver) prepareLbbDir(dir string) error {
+	agentBin, err := d.agentBinary()
+	if err != nil {
+		return err
+	}
+	filter, err := d.seccompFile()
+	if err != nil {
+		return err
+	}
+	lbb := filepath.Join(dir, "lbb")
+	if err := os.RemoveAll(lbb); err != nil {
+		return err
+	}
+	if err := mkdirOwned(lbb, 0o755); err != nil {
+		return err
+	}
+	if err := linkOrCopy(agentBin, filepath.Join(lbb, "agent")); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := linkOrCopy(filter, filepath.Join(lbb, "seccomp.bpf")); err != nil {
+		return fmt.Errorf("seccomp filter: %w", err)
+	}
+	return mkdirOwned(filepath.Join(lbb, "chan"), 0o700)
+}
+
+// hideAgent removes the sandbox's link to the agent binary once the agent runs: a process
+// inside, which runs as the same user as the agent, could read it, or hold it open.
+// A restore links it again (prepareLbbDir): gVisor reopens the executable by its path.
+func hideAgent(dir string) error {
+	return os.Remove(filepath.Join(dir, "lbb", "agent"))
+}
+
+// mkdirOwned makes a directory that belongs to the sandbox's root.
+func mkdirOwned(path string, mode os.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return err
+	}
+	return os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase))
+}
+
+// linkOrCopy hard-links src at dst, or copies it (with its owner and mode) across devices.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil || !errors.Is(err, unix.EXDEV) {
+		return err
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		st := fi.Sys().(*syscall.Stat_t)
+		err = os.Lchown(dst, int(st.Uid), int(st.Gid))
+	}
+	if err == nil {
+		err = os.Chmod(dst, fi.Mode().Perm())
+	}
+	return err
+}
+
+// agentBinary answers the driver's copy of the agent, owned by the sandbox's root and readable
+// by it alone (gVisor reads what it executes: an executable-only file does not start). The
+// copy is named by its content, so a rebuilt agent gets a new one and a running sandbox keeps
+// its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the agent
+// runs (hideAgent).
+func (d *Driver) agentBinary() (string, error) {
+	d.filesMu.Lock()
+	defer d.filesMu.Unlock()
+	fi, err := os.Stat(d.cfg.AgentPath)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	if key == d.agentKey {
+		return d.agentCopy, nil
+	}
+	b, err := os.ReadFile(d.cfg.AgentPath)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(d.cfg.StateDir, ".agent", "lbb-agent-"+hex.EncodeToString(sum[:])[:16])
+	if err := writeOnce(dst, b, int(runtime.IDBase), 0o500); err != nil {
+		return "", fmt.Errorf("copy agent binary: %w", err)
+	}
+	d.agentKey, d.agentCopy = key, dst
+	return dst, nil
+}
+
+// seccompFile answers the file of the agent's seccomp filter, written once per content.
+func (d *Driver) seccompFile() (string, error) {
+	d.filesMu.Lock()
+	defer d.filesMu.Unlock()
+	if d.seccomp != "" {
+		return d.seccomp, nil
+	}
+	b, err := seccompProgram()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(d.cfg.StateDir, ".seccomp", "filter-"+hex.EncodeToString(sum[:])[:16]+".bpf")
+	if err := writeOnce(dst, b, 0, 0o644); err != nil {
+		return "", fmt.Errorf("seccomp filter: %w", err)
+	}
+	d.seccomp = dst
+	return dst, nil
+}
+
+// writeOnce writes b to path (owned by uid, with mode) unless it is there; its directory is
+// traversable by the sandbox's ids.
+func writeOnce(path string, b []byte, uid int, mode os.FileMode) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Lchown(tmp.Name(), uid, uid)
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root.
+func listenAgent(chanDir string) (*net.UnixListener, error) {
+	path := filepath.Join(chanDir, agentSocket)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	addr := path
+	if len(addr) >= 100 {
+		// A socket's path has room for 107 bytes: name the directory by a descriptor.
+		f, err := os.Open(chanDir)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		addr = "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) + "/" + agentSocket
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// acceptAgent accepts connections on ln until one opens with token (the agent), or ctx ends,
+// or the sandbox exits. Any other caller (a process in the sandbox can reach the socket too)
+// is dropped; callers are checked side by side, so that one that says nothing holds up none.
+func acceptAgent(ctx context.Context, ln *net.UnixListener, token string, exited <-chan struct{}) (conn net.Conn, err error) {
+	found := make(chan net.Conn, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		// The agent's connection, when it came too late.
+		if err != nil {
+			select {
+			case c := <-found:
+				c.Close()
+			default:
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer close(stop)
+	slots := make(chan struct{}, 64)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				c.Close() // a crowd at the door, not the agent: it connects again
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				// A caller that says nothing is cut short when the wait ends.
+				checked, unwatched := make(chan struct{}), make(chan struct{})
+				go func() {
+					defer close(unwatched)
+					select {
+					case <-stop:
+						c.SetReadDeadline(time.Now())
+					case <-checked:
+					}
+				}()
+				ok := checkToken(c, token)
+				close(checked)
+				<-unwatched
+				c.SetReadDeadline(time.Time{})
+				if !ok {
+					c.Close()
+					return
+				}
+				select {
+				case found <- c:
+				default:
+					c.Close()
+				}
+			}()
+		}
+	}()
+	select {
+	case c := <-found:
+		ln.SetDeadline(time.Now()) // no more callers
+		return c, nil
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for the agent to connect: %w", ctx.Err())
+	case <-exited:
+		err = errExited
+	}
+	ln.SetDeadline(time.Now())
+	return nil, err
+}
+
+// checkToken reads the first line of c and compares it with token.
+func checkToken(c net.Conn, token string) bool {
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, len(token)+1)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return false
+	}
+	return buf[len(token)] == '\n' && subtle.ConstantTimeCompare(buf[:len(token)], []byte(token)) == 1
+}
+
+// prepareDisk makes the directories of a mounted disk, owned by the sandbox's root: the
+// workspace, /root (first filled from the image's) and /var/tmp.
+func prepareDisk(diskDir, image string) error {
+	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755); err != nil {
+		return err
+	}
+	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky); err != nil {
+		return err
+	}
+	home := filepath.Join(diskDir, "home")
+	if _, err := os.Lstat(home); err == nil {
+		return nil
+	}
+	tmp := filepath.Join(diskDir, ".home.tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := copyTree(filepath.Join(image, "root"), tmp); err != nil {
+		return fmt.Errorf("copy the image's /root: %w", err)
+	}
+	return os.Rename(tmp, home)
+}
+
+// copyTree copies a directory tree with owners, modes and symlinks (no hard links, devices
+// or special files: a home directory of an image has none).
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case fi.IsDir():
+			if err := os.Mkdir(to, 0o700); err != nil {
+				return err
+			}
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, to); err != nil {
+				return err
+			}
+			return os.Lchown(to, int(st.Uid), int(st.Gid))
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(to, b, 0o600); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		return os.Chmod(to, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+	})
+}

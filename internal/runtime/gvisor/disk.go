@@ -1,0 +1,254 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The disk is the ns driver's (internal/runtime/ns/disk.go), copied: a shared package would
+// serve both. A sandbox's disk is a sparse file holding an ext4 file system without a journal: its size
+// is the workspace quota, enforced by the file system itself (ENOSPC), with no quota tools.
+// Formatting costs tens of milliseconds, so each size is formatted once into a template and
+// copied (only its few hundred KiB of metadata are data; the rest stays a hole).
+
+var mkfsArgs = []string{"-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", "-m", "0"}
+
+// diskTemplates formats each size once per driver.
+type diskTemplates struct {
+	dir string
+	mu  sync.Mutex
+}
+
+func (t *diskTemplates) get(ctx context.Context, mib int64) (string, error) {
+	p := filepath.Join(t.dir, fmt.Sprintf("ext4-%dMiB.img", mib))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(t.dir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	tmp := f.Name()
+	if err := formatDisk(ctx, tmp, mib); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	// Another driver on this state directory may have won the race: its file is as good.
+	return p, os.Rename(tmp, p)
+}
+
+func formatDisk(ctx context.Context, path string, mib int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(mib << 20) // sparse
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", append(mkfsArgs, path)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// copySparse copies src to a new file dst, keeping holes: only data extents are copied, in
+// the kernel (copy_file_range).
+func copySparse(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	if err := out.Truncate(st.Size()); err != nil {
+		return err
+	}
+	ifd, ofd := int(in.Fd()), int(out.Fd())
+	for off := int64(0); off < st.Size(); {
+		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		for roff, woff := data, data; roff < hole; {
+			n, err := unix.CopyFileRange(ifd, &roff, ofd, &woff, int(hole-roff), 0)
+			if err != nil {
+				return fmt.Errorf("copy_file_range: %w", err)
+			}
+			if n == 0 {
+				return io.ErrUnexpectedEOF
+			}
+		}
+		off = hole
+	}
+	return nil
+}
+
+// attachLoop binds a free loop device to img with autoclear: the device detaches itself when
+// its last user (the mount) goes away, so nothing needs to remember it. The returned device
+// is open; the caller closes it after mounting.
+func attachLoop(img string) (dev string, fd int, err error) {
+	backing, err := unix.Open(img, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", -1, fmt.Errorf("open %s: %w", img, err)
+	}
+	defer unix.Close(backing)
+	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", -1, err
+	}
+	defer unix.Close(ctl)
+	for attempt := 0; attempt < 64; attempt++ {
+		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return "", -1, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+		}
+		dev = fmt.Sprintf("/dev/loop%d", n)
+		lfd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", -1, fmt.Errorf("open %s: %w", dev, err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(backing)}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], img)
+		err = unix.IoctlLoopConfigure(lfd, &cfg)
+		if err == nil {
+			return dev, lfd, nil
+		}
+		unix.Close(lfd)
+		if errors.Is(err, unix.EBUSY) {
+			continue // another attacher won the race for this device
+		}
+		return "", -1, fmt.Errorf("LOOP_CONFIGURE %s: %w", dev, err)
+	}
+	return "", -1, errors.New("no free loop device after 64 attempts")
+}
+
+// mountDisk loop-mounts img at target.
+func mountDisk(img, target string) error {
+	dev, fd, err := attachLoop(img)
+	if err != nil {
+		return err
+	}
+	// Closing the device after the mount lets autoclear detach it on unmount; closing it
+	// without a mount (the mount failed) detaches it now.
+	defer unix.Close(fd)
+	// noinit_itable: the lazy inode table zeroing would fill the sparse file for nothing.
+	if err := unix.Mount(dev, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", dev, target, err)
+	}
+	return nil
+}
+
+// unmount unmounts target if it is a mount point, retrying briefly while it is busy.
+func unmount(ctx context.Context, target string) error {
+	for delay := time.Millisecond; ; delay *= 2 {
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		if err == nil {
+			continue // stacked mounts: unmount until none is left
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil // not a mount point (any more)
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+		if delay > 100*time.Millisecond {
+			delay = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("unmount %s: %w (%w)", target, err, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// mountsUnder lists the mount points at or below dir in this mount namespace.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dir = filepath.Clean(dir)
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+func unescapeMount(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// loopDevicesFor lists loop devices whose backing file is img.
+func loopDevicesFor(img string) []string {
+	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		if strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == img {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(m))))
+		}
+	}
+	return out
+}

@@ -1,0 +1,407 @@
+package lbb
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Level 3: long-lived sandboxes, their commands and files, and Files of the graph.
+//
+//	sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{ExpiresInSeconds: 600})
+//	defer c.Sandboxes.Delete(ctx, sb.ID)
+//	c.Files.Write(ctx, sb.ID, "data.csv", strings.NewReader("1,2\n3,4\n"))
+//	cmd, err := c.Sandboxes.Exec(ctx, sb.ID, lbb.ExecParams{Argv: []string{"wc", "-l", "data.csv"}})
+//	// cmd.Stdout.Tail is "2 data.csv\n"
+
+// CallOption changes one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	idemKey string
+}
+
+// WithIdempotencyKey sends the call with this Idempotency-Key instead of a fresh one, so that
+// a retry of the same logical call (also from another process) has the effect once.
+func WithIdempotencyKey(key string) CallOption {
+	return func(o *callOptions) { o.idemKey = key }
+}
+
+func applyOptions(opts []CallOption) callOptions {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.idemKey == "" {
+		o.idemKey = NewIdempotencyKey()
+	}
+	return o
+}
+
+// CreateParams describe a long-lived sandbox.
+type CreateParams struct {
+	// Template names a saved template ("name", "name@3"), whose base, limits and files the
+	// sandbox starts with; or Base names a base (lbb/python, the default, lbb/node, lbb/shell).
+	Template string  `json:"template,omitempty"`
+	Base     string  `json:"base,omitempty"`
+	Limits   *Limits `json:"limits,omitempty"`
+	// ExpiresInSeconds ends the sandbox that long after its creation (0: the server's
+	// default; the server caps it).
+	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
+	// Env is given to every command of the sandbox; its values are masked in all output.
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Origin   *Origin           `json:"origin,omitempty"`
+	// IdempotencyKey makes a retried create make one sandbox; a fresh one is made when empty.
+	IdempotencyKey string `json:"-"`
+}
+
+func (s *SandboxesService) path(id string, rest string) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + rest
+}
+
+// Create starts a long-lived sandbox and returns its record (status running).
+func (s *SandboxesService) Create(ctx context.Context, p CreateParams) (*Sandbox, error) {
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	var sb Sandbox
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
+	return &sb, err
+}
+
+func (s *SandboxesService) lifecycle(ctx context.Context, method, path string) (*Sandbox, error) {
+	var sb Sandbox
+	_, err := s.c.do(ctx, request{method: method, path: path, idemKey: NewIdempotencyKey(), retry: true}, &sb)
+	return &sb, err
+}
+
+// Stop ends every process of a sandbox; its disk stays, for Resume.
+func (s *SandboxesService) Stop(ctx context.Context, id string) (*Sandbox, error) {
+	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/stop"))
+}
+
+// Resume starts a stopped sandbox again, with the same workspace.
+func (s *SandboxesService) Resume(ctx context.Context, id string) (*Sandbox, error) {
+	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/resume"))
+}
+
+// Delete destroys a sandbox; its record is kept (status destroyed).
+func (s *SandboxesService) Delete(ctx context.Context, id string) (*Sandbox, error) {
+	return s.lifecycle(ctx, http.MethodDelete, s.path(id, ""))
+}
+
+// Scoped creates a sandbox, hands it to fn and deletes it when fn returns, also after an
+// error or a panic.
+func (s *SandboxesService) Scoped(ctx context.Context, p CreateParams, fn func(sb *Sandbox) error) (err error) {
+	sb, err := s.Create(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, derr := s.Delete(dctx, sb.ID); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	return fn(sb)
+}
+
+// sandboxRunBody is the body of POST /v1/sandboxes/{id}/run.
+type sandboxRunBody struct {
+	runBody
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	WaitMs    int64 `json:"wait_ms"`
+}
+
+// RunIn calls run(input, config) in an existing sandbox, next to its files: code (or a
+// template's code) runs with the sandbox's workspace as its working directory. Limits,
+// Metadata and Origin of p are the sandbox's and are ignored here.
+func (s *SandboxesService) RunIn(ctx context.Context, id string, p RunParams) (*Run, error) {
+	input, err := rawJSON(p.Input)
+	if err != nil {
+		return nil, fmt.Errorf("lbb: input: %w", err)
+	}
+	config, err := rawJSON(p.Config)
+	if err != nil {
+		return nil, fmt.Errorf("lbb: config: %w", err)
+	}
+	if p.WaitMs <= 0 {
+		p.WaitMs = 30000
+	}
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	body := sandboxRunBody{
+		runBody: runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
+			Language: p.Language, Env: p.Env},
+		TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs,
+	}
+	for {
+		var run Run
+		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/run"), body: body,
+			idemKey: p.IdempotencyKey, retry: true}, &run)
+		if err != nil {
+			return nil, err
+		}
+		run.Replayed = run.Replayed || resp.replayed
+		run.IdempotencyKey = p.IdempotencyKey
+		if resp.status != http.StatusAccepted {
+			return &run, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return &run, err
+		}
+	}
+}
+
+// ExecParams start one process in a sandbox.
+type ExecParams struct {
+	// Argv[0] is looked up in PATH unless it has a slash; for a shell line use
+	// []string{"bash", "-c", line}.
+	Argv []string `json:"argv"`
+	// Env is laid over the sandbox's; its values are masked in the output.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is relative to /workspace or absolute inside it; default /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// Stdin (text) or StdinBase64 (bytes) is what the process reads on stdin; then it
+	// reads end of file, unless StdinOpen keeps stdin open for Commands.WriteStdin.
+	Stdin       string `json:"stdin,omitempty"`
+	StdinBase64 string `json:"stdin_base64,omitempty"`
+	StdinOpen   bool   `json:"stdin_open,omitempty"`
+	// WaitMs is how long the answer waits for the process to end: 0 waits as long as the
+	// server lets a call wait (its --max-wait, 5 min by default), negative answers at once
+	// with the command running (the API's default when wait_ms is absent).
+	WaitMs int64 `json:"-"`
+	// TimeoutMs kills the process when it passes (0: the server's default).
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// IdempotencyKey makes a retried call start one process; a fresh one is made when empty.
+	IdempotencyKey string `json:"-"`
+}
+
+type execBody struct {
+	ExecParams
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// StdinBytes sets StdinBase64 from bytes.
+func StdinBytes(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// Exec starts a process in a sandbox and returns its record: finished (with its exit code,
+// and the head and tail of its output), or still running after p.WaitMs.
+func (s *SandboxesService) Exec(ctx context.Context, id string, p ExecParams) (*Command, error) {
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	w := max(p.WaitMs, 0)
+	if p.WaitMs == 0 {
+		w = 3_600_000 // the server caps it at its longest wait
+	}
+	body := execBody{ExecParams: p, WaitMs: &w}
+	var cmd Command
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/commands"), body: body,
+		idemKey: p.IdempotencyKey, retry: true}, &cmd)
+	return &cmd, err
+}
+
+// Kill signals a running command's process group ("SIGTERM", "KILL", "15"; "" is SIGKILL)
+// and returns its record, once it has ended or after a few seconds.
+func (s *CommandsService) Kill(ctx context.Context, id, signal string) (*Command, error) {
+	var c Command
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/commands/" + url.PathEscape(id) + "/kill",
+		body: map[string]string{"signal": signal}, idemKey: NewIdempotencyKey(), retry: true}, &c)
+	return &c, err
+}
+
+// WriteStdin writes data to the stdin of a command started with StdinOpen; close ends its
+// stdin after data (the process reads end of file).
+func (s *CommandsService) WriteStdin(ctx context.Context, id string, data []byte, close bool) error {
+	q := url.Values{}
+	if close {
+		q.Set("close", "true")
+	}
+	_, err := s.c.rawJSON(ctx, rawRequest{method: http.MethodPost, path: "/v1/commands/" + url.PathEscape(id) + "/stdin",
+		query: q, body: bytes.NewReader(data), contentType: "application/octet-stream"}, nil)
+	return err
+}
+
+// Output streams a command's output: stream is "stdout", "stderr" or "both" ("" is both).
+// With follow it goes on with live output until the command ends, and then Exit has its
+// record; without, it gives what is there now. A reader that joins late gets what the
+// server kept (the head and tail of long output), then live output.
+func (s *CommandsService) Output(ctx context.Context, id, stream string, follow bool) (*OutputStream, error) {
+	if stream == "" {
+		stream = "both"
+	}
+	st := &OutputStream{c: s.c, ctx: ctx, path: "/v1/commands/" + url.PathEscape(id) + "/output",
+		query: url.Values{"stream": {stream}, "follow": {strconv.FormatBool(follow)}}}
+	if err := st.connect(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// FileEntry is one entry of a workspace listing.
+type FileEntry struct {
+	// Path is relative to /workspace.
+	Path string `json:"path"`
+	Name string `json:"name"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode is the octal permission bits ("0644").
+	Mode  string    `json:"mode"`
+	MTime time.Time `json:"mtime"`
+	// SHA256 is set on the answer to an import.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// FilesService is the files of sandboxes' workspaces: /v1/sandboxes/{id}/files.
+type FilesService struct{ c *Client }
+
+func (s *FilesService) path(id, rest string) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + "/files" + rest
+}
+
+// Write streams r into a file of the workspace (relative to /workspace, or absolute inside
+// it), replacing it whole; parent directories are made. A body that is an io.Seeker
+// (bytes.Reader, strings.Reader, os.File) is sent again on a retry; any other once.
+func (s *FilesService) Write(ctx context.Context, sandboxID, path string, r io.Reader, opts ...CallOption) (*FileEntry, error) {
+	o := applyOptions(opts)
+	var e FileEntry
+	_, err := s.c.rawJSON(ctx, rawRequest{method: http.MethodPut, path: s.path(sandboxID, "/content"),
+		query: url.Values{"path": {path}}, body: r, contentType: "application/octet-stream", idemKey: o.idemKey, retry: true}, &e)
+	return &e, err
+}
+
+// Read streams a file of the workspace. The caller closes the reader.
+func (s *FilesService) Read(ctx context.Context, sandboxID, path string) (io.ReadCloser, error) {
+	resp, err := s.c.raw(ctx, rawRequest{method: http.MethodGet, path: s.path(sandboxID, "/content"),
+		query: url.Values{"path": {path}}, retry: true})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// List lists a directory of the workspace ("" or "." is /workspace); recursive lists
+// everything beneath it. Symlinks are listed, never followed.
+func (s *FilesService) List(ctx context.Context, sandboxID, path string, recursive bool) ([]FileEntry, error) {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	var l List[FileEntry]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: s.path(sandboxID, ""), query: q, retry: true}, &l)
+	return l.Data, err
+}
+
+// Delete removes a file, a symlink or a directory with everything in it.
+func (s *FilesService) Delete(ctx context.Context, sandboxID, path string) error {
+	_, err := s.c.do(ctx, request{method: http.MethodDelete, path: s.path(sandboxID, ""),
+		query: url.Values{"path": {path}, "recursive": {"true"}}, idemKey: NewIdempotencyKey(), retry: true}, nil)
+	return err
+}
+
+// Mkdir makes a directory and its parents; one that exists is fine.
+func (s *FilesService) Mkdir(ctx context.Context, sandboxID, path string) (*FileEntry, error) {
+	var e FileEntry
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
+		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true}, &e)
+	return &e, err
+}
+
+// File is a File of the graph: content-addressed, outliving sandboxes, naming its origin.
+type File struct {
+	ID     string     `json:"id"`
+	Graph  string     `json:"graph"`
+	SHA256 string     `json:"sha256"`
+	Size   int64      `json:"size"`
+	Name   string     `json:"name,omitempty"`
+	Origin FileOrigin `json:"origin"`
+	// CreatedAt is when it was kept or uploaded.
+	CreatedAt time.Time `json:"created_at"`
+	// Replayed says the server answered from an earlier call with the same idempotency key.
+	Replayed bool `json:"-"`
+}
+
+// FileOrigin says where a File came from.
+type FileOrigin struct {
+	// Kind is "sandbox" (kept from a workspace) or "upload".
+	Kind    string `json:"kind"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Path    string `json:"path,omitempty"`
+	// Key is the API key that kept or uploaded it.
+	Key string `json:"key,omitempty"`
+}
+
+// GraphFilesService is Files of the graph: /v1/files.
+type GraphFilesService struct{ c *Client }
+
+// Keep keeps a workspace file as a File of the graph, naming the sandbox and path as its
+// origin.
+func (s *GraphFilesService) Keep(ctx context.Context, sandboxID, path string, opts ...CallOption) (*File, error) {
+	o := applyOptions(opts)
+	var f File
+	resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/files",
+		query: url.Values{"source_sandbox": {sandboxID}, "source_path": {path}}, idemKey: o.idemKey, retry: true}, &f)
+	if resp != nil {
+		f.Replayed = resp.replayed
+	}
+	return &f, err
+}
+
+// Upload stores r as a File of the graph named name.
+func (s *GraphFilesService) Upload(ctx context.Context, name string, r io.Reader, opts ...CallOption) (*File, error) {
+	o := applyOptions(opts)
+	q := url.Values{}
+	if name != "" {
+		q.Set("name", name)
+	}
+	var f File
+	resp, err := s.c.rawJSON(ctx, rawRequest{method: http.MethodPost, path: "/v1/files", query: q, body: r,
+		contentType: "application/octet-stream", idemKey: o.idemKey, retry: true}, &f)
+	if resp != nil {
+		f.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	}
+	return &f, err
+}
+
+// List lists the graph's Files, newest first.
+func (s *GraphFilesService) List(ctx context.Context, p ListParams) (*List[File], error) {
+	var l List[File]
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files", query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// Get returns a File's record.
+func (s *GraphFilesService) Get(ctx context.Context, id string) (*File, error) {
+	var f File
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files/" + url.PathEscape(id), retry: true}, &f)
+	return &f, err
+}
+
+// Content streams a File's bytes. The caller closes the reader.
+func (s *GraphFilesService) Content(ctx context.Context, id string) (io.ReadCloser, error) {
+	resp, err := s.c.raw(ctx, rawRequest{method: http.MethodGet, path: "/v1/files/" + url.PathEscape(id) + "/content", retry: true})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Import copies the File of the graph with this sha256 into a sandbox's workspace at path.
+func (s *GraphFilesService) Import(ctx context.Context, sandboxID, path, sha256 string, opts ...CallOption) (*FileEntry, error) {
+	o := applyOptions(opts)
+	var e FileEntry
+	_, err := s.c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/files/content",
+		query: url.Values{"sandbox": {sandboxID}, "path": {path}, "source_sha256": {sha256}}, idemKey: o.idemKey, retry: true}, &e)
+	return &e, err
+}
