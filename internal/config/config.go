@@ -65,6 +65,14 @@ type Config struct {
 	// ShutdownGrace is how long a stopping server lets running commands finish.
 	ShutdownGrace time.Duration
 	LogLevel      string
+
+	// Pool keeps warm sandboxes with pre-started interpreters for one-call runs: PoolMin
+	// ready per (language, default limits) at least, up to PoolMax as demand grows, built
+	// PoolRefill at a time.
+	Pool       bool
+	PoolMin    int
+	PoolMax    int
+	PoolRefill int
 }
 
 // Default returns the configuration with every default filled in.
@@ -91,6 +99,10 @@ func Default() Config {
 		JanitorInterval:    time.Minute,
 		ShutdownGrace:      30 * time.Second,
 		LogLevel:           "info",
+		Pool:               true,
+		PoolMin:            2,
+		PoolMax:            8,
+		PoolRefill:         1,
 	}
 }
 
@@ -127,6 +139,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", c.JanitorInterval, "how often expired records are removed")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stopping server lets running commands finish")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.BoolVar(&c.Pool, "pool", c.Pool, "keep warm sandboxes for one-call runs (--pool=false: every run starts cold)")
+	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")
+	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
+	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
 }
 
 // EnvName is the environment variable of a flag: --data-dir is LBB_DATA_DIR.
@@ -183,6 +199,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Runtime == "" {
 		bad("--runtime is empty")
+	}
+	if c.Pool && (c.PoolMin < 0 || c.PoolMax < max(c.PoolMin, 1) || c.PoolRefill < 1) {
+		bad("--pool-min %d, --pool-max %d, --pool-refill %d: want 0 ≤ min ≤ max, max ≥ 1, refill ≥ 1", c.PoolMin, c.PoolMax, c.PoolRefill)
 	}
 	for _, l := range []struct {
 		name     string

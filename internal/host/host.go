@@ -21,6 +21,20 @@ type Provider interface {
 	Acquire(ctx context.Context, spec runtime.Spec) (*Lease, error)
 }
 
+type languageKey struct{}
+
+// WithLanguage tells the Provider what a claim made with ctx will run ("python", "node",
+// "shell"), so that a pool can hand out a sandbox with that interpreter already started.
+func WithLanguage(ctx context.Context, language string) context.Context {
+	return context.WithValue(ctx, languageKey{}, language)
+}
+
+// LanguageOf is what WithLanguage said.
+func LanguageOf(ctx context.Context) (string, bool) {
+	l, ok := ctx.Value(languageKey{}).(string)
+	return l, ok
+}
+
 // Lease is one started sandbox, held until Release, which destroys it.
 type Lease struct {
 	Sandbox runtime.Sandbox
@@ -186,7 +200,7 @@ func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets 
 		out.Status, out.EndReason, out.Err, out.Error = status, reason, err, err.Error()
 		return out
 	}
-	lease, err := h.provider.Acquire(ctx, runtime.Spec{ID: spec.SandboxID, Image: spec.Image, Limits: spec.Limits})
+	lease, err := h.provider.Acquire(WithLanguage(ctx, spec.Language), runtime.Spec{ID: spec.SandboxID, Image: spec.Image, Limits: spec.Limits})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err)), nil

@@ -276,18 +276,17 @@ func normLanguage(lang string) string {
 	return ""
 }
 
-type languageKey struct{}
-
 // WithLanguage says what a claim made with ctx will run: agent.LangPython or agent.LangNode
 // (or an alias) takes a slot with that interpreter pre-started; anything else ("", shell)
-// takes a bare slot. Without it a claim takes Options.DefaultLanguage.
+// takes a bare slot. Without it a claim takes Options.DefaultLanguage. host.Host says it
+// for every run.
 func WithLanguage(ctx context.Context, language string) context.Context {
-	return context.WithValue(ctx, languageKey{}, normLanguage(language))
+	return host.WithLanguage(ctx, language)
 }
 
 func (p *Pool) languageOf(ctx context.Context) string {
-	if l, ok := ctx.Value(languageKey{}).(string); ok {
-		return l
+	if l, ok := host.LanguageOf(ctx); ok {
+		return normLanguage(l)
 	}
 	return p.o.DefaultLanguage
 }
