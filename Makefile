@@ -10,8 +10,9 @@ help: ## Show this help.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, …).
+deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, …) and gVisor's runsc.
 	@bash scripts/deps.sh
+	@bash scripts/install-runsc.sh
 
 .PHONY: build
 build: ## Build bin/lbb and the static guest agent bin/lbb-agent.
@@ -37,8 +38,9 @@ test-quick: ## The inner loop: unit tests that need no images (skip privileged s
 	$(GO) test -short ./...
 
 .PHONY: test
-test: deps vet images ## Everything: vet, the image, conformance and hostile suites, service tests.
+test: deps vet images ## Everything: vet, the image, both drivers through the suites, service, MCP and SDK tests.
 	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
+	LBB_BIN=$(CURDIR)/$(BIN)/lbb bash sdk/test.sh all
 
 include sdk/sdk.mk
 

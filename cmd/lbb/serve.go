@@ -27,6 +27,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/mcp"
+	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
@@ -102,7 +104,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hst := host.New(host.Options{Driver: driver, Log: log})
+	// The warm pool serves one-call runs; it starts building only after Recover, which
+	// destroys every driver sandbox that no record claims.
+	var provider host.Provider
+	var warm *pool.Pool
+	if cfg.Pool {
+		warm, err = pool.New(pool.Options{
+			Driver: driver,
+			Keys: pool.DefaultKeys(image.Rootfs, runtime.Limits{MemoryMiB: cfg.Defaults.MemoryMiB, CPUs: cfg.Defaults.CPUs,
+				Pids: cfg.Defaults.Pids, DiskMiB: cfg.Defaults.DiskMiB}),
+			Min: cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
+			Registerer: reg, Log: log.With("part", "pool"),
+		})
+		if err != nil {
+			return err
+		}
+		provider = warm
+	}
+	hst := host.New(host.Options{Driver: driver, Provider: provider, Log: log})
 	svc := control.New(control.Options{
 		Store: st, Runner: hst, Sandboxes: hst, Blobs: bs, Image: image,
 		Config: cfg, Log: log, Registerer: reg,
@@ -115,6 +134,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Warn("recovered after an unclean stop", "commands_lost", len(rec.Lost), "sandboxes_ended", len(rec.Sandboxes),
 			"sandboxes_reaped", len(rec.Reaped), "sandboxes_stopped", len(rec.Stopped), "sandboxes_expired", len(rec.Expired),
 			"keys_released", rec.Released)
+	}
+	if warm != nil {
+		warm.Start()
+		defer warm.Close()
 	}
 	secret, err := svc.Bootstrap(ctx, cfg.DataDir)
 	if err != nil {
@@ -129,13 +152,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	svc.StartJanitor()
 
+	// /mcp serves the MCP tools over streamable HTTP, as a client of this same API with the
+	// key of each request.
+	mcpHandler := mcp.NewHTTPHandler("http://"+ln.Addr().String(), mcp.HTTPOptions{Log: log.With("part", "mcp")})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpHandler)
+	mux.Handle("/", api.New(api.Options{Service: svc, Log: log, Registry: reg}))
 	srv := &http.Server{
-		Handler:           api.New(api.Options{Service: svc, Log: log, Registry: reg}),
+		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(mcpHandler.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "runtime", driver.Name(), "image", image.ID, "data_dir", cfg.DataDir)
