@@ -296,10 +296,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 	ended := make(chan struct{})
 	defer close(ended)
+	var settled atomic.Bool // the command ended by itself (or its harness said it is done)
 	go func() {
 		select {
 		case <-r.Context().Done(): // the host cancelled: the stream was reset
-			table.killGroupAndEscaped(p)
+			// The context also ends when the handler returns: a command that ended by
+			// itself leaves its group alone (a background job of it keeps running).
+			if !settled.Load() {
+				table.killGroupAndEscaped(p)
+			}
 		case <-ended:
 		}
 	}()
@@ -322,6 +327,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	} else {
 		st = <-p.done
 	}
+	settled.Store(true)
 	duration := time.Since(started)
 	if timer != nil {
 		timer.Stop()

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
 
@@ -45,7 +47,7 @@ func cgroupMounts() (map[string]string, error) {
 		if sep < 0 || sep+3 >= len(fields) || len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := hostdisk.UnescapeMount(fields[4])
 		switch fields[sep+1] {
 		case "cgroup2":
 			if _, ok := out[""]; !ok {

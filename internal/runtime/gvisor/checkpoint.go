@@ -12,6 +12,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
 )
 
 // A checkpoint directory holds:
@@ -55,7 +56,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := d.stop(ctx, id); err != nil {
 		return err
 	}
-	if err := copySparse(filepath.Join(d.dir(id), "disk.img"), filepath.Join(dir, "disk.img")); err != nil {
+	if err := hostdisk.CopySparse(filepath.Join(d.dir(id), "disk.img"), filepath.Join(dir, "disk.img")); err != nil {
 		return fmt.Errorf("checkpoint disk: %w", err)
 	}
 	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
@@ -108,7 +109,7 @@ func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 	}
 	img := filepath.Join(d.dir(id), "disk.img")
 	_ = os.Remove(img + ".restore")
-	if err := copySparse(disk, img+".restore"); err != nil {
+	if err := hostdisk.CopySparse(disk, img+".restore"); err != nil {
 		return fmt.Errorf("restore disk: %w", err)
 	}
 	if err := os.Rename(img+".restore", img); err != nil {

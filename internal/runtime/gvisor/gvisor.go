@@ -86,6 +86,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
 // Config configures the driver. Zero fields take the defaults of DefaultConfig.
@@ -128,7 +130,7 @@ func DefaultConfig() Config {
 // Driver is the gvisor runtime driver.
 type Driver struct {
 	cfg       Config
-	templates diskTemplates
+	templates hostdisk.Templates
 
 	filesMu   sync.Mutex
 	agentKey  string // size and mtime of AgentPath when it was copied
@@ -170,7 +172,7 @@ func New(cfg Config) *Driver {
 	}
 	return &Driver{
 		cfg:       cfg,
-		templates: diskTemplates{dir: filepath.Join(cfg.StateDir, ".templates")},
+		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
 		locks:     map[string]*idLock{},
 	}
@@ -291,8 +293,8 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 // create makes the state directory and the disk: a fresh one, or a copy of disk when set.
 func (d *Driver) create(ctx context.Context, st state, disk string) error {
 	dir := d.dir(st.Spec.ID)
-	var u undoStack
-	err := u.step("state directory", func() error {
+	var u undo.Stack
+	err := u.Step("state directory", func() error {
 		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
 			return err
 		}
@@ -307,19 +309,19 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 	if err != nil {
 		return err
 	}
-	if err := u.step("disk", func() error {
+	if err := u.Step("disk", func() error {
 		if disk == "" {
-			tmpl, err := d.templates.get(ctx, st.Spec.Limits.DiskMiB)
+			tmpl, err := d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
 			if err != nil {
 				return err
 			}
 			disk = tmpl
 		}
-		return copySparse(disk, filepath.Join(dir, "disk.img"))
+		return hostdisk.CopySparse(disk, filepath.Join(dir, "disk.img"))
 	}, nil); err != nil {
 		return err
 	}
-	if err := u.step("directories", func() error {
+	if err := u.Step("directories", func() error {
 		for _, p := range []string{"disk", "bundle"} {
 			if err := os.Mkdir(filepath.Join(dir, p), 0o711); err != nil {
 				return err
@@ -330,11 +332,11 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 		return err
 	}
 	// state.json comes last: a directory without it is a Create that did not finish.
-	if err := u.step("state", func() error { return writeJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
+	if err := u.Step("state", func() error { return writeJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
 		return err
 	}
 	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", st.Spec.ID}, u.times...)...)
+	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", st.Spec.ID}, u.Times...)...)
 	return nil
 }
 
@@ -419,12 +421,12 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	spec := st.Spec
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
-	var u undoStack
+	var u undo.Stack
 	// Undo steps get their own context: they must run even when ctx is what failed.
 	undoCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), 30*time.Second)
 	}
-	if err := u.step("leftovers", func() error {
+	if err := u.Step("leftovers", func() error {
 		// A previous process of this driver may have died with the sandbox started.
 		ctx, cancel := undoCtx()
 		defer cancel()
@@ -432,31 +434,32 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	}, nil); err != nil {
 		return nil, err
 	}
-	if err := u.step("mount disk", func() error {
+	if err := u.Step("mount disk", func() error {
 		img := filepath.Join(dir, "disk.img")
 		if err := diskReleased(ctx, img); err != nil {
 			return err
 		}
-		return mountDisk(img, diskDir)
+		_, _, err := hostdisk.Mount(img, diskDir)
+		return err
 	}, func() error {
 		ctx, cancel := undoCtx()
 		defer cancel()
-		return unmount(ctx, diskDir)
+		return hostdisk.Unmount(ctx, diskDir)
 	}); err != nil {
 		return nil, err
 	}
-	if err := u.step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
+	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
 		return nil, err
 	}
-	if err := u.step("/.lbb", func() error { return d.prepareLbbDir(dir) }, nil); err != nil {
+	if err := u.Step("/.lbb", func() error { return d.prepareLbbDir(dir) }, nil); err != nil {
 		return nil, err
 	}
 	var ln *net.UnixListener
-	if err := u.step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan")); return err },
+	if err := u.Step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan")); return err },
 		func() error { return ln.Close() }); err != nil {
 		return nil, err
 	}
-	if err := u.step("bundle", func() error {
+	if err := u.Step("bundle", func() error {
 		return writeJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
 	}, nil); err != nil {
 		return nil, err
@@ -468,7 +471,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	defer logW.Close()
 	var cmd *exec.Cmd
 	exited := make(chan struct{})
-	if err := u.step("runsc", func() error {
+	if err := u.Step("runsc", func() error {
 		_ = os.Remove(filepath.Join(dir, "sentry.pid"))
 		args := []string{"run", "--bundle", filepath.Join(dir, "bundle"), "--pid-file", filepath.Join(dir, "sentry.pid"), id}
 		if memDir != "" {
@@ -508,7 +511,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	go logAgent(d.cfg.Logger.With("sandbox", id), logR)
 
 	var conn net.Conn
-	if err := u.step("agent connects", func() error {
+	if err := u.Step("agent connects", func() error {
 		wctx, cancel := context.WithTimeout(ctx, agentReadyTimeout)
 		defer cancel()
 		var err error
@@ -531,14 +534,14 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		return nil, err
 	}
 	sb := &sandbox{d: d, id: id, conn: conn, cmd: cmd, done: exited}
-	if err := u.step("memory guard", func() (err error) {
+	if err := u.Step("memory guard", func() (err error) {
 		sb.guard, err = d.guardMemory(id, spec.Limits.MemoryMiB<<20)
 		return err
 	}, nil); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	if err := u.step("sentry pid", func() (err error) {
+	if err := u.Step("sentry pid", func() (err error) {
 		// runsc wrote it before it started the agent.
 		b, err := os.ReadFile(filepath.Join(dir, "sentry.pid"))
 		if err == nil {
@@ -551,7 +554,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		return nil, err
 	}
 	u.Release()
-	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", sb.pid}, u.times...)...)
+	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", sb.pid}, u.Times...)...)
 	return sb, nil
 }
 
@@ -638,10 +641,10 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 	if err := removeCgroups(ctx, d.cfg.CgroupParent, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := unmount(ctx, filepath.Join(dir, "disk")); err != nil {
+	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
 		errs = append(errs, err)
 	}
-	if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
 	if err := diskReleased(ctx, filepath.Join(dir, "disk.img")); err != nil {
@@ -657,12 +660,7 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 // namespace's mount), and mounting img again meanwhile would run two ext4 instances on one
 // disk. Its loop device detaches itself (autoclear) when the last mount goes.
 func diskReleased(ctx context.Context, img string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := waitGone(ctx, func() bool { return len(loopDevicesFor(img)) == 0 }); err != nil {
-		return fmt.Errorf("the disk %s is still attached to %v: %w", img, loopDevicesFor(img), err)
-	}
-	return nil
+	return hostdisk.WaitDetached(ctx, img)
 }
 
 // waitReaped waits until the processes pids are gone, zombies included: their parent (runsc)
@@ -816,7 +814,7 @@ func (d *Driver) Leftovers(id string) []string {
 	if _, err := os.Lstat(dir); err == nil {
 		out = append(out, "state directory "+dir)
 	}
-	if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
 	}
 	if d.hasRunscState(id) {
@@ -830,7 +828,7 @@ func (d *Driver) Leftovers(id string) []string {
 	if pids := d.processes(id); len(pids) > 0 {
 		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
-	for _, l := range loopDevicesFor(filepath.Join(dir, "disk.img")) {
+	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
 		out = append(out, "loop device "+l)
 	}
 	return out

@@ -44,6 +44,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+	"github.com/littlebigbrain/lbb/internal/runtime/undo"
+
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -91,7 +94,7 @@ func DefaultConfig() Config {
 // Driver is the ns runtime driver.
 type Driver struct {
 	cfg       Config
-	templates diskTemplates
+	templates hostdisk.Templates
 
 	cgOnce sync.Once
 	cg     cgroup.Manager
@@ -134,7 +137,7 @@ func New(cfg Config) *Driver {
 	}
 	return &Driver{
 		cfg:       cfg,
-		templates: diskTemplates{dir: filepath.Join(cfg.StateDir, ".templates")},
+		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
 		locks:     map[string]*idLock{},
 	}
@@ -239,10 +242,10 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	defer unlock()
 
 	dir := d.dir(spec.ID)
-	var u undoStack
+	var u undo.Stack
 	// The state directories are traversable (0711) by the sandbox's ids: the init, running as
 	// the sandbox's root, reaches its overlay mount point and upper layer through them.
-	err := u.step("state directory", func() error {
+	err := u.Step("state directory", func() error {
 		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
 			return err
 		}
@@ -260,16 +263,16 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := u.step("disk", func() error {
-		tmpl, err := d.templates.get(ctx, spec.Limits.DiskMiB)
+	if err := u.Step("disk", func() error {
+		tmpl, err := d.templates.Get(ctx, spec.Limits.DiskMiB)
 		if err != nil {
 			return err
 		}
-		return copySparse(tmpl, filepath.Join(dir, "disk.img"))
+		return hostdisk.CopySparse(tmpl, filepath.Join(dir, "disk.img"))
 	}, nil); err != nil {
 		return err
 	}
-	if err := u.step("mount points", func() error {
+	if err := u.Step("mount points", func() error {
 		for _, p := range []string{"disk", "root"} {
 			if err := os.Mkdir(filepath.Join(dir, p), 0o755); err != nil {
 				return err
@@ -280,11 +283,11 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 		return err
 	}
 	// spec.json comes last: a directory without it is a Create that did not finish.
-	if err := u.step("spec", func() error { return writeJSON(filepath.Join(dir, "spec.json"), spec) }, nil); err != nil {
+	if err := u.Step("spec", func() error { return writeJSON(filepath.Join(dir, "spec.json"), spec) }, nil); err != nil {
 		return err
 	}
 	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", spec.ID}, u.times...)...)
+	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", spec.ID}, u.Times...)...)
 	return nil
 }
 
@@ -357,7 +360,7 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager) (*sandbox, error) {
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
-	var u undoStack
+	var u undo.Stack
 	// Undo steps get their own context: they must run even when ctx is what failed.
 	undoCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), 10*time.Second)
@@ -365,25 +368,29 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 
 	go cg.Warm()
 	var agentBin string
-	if err := u.step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
+	if err := u.Step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
 		return nil, err
 	}
 	var major, minor uint32
-	if err := u.step("mount disk", func() error {
-		if m, _ := mountsUnder(dir); len(m) > 0 {
+	if err := u.Step("mount disk", func() error {
+		if m, _ := hostdisk.MountsUnder(dir); len(m) > 0 {
 			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
 		}
 		var err error
-		major, minor, err = mountDisk(filepath.Join(dir, "disk.img"), diskDir)
+		// A Stop by another process (before a crash) may have left the device detaching.
+		if err := hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img")); err != nil {
+			return err
+		}
+		major, minor, err = hostdisk.Mount(filepath.Join(dir, "disk.img"), diskDir)
 		return err
 	}, func() error {
 		ctx, cancel := undoCtx()
 		defer cancel()
-		return unmount(ctx, diskDir)
+		return hostdisk.Unmount(ctx, diskDir)
 	}); err != nil {
 		return nil, err
 	}
-	if err := u.step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
+	if err := u.Step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
 		return nil, err
 	}
 
@@ -396,7 +403,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		IO: []cgroup.IOLimit{{Major: major, Minor: minor,
 			ReadBPS: io.ReadBPS, WriteBPS: io.WriteBPS, ReadIOPS: io.ReadIOPS, WriteIOPS: io.WriteIOPS}},
 	}
-	if err := u.step("cgroups", func() error { return cg.Create(id, cgl) }, func() error {
+	if err := u.Step("cgroups", func() error { return cg.Create(id, cgl) }, func() error {
 		ctx, cancel := undoCtx()
 		defer cancel()
 		return cg.Remove(ctx, id)
@@ -438,7 +445,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		defer cgFD.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgFD.Fd())
 	}
-	if err := u.step("start init", func() error { return spawn(cmd) }, func() error {
+	if err := u.Step("start init", func() error { return spawn(cmd) }, func() error {
 		_ = cmd.Process.Kill()
 		_, err := cmd.Process.Wait()
 		return err
@@ -463,11 +470,11 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		NoFile:   d.cfg.NoFile,
 		Env:      agentEnv(spec),
 	}
-	if err := u.step("configure init", func() error { return p.sendConfig(icfg) }, nil); err != nil {
+	if err := u.Step("configure init", func() error { return p.sendConfig(icfg) }, nil); err != nil {
 		return nil, err
 	}
 	if cgFD == nil {
-		if err := u.step("join cgroups", func() error { return cg.Add(id, pid) }, nil); err != nil {
+		if err := u.Step("join cgroups", func() error { return cg.Add(id, pid) }, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -481,14 +488,14 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 			d.cfg.Logger.Warn("cannot protect sandbox agents from the OOM killer", "err", err)
 		})
 	}
-	if err := u.step("go", p.sendGo, nil); err != nil {
+	if err := u.Step("go", p.sendGo, nil); err != nil {
 		return nil, err
 	}
-	if err := u.step("wait for agent", func() error { return p.waitExec(ctx, cmd.Process) }, nil); err != nil {
+	if err := u.Step("wait for agent", func() error { return p.waitExec(ctx, cmd.Process) }, nil); err != nil {
 		return nil, err
 	}
 	var conn net.Conn
-	if err := u.step("agent ready", func() error {
+	if err := u.Step("agent ready", func() error {
 		var err error
 		if conn, err = net.FileConn(p.hostChan); err != nil {
 			return fmt.Errorf("channel: %w", err)
@@ -512,7 +519,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		close(sb.done)
 	}()
 	go logAgent(d.cfg.Logger.With("sandbox", id), p.takeLogR())
-	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", pid}, u.times...)...)
+	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", pid}, u.Times...)...)
 	return sb, nil
 }
 
@@ -775,12 +782,12 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 		sb.conn.Close()
 	}
 	t2 := time.Now()
-	if err := unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
+	if err := hostdisk.Unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
 		errs = append(errs, err)
-	} else if err := waitLoopDetached(ctx, filepath.Join(d.dir(id), "disk.img")); err != nil {
+	} else if err := hostdisk.WaitDetached(ctx, filepath.Join(d.dir(id), "disk.img")); err != nil {
 		errs = append(errs, err)
 	}
-	if m, err := mountsUnder(d.dir(id)); err != nil || len(m) > 0 {
+	if m, err := hostdisk.MountsUnder(d.dir(id)); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
 	d.cfg.Logger.Debug("sandbox stopped", "sandbox", id, "kill", t1.Sub(t0), "cgroups", t2.Sub(t1), "unmount", time.Since(t2))
@@ -900,7 +907,7 @@ func (d *Driver) Leftovers(id string) []string {
 	if _, err := os.Lstat(dir); err == nil {
 		out = append(out, "state directory "+dir)
 	}
-	if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
 	}
 	if cg, err := d.cgroups(); err == nil {
@@ -913,7 +920,7 @@ func (d *Driver) Leftovers(id string) []string {
 			out = append(out, fmt.Sprintf("processes %v", pids))
 		}
 	}
-	for _, l := range loopDevicesFor(filepath.Join(dir, "disk.img")) {
+	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
 		out = append(out, "loop device "+l)
 	}
 	return out

@@ -1,6 +1,8 @@
 //go:build linux
 
-package gvisor
+// Package hostdisk gives each sandbox a disk of its own on the host: a sparse file holding an
+// ext4 file system, loop-mounted while the sandbox runs. Drivers share it.
+package hostdisk
 
 import (
 	"bufio"
@@ -18,37 +20,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The disk is the ns driver's (internal/runtime/ns/disk.go), copied: a shared package would
-// serve both. A sandbox's disk is a sparse file holding an ext4 file system without a journal: its size
+// A sandbox's disk is a sparse file holding an ext4 file system without a journal: its size
 // is the workspace quota, enforced by the file system itself (ENOSPC), with no quota tools.
 // Formatting costs tens of milliseconds, so each size is formatted once into a template and
 // copied (only its few hundred KiB of metadata are data; the rest stays a hole).
 
 var mkfsArgs = []string{"-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", "-m", "0"}
 
-// diskTemplates formats each size once per driver.
-type diskTemplates struct {
-	dir string
+// Templates formats each size once per driver.
+type Templates struct {
+	Dir string
 	mu  sync.Mutex
 }
 
-func (t *diskTemplates) get(ctx context.Context, mib int64) (string, error) {
-	p := filepath.Join(t.dir, fmt.Sprintf("ext4-%dMiB.img", mib))
+func (t *Templates) Get(ctx context.Context, mib int64) (string, error) {
+	p := filepath.Join(t.Dir, fmt.Sprintf("ext4-%dMiB.img", mib))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
-	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+	if err := os.MkdirAll(t.Dir, 0o700); err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(t.dir, ".tmp-")
+	f, err := os.CreateTemp(t.Dir, ".tmp-")
 	if err != nil {
 		return "", err
 	}
 	f.Close()
 	tmp := f.Name()
-	if err := formatDisk(ctx, tmp, mib); err != nil {
+	if err := Format(ctx, tmp, mib); err != nil {
 		os.Remove(tmp)
 		return "", err
 	}
@@ -56,7 +57,7 @@ func (t *diskTemplates) get(ctx context.Context, mib int64) (string, error) {
 	return p, os.Rename(tmp, p)
 }
 
-func formatDisk(ctx context.Context, path string, mib int64) error {
+func Format(ctx context.Context, path string, mib int64) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -75,9 +76,9 @@ func formatDisk(ctx context.Context, path string, mib int64) error {
 	return nil
 }
 
-// copySparse copies src to a new file dst, keeping holes: only data extents are copied, in
+// CopySparse copies src to a new file dst, keeping holes: only data extents are copied, in
 // the kernel (copy_file_range).
-func copySparse(src, dst string) (err error) {
+func CopySparse(src, dst string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -169,24 +170,28 @@ func attachLoop(img string) (dev string, fd int, err error) {
 	return "", -1, errors.New("no free loop device after 64 attempts")
 }
 
-// mountDisk loop-mounts img at target.
-func mountDisk(img, target string) error {
+// Mount loop-mounts img at target and returns the loop device's number.
+func Mount(img, target string) (major, minor uint32, err error) {
 	dev, fd, err := attachLoop(img)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	// Closing the device after the mount lets autoclear detach it on unmount; closing it
 	// without a mount (the mount failed) detaches it now.
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, 0, err
+	}
 	// noinit_itable: the lazy inode table zeroing would fill the sparse file for nothing.
 	if err := unix.Mount(dev, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
-		return fmt.Errorf("mount %s on %s: %w", dev, target, err)
+		return 0, 0, fmt.Errorf("mount %s on %s: %w", dev, target, err)
 	}
-	return nil
+	return unix.Major(st.Rdev), unix.Minor(st.Rdev), nil
 }
 
 // unmount unmounts target if it is a mount point, retrying briefly while it is busy.
-func unmount(ctx context.Context, target string) error {
+func Unmount(ctx context.Context, target string) error {
 	for delay := time.Millisecond; ; delay *= 2 {
 		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 		if err == nil {
@@ -209,8 +214,8 @@ func unmount(ctx context.Context, target string) error {
 	}
 }
 
-// mountsUnder lists the mount points at or below dir in this mount namespace.
-func mountsUnder(dir string) ([]string, error) {
+// MountsUnder lists the mount points at or below dir in this mount namespace.
+func MountsUnder(dir string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -225,7 +230,7 @@ func mountsUnder(dir string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := UnescapeMount(fields[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -233,12 +238,36 @@ func mountsUnder(dir string) ([]string, error) {
 	return out, sc.Err()
 }
 
-func unescapeMount(s string) string {
+// UnescapeMount undoes mountinfo's octal escapes of a path.
+func UnescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
-// loopDevicesFor lists loop devices whose backing file is img.
-func loopDevicesFor(img string) []string {
+// WaitDetached waits until no loop device is backed by img. The kernel detaches an
+// autoclear device only once the last reference to its filesystem is gone, and the
+// sandbox's dying mount namespace drops its copy of the mount asynchronously, after the
+// init is reaped. Until then a Start could attach a second device to the same file and
+// mount the same ext4 twice; and Destroy must leave no device behind.
+func WaitDetached(ctx context.Context, img string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		devs := LoopDevicesFor(img)
+		if len(devs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loop devices %v still hold %s", devs, img)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loop devices %v still hold %s: %w", devs, img, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// LoopDevicesFor lists loop devices whose backing file is img.
+func LoopDevicesFor(img string) []string {
 	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	var out []string
 	for _, m := range matches {

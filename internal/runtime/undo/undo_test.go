@@ -1,4 +1,4 @@
-package ns
+package undo
 
 import (
 	"errors"
@@ -8,22 +8,22 @@ import (
 
 func TestUndoStack(t *testing.T) {
 	var log []string
-	var u undoStack
+	var u Stack
 	ok := func(name string) error {
-		return u.step(name, func() error { log = append(log, "do "+name); return nil },
+		return u.Step(name, func() error { log = append(log, "do "+name); return nil },
 			func() error { log = append(log, "undo "+name); return nil })
 	}
 	if err := ok("a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.step("b", func() error { return nil }, func() error { return errors.New("b stuck") }); err != nil {
+	if err := u.Step("b", func() error { return nil }, func() error { return errors.New("b stuck") }); err != nil {
 		t.Fatal(err)
 	}
 	if err := ok("c"); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	err := u.step("d", func() error { return boom }, func() error { t.Error("undo of a failed step ran"); return nil })
+	err := u.Step("d", func() error { return boom }, func() error { t.Error("undo of a failed step ran"); return nil })
 	if !errors.Is(err, boom) || err.Error() != "d: boom\nundo b: b stuck" {
 		t.Fatalf("error %q", err)
 	}

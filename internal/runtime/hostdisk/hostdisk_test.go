@@ -1,6 +1,6 @@
 //go:build linux
 
-package ns
+package hostdisk
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func TestCopySparse(t *testing.T) {
 	f.WriteAt([]byte("tail"), 64<<20-4)
 	f.Close()
 	dst := filepath.Join(dir, "dst")
-	if err := copySparse(src, dst); err != nil {
+	if err := CopySparse(src, dst); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(src)
@@ -37,7 +37,7 @@ func TestCopySparse(t *testing.T) {
 	if st.Blocks*512 > 1<<20 {
 		t.Fatalf("copy is not sparse: %d bytes allocated", st.Blocks*512)
 	}
-	if err := copySparse(src, dst); err == nil {
+	if err := CopySparse(src, dst); err == nil {
 		t.Fatal("copy over an existing file succeeded")
 	}
 }

@@ -1,4 +1,6 @@
-package gvisor
+// Package undo builds things as named steps that undo themselves: a failure at step N undoes
+// steps N-1..1, joining their errors.
+package undo
 
 import (
 	"errors"
@@ -6,12 +8,12 @@ import (
 	"time"
 )
 
-// undoStack runs a build as named steps and undoes the finished ones, last first, when a
+// Stack runs a build as named steps and undoes the finished ones, last first, when a
 // later step fails. Undo is safe after a partial build and safe to call twice.
-type undoStack struct {
+type Stack struct {
 	undos []namedUndo
-	// times records how long each step took, for the debug log.
-	times []any
+	// Times records how long each step took, for the debug log.
+	Times []any
 }
 
 type namedUndo struct {
@@ -19,12 +21,12 @@ type namedUndo struct {
 	fn   func() error
 }
 
-// step runs do; when it succeeds, undo (if any) is pushed. When it fails, every pushed undo
+// Step runs do; when it succeeds, undo (if any) is pushed. When it fails, every pushed undo
 // runs and the joined error names the step.
-func (s *undoStack) step(name string, do func() error, undo func() error) error {
+func (s *Stack) Step(name string, do func() error, undo func() error) error {
 	t0 := time.Now()
 	err := do()
-	s.times = append(s.times, name, time.Since(t0))
+	s.Times = append(s.Times, name, time.Since(t0))
 	if err != nil {
 		return errors.Join(fmt.Errorf("%s: %w", name, err), s.Undo())
 	}
@@ -35,7 +37,7 @@ func (s *undoStack) step(name string, do func() error, undo func() error) error 
 }
 
 // Undo runs the pushed undos in reverse and forgets them.
-func (s *undoStack) Undo() error {
+func (s *Stack) Undo() error {
 	var errs []error
 	for i := len(s.undos) - 1; i >= 0; i-- {
 		if err := s.undos[i].fn(); err != nil {
@@ -47,4 +49,4 @@ func (s *undoStack) Undo() error {
 }
 
 // Release forgets the undos: the build succeeded and its parts now belong to someone else.
-func (s *undoStack) Release() { s.undos = nil }
+func (s *Stack) Release() { s.undos = nil }
