@@ -27,7 +27,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service] [--n 20] [--burst 100] [--sustain 60s] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -36,11 +36,14 @@ image, and prints p50, p90, p99 and p50 ratios:
     create → first exec of /bin/true      (bare fork/exec, chroot, bwrap)
     exec round trip of /bin/true           (bare fork/exec)
     cold Python run(input, config)         (chroot python3 -c, bwrap python3 -c)
-  service (a server of its own, or --url):
-    one-call Python sum(input)             (chroot python3 -c, bwrap python3 -c)
-    one-call pandas DataFrame(input).sum() (the same with the import)
+  service (servers of its own — pool on, and pool off for the cold figure — or --url):
+    one-call Python sum(input), warm and cold (chroot python3 -c, bwrap python3 -c)
+    one-call pandas DataFrame(input).sum(), warm (the same with the import)
+    create + first exec of node -v, the TTI shape (chroot node -v)
+    exec round trip of /bin/true through the API (bare fork/exec)
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
     sustained one-call runs for --sustain with 8 clients (runs/s)
+    --idle idle sandboxes held: their memory, and one-call latency meanwhile
 Needs root (the ns driver).
 `
 
@@ -56,6 +59,8 @@ func runBench(args []string) error {
 	n := fs.Int("n", 20, "samples per metric")
 	burst := fs.Int("burst", 100, "runs in the burst")
 	sustain := fs.Duration("sustain", 60*time.Second, "how long the sustained run lasts (0 skips it)")
+	idle := fs.Int("idle", 500, "idle sandboxes to hold while measuring their memory and run latency (0 skips it)")
+	coldServer := fs.Bool("cold", true, "also start a server with the pool off, for the cold one-call figure")
 	jsonOut := fs.String("json-out", "", "also write the figures as JSON to this file")
 	agentPath := fs.String("agent", defaultAgentPath(), "the static guest agent binary")
 	imagesDir := fs.String("images-dir", imagesDirFromEnv(), "where base images are")
@@ -98,19 +103,35 @@ func runBench(args []string) error {
 	}
 
 	if sections["service"] {
+		newClient := func(url, key, graph string) (*lbb.Client, error) {
+			return lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: graph, MaxRetries: 1000, UserAgent: "lbb-bench"})
+		}
+		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
-			url, key, done, err := serveForLoad(ctx, *burst)
+			capacity := max(*burst, *idle+20)
+			url, key, done, err := serveForLoad(ctx, capacity)
 			if err != nil {
 				return err
 			}
 			defer done()
 			cf.url, cf.apiKey, cf.graph = url, key, "main"
+			if *coldServer {
+				curl, ckey, cdone, err := serveForLoad(ctx, capacity, "--pool=false")
+				if err != nil {
+					return err
+				}
+				defer cdone()
+				if cold, err = newClient(curl, ckey, "main"); err != nil {
+					return err
+				}
+			}
 		}
-		c, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, MaxRetries: 1000, UserAgent: "lbb-bench"})
+		c, err := newClient(cf.url, cf.apiKey, cf.graph)
 		if err != nil {
 			return err
 		}
-		rows, notes := benchService(ctx, c, img.Rootfs, bwrap, *n, *burst, *sustain)
+		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, rootfs: img.Rootfs, bwrap: bwrap,
+			n: *n, burst: *burst, sustain: *sustain, idle: *idle})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
@@ -127,12 +148,24 @@ func runBench(args []string) error {
 	return nil
 }
 
-func benchService(ctx context.Context, c *lbb.Client, rootfs, bwrap string, n, burst int, sustain time.Duration) (rows []bench.Row, notes []string) {
+type serviceBench struct {
+	c, cold        *lbb.Client // cold: a server with the pool off (nil: skip)
+	url            string
+	rootfs, bwrap  string
+	n, burst, idle int
+	sustain        time.Duration
+}
+
+func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes []string) {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	n, c := b.n, b.c
+	chroot := func(name string, argv ...string) bench.Sample {
+		return bench.Time("chroot "+name, n, bench.Chroot(b.rootfs, argv...))
+	}
 	baselines := func(argv ...string) []bench.Sample {
-		s := []bench.Sample{bench.Time("chroot "+argv[0]+" -c", n, bench.Chroot(rootfs, argv...))}
-		if bwrap != "" {
-			s = append(s, bench.Time("bwrap "+argv[0]+" -c", n, bench.Bwrap(bwrap, rootfs, argv...)))
+		s := []bench.Sample{chroot(argv[0]+" -c", argv...)}
+		if b.bwrap != "" {
+			s = append(s, bench.Time("bwrap "+argv[0]+" -c", n, bench.Bwrap(b.bwrap, b.rootfs, argv...)))
 		}
 		return s
 	}
@@ -147,29 +180,62 @@ func benchService(ctx context.Context, c *lbb.Client, rootfs, bwrap string, n, b
 			return nil
 		}
 	}
+	// Warm runs wait (untimed) for a ready slot: a back-to-back loop would otherwise drain a
+	// pool that refills at about 2 python slots a second on 2 cores.
+	warm := func() {
+		if !bench.WaitPoolReady(ctx, b.url, "python", 1, 10*time.Second) {
+			notes = append(notes, "a warm run found no ready python slot within 10 s")
+		}
+	}
+	sum := lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}
+	pyBase := baselines("python3", "-c", "print(sum([1,2,3]))")
 
-	logf("one-call Python sum(input) through the API (%d times)…", n)
-	py := bench.OneCall(ctx, c, "lbb", n, lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}, wantJSON("6"))
-	rows = append(rows, bench.Row{Metric: "one-call Python sum(input)", LBB: py, Baselines: baselines("python3", "-c", "print(sum([1,2,3]))")})
+	logf("one-call Python sum(input), warm (%d times)…", n)
+	rows = append(rows, bench.Row{Metric: "one-call Python sum(input), warm", LBB: bench.OneCallPaced(ctx, c, "lbb", n, sum, wantJSON("6"), warm), Baselines: pyBase})
+	if b.cold != nil {
+		logf("one-call Python sum(input), cold: pool off (%d times)…", n)
+		rows = append(rows, bench.Row{Metric: "one-call Python sum(input), cold", LBB: bench.OneCall(ctx, b.cold, "lbb", n, sum, wantJSON("6")), Baselines: pyBase})
+	}
 
-	logf("one-call pandas run through the API (%d times)…", n)
-	pd := bench.OneCall(ctx, c, "lbb", n, lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}, wantJSON(`{"a":4,"b":6}`))
-	rows = append(rows, bench.Row{Metric: "one-call pandas DataFrame(input).sum()", LBB: pd,
+	logf("one-call pandas run, warm (%d times)…", n)
+	pd := bench.OneCallPaced(ctx, c, "lbb", n, lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}, wantJSON(`{"a":4,"b":6}`), warm)
+	rows = append(rows, bench.Row{Metric: "one-call pandas DataFrame(input).sum(), warm", LBB: pd,
 		Baselines: baselines("python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())")})
 
-	if burst > 0 {
-		logf("a burst of %d concurrent one-call runs…", burst)
-		s, extra, err := bench.Burst(ctx, c, burst)
+	logf("create + first exec of node -v (%d times)…", n)
+	rows = append(rows, bench.Row{Metric: "create + first exec node -v (TTI)", LBB: bench.CreateAndExec(ctx, c, n, "node", "-v"),
+		Baselines: []bench.Sample{chroot("node -v", "node", "-v")}})
+
+	logf("exec round trip of /bin/true through the API (%d times)…", n*5)
+	if s, err := bench.ExecRoundTrip(ctx, c, n*5, "/bin/true"); err != nil {
+		notes = append(notes, "exec round trip: "+err.Error())
+	} else {
+		rows = append(rows, bench.Row{Metric: "exec round trip /bin/true (API)", LBB: s,
+			Baselines: []bench.Sample{bench.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
+	}
+
+	if b.burst > 0 {
+		logf("a burst of %d concurrent one-call runs…", b.burst)
+		s, extra, err := bench.Burst(ctx, c, b.burst)
 		if err != nil {
 			notes = append(notes, "burst: "+err.Error())
 		} else {
-			rows = append(rows, bench.Row{Metric: fmt.Sprintf("burst of %d one-call runs", burst), LBB: s, Extra: extra})
+			rows = append(rows, bench.Row{Metric: fmt.Sprintf("burst of %d one-call runs", b.burst), LBB: s, Extra: extra})
 		}
 	}
-	if sustain > 0 {
-		logf("sustained one-call runs for %v with 8 clients…", sustain)
-		s, rate := bench.Sustained(ctx, c, 8, sustain)
-		rows = append(rows, bench.Row{Metric: "sustained one-call runs, 8 clients", LBB: s, Extra: fmt.Sprintf("%.1f runs/s over %v", rate, sustain)})
+	if b.sustain > 0 {
+		logf("sustained one-call runs for %v with 8 clients…", b.sustain)
+		s, rate := bench.Sustained(ctx, c, 8, b.sustain)
+		rows = append(rows, bench.Row{Metric: "sustained one-call runs, 8 clients", LBB: s, Extra: fmt.Sprintf("%.1f runs/s over %v", rate, b.sustain)})
+	}
+	if b.idle > 0 {
+		logf("holding %d idle sandboxes…", b.idle)
+		s, extra, err := bench.Idle(ctx, c, b.idle, n, "lbb", warm)
+		if err != nil {
+			notes = append(notes, "idle: "+err.Error())
+		} else {
+			rows = append(rows, bench.Row{Metric: "one-call Python run while idle ones are held", LBB: s, Extra: extra})
+		}
 	}
 	return rows, notes
 }

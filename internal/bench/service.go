@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +24,55 @@ var PandasInput = []map[string]int{{"a": 1, "b": 2}, {"a": 3, "b": 4}}
 // OneCall times n one-call runs of code through the API, one at a time, and checks each
 // answer with ok.
 func OneCall(ctx context.Context, c *lbb.Client, name string, n int, p lbb.RunParams, ok func(*lbb.Run) error) Sample {
-	return Time(name, n, func() error {
+	return OneCallPaced(ctx, c, name, n, p, ok, nil)
+}
+
+// OneCallPaced is OneCall with an untimed wait before each run (for the warm pool to refill).
+func OneCallPaced(ctx context.Context, c *lbb.Client, name string, n int, p lbb.RunParams, ok func(*lbb.Run) error, before func()) Sample {
+	s := Sample{Name: name}
+	for range n {
+		if before != nil {
+			before()
+		}
+		t := Time(name, 1, func() error { return oneCall(ctx, c, p, ok) })
+		s.Durs = append(s.Durs, t.Durs...)
+		s.Errors += t.Errors
+	}
+	return s
+}
+
+// WaitPoolReady polls the server's /metrics until lbb_pool_ready for key is at least want,
+// or d passes.
+func WaitPoolReady(ctx context.Context, baseURL, key string, want int, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if poolReady(baseURL, key) >= want {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func poolReady(baseURL, key string) int {
+	resp, err := http.Get(baseURL + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := `lbb_pool_ready{key="` + key + `"} `
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int(f)
+		}
+	}
+	return 0
+}
+
+func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.Run) error) error {
+	{
 		r, err := c.Sandboxes.Run(ctx, p)
 		if err != nil {
 			return err
@@ -32,7 +84,7 @@ func OneCall(ctx context.Context, c *lbb.Client, name string, n int, p lbb.RunPa
 			return ok(r)
 		}
 		return nil
-	})
+	}
 }
 
 // Burst sends n one-call runs at once and checks the records: n records, none lost, none
