@@ -15,35 +15,25 @@ package main
 // HTTP/2). Commands still streaming when a connection ends are killed, as on any channel's
 // end (guest.Server.ServeConn); processes that left their group live on.
 //
-// Connect mode also hardens the agent itself, which under gVisor the kernel does not do:
-// it makes itself non-dumpable, so that its processes, which run as the same user, cannot
-// reach into it through /proc/1 (mem, environ, fd), and it loads the seccomp filter its
-// host put at LBB_AGENT_SECCOMP (a raw BPF program, struct sock_filter[]) on all its threads,
-// which every process it starts inherits.
-//
-// It is picked up here, before main parses its flags, so that main.go stays as it is when
-// the mode is not asked for. TODO(agent owner): fold this into main.go as a regular flag.
+// Under gVisor the agent also loads the seccomp filter its host put at --seccomp /
+// LBB_AGENT_SECCOMP (a raw BPF program, struct sock_filter[]) on all its threads, which every
+// process it starts inherits (runsc's own OCI seccomp answers EPERM only).
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
-	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/agent/guest"
 )
 
@@ -51,85 +41,8 @@ import (
 // it): nobody will come back.
 const connectGiveUp = 10 * time.Minute
 
-func init() {
-	path := connectPath(os.Args[1:])
-	if path == "" {
-		return
-	}
-	if err := runConnect(path); err != nil {
-		fmt.Fprintln(os.Stderr, "lbb-agent:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// connectPath finds --connect in args, else $LBB_AGENT_CONNECT.
-func connectPath(args []string) string {
-	for i, a := range args {
-		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name != "connect" {
-			continue
-		}
-		if hasVal {
-			return val
-		}
-		if i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return os.Getenv("LBB_AGENT_CONNECT")
-}
-
-func runConnect(path string) error {
-	// The same flags as main, and connect; each also as LBB_AGENT_<NAME>.
-	fs := flag.NewFlagSet("lbb-agent", flag.ExitOnError)
-	fs.String("connect", path, "connect to this unix socket, again after each disconnection")
-	fs.Int("fd", 3, "ignored in connect mode")
-	workspace := fs.String("workspace", agent.Workspace, "the workspace directory")
-	etcDir := fs.String("etc-dir", "/etc", "where identity writes hostname and machine-id")
-	pathEnv := fs.String("path", guest.DefaultPath, "the default PATH of processes")
-	home := fs.String("home", "/root", "the HOME of processes")
-	seccompPath := fs.String("seccomp", "", "load this raw BPF program as the seccomp filter of the agent and its processes")
-	verbose := fs.Bool("verbose", false, "log debug messages to stderr")
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv("LBB_AGENT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))); ok {
-			fs.Set(f.Name, v)
-		}
-	})
-	fs.Parse(os.Args[1:])
-	token := os.Getenv("LBB_AGENT_TOKEN")
-	os.Unsetenv("LBB_AGENT_TOKEN")
-
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
-	}
-	if *seccompPath != "" {
-		if err := loadSeccomp(*seccompPath); err != nil {
-			return err
-		}
-	}
-	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		log.Warn("close_range", "err", err)
-	}
-
-	srv, err := guest.New(guest.Options{Workspace: *workspace, EtcDir: *etcDir, Path: *pathEnv, Home: *home, Logger: log})
-	if err != nil {
-		return err
-	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		for sig := range sigs {
-			srv.Forward(sig.(syscall.Signal))
-		}
-	}()
-
+// serveConnect serves one connection to the host's socket after another.
+func serveConnect(srv *guest.Server, path, token string, log *slog.Logger) error {
 	for {
 		conn, err := dialHost(path, log)
 		if err != nil {

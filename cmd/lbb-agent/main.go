@@ -34,14 +34,25 @@ func main() {
 	}
 }
 
+// options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
+type options struct {
+	fd                            int
+	connect, seccomp              string
+	workspace, etcDir, path, home string
+	verbose                       bool
+}
+
 func run() error {
+	var o options
 	fs := flag.NewFlagSet("lbb-agent", flag.ExitOnError)
-	fd := fs.Int("fd", 3, "the channel's file descriptor")
-	workspace := fs.String("workspace", agent.Workspace, "the workspace directory")
-	etcDir := fs.String("etc-dir", "/etc", "where identity writes hostname and machine-id")
-	path := fs.String("path", guest.DefaultPath, "the default PATH of processes")
-	home := fs.String("home", "/root", "the HOME of processes")
-	verbose := fs.Bool("verbose", false, "log debug messages to stderr")
+	fs.IntVar(&o.fd, "fd", 3, "the channel's file descriptor")
+	fs.StringVar(&o.connect, "connect", "", "instead of --fd: connect to this unix socket, again after each disconnection (also LBB_AGENT_CONNECT; see connect.go)")
+	fs.StringVar(&o.seccomp, "seccomp", "", "load this raw BPF program as the seccomp filter of the agent and its processes")
+	fs.StringVar(&o.workspace, "workspace", agent.Workspace, "the workspace directory")
+	fs.StringVar(&o.etcDir, "etc-dir", "/etc", "where identity writes hostname and machine-id")
+	fs.StringVar(&o.path, "path", guest.DefaultPath, "the default PATH of processes")
+	fs.StringVar(&o.home, "home", "/root", "the HOME of processes")
+	fs.BoolVar(&o.verbose, "verbose", false, "log debug messages to stderr")
 	if v, ok := os.LookupEnv("LBB_CHANNEL_FD"); ok {
 		fs.Set("fd", v)
 	}
@@ -51,27 +62,46 @@ func run() error {
 		}
 	})
 	fs.Parse(os.Args[1:])
+	// Read (and drop) the connect token before anything can start a process.
+	token := os.Getenv("LBB_AGENT_TOKEN")
+	os.Unsetenv("LBB_AGENT_TOKEN")
 
 	level := slog.LevelInfo
-	if *verbose {
+	if o.verbose {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	// The channel becomes a net.Conn on a close-on-exec duplicate; then every inherited
+	// Non-dumpable: the processes the agent starts run as the same user, and must not reach
+	// into it through /proc/1 (mem, environ, fd). (ns also makes the binary unreadable,
+	// which does the same; under gVisor only this does.)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	if o.seccomp != "" {
+		if err := loadSeccomp(o.seccomp); err != nil {
+			return err
+		}
+	}
+
+	// The fd channel becomes a net.Conn on a close-on-exec duplicate; then every inherited
 	// descriptor above stderr is marked close-on-exec, so that no process the agent starts
 	// inherits the channel or anything else the host left open.
-	f := os.NewFile(uintptr(*fd), "channel")
-	conn, err := net.FileConn(f)
-	if err != nil {
-		return fmt.Errorf("channel fd %d: %w", *fd, err)
+	var conn net.Conn
+	if o.connect == "" {
+		f := os.NewFile(uintptr(o.fd), "channel")
+		c, err := net.FileConn(f)
+		if err != nil {
+			return fmt.Errorf("channel fd %d: %w", o.fd, err)
+		}
+		f.Close()
+		conn = c
 	}
-	f.Close()
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		log.Warn("close_range", "err", err)
 	}
 
-	srv, err := guest.New(guest.Options{Workspace: *workspace, EtcDir: *etcDir, Path: *path, Home: *home, Logger: log})
+	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -84,6 +114,9 @@ func run() error {
 		}
 	}()
 
+	if o.connect != "" {
+		return serveConnect(srv, o.connect, token, log)
+	}
 	// Serve until the host closes the channel; the sandbox ends with it.
 	srv.ServeConn(context.Background(), conn)
 	return nil
