@@ -165,6 +165,52 @@ def test_stream_output(lbb: LbbClient) -> None:
         assert lbb.commands.wait(cmd.id).exit_code == 0
 
 
+def test_files_mkdir_and_recursive_delete(lbb: LbbClient) -> None:
+    with lbb.sandboxes.scoped() as sb:
+        d = sb.files.mkdir("a/b/c")
+        assert d.type == "dir" and d.path.endswith("a/b/c")
+        sb.files.write("a/b/c/f.txt", "x")
+        with pytest.raises(sdk.ConflictError):
+            sb.files.delete("a")  # not empty, and not recursive
+        assert sb.files.read_text("a/b/c/f.txt") == "x"
+        sb.files.delete("a", recursive=True)
+        assert "a" not in [e.get("name") for e in sb.files.list(".")]
+        with pytest.raises(sdk.NotFoundError):
+            sb.files.read("a/b/c/f.txt")
+
+
+def test_command_stdin_open_write_and_close(lbb: LbbClient) -> None:
+    with lbb.sandboxes.scoped() as sb:
+        cmd = sb.commands.create(["cat"], stdin_open=True)
+        assert cmd.status == "running"
+        w1 = sb.commands.write_stdin(cmd.id, "hello ")
+        assert (w1["bytes"], w1["total"], w1["closed"]) == (6, 6, False)
+        w2 = lbb.commands.write_stdin(cmd.id, b"world", close=True)
+        assert (w2["bytes"], w2["total"], w2["closed"]) == (5, 11, True)
+        done = lbb.commands.wait(cmd.id, timeout=60)
+        assert done.status == "succeeded" and done.stdout.text == "hello world"
+        with pytest.raises(sdk.ConflictError):
+            lbb.commands.write_stdin(cmd.id, "late")
+        # A command started without stdin_open takes no writes.
+        other = sb.commands.create(["sleep", "30"])
+        with pytest.raises(sdk.ConflictError):
+            sb.commands.write_stdin(other.id, "x")
+        sb.commands.kill(other.id)
+
+
+def test_list_sandboxes_by_status_and_label(lbb: LbbClient) -> None:
+    tag = uuid.uuid4().hex[:10]
+    with lbb.sandboxes.scoped(metadata={"suite": tag, "kind": "a"}) as a, lbb.sandboxes.scoped(metadata={"suite": tag, "kind": "b"}) as b:
+        assert sorted(s["id"] for s in lbb.sandboxes.list(label={"suite": tag})) == sorted([a.id, b.id])
+        assert [s["id"] for s in lbb.sandboxes.list(label=[f"suite={tag}", "kind=b"])] == [b.id]
+        assert [s["id"] for s in lbb.sandboxes.list(label=f"suite={tag}-none")] == []
+        a.stop()
+        assert [s["id"] for s in lbb.sandboxes.list(status="stopped", label={"suite": tag})] == [a.id]
+        assert [s["id"] for s in lbb.sandboxes.list(status="running", label={"suite": tag})] == [b.id]
+        with pytest.raises(sdk.InvalidRequestError):
+            lbb.sandboxes.list(label="no-equals-sign")
+
+
 def test_list_sandboxes_paginates(lbb: LbbClient) -> None:
     page = lbb.sandboxes.list(limit=1)
     assert len(page) <= 1
@@ -183,6 +229,7 @@ def test_openapi_has_the_routes_the_sdk_calls(lbb: LbbClient) -> None:
         ("get", "/v1/commands/{id}/output"), ("post", "/v1/commands/{id}/kill"),
         ("put", "/v1/sandboxes/{id}/files/content"), ("get", "/v1/sandboxes/{id}/files/content"),
         ("get", "/v1/sandboxes/{id}/files"), ("delete", "/v1/sandboxes/{id}/files"),
+        ("post", "/v1/sandboxes/{id}/files/mkdir"), ("post", "/v1/commands/{id}/stdin"),
         ("post", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates/{name}"),
         ("post", "/v1/files"), ("get", "/v1/files"), ("get", "/v1/files/{id}"), ("get", "/v1/files/{id}/content"),
         ("put", "/v1/sandboxes/files/content"),
@@ -222,5 +269,26 @@ def test_async_client_sandboxes(server: Any) -> None:
                 control = {"exit", "end", "done", "error", "status", "ping", "keepalive"}
                 text = "".join([ev.text async for ev in c.commands.stream(cmd.id) if ev.event not in control])
                 assert text == "a\nb\n"
+
+    asyncio.run(main())
+
+
+def test_async_client_stdin_files_and_labels(server: Any) -> None:
+    async def main() -> None:
+        async with sdk.AsyncLbbClient(server.url, api_key=server.key, graph="main") as c:
+            tag = uuid.uuid4().hex[:10]
+            async with c.sandboxes.scoped(metadata={"suite": tag}) as sb:
+                assert [s["id"] for s in await c.sandboxes.list(status="running", label={"suite": tag})] == [sb.id]
+                assert (await sb.files.mkdir("d/e")).type == "dir"
+                await sb.files.write("d/e/f.txt", "x")
+                with pytest.raises(sdk.ConflictError):
+                    await sb.files.delete("d")
+                await sb.files.delete("d", recursive=True)
+                assert "d" not in [e.get("name") for e in await sb.files.list(".")]
+                cmd = await sb.commands.create(["cat"], stdin_open=True)
+                await sb.commands.write_stdin(cmd.id, "async ")
+                w = await c.commands.write_stdin(cmd.id, "stdin", close=True)
+                assert (w["total"], w["closed"]) == (11, True)
+                assert (await c.commands.wait(cmd.id, timeout=60)).stdout.text == "async stdin"
 
     asyncio.run(main())

@@ -66,7 +66,8 @@ export type Json = unknown;
 export type Data = string | Uint8Array | ArrayBuffer;
 
 interface RequestOptions {
-  query?: Record<string, string | number | boolean | undefined | null>;
+  /** An array value repeats the parameter (?label=a&label=b). */
+  query?: Record<string, string | number | boolean | string[] | undefined | null>;
   json?: unknown;
   body?: string | Uint8Array | ArrayBuffer;
   headers?: Record<string, string>;
@@ -75,6 +76,8 @@ interface RequestOptions {
   waitMs?: number | undefined;
   graph?: boolean;
   signal?: AbortSignal | undefined;
+  /** false: never send the request twice (a write that is not idempotent). */
+  retry?: boolean;
 }
 
 function env(name: string): string | undefined {
@@ -170,7 +173,10 @@ export class Transport {
   url(path: string, query: RequestOptions["query"], graph = true): string {
     const u = new URL(this.baseUrl + path);
     if (graph) u.searchParams.set("graph", this.graph);
-    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== null) u.searchParams.set(k, String(v));
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (Array.isArray(v)) for (const x of v) u.searchParams.append(k, x);
+      else if (v !== undefined && v !== null) u.searchParams.set(k, String(v));
+    }
     return u.toString();
   }
 
@@ -196,6 +202,7 @@ export class Transport {
       headers["Idempotency-Key"] = o.idempotencyKey ?? newIdempotencyKey();
     }
     const timeout = o.waitMs === undefined ? this.timeoutMs : Math.max(this.timeoutMs, o.waitMs + 30_000);
+    const maxRetries = o.retry === false ? 0 : this.maxRetries;
     for (let attempt = 0; ; attempt++) {
       const timer = AbortSignal.timeout(timeout);
       const signal = o.signal && typeof AbortSignal.any === "function" ? AbortSignal.any([o.signal, timer]) : (o.signal ?? timer);
@@ -205,7 +212,7 @@ export class Transport {
       } catch (e) {
         if (o.signal?.aborted) throw e;
         const timedOut = timer.aborted;
-        if (attempt >= this.maxRetries) {
+        if (attempt >= maxRetries) {
           const Cls = timedOut ? APITimeoutError : APIConnectionError;
           throw new Cls(`${method} ${path}: ${timedOut ? `no answer in ${timeout} ms` : describe(e)}`, {
             code: "connection_error",
@@ -215,7 +222,7 @@ export class Transport {
         await sleep(backoffMs(attempt), o.signal);
         continue;
       }
-      if (RETRY_STATUSES.has(resp.status) && attempt < this.maxRetries) {
+      if (RETRY_STATUSES.has(resp.status) && attempt < maxRetries) {
         await resp.body?.cancel().catch(() => undefined);
         await sleep(backoffMs(attempt, resp.headers.get("retry-after")), o.signal);
         continue;
@@ -455,8 +462,14 @@ export class SandboxFiles {
     return toPage(body, toFileInfo);
   }
 
-  async delete(path: string, o: CallOptions = {}): Promise<void> {
-    await this.t.request("DELETE", `${this.base}/files`, { query: { path }, signal: o.signal });
+  /** Removes a file, symlink or directory; a directory that is not empty needs recursive: true. */
+  async delete(path: string, o: { recursive?: boolean } & CallOptions = {}): Promise<void> {
+    await this.t.request("DELETE", `${this.base}/files`, { query: { path, recursive: o.recursive ? "true" : undefined }, signal: o.signal });
+  }
+
+  /** Makes a directory and its parents; answers its entry. */
+  async mkdir(path: string, o: CallOptions = {}): Promise<FileInfo> {
+    return toFileInfo(await this.t.json("POST", `${this.base}/files/mkdir`, { query: { path }, signal: o.signal }));
   }
 
   /** Keeps a workspace file as a File of the graph, which outlives the sandbox. */
@@ -521,6 +534,31 @@ export class Commands {
       await this.t.json<WireCommand>("POST", `/v1/commands/${encodeURIComponent(id)}/kill`, { json: compact({ signal: o.killSignal }), signal: o.signal }),
     );
   }
+
+  /**
+   * Writes to the stdin of a running command started with stdinOpen (a string as UTF-8);
+   * close: true closes it after, so the process reads end of file. Never retried: bytes are
+   * not sent twice.
+   */
+  async writeStdin(id: string, data: Data = new Uint8Array(), o: { close?: boolean } & CallOptions = {}): Promise<StdinResult> {
+    return this.t.json<StdinResult>("POST", `/v1/commands/${encodeURIComponent(id)}/stdin`, {
+      query: { close: o.close ? "true" : "false" },
+      body: data,
+      headers: { "Content-Type": "application/octet-stream" },
+      retry: false,
+      signal: o.signal,
+    });
+  }
+}
+
+/** The answer of a stdin write. */
+export interface StdinResult {
+  command: string;
+  /** Written by this call. */
+  bytes: number;
+  /** Written to the command's stdin in all. */
+  total: number;
+  closed: boolean;
 }
 
 export interface CreateCommandParams extends IdempotentCallOptions {
@@ -528,6 +566,8 @@ export interface CreateCommandParams extends IdempotentCallOptions {
   env?: Record<string, string>;
   cwd?: string;
   stdin?: string | Uint8Array;
+  /** Keep stdin open for commands.writeStdin (after stdin, if given). */
+  stdinOpen?: boolean;
   /** How long the answer waits for the process to end; it says status "running" if it has not. */
   waitMs?: number;
   timeoutMs?: number;
@@ -535,7 +575,14 @@ export interface CreateCommandParams extends IdempotentCallOptions {
 
 function commandBody(p: CreateCommandParams): Record<string, unknown> {
   if (!Array.isArray(p.argv)) throw new TypeError('argv is an array of strings, e.g. ["python", "upper.py"]; for a shell line use ["bash", "-c", line]');
-  const body: Record<string, unknown> = compact({ argv: p.argv, env: p.env, cwd: p.cwd, wait_ms: p.waitMs, timeout_ms: p.timeoutMs });
+  const body: Record<string, unknown> = compact({
+    argv: p.argv,
+    env: p.env,
+    cwd: p.cwd,
+    stdin_open: p.stdinOpen || undefined,
+    wait_ms: p.waitMs,
+    timeout_ms: p.timeoutMs,
+  });
   if (typeof p.stdin === "string") body.stdin = p.stdin;
   else if (p.stdin !== undefined) {
     try {
@@ -603,6 +650,10 @@ export class SandboxCommands {
 
   kill(id: string, o: { signal?: AbortSignal; killSignal?: string } = {}): Promise<Command> {
     return this.commands.kill(id, o);
+  }
+
+  writeStdin(id: string, data?: Data, o: { close?: boolean } & CallOptions = {}): Promise<StdinResult> {
+    return this.commands.writeStdin(id, data, o);
   }
 }
 
@@ -723,8 +774,19 @@ export class Sandboxes {
     return new Sandbox(this.t, await this.t.json<WireSandbox>("GET", `/v1/sandboxes/${encodeURIComponent(id)}`, o));
   }
 
-  async list(p: { status?: string; limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<SandboxInfo>> {
-    const body = await this.t.json<unknown>("GET", "/v1/sandboxes", { query: { status: p.status, limit: p.limit, cursor: p.cursor }, signal: p.signal });
+  /**
+   * The sandboxes of the graph; label ({ team: "a" }, "team=a" or a list of those strings)
+   * keeps those whose metadata has every key=value given.
+   */
+  async list(
+    p: { status?: string; label?: Record<string, string> | string | string[]; limit?: number; cursor?: string } & CallOptions = {},
+  ): Promise<Page<SandboxInfo>> {
+    const label =
+      p.label === undefined ? undefined : typeof p.label === "string" ? [p.label] : Array.isArray(p.label) ? p.label : Object.entries(p.label).map(([k, v]) => `${k}=${v}`);
+    const body = await this.t.json<unknown>("GET", "/v1/sandboxes", {
+      query: { status: p.status, label, limit: p.limit, cursor: p.cursor },
+      signal: p.signal,
+    });
     return toPage(body, toSandboxInfo);
   }
 

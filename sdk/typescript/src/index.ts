@@ -35,6 +35,7 @@ export type {
   CreateCommandParams,
   Origin,
   StreamOptions,
+  StdinResult,
   Json,
   Data,
 } from "./client.js";

@@ -10,6 +10,7 @@ import { test } from "node:test";
 
 import {
   AuthenticationError,
+  ConflictError,
   IdempotencyConflictError,
   InvalidRequestError,
   LbbClient,
@@ -160,6 +161,61 @@ test("output streams as server-sent events", async (t) => {
   });
 });
 
+test("files: mkdir makes parents; delete of a non-empty directory needs recursive", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  await lbb.sandboxes.scoped({}, async (sb) => {
+    const d = await sb.files.mkdir("a/b/c");
+    assert.equal(d.type, "dir");
+    assert.match(d.path, /a\/b\/c$/);
+    await sb.files.write("a/b/c/f.txt", "x");
+    await assert.rejects(sb.files.delete("a"), ConflictError);
+    assert.equal(await sb.files.readText("a/b/c/f.txt"), "x");
+    await sb.files.delete("a", { recursive: true });
+    assert.ok(!(await sb.files.list(".")).data.some((e) => e.name === "a"));
+    await assert.rejects(sb.files.read("a/b/c/f.txt"), NotFoundError);
+  });
+});
+
+test("commands: stdinOpen, writeStdin, close", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  await lbb.sandboxes.scoped({}, async (sb) => {
+    const cmd = await sb.commands.create({ argv: ["cat"], stdinOpen: true });
+    assert.equal(cmd.status, "running");
+    const w1 = await sb.commands.writeStdin(cmd.id, "hello ");
+    assert.deepEqual([w1.bytes, w1.total, w1.closed], [6, 6, false]);
+    const w2 = await lbb.commands.writeStdin(cmd.id, new TextEncoder().encode("world"), { close: true });
+    assert.deepEqual([w2.bytes, w2.total, w2.closed], [5, 11, true]);
+    const done = await lbb.commands.wait(cmd.id, { timeoutMs: 60_000 });
+    assert.equal(done.status, "succeeded");
+    assert.equal(outputText(done.stdout), "hello world");
+    await assert.rejects(lbb.commands.writeStdin(cmd.id, "late"), ConflictError);
+    // A command started without stdinOpen takes no writes.
+    const other = await sb.commands.create({ argv: ["sleep", "30"] });
+    await assert.rejects(sb.commands.writeStdin(other.id, "x"), ConflictError);
+    await sb.commands.kill(other.id);
+  });
+});
+
+test("sandboxes.list filters by status and label", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const tag = randomUUID().slice(0, 10);
+  await lbb.sandboxes.scoped({ metadata: { suite: tag, kind: "a" } }, (a) =>
+    lbb.sandboxes.scoped({ metadata: { suite: tag, kind: "b" } }, async (b) => {
+      const ids = async (p: Parameters<typeof lbb.sandboxes.list>[0]) => (await lbb.sandboxes.list(p)).data.map((s) => s.id).sort();
+      assert.deepEqual(await ids({ label: { suite: tag } }), [a.id, b.id].sort());
+      assert.deepEqual(await ids({ label: [`suite=${tag}`, "kind=b"] }), [b.id]);
+      assert.deepEqual(await ids({ label: `suite=${tag}-none` }), []);
+      await a.stop();
+      assert.deepEqual(await ids({ status: "stopped", label: { suite: tag } }), [a.id]);
+      assert.deepEqual(await ids({ status: "running", label: { suite: tag } }), [b.id]);
+      await assert.rejects(lbb.sandboxes.list({ label: "no-equals-sign" }), InvalidRequestError);
+    }),
+  );
+});
+
 type OpenAPI = { paths?: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
 
 test("openapi: every route the SDK calls is in the document", async (t) => {
@@ -173,6 +229,7 @@ test("openapi: every route the SDK calls is in the document", async (t) => {
     ["get", "/v1/commands/{id}/output"], ["post", "/v1/commands/{id}/kill"],
     ["put", "/v1/sandboxes/{id}/files/content"], ["get", "/v1/sandboxes/{id}/files/content"],
     ["get", "/v1/sandboxes/{id}/files"], ["delete", "/v1/sandboxes/{id}/files"],
+    ["post", "/v1/sandboxes/{id}/files/mkdir"], ["post", "/v1/commands/{id}/stdin"],
     ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates/{name}"],
     ["post", "/v1/files"], ["get", "/v1/files"], ["get", "/v1/files/{id}"], ["get", "/v1/files/{id}/content"],
     ["put", "/v1/sandboxes/files/content"],

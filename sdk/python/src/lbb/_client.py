@@ -67,6 +67,7 @@ class _API:
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
         graph: bool = True,
+        retry: bool = True,
     ) -> httpx.Response:
         url = self.opts.base_url + path
         q: Dict[str, Any] = {"graph": self.opts.graph} if graph else {}
@@ -78,7 +79,7 @@ class _API:
             # at most once for it.
             h["Idempotency-Key"] = idempotency_key or _core.new_idempotency_key()
         # A body read from a stream cannot be sent twice.
-        retries = self.opts.max_retries if content is None or isinstance(content, bytes) else 0
+        retries = self.opts.max_retries if retry and (content is None or isinstance(content, bytes)) else 0
         t = httpx.Timeout(timeout if timeout is not None else self.opts.timeout, connect=10.0)
         attempt = 0
         while True:
@@ -230,8 +231,14 @@ class SandboxFiles:
         params = {"path": path, "recursive": "true" if recursive else None}
         return page_of(FileInfo, self._api.json("GET", f"/v1/sandboxes/{self._id}/files", params=params))
 
-    def delete(self, path: str) -> None:
-        self._api.request("DELETE", f"/v1/sandboxes/{self._id}/files", params={"path": path})
+    def delete(self, path: str, *, recursive: Optional[bool] = None) -> None:
+        """Removes a file, symlink or directory; a directory that is not empty needs ``recursive=True``."""
+        params = {"path": path, "recursive": "true" if recursive else None}
+        self._api.request("DELETE", f"/v1/sandboxes/{self._id}/files", params=params)
+
+    def mkdir(self, path: str) -> FileInfo:
+        """Makes a directory and its parents; answers its entry."""
+        return FileInfo(self._api.json("POST", f"/v1/sandboxes/{self._id}/files/mkdir", params={"path": path}))
 
     def keep(self, path: str, *, idempotency_key: Optional[str] = None) -> File:
         """Keeps a workspace file as a File of the graph, which outlives the sandbox."""
@@ -294,6 +301,21 @@ class Commands:
     def kill(self, command_id: str, *, signal: Optional[str] = None) -> Command:
         return Command(self._api.json("POST", f"/v1/commands/{command_id}/kill", json=_core.clean({"signal": signal})))
 
+    def write_stdin(self, command_id: str, data: Data = b"", *, close: bool = False) -> Record:
+        """Writes to the stdin of a running command started with ``stdin_open=True`` (str as UTF-8);
+        ``close=True`` closes it after, so the process reads end of file. Answers ``bytes``
+        (written by this call), ``total`` and ``closed``. Not retried: bytes are never sent twice."""
+        return Record(
+            self._api.json(
+                "POST",
+                f"/v1/commands/{command_id}/stdin",
+                params={"close": "true" if close else "false"},
+                content=_core.to_bytes(data),
+                headers={"Content-Type": "application/octet-stream"},
+                retry=False,
+            )
+        )
+
 
 class SandboxCommands:
     """The commands of one sandbox."""
@@ -310,13 +332,15 @@ class SandboxCommands:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Optional[Data] = None,
+        stdin_open: bool = False,
         wait_ms: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         idempotency_key: Optional[str] = None,
     ) -> Command:
         """Starts a process. With wait_ms the answer waits up to that long for it to end; the
-        record says ``status`` (``running`` if it has not) and holds head and tail of its output."""
-        body = _core.command_body(argv, env=env, cwd=cwd, stdin=stdin, wait_ms=wait_ms, timeout_ms=timeout_ms)
+        record says ``status`` (``running`` if it has not) and holds head and tail of its output.
+        ``stdin_open=True`` keeps stdin open for :meth:`write_stdin`."""
+        body = _core.command_body(argv, env=env, cwd=cwd, stdin=stdin, wait_ms=wait_ms, timeout_ms=timeout_ms, stdin_open=stdin_open)
         return Command(
             self._api.json(
                 "POST",
@@ -359,6 +383,9 @@ class SandboxCommands:
 
     def kill(self, command_id: str, *, signal: Optional[str] = None) -> Command:
         return self._commands.kill(command_id, signal=signal)
+
+    def write_stdin(self, command_id: str, data: Data = b"", *, close: bool = False) -> Record:
+        return self._commands.write_stdin(command_id, data, close=close)
 
 
 class Sandbox:
@@ -508,8 +535,18 @@ class Sandboxes:
         """A handle on an existing sandbox, with its record."""
         return Sandbox(self._api, self._api.json("GET", f"/v1/sandboxes/{sandbox_id}"))
 
-    def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[SandboxRecord]:
-        return page_of(SandboxRecord, self._api.json("GET", "/v1/sandboxes", params={"status": status, "limit": limit, "cursor": cursor}))
+    def list(
+        self,
+        *,
+        status: Optional[str] = None,
+        label: Union[None, str, Sequence[str], Mapping[str, str]] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> Page[SandboxRecord]:
+        """The sandboxes of the graph; ``label`` (``{"team": "a"}`` or ``"team=a"``) keeps those
+        whose metadata has every key=value given."""
+        params = {"status": status, "label": _core.label_params(label), "limit": limit, "cursor": cursor}
+        return page_of(SandboxRecord, self._api.json("GET", "/v1/sandboxes", params=params))
 
     def delete(self, sandbox_id: str) -> None:
         self._api.request("DELETE", f"/v1/sandboxes/{sandbox_id}")

@@ -161,10 +161,13 @@ def command_body(
     stdin: Optional[Data],
     wait_ms: Optional[int],
     timeout_ms: Optional[int],
+    stdin_open: Optional[bool] = None,
 ) -> Dict[str, Any]:
     if isinstance(argv, (str, bytes)):
         raise TypeError('argv is a list of strings, e.g. ["python", "upper.py"]; for a shell line use ["bash", "-c", line]')
-    body = clean({"argv": list(argv), "env": env, "cwd": cwd, "wait_ms": wait_ms, "timeout_ms": timeout_ms})
+    body = clean(
+        {"argv": list(argv), "env": env, "cwd": cwd, "wait_ms": wait_ms, "timeout_ms": timeout_ms, "stdin_open": stdin_open or None}
+    )
     if stdin is not None:
         if isinstance(stdin, str):
             body["stdin"] = stdin
@@ -225,6 +228,17 @@ def sandbox_id_of(body: Mapping[str, Any]) -> str:
     if not sid:
         raise ValueError(f"the server's answer names no sandbox id: {dict(body)!r}")
     return str(sid)
+
+
+def label_params(label: Union[None, str, Sequence[str], Mapping[str, str]]) -> Optional[Sequence[str]]:
+    """?label=key=value, repeated: from a mapping, a "key=value" string or a list of them."""
+    if label is None:
+        return None
+    if isinstance(label, Mapping):
+        return [f"{k}={v}" for k, v in label.items()]
+    if isinstance(label, str):
+        return [label]
+    return list(label)
 
 
 def list_params(**kw: Any) -> Dict[str, Any]:
