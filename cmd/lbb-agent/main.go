@@ -18,7 +18,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -32,6 +34,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lbb-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// agentThreads is how many OS threads the agent makes at start and keeps idle. A fork bomb
+// takes every pid of the sandbox's pids limit (threads count too): a Go runtime that then
+// needs one more thread for a blocking system call dies ("newosproc"), and the sandbox's PID 1
+// with it. Threads made now stay with the runtime, idle, for when they are needed.
+const agentThreads = 8
+
+// reserveThreads makes the runtime start n threads at once (each goroutine holds its own
+// locked thread until all are running), then lets them go idle: an unlocked thread is kept.
+func reserveThreads(n int) {
+	var started, release sync.WaitGroup
+	started.Add(n)
+	release.Add(1)
+	for range n {
+		go func() {
+			goruntime.LockOSThread()
+			started.Done()
+			release.Wait()
+			goruntime.UnlockOSThread()
+		}()
+	}
+	started.Wait()
+	release.Done()
 }
 
 // options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
@@ -100,6 +126,8 @@ func run() error {
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		log.Warn("close_range", "err", err)
 	}
+
+	reserveThreads(agentThreads)
 
 	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home, Logger: log})
 	if err != nil {

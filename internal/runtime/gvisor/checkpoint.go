@@ -12,6 +12,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
 )
 
@@ -26,10 +27,10 @@ import (
 
 // Checkpoint saves started sandbox id into dir and stops it.
 func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	d.mu.Lock()
 	sb := d.running[id]
@@ -69,7 +70,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 // Restore starts sandbox id from the checkpoint in dir: the checkpointed sandbox, or a new
 // one (a fork).
 func (d *Driver) Restore(ctx context.Context, id, dir string) (runtime.Sandbox, error) {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return nil, err
 	}
 	cp, err := readState(filepath.Join(dir, "state.json"), id)
@@ -90,7 +91,7 @@ func (d *Driver) Restore(ctx context.Context, id, dir string) (runtime.Sandbox, 
 // given its disk and its agent's token.
 func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 	id := st.Spec.ID
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	if _, err := os.Stat(filepath.Join(d.dir(id), "state.json")); errors.Is(err, os.ErrNotExist) {
 		return d.create(ctx, st, disk)

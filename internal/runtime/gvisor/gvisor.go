@@ -76,7 +76,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -86,6 +85,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
@@ -139,7 +139,7 @@ type Driver struct {
 
 	mu      sync.Mutex
 	running map[string]*sandbox
-	locks   map[string]*idLock
+	locks   driverkit.Locks
 }
 
 var (
@@ -174,7 +174,6 @@ func New(cfg Config) *Driver {
 		cfg:       cfg,
 		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
-		locks:     map[string]*idLock{},
 	}
 }
 
@@ -203,49 +202,7 @@ func (d *Driver) Name() string { return "gvisor" }
 // Config is the driver's configuration, defaults filled in.
 func (d *Driver) Config() Config { return d.cfg }
 
-var (
-	validID       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	validHostname = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$`)
-)
-
-func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return errdefs.InvalidArgument("sandbox id %q: want 1-64 letters, digits, _ or -", id)
-	}
-	return nil
-}
-
-func notFound(id string) error {
-	return errdefs.Wrap(errdefs.ClassNotFound, "", fmt.Errorf("%w: %s", runtime.ErrNotFound, id))
-}
-
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
-
-// idLock serializes the lifecycle calls of one sandbox; different sandboxes run in parallel.
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (d *Driver) lock(id string) (unlock func()) {
-	d.mu.Lock()
-	l := d.locks[id]
-	if l == nil {
-		l = &idLock{}
-		d.locks[id] = l
-	}
-	l.refs++
-	d.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		d.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(d.locks, id)
-		}
-		d.mu.Unlock()
-	}
-}
 
 // state is what the driver keeps of a sandbox between calls (and processes).
 type state struct {
@@ -261,13 +218,13 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	unlock := d.lock(spec.ID)
+	unlock := d.locks.Lock(spec.ID)
 	defer unlock()
 	return d.create(ctx, st, "")
 }
 
 func (d *Driver) newState(spec runtime.Spec) (state, error) {
-	if err := checkID(spec.ID); err != nil {
+	if err := driverkit.CheckID(spec.ID); err != nil {
 		return state{}, err
 	}
 	if !filepath.IsAbs(spec.Image) {
@@ -280,7 +237,7 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
-	if !validHostname.MatchString(spec.Hostname) {
+	if !driverkit.ValidHostname(spec.Hostname) {
 		return state{}, errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
 	}
 	tok := make([]byte, 32)
@@ -356,7 +313,7 @@ func readState(path, id string) (state, error) {
 	var st state
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return st, notFound(id)
+		return st, driverkit.NotFound(id)
 	}
 	if err != nil {
 		return st, err
@@ -378,10 +335,10 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 
 // boot starts sandbox id afresh, or from the checkpoint in memDir when it is set.
 func (d *Driver) boot(ctx context.Context, id, memDir string) (runtime.Sandbox, error) {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return nil, err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	if err := d.reapDead(ctx, id); err != nil {
 		return nil, err
@@ -508,7 +465,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		return nil, err
 	}
 	logW.Close()
-	go logAgent(d.cfg.Logger.With("sandbox", id), logR)
+	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id), logR)
 
 	var conn net.Conn
 	if err := u.Step("agent connects", func() error {
@@ -560,13 +517,13 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
 func (d *Driver) Stop(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
-		return notFound(id)
+		return driverkit.NotFound(id)
 	}
 	return d.stop(ctx, id)
 }
@@ -703,10 +660,10 @@ func waitGone(ctx context.Context, cond func() bool) error {
 
 // Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
 func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	dir := d.dir(id)
 	d.mu.Lock()
@@ -737,7 +694,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && validID.MatchString(e.Name()) {
+		if e.IsDir() && driverkit.ValidID(e.Name()) {
 			ids = append(ids, e.Name())
 		}
 	}
@@ -756,7 +713,7 @@ func (d *Driver) Thaw(ctx context.Context, id string) error {
 }
 
 func (d *Driver) pause(ctx context.Context, id, verb string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
 	d.mu.Lock()

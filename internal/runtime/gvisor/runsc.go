@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,43 +175,6 @@ var (
 	spawnOnce sync.Once
 	spawnReqs chan spawnReq
 )
-
-// logAgent copies what the sandbox writes on its stdout and stderr (the agent's log, and
-// runsc's) to the logger, a line at a time, up to a budget: a sandbox could otherwise flood
-// the host's log.
-func logAgent(log *slog.Logger, r io.ReadCloser) {
-	defer r.Close()
-	const budget = 1 << 20
-	buf := make([]byte, 4096)
-	var line []byte
-	total := 0
-	for {
-		n, err := r.Read(buf)
-		for _, c := range buf[:n] {
-			if total > budget {
-				break
-			}
-			if c == '\n' || len(line) >= 2048 {
-				log.Info("agent", "line", string(line))
-				total += len(line)
-				line = line[:0]
-				if total > budget {
-					log.Warn("agent log budget exhausted; dropping the rest")
-				}
-				if c == '\n' {
-					continue
-				}
-			}
-			line = append(line, c)
-		}
-		if err != nil {
-			if len(line) > 0 && total <= budget {
-				log.Info("agent", "line", string(line))
-			}
-			return
-		}
-	}
-}
 
 // errExited is returned while waiting for an agent whose sandbox has ended.
 var errExited = errors.New("the sandbox exited before its agent connected")

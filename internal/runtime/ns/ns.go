@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	goruntime "runtime"
 	"sort"
 	"strings"
@@ -50,6 +49,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
 )
 
@@ -108,7 +108,7 @@ type Driver struct {
 
 	mu      sync.Mutex
 	running map[string]*sandbox
-	locks   map[string]*idLock
+	locks   driverkit.Locks
 }
 
 var (
@@ -139,7 +139,6 @@ func New(cfg Config) *Driver {
 		cfg:       cfg,
 		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
-		locks:     map[string]*idLock{},
 	}
 }
 
@@ -173,53 +172,11 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 	return d.cg, d.cgErr
 }
 
-var (
-	validID       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	validHostname = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$`)
-)
-
-func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return errdefs.InvalidArgument("sandbox id %q: want 1-64 letters, digits, _ or -", id)
-	}
-	return nil
-}
-
-func notFound(id string) error {
-	return errdefs.Wrap(errdefs.ClassNotFound, "", fmt.Errorf("%w: %s", runtime.ErrNotFound, id))
-}
-
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
-
-// idLock serializes the lifecycle calls of one sandbox; different sandboxes run in parallel.
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (d *Driver) lock(id string) (unlock func()) {
-	d.mu.Lock()
-	l := d.locks[id]
-	if l == nil {
-		l = &idLock{}
-		d.locks[id] = l
-	}
-	l.refs++
-	d.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		d.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(d.locks, id)
-		}
-		d.mu.Unlock()
-	}
-}
 
 // Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
-	if err := checkID(spec.ID); err != nil {
+	if err := driverkit.CheckID(spec.ID); err != nil {
 		return err
 	}
 	if !filepath.IsAbs(spec.Image) {
@@ -235,10 +192,10 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
-	if !validHostname.MatchString(spec.Hostname) {
+	if !driverkit.ValidHostname(spec.Hostname) {
 		return errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
 	}
-	unlock := d.lock(spec.ID)
+	unlock := d.locks.Lock(spec.ID)
 	defer unlock()
 
 	dir := d.dir(spec.ID)
@@ -307,7 +264,7 @@ func (d *Driver) readSpec(id string) (runtime.Spec, error) {
 	var spec runtime.Spec
 	b, err := os.ReadFile(filepath.Join(d.dir(id), "spec.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return spec, notFound(id)
+		return spec, driverkit.NotFound(id)
 	}
 	if err != nil {
 		return spec, err
@@ -320,10 +277,10 @@ const agentReadyTimeout = 30 * time.Second
 
 // Start boots the sandbox and returns once the agent speaks on the channel.
 func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return nil, err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	d.mu.Lock()
 	old := d.running[id]
@@ -518,7 +475,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		_ = cmd.Wait()
 		close(sb.done)
 	}()
-	go logAgent(d.cfg.Logger.With("sandbox", id), p.takeLogR())
+	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id), p.takeLogR())
 	d.cfg.Logger.Debug("sandbox started", append([]any{"sandbox", id, "pid", pid}, u.Times...)...)
 	return sb, nil
 }
@@ -695,51 +652,15 @@ var (
 	spawnReqs chan spawnReq
 )
 
-// logAgent copies the agent's stdout and stderr to the logger, a line at a time, up to a
-// budget: a sandbox could otherwise flood the host's log.
-func logAgent(log *slog.Logger, r *os.File) {
-	defer r.Close()
-	const budget = 1 << 20
-	buf := make([]byte, 4096)
-	var line []byte
-	total := 0
-	for {
-		n, err := r.Read(buf)
-		for _, c := range buf[:n] {
-			if total > budget {
-				break
-			}
-			if c == '\n' || len(line) >= 2048 {
-				log.Info("agent", "line", string(line))
-				total += len(line)
-				line = line[:0]
-				if total > budget {
-					log.Warn("agent log budget exhausted; dropping the rest")
-				}
-				if c == '\n' {
-					continue
-				}
-			}
-			line = append(line, c)
-		}
-		if err != nil {
-			if len(line) > 0 && total <= budget {
-				log.Info("agent", "line", string(line))
-			}
-			return
-		}
-	}
-}
-
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
 func (d *Driver) Stop(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
-		return notFound(id)
+		return driverkit.NotFound(id)
 	}
 	return d.stop(ctx, id)
 }
@@ -799,10 +720,10 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 
 // Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
 func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	dir := d.dir(id)
 	d.mu.Lock()
@@ -833,7 +754,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && validID.MatchString(e.Name()) {
+		if e.IsDir() && driverkit.ValidID(e.Name()) {
 			ids = append(ids, e.Name())
 		}
 	}
@@ -852,7 +773,7 @@ func (d *Driver) Thaw(ctx context.Context, id string) error {
 }
 
 func (d *Driver) freezer(ctx context.Context, id string, freeze bool) error {
-	if err := checkID(id); err != nil {
+	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
 	d.mu.Lock()
