@@ -12,10 +12,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bench"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -44,12 +44,9 @@ type benchFigure struct {
 }
 
 func quantiles(name string, ds []time.Duration) benchFigure {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	q := func(p float64) float64 {
-		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
-	}
-	return benchFigure{Name: name, N: len(s), P50Ms: q(.5), P95Ms: q(.95), P99Ms: q(.99)}
+	s := bench.Sample{Name: name, Durs: ds}
+	ms := func(q float64) float64 { return float64(s.Quantile(q).Microseconds()) / 1000 }
+	return benchFigure{Name: name, N: len(ds), P50Ms: ms(.5), P95Ms: ms(.95), P99Ms: ms(.99)}
 }
 
 // benchBytes yields n deterministic bytes without holding them.
