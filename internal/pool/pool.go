@@ -62,6 +62,9 @@ type Key struct {
 	Imports []string
 	// Limits is the class a spec must have exactly to be served from this key.
 	Limits runtime.Limits
+	// Runtime is the driver slots are made on (runtime.Spec.Runtime); a spec must name the
+	// same to be served from this key. "" is the driver's default.
+	Runtime string
 	// Min is the depth kept without demand, Max the most demand can ask for; zero takes
 	// Options.Min and Options.Max.
 	Min, Max int
@@ -424,7 +427,7 @@ func (p *Pool) match(spec runtime.Spec, lang string) []*keyState {
 	var exact, bare *keyState
 	for _, ks := range p.keys {
 		k := ks.key
-		if k.Image != spec.Image || k.Limits != spec.Limits {
+		if k.Image != spec.Image || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
 			continue
 		}
 		switch k.Language {
@@ -687,7 +690,7 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 			err = errors.Join(err, p.destroy(dctx, s))
 		}
 	}()
-	if err := p.o.Driver.Create(ctx, runtime.Spec{ID: s.id, Image: k.Image, Limits: k.Limits, Hostname: p.o.Hostname}); err != nil {
+	if err := p.o.Driver.Create(ctx, runtime.Spec{ID: s.id, Image: k.Image, Limits: k.Limits, Hostname: p.o.Hostname, Runtime: k.Runtime}); err != nil {
 		return nil, fmt.Errorf("creating: %w", err)
 	}
 	sb, err := p.o.Driver.Start(ctx, s.id)

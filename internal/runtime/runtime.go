@@ -53,6 +53,10 @@ type Spec struct {
 	Limits Limits `json:"limits"`
 	// Hostname inside the sandbox; "sandbox" when empty.
 	Hostname string `json:"hostname,omitempty"`
+	// Runtime names the driver that holds the sandbox ("ns", "gvisor"), for a driver that
+	// routes between several (internal/runtime/mux); "" is its default. A single driver
+	// ignores it.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Sandbox is a started sandbox.
