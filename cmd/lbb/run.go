@@ -36,6 +36,7 @@ func runRun(args []string) error {
 	config := fs.String("config", "", "config, as JSON (merged over a template's)")
 	template := fs.String("template", "", "run a saved template (name, or name@N to pin a version)")
 	base := fs.String("base", "", "lbb/python, lbb/node or lbb/shell")
+	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
 	key := fs.String("idempotency-key", "", "the call's Idempotency-Key (default: a fresh one)")
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms (default: the server's)")
 	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
@@ -46,7 +47,7 @@ func runRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	p := lbb.RunParams{Template: *template, Base: *base, IdempotencyKey: *key, TimeoutMs: *timeout}
+	p := lbb.RunParams{Template: *template, Base: *base, IdempotencyKey: *key, TimeoutMs: *timeout, Isolation: *isolation}
 	switch {
 	case len(pos) == 1 && *template == "":
 		code, err := os.ReadFile(pos[0])

@@ -3,38 +3,47 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 )
 
 func init() {
-	runtimes["ns"] = func(ctx context.Context, cfg config.Config, log *slog.Logger) (runtime.Driver, control.Image, error) {
-		if _, err := os.Stat(cfg.Agent); err != nil {
-			return nil, control.Image{}, fmt.Errorf("the guest agent (--agent, LBB_AGENT): %w; run `make build`", err)
-		}
-		if err := traversable(cfg.DataDir); err != nil {
-			return nil, control.Image{}, err
-		}
-		d := ns.New(ns.Config{
-			StateDir:  filepath.Join(cfg.DataDir, "sandboxes"),
-			AgentPath: cfg.Agent,
-			Limits:    runtime.Limits{MemoryMiB: cfg.Defaults.MemoryMiB, CPUs: cfg.Defaults.CPUs, Pids: cfg.Defaults.Pids, DiskMiB: cfg.Defaults.DiskMiB},
-			Logger:    log,
-		})
-		if err := runtime.CheckRequirements(d); err != nil {
-			return nil, control.Image{}, err
-		}
-		img, err := buildImage(ctx, cfg)
-		return d, img, err
+	runtimes["ns"] = runtimeFactory{
+		open: func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
+			if err := checkAgent(cfg); err != nil {
+				return nil, err
+			}
+			if err := traversable(cfg.DataDir); err != nil {
+				return nil, err
+			}
+			d := ns.New(ns.Config{
+				StateDir:  filepath.Join(cfg.DataDir, "sandboxes"),
+				AgentPath: cfg.Agent,
+				Limits:    defaultLimits(cfg),
+				Logger:    log,
+			})
+			return d, runtime.CheckRequirements(d)
+		},
+		image: buildImage,
 	}
+}
+
+// checkAgent checks that the guest agent every isolating driver puts in its sandboxes is there.
+func checkAgent(cfg config.Config) error {
+	if _, err := os.Stat(cfg.Agent); err != nil {
+		return fmt.Errorf("the guest agent (--agent, LBB_AGENT): %w; run `make build`", err)
+	}
+	return nil
+}
+
+func defaultLimits(cfg config.Config) runtime.Limits {
+	return runtime.Limits{MemoryMiB: cfg.Defaults.MemoryMiB, CPUs: cfg.Defaults.CPUs, Pids: cfg.Defaults.Pids, DiskMiB: cfg.Defaults.DiskMiB}
 }
 
 // traversable checks that every directory above the data directory lets others through:

@@ -17,11 +17,11 @@ import (
 )
 
 func init() {
-	commands["sandbox"] = command{summary: "Long-lived sandboxes (sandbox create|list|get|exec|stop|resume|delete)", run: runSandbox}
+	commands["sandbox"] = command{summary: "Long-lived sandboxes (sandbox create|list|get|exec|stop|resume|pause|snapshot|fork|snapshots|delete)", run: runSandbox}
 }
 
 const sandboxUsage = `Usage:
-  lbb sandbox create [--template T | --base B] [--expires S] [--memory-mib N] [--cpus N]
+  lbb sandbox create [--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N]
                      [--env NAME=VALUE]... [--label KEY=VALUE]...      prints the new sandbox's id
   lbb sandbox list [--status S] [--label KEY=VALUE]... [--limit N]
   lbb sandbox get ID
@@ -29,7 +29,12 @@ const sandboxUsage = `Usage:
         runs ARGV in the sandbox, streams its output live and exits with its exit code;
         -i sends this terminal's stdin to it; --detach prints the command id and returns
   lbb sandbox stop ID       its processes end, its disk stays
-  lbb sandbox resume ID     starts again with the same workspace
+  lbb sandbox resume ID     starts again with the same workspace (a paused one: where it was)
+  lbb sandbox pause ID      parks it: gvisor saves its memory to disk, ns freezes it in RAM
+  lbb sandbox snapshot ID [--label KEY=VALUE]...   a memory snapshot (gvisor); it runs on
+  lbb sandbox fork ID [--snapshot SNP] [--expires S] [--env NAME=VALUE]... [--label KEY=VALUE]...
+        a new sandbox from a snapshot of ID (a fresh one without --snapshot); prints its id
+  lbb sandbox snapshots ID [--limit N]   lists ID's snapshots; snapshots --delete SNP deletes one
   lbb sandbox delete ID     destroys it (the record stays)
   lbb sandbox bench [--serve] exec round trip, run, create/stop/resume and file throughput
 Every subcommand takes --url, --api-key, --graph and --json.
@@ -57,6 +62,7 @@ func runSandbox(args []string) error {
 	case "create":
 		template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
 		base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
+		isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
 		expires := fs.Int64("expires", 0, "seconds until the sandbox ends (default and cap: the server's)")
 		memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
 		cpus := fs.Float64("cpus", 0, "vCPUs")
@@ -72,7 +78,7 @@ func runSandbox(args []string) error {
 		if len(pos) != 0 {
 			return exitError{2, "sandbox create takes no arguments"}
 		}
-		p := lbb.CreateParams{Template: *template, Base: *base, ExpiresInSeconds: *expires, IdempotencyKey: *key}
+		p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *expires, IdempotencyKey: *key}
 		if *memory != 0 || *cpus != 0 || *disk != 0 {
 			p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus, DiskMiB: *disk}
 		}
@@ -129,7 +135,9 @@ func runSandbox(args []string) error {
 				orDash(sb.EndReason), orDash(labelString(sb.Metadata)))
 		}
 		return w.Flush()
-	case "get", "stop", "resume", "delete":
+	case "snapshot", "fork", "snapshots":
+		return sandboxSnapshots(ctx, fs, &cf, args[0], args[1:])
+	case "get", "stop", "resume", "pause", "delete":
 		pos, err := parseInterspersed(fs, args[1:])
 		if err != nil {
 			return err
@@ -146,6 +154,8 @@ func runSandbox(args []string) error {
 			sb, err = c.Sandboxes.Stop(ctx, id)
 		case "resume":
 			sb, err = c.Sandboxes.Resume(ctx, id)
+		case "pause":
+			sb, err = c.Sandboxes.Pause(ctx, id)
 		case "delete":
 			sb, err = c.Sandboxes.Delete(ctx, id)
 		}
@@ -206,6 +216,9 @@ func printSandbox(sb *lbb.Sandbox) {
 		row("template", fmt.Sprintf("%s@%d (%s)", sb.Template.Name, sb.Template.Version, sb.Template.ID))
 	}
 	row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
+	if sb.Isolation != "" {
+		row("isolation", sb.Isolation)
+	}
 	if len(sb.EnvNames) > 0 {
 		row("env", strings.Join(sb.EnvNames, ", "))
 	}
@@ -215,6 +228,12 @@ func printSandbox(sb *lbb.Sandbox) {
 	row("created", when(&sb.CreatedAt))
 	row("started", when(sb.StartedAt))
 	row("expires", when(sb.ExpiresAt))
+	if sb.PausedAt != nil {
+		row("paused", when(sb.PausedAt))
+	}
+	if sb.ForkedFrom != nil {
+		row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")
+	}
 	row("ended", when(sb.EndedAt))
 	if sb.EndReason != "" {
 		row("end reason", sb.EndReason)

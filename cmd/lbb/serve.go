@@ -30,6 +30,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/mcp"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/mux"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
 
@@ -37,8 +38,15 @@ func init() {
 	commands["serve"] = command{summary: "Run the service (the API on --addr, default 127.0.0.1:7700)", run: runServe}
 }
 
-// runtimeFactory makes the driver named by --runtime.
-type runtimeFactory func(ctx context.Context, cfg config.Config, log *slog.Logger) (runtime.Driver, control.Image, error)
+// runtimeFactory makes one isolation driver.
+type runtimeFactory struct {
+	// open makes the driver and checks what it needs of this host (runtime.CheckRequirements).
+	open func(cfg config.Config, log *slog.Logger) (runtime.Driver, error)
+	// image finds the base image, building it when missing; the default driver's is used.
+	image func(ctx context.Context, cfg config.Config) (control.Image, error)
+	// onlyDefault, when set, says why the driver is offered only as the default.
+	onlyDefault string
+}
 
 // runtimes are the drivers lbb serve can run on; each registers itself in init.
 var runtimes = map[string]runtimeFactory{}
@@ -78,16 +86,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer unlock()
 
-	factory, ok := runtimes[cfg.Runtime]
-	if !ok {
-		names := make([]string, 0, len(runtimes))
-		for n := range runtimes {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return fmt.Errorf("--runtime %q: this lbb has %s", cfg.Runtime, strings.Join(names, ", "))
-	}
-	driver, image, err := factory(ctx, cfg, log)
+	driver, image, iso, err := openRuntimes(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -109,11 +108,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var provider host.Provider
 	var warm *pool.Pool
 	if cfg.Pool {
+		keys := poolKeys(cfg, image, driver)
 		warm, err = pool.New(pool.Options{
 			Driver: driver,
-			Keys: pool.DefaultKeys(image.Rootfs, runtime.Limits{MemoryMiB: cfg.Defaults.MemoryMiB, CPUs: cfg.Defaults.CPUs,
-				Pids: cfg.Defaults.Pids, DiskMiB: cfg.Defaults.DiskMiB}),
-			Min: cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
+			Keys:   keys,
+			Min:    cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
+			NoFreeze:   !canFreeze(driver, keys),
 			Registerer: reg, Log: log.With("part", "pool"),
 		})
 		if err != nil {
@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	hst := host.New(host.Options{Driver: driver, Provider: provider, Log: log})
 	svc := control.New(control.Options{
-		Store: st, Runner: hst, Sandboxes: hst, Blobs: bs, Image: image,
+		Store: st, Runner: hst, Sandboxes: hst, Blobs: bs, Image: image, Isolation: iso,
 		Config: cfg, Log: log, Registerer: reg,
 	})
 	rec, err := svc.Recover(ctx)
@@ -155,11 +155,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// /mcp serves the MCP tools over streamable HTTP, as a client of this same API with the
 	// key of each request.
 	mcpHandler := mcp.NewHTTPHandler("http://"+ln.Addr().String(), mcp.HTTPOptions{Log: log.With("part", "mcp")})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcpHandler)
-	mux.Handle("/", api.New(api.Options{Service: svc, Log: log, Registry: reg}))
+	routes := http.NewServeMux()
+	routes.Handle("/mcp", mcpHandler)
+	routes.Handle("/", api.New(api.Options{Service: svc, Log: log, Registry: reg}))
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           routes,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
@@ -168,8 +168,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv.RegisterOnShutdown(mcpHandler.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "runtime", driver.Name(), "image", image.ID, "data_dir", cfg.DataDir)
-	fmt.Fprintf(os.Stderr, "lbb: serving on http://%s (runtime %s, image %s)\n", ln.Addr(), driver.Name(), image.ID)
+	log.Info("serving", "addr", ln.Addr().String(), "runtime", cfg.Runtime, "isolation", iso.Available, "image", image.ID, "data_dir", cfg.DataDir)
+	fmt.Fprintf(os.Stderr, "lbb: serving on http://%s (runtime %s, isolation %s, image %s)\n", ln.Addr(), cfg.Runtime,
+		strings.Join(iso.Available, ", "), image.ID)
 
 	select {
 	case err := <-served:
@@ -231,6 +232,94 @@ func lockDataDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("another lbb serve is using %s", dir)
 	}
 	return func() { f.Close() }, nil
+}
+
+// openRuntimes makes the default driver (--runtime; its failure is the server's) and every
+// other registered driver this host can run, and routes between them. The ones it cannot
+// run are logged and answered, with why, to calls that name them.
+func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mux.Driver, control.Image, control.Isolation, error) {
+	names := make([]string, 0, len(runtimes))
+	for n := range runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	iso := control.Isolation{Default: cfg.Runtime, Unavailable: map[string]string{}}
+	factory, ok := runtimes[cfg.Runtime]
+	if !ok {
+		return nil, control.Image{}, iso, fmt.Errorf("--runtime %q: this lbb has %s", cfg.Runtime, strings.Join(names, ", "))
+	}
+	def, err := factory.open(cfg, log)
+	if err != nil {
+		return nil, control.Image{}, iso, err
+	}
+	image, err := factory.image(ctx, cfg)
+	if err != nil {
+		return nil, control.Image{}, iso, err
+	}
+	drivers := map[string]runtime.Driver{cfg.Runtime: def}
+	for _, name := range names {
+		f := runtimes[name]
+		switch {
+		case name == cfg.Runtime:
+			continue
+		case f.onlyDefault != "":
+			iso.Unavailable[name] = f.onlyDefault
+			continue
+		case image.ID == "host":
+			iso.Unavailable[name] = "no base image is built (run `lbb images build`)"
+			continue
+		}
+		d, err := f.open(cfg, log.With("runtime", name))
+		if err != nil {
+			iso.Unavailable[name] = err.Error()
+			continue
+		}
+		drivers[name] = d
+	}
+	m, err := mux.New(mux.Options{Default: cfg.Runtime, Drivers: drivers})
+	if err != nil {
+		return nil, control.Image{}, iso, err
+	}
+	iso.Available = m.Names()
+	log.Info("isolation", "default", cfg.Runtime, "available", iso.Available)
+	for name, why := range iso.Unavailable {
+		log.Info("isolation unavailable", "runtime", name, "reason", why)
+	}
+	return m, image, iso, nil
+}
+
+// poolKeys are the warm pool's keys: the default keys on the default driver, and, when
+// gvisor is offered beside another default, the same kinds on gvisor, --pool-gvisor-min deep,
+// so that one-call gvisor runs can start warm too.
+func poolKeys(cfg config.Config, image control.Image, m *mux.Driver) []pool.Key {
+	var keys []pool.Key
+	for _, k := range pool.DefaultKeys(image.Rootfs, defaultLimits(cfg)) {
+		k.Runtime = cfg.Runtime
+		keys = append(keys, k)
+	}
+	if _, ok := m.Driver("gvisor"); ok && cfg.Runtime != "gvisor" && cfg.PoolGvisorMin > 0 {
+		for _, k := range pool.DefaultKeys(image.Rootfs, defaultLimits(cfg)) {
+			k.Name, k.Runtime = "gvisor/"+k.Name, "gvisor"
+			k.Min, k.Max = cfg.PoolGvisorMin, max(cfg.PoolGvisorMin, min(cfg.PoolMax, 2))
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// canFreeze says whether every driver the pool builds slots on can park them: the pool then
+// freezes its slots, else it keeps them running.
+func canFreeze(m *mux.Driver, keys []pool.Key) bool {
+	for _, k := range keys {
+		d, ok := m.Driver(k.Runtime)
+		if !ok {
+			return false
+		}
+		if _, ok := d.(runtime.Freezer); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // buildImage finds the base image, building it (with progress on stderr) when missing.

@@ -17,7 +17,7 @@ func init() {
 }
 
 const templatesUsage = `Usage:
-  lbb templates create NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N]
+  lbb templates create NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor]
                                                save a new version of NAME (each save is a new version)
   lbb templates list                           the graph's templates (newest versions) and the bases
   lbb templates show NAME[@N]                  one version (newest by default) and the history
@@ -38,6 +38,7 @@ func runTemplates(args []string) error {
 	case "create":
 		file := fs.String("file", "", "the code (default: none)")
 		base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
+		isolation := fs.String("isolation", "", "isolation its runs and sandboxes default to: ns or gvisor (default: the server's)")
 		config := fs.String("config", "", "default config, a JSON object")
 		memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
 		cpus := fs.Float64("cpus", 0, "vCPUs")
@@ -50,7 +51,7 @@ func runTemplates(args []string) error {
 		if len(pos) != 1 {
 			return exitError{2, "templates create takes one NAME"}
 		}
-		p := lbb.TemplateParams{Name: pos[0], Base: *base, TimeoutMs: *timeout, Description: *desc}
+		p := lbb.TemplateParams{Name: pos[0], Base: *base, Isolation: *isolation, TimeoutMs: *timeout, Description: *desc}
 		if *file != "" {
 			b, err := os.ReadFile(*file)
 			if err != nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/host"
-	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
@@ -56,7 +55,8 @@ func newServer(t testing.TB, tweak func(*config.Config)) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+	// The local driver, with a fake freezer and checkpoint (pause, snapshot and fork).
+	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
 	svc := control.New(control.Options{Store: st, Runner: r, Sandboxes: host.New(host.Options{Driver: drv}), Blobs: bs,
 		Config: cfg, Registerer: reg,
 		Image: control.Image{ID: "img1", Rootfs: "/", Versions: map[string]string{"python": "3.13.5"}}})
@@ -221,6 +221,13 @@ func TestAuditAndMetrics(t *testing.T) {
 			t.Fatalf("audit entry without its key: %v", e)
 		}
 		routes = append(routes, fmt.Sprintf("%s %v", e["route"], e["status"]))
+		// The run's entry is written with the run's end (one commit): it still names its command
+		// and its request.
+		if e["route"] == "POST /v1/sandboxes" && e["status"] == 200.0 {
+			if !strings.HasPrefix(fmt.Sprint(e["target"]), "cmd_") || !strings.HasPrefix(fmt.Sprint(e["request_id"]), "req_") {
+				t.Fatalf("run audit entry: %v", e)
+			}
+		}
 	}
 	sort.Strings(routes)
 	want := []string{"POST /v1/sandboxes 200", "POST /v1/sandboxes 400", "POST /v1/sandboxes/templates 201"}

@@ -313,6 +313,7 @@ type templateVersion struct {
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by,omitempty"`
+	Isolation string    `json:"isolation,omitempty"`
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -331,7 +332,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *call) er
 	}
 	versions := make([]templateVersion, len(all))
 	for i, v := range all {
-		versions[i] = templateVersion{v.Version, v.CreatedAt, v.CreatedBy}
+		versions[i] = templateVersion{v.Version, v.CreatedAt, v.CreatedBy, v.Isolation}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		store.Template

@@ -48,6 +48,7 @@ func (s *Server) level3Routes() {
 	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
 	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
 	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile)
+	s.snapshotRoutes()
 }
 
 // writeResponse writes a stored or fresh answer of the control plane.
@@ -56,6 +57,17 @@ func writeResponse(w http.ResponseWriter, resp control.Response) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeRaw(w, resp.Status, resp.Body)
+}
+
+// writeTargeted writes resp and names the record it made (its "id") as the call's target.
+func writeTargeted(w http.ResponseWriter, c *call, resp control.Response) {
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(resp.Body, &rec) == nil {
+		c.target = rec.ID
+	}
+	writeResponse(w, resp)
 }
 
 // createLongLived serves POST /v1/sandboxes without run.
@@ -125,13 +137,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
-	var rec struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(resp.Body, &rec) == nil {
-		c.target = rec.ID
-	}
-	writeResponse(w, resp)
+	writeTargeted(w, c, resp)
 	return nil
 }
 
@@ -386,13 +392,7 @@ func (s *Server) createFile(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	var rec struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(resp.Body, &rec) == nil {
-		c.target = rec.ID
-	}
-	writeResponse(w, resp)
+	writeTargeted(w, c, resp)
 	return nil
 }
 

@@ -345,6 +345,7 @@ func TestOpenAPIContract(t *testing.T) {
 	check("listAudit", "/v1/audit", 403, "GET", "/v1/audit", reader, nil, "")
 
 	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
+	snapshotContract(t, s, check, admin, reader, other, sbxID, stopped)
 
 	// 503: a server that is shutting down takes no run.
 	time.Sleep(50 * time.Millisecond)
@@ -353,6 +354,7 @@ func TestOpenAPIContract(t *testing.T) {
 	}
 	check("createSandbox", sb, 503, "POST", sb+"?graph=main", admin, idem("late"), sumBody)
 	check("resumeSandbox", "/v1/sandboxes/{id}/resume", 503, "POST", sb+"/"+stopped+"/resume?graph=main", admin, nil, "")
+	snapshotsAfterShutdown(t, check, admin, stopped)
 	// …and one whose store is gone is not healthy.
 	s.st.Close()
 	check("healthz", "/healthz", 503, "GET", "/healthz", "", nil, "")

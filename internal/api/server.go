@@ -98,6 +98,8 @@ type call struct {
 	target  string
 	sandbox string
 	status  int
+	// audit is the call's pending audit entry (routes that audit).
+	audit *control.PendingAudit
 }
 
 type statusWriter struct {
@@ -191,6 +193,13 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		s.writeError(w, c, err)
 		return
 	}
+	if route.Audit {
+		c.audit = control.NewPendingAudit(store.AuditEntry{
+			ID: ids.New(ids.Audit), Graph: c.caller.Graph, KeyID: c.caller.Key.ID, Method: r.Method,
+			Route: route.Method + " " + route.Pattern, Path: r.URL.Path, RequestID: c.requestID,
+		})
+		r = r.WithContext(control.WithPendingAudit(r.Context(), c.audit))
+	}
 	if err := route.Handler(w, r, c); err != nil {
 		s.writeError(w, c, err)
 	}
@@ -241,14 +250,22 @@ func (s *Server) authorize(r *http.Request, c *call) error {
 	return nil
 }
 
+// audit writes the call's audit entry, unless the control plane wrote it already (a run
+// records it with its end, in one commit).
 func (s *Server) audit(r *http.Request, c *call, status int) {
+	e, ok := c.audit.Take()
+	if !ok {
+		if c.audit != nil {
+			return
+		}
+		// A call that failed before its entry was made (authorization) has none pending.
+		e = store.AuditEntry{ID: ids.New(ids.Audit), Graph: c.caller.Graph, KeyID: c.caller.Key.ID, Method: r.Method,
+			Route: c.route.Method + " " + c.route.Pattern, Path: r.URL.Path, RequestID: c.requestID}
+	}
+	e.Target, e.Status, e.At = c.target, status, time.Now().UTC().Truncate(time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
-	err := s.svc.Store().AppendAudit(ctx, store.AuditEntry{
-		ID: ids.New(ids.Audit), Graph: c.caller.Graph, KeyID: c.caller.Key.ID, Method: r.Method,
-		Route: c.route.Method + " " + c.route.Pattern, Path: r.URL.Path, Target: c.target, Status: status,
-		RequestID: c.requestID, At: time.Now().UTC().Truncate(time.Millisecond),
-	})
+	err := s.svc.Store().AppendAudit(ctx, e)
 	if err != nil {
 		s.log.Error("writing the audit trail", "request_id", c.requestID, "err", err)
 	}

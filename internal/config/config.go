@@ -29,7 +29,8 @@ type Config struct {
 	ImagesDir string
 	// Mirror is the Debian mirror image builds use ("" for the builder's default).
 	Mirror string
-	// Runtime names the isolation driver.
+	// Runtime names the default isolation driver. The server also offers every other driver
+	// this host can run; a call or a template may name one.
 	Runtime string
 	// Agent is the guest agent binary the driver puts in every sandbox.
 	Agent string
@@ -73,6 +74,9 @@ type Config struct {
 	PoolMin    int
 	PoolMax    int
 	PoolRefill int
+	// PoolGvisorMin is how many warm sandboxes per language are kept on gvisor when the
+	// server offers it beside another default (0: none; gvisor runs then start cold).
+	PoolGvisorMin int
 }
 
 // Default returns the configuration with every default filled in.
@@ -103,6 +107,7 @@ func Default() Config {
 		PoolMin:            2,
 		PoolMax:            8,
 		PoolRefill:         1,
+		PoolGvisorMin:      1,
 	}
 }
 
@@ -112,7 +117,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
 	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")
-	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "isolation driver")
+	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "default isolation driver (ns, gvisor); the others this host can run are offered too")
 	fs.StringVar(&c.Agent, "agent", c.Agent, "guest agent binary (default lbb-agent next to lbb)")
 
 	fs.Int64Var(&c.Defaults.MemoryMiB, "default-memory-mib", c.Defaults.MemoryMiB, "memory of a sandbox when a call names none")
@@ -143,6 +148,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")
 	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
 	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
+	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
 }
 
 // EnvName is the environment variable of a flag: --data-dir is LBB_DATA_DIR.
@@ -202,6 +208,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Pool && (c.PoolMin < 0 || c.PoolMax < max(c.PoolMin, 1) || c.PoolRefill < 1) {
 		bad("--pool-min %d, --pool-max %d, --pool-refill %d: want 0 ≤ min ≤ max, max ≥ 1, refill ≥ 1", c.PoolMin, c.PoolMax, c.PoolRefill)
+	}
+	if c.PoolGvisorMin < 0 {
+		bad("--pool-gvisor-min %d must not be negative", c.PoolGvisorMin)
 	}
 	for _, l := range []struct {
 		name     string

@@ -43,6 +43,17 @@ func TestLoad(t *testing.T) {
 				t.Errorf("addr %q", c.Addr)
 			}
 		}},
+		{name: "gvisor pool", check: func(t *testing.T, c Config) {
+			if c.PoolGvisorMin != 1 || c.Runtime != "ns" {
+				t.Errorf("pool-gvisor-min %d, runtime %q; want 1 and ns", c.PoolGvisorMin, c.Runtime)
+			}
+		}},
+		{name: "gvisor pool off", env: map[string]string{"LBB_POOL_GVISOR_MIN": "0"}, check: func(t *testing.T, c Config) {
+			if c.PoolGvisorMin != 0 {
+				t.Errorf("pool-gvisor-min %d, want 0", c.PoolGvisorMin)
+			}
+		}},
+		{name: "negative gvisor pool", args: []string{"--pool-gvisor-min", "-1"}, wantErr: true},
 		{name: "bad env", env: map[string]string{"LBB_MAX_PIDS": "many"}, wantErr: true},
 		{name: "default above cap", args: []string{"--default-memory-mib", "9000", "--max-memory-mib", "4096"}, wantErr: true},
 		{name: "bad addr", args: []string{"--addr", "nowhere"}, wantErr: true},

@@ -299,9 +299,10 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		}()
 	}
 	s.metrics.running.Inc()
+	audit := pendingAudit(ctx)
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(sbCtx, ls, lc, cmd, spec, inf)
+		s.runCommand(sbCtx, ls, lc, cmd, spec, inf, audit)
 	}()
 	// Answer once the process runs, so that a kill or stdin that follows reaches it.
 	select {
@@ -313,7 +314,8 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 }
 
 // runCommand runs a command to its end and records how it ended.
-func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveCommand, cmd store.Command, spec host.ExecSpec, inf *inflight) {
+// The call's audit entry, when still pending, is written with the end (one commit).
+func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveCommand, cmd store.Command, spec host.ExecSpec, inf *inflight, audit *PendingAudit) {
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
 	out := lc.live.Exec(ctx, spec)
 	s.metrics.running.Dec()
@@ -366,7 +368,14 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 			return err
 		}
 		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
-		return q.UpdateIdempotency(wctx, r)
+		if err := q.UpdateIdempotency(wctx, r); err != nil {
+			return err
+		}
+		if e, ok := audit.Take(); ok {
+			e.Status, e.Target, e.At = resp.Status, cmd.ID, s.now()
+			return q.AppendAudit(wctx, e)
+		}
+		return nil
 	})
 	if err != nil {
 		log.Error("recording the end of a command", "err", err)

@@ -48,7 +48,9 @@ type Options struct {
 	Blobs  blobs.Store
 	Image  Image
 	Config config.Config
-	Log    *slog.Logger
+	// Isolation is what drivers the server offers; zero means Config.Runtime alone.
+	Isolation Isolation
+	Log       *slog.Logger
 	// Registerer receives the control plane's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Now is the clock; time.Now when nil.
@@ -62,6 +64,7 @@ type Service struct {
 	sandboxes SandboxHost
 	blobs     blobs.Store
 	image     Image
+	iso       Isolation
 	cfg       config.Config
 	log       *slog.Logger
 	now       func() time.Time
@@ -96,6 +99,7 @@ func New(o Options) *Service {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Service{
 		st: o.Store, runner: o.Runner, sandboxes: o.Sandboxes, blobs: o.Blobs, image: o.Image, cfg: o.Config, log: o.Log,
+		iso:     o.Isolation.withDefaults(o.Config.Runtime),
 		now:     func() time.Time { return o.Now().UTC().Truncate(time.Millisecond) },
 		metrics: newMetrics(o.Registerer),
 		runCtx:  ctx, cancelRuns: func() { cancel(errShutdown) },

@@ -124,6 +124,17 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 	for _, sb := range stopped {
 		keep[sb.ID] = true
 	}
+	// …as do sandboxes paused with their memory saved (a checkpoint).
+	paused, err := s.st.ListSandboxesByStatus(ctx, store.SandboxPaused)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	for _, sb := range paused {
+		keep[sb.ID] = !sb.OneCall && sb.PauseMode == store.PauseCheckpoint
+	}
+	if _, err := s.sweepSnapshots(ctx, true); err != nil {
+		return rec, fmt.Errorf("recover: snapshots: %w", err)
+	}
 	rec.Reaped, err = s.runner.Reap(ctx, func(id string) bool { return keep[id] })
 	s.metrics.reaped.Add(float64(len(rec.Reaped)))
 	if err != nil {
@@ -213,6 +224,9 @@ func (s *Service) Sweep(ctx context.Context) (Swept, error) {
 		if n < batch {
 			break
 		}
+	}
+	if _, err := s.sweepSnapshots(ctx, false); err != nil {
+		return sw, fmt.Errorf("janitor: removing snapshots: %w", err)
 	}
 	for {
 		n, err := s.st.DeleteEndedSandboxes(ctx, now.Add(-s.cfg.SandboxRetention), batch)

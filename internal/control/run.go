@@ -32,6 +32,8 @@ type CreateRequest struct {
 	Origin    *OriginBody       `json:"origin,omitempty"`
 	// ExpiresInSeconds bounds a long-lived sandbox (Level 3).
 	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
+	// Isolation names the driver ("ns", "gvisor"); run.isolation wins over it.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // RunBody is one run(input, config): code or a template, and what to call it with.
@@ -43,6 +45,8 @@ type RunBody struct {
 	Base     string            `json:"base,omitempty"`
 	Language string            `json:"language,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Isolation names the driver the run's sandbox runs on.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // OriginBody names the workflow step that made a call.
@@ -68,6 +72,7 @@ type RunResult struct {
 	Base       string             `json:"base"`
 	Template   *store.TemplateRef `json:"template,omitempty"`
 	Limits     store.Limits       `json:"limits"`
+	Isolation  string             `json:"isolation,omitempty"`
 	TimeoutMs  int64              `json:"timeout_ms"`
 	Usage      store.Usage        `json:"usage"`
 	CreatedAt  time.Time          `json:"created_at"`
@@ -96,6 +101,10 @@ type plan struct {
 	reqHash  string
 	language string
 	files    []host.WorkspaceFile
+	// claim is the sandbox acquired while the reservation committed (host.Claim), or nil.
+	claim *host.Claim
+	// audit is the call's audit entry, written with the run's end when still pending then.
+	audit *PendingAudit
 }
 
 // inflight is a run this process is executing.
@@ -135,12 +144,21 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		wait = min(p.timeout+30*time.Second, s.cfg.MaxWait)
 	}
 	p.idemKey, p.reqHash, p.wait = idemKey, reqHash, wait
+	p.audit = pendingAudit(ctx)
 	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
 		return Response{}, err
 	}
+	// The sandbox is claimed while the reservation commits; no code runs in it before the
+	// reservation is durable (launch hands it over only after).
+	if cl, ok := s.runner.(claimer); ok {
+		p.claim = cl.Claim(s.runCtx, s.runSpec(p))
+	}
 	existing, err := s.reserve(ctx, p)
 	if err != nil || existing != nil {
+		if p.claim != nil {
+			p.claim.Cancel()
+		}
 		s.runs.Done()
 		if err != nil {
 			return Response{}, err
@@ -295,14 +313,9 @@ func (s *Service) launch(p *plan) *inflight {
 func (s *Service) execute(p *plan, inf *inflight) {
 	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
 	t0 := time.Now()
-	out := s.runner.RunOnce(s.runCtx, host.RunSpec{
-		SandboxID: p.sandbox.ID, CommandID: p.command.ID, Image: s.image.Rootfs,
-		Limits: runtime.Limits{MemoryMiB: p.sandbox.Limits.MemoryMiB, CPUs: p.sandbox.Limits.CPUs,
-			Pids: p.sandbox.Limits.Pids, DiskMiB: p.sandbox.Limits.DiskMiB},
-		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
-		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
-		Files: p.files,
-	})
+	spec := s.runSpec(p)
+	spec.Claim = p.claim
+	out := s.runner.RunOnce(s.runCtx, spec)
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
 	if out.Err != nil {
@@ -334,7 +347,14 @@ func (s *Service) execute(p *plan, inf *inflight) {
 			return err
 		}
 		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
-		return q.UpdateIdempotency(ctx, r)
+		if err := q.UpdateIdempotency(ctx, r); err != nil {
+			return err
+		}
+		if e, ok := p.audit.Take(); ok {
+			e.Status, e.Target, e.At = resp.Status, cmd.ID, s.now()
+			return q.AppendAudit(ctx, e)
+		}
+		return nil
 	})
 	if err != nil {
 		// The records stay running; the next start marks them lost.
@@ -354,6 +374,24 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			log.Error("recording a failed destroy", "err", err)
 		}
+	}
+}
+
+// claimer is a Runner that can acquire a run's sandbox ahead of it (host.Host).
+type claimer interface {
+	Claim(ctx context.Context, spec host.RunSpec) *host.Claim
+}
+
+// runSpec is what the host needs to run p.
+func (s *Service) runSpec(p *plan) host.RunSpec {
+	return host.RunSpec{
+		SandboxID: p.sandbox.ID, CommandID: p.command.ID, Image: s.image.Rootfs,
+		Limits: runtime.Limits{MemoryMiB: p.sandbox.Limits.MemoryMiB, CPUs: p.sandbox.Limits.CPUs,
+			Pids: p.sandbox.Limits.Pids, DiskMiB: p.sandbox.Limits.DiskMiB},
+		Runtime:  p.sandbox.Isolation,
+		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
+		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
+		Files: p.files,
 	}
 }
 
@@ -399,7 +437,7 @@ func render(cmd store.Command, sb store.Sandbox) RunResult {
 	return RunResult{
 		OK: cmd.OK, Result: cmd.Result, Error: cmd.Error, Command: cmd.ID, Sandbox: sb.ID, Status: cmd.Status,
 		ExitCode: cmd.ExitCode, Signal: cmd.Signal, DurationMs: cmd.DurationMs, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
-		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
+		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
 		CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,
 	}
 }
@@ -462,10 +500,11 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	var tplConfig json.RawMessage
 	var tplLimits *store.Limits
 	var tplTimeout int64
+	var tplIsolation string
 	var ref *store.TemplateRef
 	var files []host.WorkspaceFile
 	if tpl != nil {
-		tplConfig, tplLimits, tplTimeout = tpl.Config, &tpl.Limits, tpl.TimeoutMs
+		tplConfig, tplLimits, tplTimeout, tplIsolation = tpl.Config, &tpl.Limits, tpl.TimeoutMs, tpl.Isolation
 		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}
 		if files, err = s.templateFiles(ctx, c.Graph, tpl.Files); err != nil {
 			return nil, err
@@ -480,6 +519,10 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 		return nil, err
 	}
 	timeout, err := s.timeout(tplTimeout, req.TimeoutMs)
+	if err != nil {
+		return nil, err
+	}
+	isolation, err := s.runIsolation(req, tplIsolation)
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +544,8 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	envNames := sortedKeys(env)
 	return &plan{
 		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxRunning, OneCall: true, Base: base.Name,
-			Image: s.image.ID, Template: ref, Limits: limits, EnvNames: envNames, Metadata: req.Metadata, Origin: origin, CreatedAt: now},
+			Image: s.image.ID, Template: ref, Limits: limits, Isolation: isolation, EnvNames: envNames, Metadata: req.Metadata,
+			Origin: origin, CreatedAt: now},
 		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
 			Status: store.CommandRunning, Origin: origin, CreatedAt: now},

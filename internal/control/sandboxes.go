@@ -51,6 +51,8 @@ type liveSandbox struct {
 	env    map[string]string
 	cmds   map[string]*liveCommand
 	expiry *time.Timer
+	// frozen is the sandbox's Live while the freezer parks it (paused, PauseFreeze).
+	frozen *host.Live
 	// startedAt and usage meter the life so far: usage of the runs before this one.
 	usage store.Usage
 }
@@ -148,38 +150,30 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			exp = sb.CreatedAt.Add(s.cfg.DefaultLifetime)
 		}
 		sb.ExpiresAt = &exp
-		err := s.st.WithTx(ctx, func(q store.Queries) error {
-			if err := s.checkCap(ctx, q, c.Graph); err != nil {
-				return err
-			}
-			return q.CreateSandbox(ctx, sb)
-		})
-		if err != nil {
+		// The sandbox starts before its record exists: a warm pool hands over a started
+		// sandbox under its own id (host.SandboxSpec.Warm), and the record takes that id, so
+		// that the driver knows the sandbox by its record's id for stop, resume and reaping.
+		// A graph at its cap starts nothing (the check is repeated with the insert, which
+		// settles a race by destroying the sandbox). A crash before the insert leaves a
+		// driver sandbox that no record claims, which Recover reaps.
+		if err := s.checkCap(ctx, s.st, c.Graph); err != nil {
 			return Response{}, err
 		}
-		ls := &liveSandbox{id: sb.ID, graph: sb.Graph, env: env, cmds: map[string]*liveCommand{}}
-		ls.ops.Lock()
-		defer ls.ops.Unlock()
-		s.addLive(ls)
 		live, err := s.sandboxes.StartSandbox(ctx, host.SandboxSpec{ID: sb.ID, Image: s.image.Rootfs, Limits: runtimeLimits(sb.Limits),
-			Create: true, Files: files})
+			Runtime: sb.Isolation, Create: true, Warm: true, Files: files})
 		if err != nil {
-			s.removeLive(sb.ID)
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
-			if uerr := s.st.UpdateSandbox(context.WithoutCancel(ctx), sb); uerr != nil {
-				s.log.Error("recording a failed sandbox", "sandbox", sb.ID, "err", uerr)
+			if cerr := s.st.CreateSandbox(context.WithoutCancel(ctx), sb); cerr != nil {
+				s.log.Error("recording a failed sandbox", "sandbox", sb.ID, "err", cerr)
 			}
 			s.log.Warn("sandbox failed to start", "graph", sb.Graph, "sandbox", sb.ID, "err", err)
 			return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not start: %w", sb.ID, err))
 		}
-		s.setRunning(ls, live)
-		at := live.StartedAt.UTC().Truncate(time.Millisecond)
-		sb.Status, sb.StartedAt = store.SandboxRunning, &at
-		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+		sb.ID = live.ID
+		if err := s.admit(ctx, &sb, live, env, exp); err != nil {
 			return Response{}, err
 		}
-		s.scheduleExpiry(ls, exp)
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
 		return jsonResponse(http.StatusCreated, sb)
 	})
@@ -225,10 +219,11 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 		return zero, nil, nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell", baseName)
 	}
 	var tplLimits *store.Limits
+	var tplIsolation string
 	var ref *store.TemplateRef
 	var files []host.WorkspaceFile
 	if tpl != nil {
-		tplLimits = &tpl.Limits
+		tplLimits, tplIsolation = &tpl.Limits, tpl.Isolation
 		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}
 		var err error
 		if files, err = s.templateFiles(ctx, c.Graph, tpl.Files); err != nil {
@@ -236,6 +231,10 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 		}
 	}
 	limits, err := s.limits(tplLimits, req.Limits)
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	isolation, err := s.resolveIsolation(req.Isolation, tplIsolation)
 	if err != nil {
 		return zero, nil, nil, err
 	}
@@ -253,8 +252,40 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	for k, v := range req.Env {
 		env[k] = v
 	}
+	// The id is the one a cold start uses; a sandbox handed over by the warm pool keeps the
+	// pool's (CreateSandbox).
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: c.Graph, Status: store.SandboxStarting, Base: base.Name, Image: s.image.ID,
-		Template: ref, Limits: limits, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin}, env, files, nil
+		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin}, env, files, nil
+}
+
+// admit records a started sandbox as running, checking the graph's cap again in the same
+// transaction, and holds it live with its expiry. A sandbox that gets no record is
+// destroyed.
+func (s *Service) admit(ctx context.Context, sb *store.Sandbox, live *host.Live, env map[string]string, exp time.Time) error {
+	at := live.StartedAt.UTC().Truncate(time.Millisecond)
+	sb.Status, sb.StartedAt = store.SandboxRunning, &at
+	err := s.st.WithTx(ctx, func(q store.Queries) error {
+		if err := s.checkCap(ctx, q, sb.Graph); err != nil {
+			return err
+		}
+		return q.CreateSandbox(ctx, *sb)
+	})
+	if err != nil {
+		live.Close()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := s.sandboxes.DestroySandbox(dctx, live.ID); derr != nil {
+			s.log.Error("destroying a sandbox that got no record", "sandbox", live.ID, "err", derr)
+		}
+		return err
+	}
+	ls := &liveSandbox{id: sb.ID, graph: sb.Graph, env: env, cmds: map[string]*liveCommand{}}
+	ls.ops.Lock()
+	defer ls.ops.Unlock()
+	s.addLive(ls)
+	s.setRunning(ls, live)
+	s.scheduleExpiry(ls, exp)
+	return nil
 }
 
 func validEnv(env map[string]string) error {
@@ -414,13 +445,20 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 	}
 	ls.ops.Lock()
 	defer ls.ops.Unlock()
-	if sb, err = s.st.GetSandbox(ctx, graph, id); err != nil || sb.Status != store.SandboxRunning {
+	if sb, err = s.st.GetSandbox(ctx, graph, id); err != nil || sb.Status != store.SandboxRunning && sb.Status != store.SandboxPaused {
 		if err == nil && ended(sb) {
 			err = errdefs.Conflict("sandbox %s is %s", id, sb.Status)
 		}
 		return sb, err
 	}
 	wctx := context.WithoutCancel(ctx)
+	if sb.Status == store.SandboxPaused {
+		// A frozen one is thawed to end; a checkpoint (its memory) is dropped.
+		s.unpause(wctx, ls, &sb)
+		if err := s.sandboxes.StopSandbox(wctx, id); err != nil {
+			sb.Error = err.Error()
+		}
+	}
 	s.stopLive(wctx, ls, &sb, errors.New("the sandbox was stopped"))
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
@@ -463,7 +501,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 			return err
 		}
 		sb, prev = cur, cur
-		if cur.Status != store.SandboxStopped {
+		if cur.Status != store.SandboxStopped && cur.Status != store.SandboxPaused {
 			return nil
 		}
 		if err := s.checkCap(wctx, q, graph); err != nil {
@@ -472,11 +510,14 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		sb.Status = store.SandboxStarting
 		return q.UpdateSandbox(wctx, sb)
 	})
-	if err != nil || prev.Status != store.SandboxStopped {
+	if err != nil || prev.Status != store.SandboxStopped && prev.Status != store.SandboxPaused {
 		if err == nil && ended(sb) {
 			err = errdefs.Conflict("sandbox %s is %s", id, sb.Status)
 		}
 		return sb, err
+	}
+	if prev.Status == store.SandboxPaused {
+		return s.resumePaused(wctx, ls, sb, prev)
 	}
 	live, err := s.sandboxes.StartSandbox(wctx, host.SandboxSpec{ID: id, Image: s.image.Rootfs, Limits: runtimeLimits(sb.Limits)})
 	if err != nil {
@@ -536,7 +577,11 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 		if reason == store.EndExpired {
 			cause = errors.New("the sandbox expired")
 		}
+		s.unpause(ctx, ls, &sb)
 		s.stopLive(ctx, ls, &sb, cause)
+	}
+	if err := s.dropSnapshots(ctx, graph, id); err != nil {
+		s.log.Error("removing a sandbox's snapshots", "sandbox", id, "err", err)
 	}
 	if err := s.sandboxes.DestroySandbox(ctx, id); err != nil {
 		sb.Error = err.Error()
@@ -562,7 +607,10 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 	s.lmu.Unlock()
 	var wg sync.WaitGroup
 	for _, ls := range all {
-		if live, _ := ls.running(); live == nil {
+		ls.mu.Lock()
+		held := ls.live != nil || ls.frozen != nil // a frozen one ends as a running one does
+		ls.mu.Unlock()
+		if !held {
 			continue
 		}
 		wg.Add(1)
@@ -571,8 +619,14 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 			ls.ops.Lock()
 			defer ls.ops.Unlock()
 			sb, err := s.st.GetSandbox(ctx, ls.graph, ls.id)
-			if err != nil || sb.Status != store.SandboxRunning {
+			if err != nil || sb.Status != store.SandboxRunning && sb.PauseMode != store.PauseFreeze {
 				return
+			}
+			if sb.Status == store.SandboxPaused {
+				s.unpause(ctx, ls, &sb)
+				if err := s.sandboxes.StopSandbox(ctx, sb.ID); err != nil {
+					sb.Error = err.Error()
+				}
 			}
 			s.stopLive(ctx, ls, &sb, errors.New("the server shut down"))
 			sb.Status, sb.EndReason = store.SandboxStopped, reason
@@ -603,12 +657,16 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		}
 		switch {
 		case sb.ExpiresAt != nil && !sb.ExpiresAt.After(now):
+			s.unpause(ctx, nil, &sb)
 			if err := s.sandboxes.DestroySandbox(ctx, sb.ID); err != nil {
 				sb.Error = err.Error()
 			}
+			if err := s.dropSnapshots(ctx, sb.Graph, sb.ID); err != nil {
+				s.log.Error("removing a sandbox's snapshots", "sandbox", sb.ID, "err", err)
+			}
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
 			rec.Expired = append(rec.Expired, sb.ID)
-		case sb.Status == store.SandboxStarting:
+		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
 			if err := s.sandboxes.DestroySandbox(ctx, sb.ID); err != nil {
 				sb.Error = err.Error()
 			}
@@ -618,7 +676,12 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			}
 			rec.Sandboxes = append(rec.Sandboxes, sb.ID)
 		default:
-			if sb.Status != store.SandboxStopped {
+			if sb.PauseMode == store.PauseCheckpoint && sb.Status != store.SandboxStopped {
+				// Saved with its memory (also when a resume was cut off): it stays paused,
+				// and resume restores it.
+				sb.Status = store.SandboxPaused
+			} else if sb.Status != store.SandboxStopped {
+				s.unpause(ctx, nil, &sb) // a frozen one ends like a running one
 				if err := s.sandboxes.StopSandbox(ctx, sb.ID); err != nil {
 					sb.Error = err.Error()
 				}

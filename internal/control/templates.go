@@ -23,6 +23,9 @@ type TemplateRequest struct {
 	Config      json.RawMessage      `json:"config,omitempty"`
 	Files       []store.TemplateFile `json:"files,omitempty"`
 	Description string               `json:"description,omitempty"`
+	// Isolation is the driver the version's runs and sandboxes default to; "" is the
+	// server's default at the time of each run.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -47,6 +50,11 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 	}
 	if _, err := s.timeout(req.TimeoutMs, 0); err != nil {
 		return store.Template{}, err
+	}
+	if req.Isolation != "" {
+		if err := s.checkIsolation(req.Isolation); err != nil {
+			return store.Template{}, err
+		}
 	}
 	config, err := jsonValue("config", req.Config)
 	if err != nil {
@@ -75,7 +83,7 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 	}
 	return s.st.CreateTemplateVersion(ctx, store.Template{
 		ID: ids.New(ids.Template), Graph: c.Graph, Name: req.Name, Base: base.Name, Code: req.Code, Limits: limits,
-		TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
+		Isolation: req.Isolation, TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
 		CreatedAt: s.now(), CreatedBy: c.Key.ID,
 	})
 }

@@ -49,6 +49,13 @@ const (
 	CodeTooManySandboxes       = "too_many_sandboxes"
 	CodeLimitExceeded          = "limit_exceeded"
 	CodePathOutsideWorkspace   = "path_outside_workspace"
+	// CodeIsolationUnavailable: the isolation asked for is known but this host cannot run it
+	// (an InvalidArgument).
+	CodeIsolationUnavailable = "isolation_unavailable"
+	// CodeNotSupported: the sandbox's isolation lacks the ability asked for (a Conflict).
+	CodeNotSupported = "not_supported"
+	// CodeCommandsRunning: the call would break a command still running (a Conflict).
+	CodeCommandsRunning = "commands_running"
 )
 
 // Error is a classified error with a stable code.

@@ -200,7 +200,13 @@ func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets 
 		out.Status, out.EndReason, out.Err, out.Error = status, reason, err, err.Error()
 		return out
 	}
-	lease, err := h.provider.Acquire(WithLanguage(ctx, spec.Language), runtime.Spec{ID: spec.SandboxID, Image: spec.Image, Limits: spec.Limits})
+	var lease *Lease
+	var err error
+	if spec.Claim != nil {
+		lease, err = spec.Claim.wait(ctx)
+	} else {
+		lease, err = h.provider.Acquire(WithLanguage(ctx, spec.Language), runtimeSpec(spec))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err)), nil

@@ -178,3 +178,41 @@ func TestReap(t *testing.T) {
 	}
 	d.Destroy(ctx, keep)
 }
+
+// A sandbox claimed ahead of its run serves that run, and one cancelled unused is destroyed.
+func TestClaim(t *testing.T) {
+	requirePython(t)
+	h, d := newHost(t)
+	ctx := context.Background()
+	s := spec("def run(input, config):\n    return sum(input)", "[1,2,3]")
+	s.Claim = h.Claim(ctx, s)
+	out := h.RunOnce(ctx, s)
+	if out.Status != store.CommandSucceeded || string(out.Result) != "6" {
+		t.Fatalf("run on a claimed sandbox: %+v", out)
+	}
+	if end := <-out.Ended; end.Err != nil {
+		t.Fatal(end.Err)
+	}
+
+	unused := spec("def run(input, config):\n    return 1", "null")
+	cl := h.Claim(ctx, unused)
+	<-host.ClaimDone(cl)
+	if held, err := d.List(ctx); err != nil || len(held) != 1 || held[0] != unused.SandboxID {
+		t.Fatalf("a claimed sandbox: %v %v", held, err)
+	}
+	cl.Cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		held, err := d.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a cancelled claim left %v", held)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

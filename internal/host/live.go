@@ -14,16 +14,25 @@ import (
 )
 
 // Long-lived sandboxes (Level 3) are addressed by their record id in the driver: Stop keeps
-// their disk and a later Start resumes the same workspace, which a pooled slot (an id of its
-// own, destroyed on release) cannot do. They start cold.
+// their disk and a later Start resumes the same workspace. A create may take a started
+// sandbox from a warm pool (SandboxSpec.Warm, the provider's Handover): the pool names it,
+// and the caller names its record after it (Live.ID), so that the driver id is still the
+// record's id.
 
 // SandboxSpec is a long-lived sandbox to start.
 type SandboxSpec struct {
 	ID     string
 	Image  string
 	Limits runtime.Limits
+	// Runtime names the driver to create it on (runtime.Spec.Runtime); "" is the default
+	// one. A resumed sandbox starts on the driver that holds it.
+	Runtime string
 	// Create makes the sandbox (its disk) first; without it Start resumes a stopped one.
 	Create bool
+	// Warm lets Create take a ready sandbox from the provider's warm pool (Handover) instead
+	// of making one: it then has the pool's id, which Live.ID says, not ID. ID is used when
+	// the pool has none ready.
+	Warm bool
 	// Files are put into the workspace once it runs (a template's Files; only with Create).
 	Files []WorkspaceFile
 }
@@ -39,10 +48,23 @@ type Live struct {
 	h *Host
 }
 
+// Handover is a Provider's optional ability (a warm pool's): hand a started sandbox over
+// for good. The sandbox is the caller's from then on, under the id the provider chose
+// (Lease.Sandbox.ID()); the caller stops, starts and destroys it through the driver. Release
+// destroys it. Handover answers nil, nil when it has none ready for spec.
+type Handover interface {
+	Handover(ctx context.Context, spec runtime.Spec) (*Lease, error)
+}
+
 // StartSandbox creates (with spec.Create) and starts a sandbox and connects to its agent.
 // A failure undoes what it did: a sandbox it created is destroyed, one it resumed is stopped
 // again with its disk kept.
 func (h *Host) StartSandbox(ctx context.Context, spec SandboxSpec) (_ *Live, err error) {
+	if spec.Create && spec.Warm {
+		if live, err := h.handover(ctx, spec); live != nil || err != nil {
+			return live, err
+		}
+	}
 	var client *agent.Client
 	started := false
 	defer func() {
@@ -66,7 +88,7 @@ func (h *Host) StartSandbox(ctx context.Context, spec SandboxSpec) (_ *Live, err
 		}
 	}()
 	if spec.Create {
-		if err := h.driver.Create(ctx, runtime.Spec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits}); err != nil {
+		if err := h.driver.Create(ctx, liveSpec(spec)); err != nil {
 			return nil, fmt.Errorf("creating sandbox: %w", err)
 		}
 	}
@@ -89,6 +111,32 @@ func (h *Host) StartSandbox(ctx context.Context, spec SandboxSpec) (_ *Live, err
 		}
 	}
 	return &Live{ID: spec.ID, Sandbox: sb, Agent: client, StartedAt: at, Limits: spec.Limits, h: h}, nil
+}
+
+// handover takes a started sandbox from the provider's warm pool and writes spec.Files into
+// it; nil, nil when the provider has none.
+func (h *Host) handover(ctx context.Context, spec SandboxSpec) (*Live, error) {
+	ho, ok := h.provider.(Handover)
+	if !ok {
+		return nil, nil
+	}
+	// A long-lived sandbox runs no pre-started interpreter: it takes a bare slot.
+	lease, err := ho.Handover(WithLanguage(ctx, ""), liveSpec(spec))
+	if err != nil || lease == nil {
+		return nil, err
+	}
+	id := lease.Sandbox.ID()
+	if err := WriteFiles(ctx, lease.Agent, spec.Files); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("sandbox %s: %w", id, err), lease.Release(cctx))
+	}
+	return &Live{ID: id, Sandbox: lease.Sandbox, Agent: lease.Agent, StartedAt: lease.StartedAt, Limits: spec.Limits, h: h}, nil
+}
+
+// liveSpec is what the driver is asked to create for a long-lived sandbox.
+func liveSpec(spec SandboxSpec) runtime.Spec {
+	return runtime.Spec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits, Runtime: spec.Runtime}
 }
 
 // StopSandbox ends every process of a sandbox and keeps its disk. It works on a sandbox a

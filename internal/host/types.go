@@ -22,6 +22,8 @@ type RunSpec struct {
 	// Image is the root filesystem directory.
 	Image  string
 	Limits runtime.Limits
+	// Runtime names the driver to run on (runtime.Spec.Runtime); "" is the default one.
+	Runtime string
 
 	Language string
 	Code     string
@@ -35,6 +37,9 @@ type RunSpec struct {
 	HeadBytes, TailBytes int
 	// Files are put into the workspace before the run (a template's Files).
 	Files []WorkspaceFile
+	// Claim, when set, is the sandbox Host.Claim acquired for this run; RunOnce takes it
+	// over (and destroys it at the end) instead of acquiring one.
+	Claim *Claim
 }
 
 // WorkspaceFile is a file to put into a workspace: Path inside /workspace, and its bytes.

@@ -20,6 +20,7 @@ const (
 	Key      = "key_"
 	Request  = "req_"
 	Audit    = "aud_"
+	Snapshot = "snp_"
 )
 
 var (

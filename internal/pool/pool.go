@@ -14,8 +14,13 @@
 // Slots are driver sandboxes with ids of their own (ids.New(ids.Sandbox)), not the record id
 // the caller passed in spec.ID: Lease.Sandbox.ID() names the driver's sandbox. Crash
 // reaping stays correct without a mapping for one-call sandboxes, since the host reaps every
-// driver sandbox that no stopped record claims: parked slots and claimed ones alike. A
-// sandbox that may be stopped and resumed must be addressed by Lease.Sandbox.ID().
+// driver sandbox that no stopped record claims: parked slots and claimed ones alike.
+//
+// Handover serves long-lived sandboxes: it hands a slot over for good, and the caller then
+// addresses it by its slot id through the driver (stop, start, destroy), as any sandbox it
+// created itself. The control plane claims first and names the sandbox's record after the
+// slot (slot ids are sandbox ids), so that stop, resume and crash reaping find it by its
+// record's id.
 //
 // Refill runs in the background, one or two slots at a time, and starts no new slot while a
 // claim is in flight or while BusyLeases leases are held, so that it never competes with
@@ -43,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -155,14 +161,16 @@ const (
 )
 
 type slot struct {
-	id      string
-	ks      *keyState
-	sb      runtime.Sandbox
-	client  *agent.Client
-	frozen  bool
-	base    runtime.Stats // its accounting when parked
-	builtAt time.Time
-	state   slotState // guarded by Pool.mu
+	id     string
+	ks     *keyState
+	sb     runtime.Sandbox
+	client *agent.Client
+	frozen bool
+	// background: built at runtime.BackgroundCPUWeight, restored at the claim
+	background bool
+	base       runtime.Stats // its accounting when parked
+	builtAt    time.Time
+	state      slotState // guarded by Pool.mu
 }
 
 // New validates o and returns a pool that serves every claim cold until Start.
@@ -237,7 +245,7 @@ func New(o Options) (*Pool, error) {
 		if k.Max < k.Min {
 			k.Max = k.Min
 		}
-		id := fmt.Sprintf("%s\x00%s\x00%+v", k.Image, k.Language, k.Limits)
+		id := fmt.Sprintf("%s\x00%s\x00%s\x00%+v", k.Image, k.Language, k.Runtime, k.Limits)
 		if seen[id] || seen["name\x00"+k.Name] {
 			return nil, fmt.Errorf("pool: key %q is given twice", k.Name)
 		}
@@ -463,33 +471,8 @@ func (p *Pool) pop(ks *keyState) *slot {
 
 // claim wakes a popped slot and binds it to its sandbox.
 func (p *Pool) claim(ctx context.Context, s *slot, spec runtime.Spec) (*host.Lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
-	defer cancel()
-	if s.frozen {
-		if err := p.freezer.Thaw(ctx, s.id); err != nil {
-			return nil, fmt.Errorf("thawing: %w", err)
-		}
-		s.frozen = false
-	}
-	select {
-	case <-s.sb.Done():
-		return nil, errors.New("the slot's sandbox has ended")
-	default:
-	}
-	if spec.Hostname != "" && spec.Hostname != p.o.Hostname {
-		if err := setHostname(s.sb, spec.Hostname); err != nil {
-			return nil, fmt.Errorf("hostname: %w", err)
-		}
-	}
-	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
-	// interpreter reseeds from it when its run arrives. A fresh machine id too, which the
-	// agent can only write where the image lets it (see the agent's Identity): not_supported
-	// says the slot keeps the image's, like a cold sandbox, and is no failure.
-	seed := make([]byte, 48)
-	rand.Read(seed)
-	id := agent.Identity{Seed: seed[:32], MachineID: hex.EncodeToString(seed[32:])}
-	if err := s.client.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
-		return nil, fmt.Errorf("binding identity: %w", err)
+	if err := p.bind(ctx, s, spec); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	p.leases++
@@ -500,6 +483,104 @@ func (p *Pool) claim(ctx context.Context, s *slot, spec runtime.Spec) (*host.Lea
 		defer p.released()
 		return p.destroy(ctx, s)
 	}), nil
+}
+
+// bind wakes a popped slot and gives it the claim's identity: hostname, entropy, machine id.
+func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
+	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
+	defer cancel()
+	if s.frozen {
+		if err := p.freezer.Thaw(ctx, s.id); err != nil {
+			return fmt.Errorf("thawing: %w", err)
+		}
+		s.frozen = false
+	}
+	if s.background {
+		if err := p.o.Driver.(runtime.Prioritizer).SetCPUWeight(ctx, s.id, runtime.DefaultCPUWeight); err != nil {
+			return fmt.Errorf("restoring its CPU weight: %w", err)
+		}
+		s.background = false
+	}
+	select {
+	case <-s.sb.Done():
+		return errors.New("the slot's sandbox has ended")
+	default:
+	}
+	if spec.Hostname != "" && spec.Hostname != p.o.Hostname {
+		if err := setHostname(s.sb, spec.Hostname); err != nil {
+			return fmt.Errorf("hostname: %w", err)
+		}
+	}
+	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
+	// interpreter reseeds from it when its run arrives. A fresh machine id too (the drivers
+	// make /etc/machine-id the sandbox's to write); an agent or driver that cannot write it
+	// answers not_supported, and the slot keeps the id it booted with, which is no failure.
+	seed := make([]byte, 48)
+	rand.Read(seed)
+	id := agent.Identity{Seed: seed[:32], MachineID: hex.EncodeToString(seed[32:])}
+	if err := s.client.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
+		return fmt.Errorf("binding identity: %w", err)
+	}
+	return nil
+}
+
+// Handover hands a ready slot for spec over for good, thawed and with fresh identity: the
+// caller owns the driver sandbox Lease.Sandbox.ID() names (an ids.Sandbox id the pool chose;
+// spec.ID is not used) and stops, starts and destroys it through the driver; the pool
+// forgets it. Lease.Release destroys it, for a caller that cannot take it after all. The
+// claim's language is WithLanguage's, as for Acquire; a long-lived sandbox asks for "" (a
+// bare slot). When no slot is ready for spec Handover answers nil, nil at once: the caller
+// creates the sandbox itself, under an id of its own (the claim counts as cold).
+func (p *Pool) Handover(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
+	t0 := time.Now()
+	lang := p.languageOf(ctx)
+	p.mu.Lock()
+	p.claiming++
+	cands := p.match(spec, lang)
+	if len(cands) > 0 {
+		cands[0].claims++
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.claiming--
+		p.mu.Unlock()
+		p.kick()
+	}()
+	for _, ks := range cands {
+		for {
+			s := p.pop(ks)
+			if s == nil {
+				break
+			}
+			if err := p.bind(ctx, s, spec); err != nil {
+				p.log.Warn("pool: a ready slot failed its claim; trying another", "slot", s.id, "key", ks.key.Name, "err", err)
+				p.m.discarded.WithLabelValues(ks.key.Name, "claim_failed").Inc()
+				p.destroyAsync(s)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("pool: claiming a slot: %w", ctx.Err())
+				}
+				continue
+			}
+			p.mu.Lock()
+			cands[0].warm++
+			p.mu.Unlock()
+			p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
+			p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
+			return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+				return p.destroy(ctx, s)
+			}), nil
+		}
+	}
+	name := "none"
+	if len(cands) > 0 {
+		name = cands[0].key.Name
+		p.mu.Lock()
+		cands[0].cold++
+		p.mu.Unlock()
+	}
+	p.m.claims.WithLabelValues(name, "cold").Inc()
+	return nil, nil
 }
 
 func (p *Pool) released() {
@@ -698,6 +779,15 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 		return nil, fmt.Errorf("starting: %w", err)
 	}
 	s.sb = sb
+	// A slot is built in the background: at a low CPU weight, so that importing pandas for
+	// the next claim never slows the sandboxes running work now. The claim restores it.
+	if pr, ok := p.o.Driver.(runtime.Prioritizer); ok {
+		if err := pr.SetCPUWeight(ctx, s.id, runtime.BackgroundCPUWeight); err == nil {
+			s.background = true
+		} else if !errdefs.IsConflict(err) {
+			return nil, fmt.Errorf("lowering its CPU weight: %w", err)
+		}
+	}
 	if s.client, err = agent.NewClient(sb.Conn()); err != nil {
 		return nil, fmt.Errorf("connecting to the agent: %w", err)
 	}
@@ -751,11 +841,13 @@ func (p *Pool) watch(s *slot) {
 }
 
 // DefaultKeys are the keys lbb serve keeps on image for a limits class (the server's default
-// limits): python with numpy and pandas imported, and node.
+// limits): python with numpy and pandas imported, node, and bare slots (the agent up,
+// nothing started) for long-lived sandboxes (Handover) and shell runs.
 func DefaultKeys(image string, limits runtime.Limits) []Key {
 	return []Key{
 		{Name: "python", Image: image, Language: agent.LangPython, Limits: limits},
 		{Name: "node", Image: image, Language: agent.LangNode, Limits: limits},
+		{Name: "bare", Image: image, Limits: limits},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -540,5 +541,134 @@ func TestAdaptiveTarget(t *testing.T) {
 	}
 	if got := counter(t, e.reg, "lbb_pool_slots_discarded_total", "reason", "surplus"); got != 3 {
 		t.Errorf("surplus discarded %v, want 3", got)
+	}
+}
+
+// TestHandover: a slot handed over for good is the caller's, under the slot's id, to stop,
+// start and destroy through the driver; the pool neither counts it as a lease nor destroys
+// it at Close. With no slot ready Handover answers nil at once.
+func TestHandover(t *testing.T) {
+	e := newPool(t, func(o *Options) {
+		o.Min = 1
+		o.Keys = append(o.Keys, Key{Name: "bare", Image: testImage, Limits: testLimits})
+	})
+	ctx := ctxT(t)
+	if l, err := e.p.Handover(WithLanguage(ctx, ""), spec()); l != nil || err != nil {
+		t.Fatalf("handover from an empty pool: %v %v", l, err)
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "bare", "path", "cold"); got != 1 {
+		t.Errorf("cold claims of bare %v, want 1", got)
+	}
+	e.fill(t)
+	ready, _ := e.d.List(ctx)
+	sp := spec()
+	l, err := e.p.Handover(WithLanguage(ctx, ""), sp)
+	if err != nil || l == nil {
+		t.Fatalf("handover: %v %v", l, err)
+	}
+	id := l.Sandbox.ID()
+	if id == sp.ID || !slices.Contains(ready, id) {
+		t.Fatalf("handed over %s; the parked slots were %v", id, ready)
+	}
+	st := e.p.Stats()
+	if st[1].Warm != 1 || st[0].Warm != 0 {
+		t.Errorf("warm claims %+v", st)
+	}
+	e.p.mu.Lock()
+	leases := e.p.leases
+	e.p.mu.Unlock()
+	if leases != 0 {
+		t.Errorf("a handed-over sandbox counts as %d leases", leases)
+	}
+	exec := func(c *agent.Client, argv ...string) string {
+		t.Helper()
+		p, err := c.Exec(ctx, agent.ExecRequest{Argv: argv}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if ex, err := p.Wait(&out, nil); err != nil || ex.ExitCode != 0 {
+			t.Fatalf("%q: %+v %v", argv, ex, err)
+		}
+		return out.String()
+	}
+	exec(l.Agent, "sh", "-c", "echo kept > f")
+	// Stop and start through the driver, as a long-lived sandbox is.
+	l.Agent.Close()
+	if err := e.d.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.d.Start(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := exec(c, "cat", "f"); out != "kept\n" {
+		t.Errorf("after stop and start: %q", out)
+	}
+	c.Close()
+	// Close destroys the parked slots, not the one handed over.
+	if err := e.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := e.d.List(ctx); !slices.Equal(left, []string{id}) {
+		t.Errorf("after Close the driver holds %v, want only %s", left, id)
+	}
+	if err := e.d.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// weighing is the local driver with runtime.Prioritizer: it records each sandbox's weight.
+type weighing struct {
+	*local.Driver
+	mu      sync.Mutex
+	weights map[string]int
+}
+
+func (w *weighing) SetCPUWeight(_ context.Context, id string, weight int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.weights[id] = weight
+	return nil
+}
+
+func (w *weighing) weight(id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.weights[id]
+}
+
+// Slots are built at the background CPU weight and claimed at the default one.
+func TestSlotsBuildInBackground(t *testing.T) {
+	requirePython(t)
+	var w *weighing
+	e := newPool(t, func(o *Options) {
+		w = &weighing{Driver: o.Driver.(*local.Driver), weights: map[string]int{}}
+		o.Driver = w
+	})
+	e.fill(t)
+	w.mu.Lock()
+	var parked []string
+	for id, wt := range w.weights {
+		if wt != runtime.BackgroundCPUWeight {
+			t.Errorf("slot %s parked at weight %d, want %d", id, wt, runtime.BackgroundCPUWeight)
+		}
+		parked = append(parked, id)
+	}
+	w.mu.Unlock()
+	if len(parked) < 2 {
+		t.Fatalf("weights set for %v, want both ready slots", parked)
+	}
+	l, err := e.p.Acquire(ctxT(t), spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctxT(t))
+	if got := w.weight(l.Sandbox.ID()); got != runtime.DefaultCPUWeight {
+		t.Fatalf("claimed slot at weight %d, want %d", got, runtime.DefaultCPUWeight)
 	}
 }

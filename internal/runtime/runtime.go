@@ -101,6 +101,20 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Prioritizer is an optional ability: weigh a sandbox's claim on contended CPU against the
+// others'. A warm pool builds its slots at a low weight, so that building never slows the
+// sandboxes that run work, and gives a slot the normal weight when it is claimed.
+type Prioritizer interface {
+	// SetCPUWeight sets the weight of sandbox id: 1..10000, DefaultCPUWeight the default.
+	SetCPUWeight(ctx context.Context, id string, weight int) error
+}
+
+// CPU weights for Prioritizer.
+const (
+	DefaultCPUWeight    = 100
+	BackgroundCPUWeight = 2
+)
+
 // Checkpointer is an optional ability: save a started sandbox whole (memory, processes, the
 // agent, the disk) and start it again from what was saved, as itself or as a new sandbox.
 //

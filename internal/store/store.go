@@ -42,6 +42,15 @@ type Queries interface {
 	// CountActiveSandboxes counts the graph's sandboxes that are starting or running.
 	CountActiveSandboxes(ctx context.Context, graph string) (int, error)
 
+	CreateSnapshot(ctx context.Context, s Snapshot) error
+	GetSnapshot(ctx context.Context, graph, id string) (Snapshot, error)
+	// ListSnapshots lists the snapshots of one sandbox of the graph, newest first.
+	ListSnapshots(ctx context.Context, graph, sandboxID string, p Page) ([]Snapshot, string, error)
+	DeleteSnapshot(ctx context.Context, graph, id string) error
+	// ListEndedSnapshots returns up to limit snapshots, of every graph, whose sandbox has
+	// ended (destroyed or failed) or whose record is gone.
+	ListEndedSnapshots(ctx context.Context, limit int) ([]Snapshot, error)
+
 	CreateCommand(ctx context.Context, c Command) error
 	GetCommand(ctx context.Context, graph, id string) (Command, error)
 	UpdateCommand(ctx context.Context, c Command) error
@@ -216,6 +225,7 @@ type Sandbox struct {
 	Image     string            `json:"image,omitempty"`
 	Template  *TemplateRef      `json:"template,omitempty"`
 	Limits    Limits            `json:"limits"`
+	Isolation string            `json:"isolation,omitempty"` // the driver it runs on ("ns", "gvisor"), resolved; "" only on old records
 	EnvNames  []string          `json:"env_names,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Origin    Origin            `json:"origin"`
@@ -226,6 +236,44 @@ type Sandbox struct {
 	EndReason string            `json:"end_reason,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	Usage     Usage             `json:"usage"`
+	// PausedAt is when the sandbox was paused; set only while it is.
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// PauseMode is how it was paused (PauseCheckpoint, PauseFreeze), so that resume, also
+	// after a restart, knows how to wake it.
+	PauseMode string `json:"-"`
+	// ForkedFrom names the sandbox and snapshot a fork started from.
+	ForkedFrom *ForkedFrom `json:"forked_from,omitempty"`
+}
+
+// How a sandbox was paused.
+const (
+	// PauseCheckpoint: saved whole (memory, processes, disk) to the data directory and
+	// stopped; its RAM is free and it survives a server restart.
+	PauseCheckpoint = "checkpoint"
+	// PauseFreeze: its processes are parked by the freezer and stay in RAM; a server restart
+	// stops it.
+	PauseFreeze = "freeze"
+)
+
+// ForkedFrom names where a fork came from.
+type ForkedFrom struct {
+	Sandbox  string `json:"sandbox"`
+	Snapshot string `json:"snapshot"`
+}
+
+// Snapshot is a saved state of a running sandbox, memory included, that forks start from.
+// Its bytes are a directory of the host's data directory.
+type Snapshot struct {
+	ID        string `json:"id"`
+	Graph     string `json:"graph"`
+	SandboxID string `json:"sandbox"`
+	Isolation string `json:"isolation"`
+	// Memory says the snapshot holds the processes and memory, not only the disk.
+	Memory     bool              `json:"memory"`
+	SizeBytes  int64             `json:"size_bytes"`
+	CreatedAt  time.Time         `json:"created_at"`
+	DurationMs float64           `json:"duration_ms"`
+	Metadata   map[string]string `json:"metadata"`
 }
 
 // Command statuses. The breaches of a limit have their own.
@@ -314,6 +362,7 @@ type Template struct {
 	Base        string          `json:"base"`
 	Code        string          `json:"code,omitempty"`
 	Limits      Limits          `json:"limits"`
+	Isolation   string          `json:"isolation,omitempty"` // the driver its runs default to; "" is the server's
 	TimeoutMs   int64           `json:"timeout_ms,omitempty"`
 	Config      json.RawMessage `json:"config,omitempty"`
 	Files       []TemplateFile  `json:"files,omitempty"`

@@ -51,6 +51,9 @@ type CreateParams struct {
 	Template string  `json:"template,omitempty"`
 	Base     string  `json:"base,omitempty"`
 	Limits   *Limits `json:"limits,omitempty"`
+	// Isolation names the isolation to run on ("ns", "gvisor"); empty takes the template's,
+	// else the server's default.
+	Isolation string `json:"isolation,omitempty"`
 	// ExpiresInSeconds ends the sandbox that long after its creation (0: the server's
 	// default; the server caps it).
 	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`

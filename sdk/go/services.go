@@ -29,6 +29,9 @@ type RunParams struct {
 	Env       map[string]string
 	Limits    *Limits
 	TimeoutMs int64
+	// Isolation names the isolation to run on ("ns", "gvisor"); empty takes the template's,
+	// else the server's default.
+	Isolation string
 	// WaitMs is how long one request waits before the server answers 202; Run then asks
 	// again with the same key until the run ends or ctx does. 0 means 30 s.
 	WaitMs   int64
@@ -46,6 +49,8 @@ type runBody struct {
 	Base     string            `json:"base,omitempty"`
 	Language string            `json:"language,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Isolation is for one-call runs only.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 type createBody struct {
@@ -87,7 +92,7 @@ func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
 	}
 	body := createBody{
 		Run: &runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-			Language: p.Language, Env: p.Env},
+			Language: p.Language, Env: p.Env, Isolation: p.Isolation},
 		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin,
 	}
 	for {
@@ -165,6 +170,9 @@ type TemplateParams struct {
 	Config      any            `json:"config,omitempty"`
 	Files       []TemplateFile `json:"files,omitempty"`
 	Description string         `json:"description,omitempty"`
+	// Isolation is what the version's runs and sandboxes default to ("ns", "gvisor"); empty:
+	// the server's default.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Create saves a new version of a template and returns it.

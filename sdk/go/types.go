@@ -86,6 +86,7 @@ type Run struct {
 	Base       string          `json:"base"`
 	Template   *TemplateRef    `json:"template,omitempty"`
 	Limits     Limits          `json:"limits"`
+	Isolation  string          `json:"isolation,omitempty"`
 	TimeoutMs  int64           `json:"timeout_ms"`
 	Usage      Usage           `json:"usage"`
 	CreatedAt  time.Time       `json:"created_at"`
@@ -111,6 +112,7 @@ type Sandbox struct {
 	Image     string            `json:"image,omitempty"`
 	Template  *TemplateRef      `json:"template,omitempty"`
 	Limits    Limits            `json:"limits"`
+	Isolation string            `json:"isolation,omitempty"`
 	EnvNames  []string          `json:"env_names,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Origin    Origin            `json:"origin"`
@@ -121,6 +123,10 @@ type Sandbox struct {
 	EndReason string            `json:"end_reason,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	Usage     Usage             `json:"usage"`
+	// PausedAt is when the sandbox was paused; set only while it is.
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// ForkedFrom names the sandbox and snapshot a fork started from.
+	ForkedFrom *ForkedFrom `json:"forked_from,omitempty"`
 }
 
 // Command is a command record.
@@ -170,6 +176,7 @@ type Template struct {
 	Base        string          `json:"base"`
 	Code        string          `json:"code,omitempty"`
 	Limits      Limits          `json:"limits"`
+	Isolation   string          `json:"isolation,omitempty"`
 	TimeoutMs   int64           `json:"timeout_ms,omitempty"`
 	Config      json.RawMessage `json:"config,omitempty"`
 	Files       []TemplateFile  `json:"files,omitempty"`
@@ -185,6 +192,7 @@ type TemplateVersion struct {
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by,omitempty"`
+	Isolation string    `json:"isolation,omitempty"`
 }
 
 // BaseTemplate is a built-in base: lbb/python, lbb/node or lbb/shell.

@@ -6,6 +6,7 @@ package guest
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -86,8 +87,61 @@ func New(opts Options) (*Server, error) {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			s.log.Warn("cannot become a child subreaper; orphans will not be reaped", "err", err)
 		}
+	} else if err := ensureMachineID(opts.EtcDir); err != nil {
+		// The driver did not make the file the sandbox's to write (see the drivers' machine-id
+		// mounts): the sandbox keeps the image's.
+		s.log.Debug("cannot give the sandbox a machine id", "err", err)
 	}
 	return s, nil
+}
+
+// ensureMachineID gives a sandbox booting without a machine id (the image's is empty) a
+// random one, so that no two sandboxes share one. One it has already (written at an earlier
+// boot, on a disk that outlived a stop) stays: a resumed sandbox is the same machine.
+func ensureMachineID(etcDir string) error {
+	b, err := os.ReadFile(filepath.Join(etcDir, "machine-id"))
+	if err == nil && validMachineID(strings.TrimSpace(string(b))) {
+		return nil
+	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return err
+	}
+	return writeMachineID(etcDir, hex.EncodeToString(id))
+}
+
+func validMachineID(id string) bool {
+	_, err := hex.DecodeString(id)
+	return err == nil && len(id) == 32 && id != strings.Repeat("0", 32)
+}
+
+// writeMachineID writes id into <etcDir>/machine-id in place: the drivers let the sandbox
+// write that one file, not create files in /etc (a rename over it would need that). The
+// image's file is read-only (0444) to its owner, the sandbox's root, which has no
+// CAP_DAC_OVERRIDE: the agent, its owner, makes it writable for the write.
+func writeMachineID(etcDir, id string) error {
+	path := filepath.Join(etcDir, "machine-id")
+	open := func() (*os.File, error) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|unix.O_NOFOLLOW, 0)
+	}
+	f, err := open()
+	if errors.Is(err, os.ErrPermission) {
+		if cerr := os.Chmod(path, 0o644); cerr == nil {
+			defer os.Chmod(path, 0o444)
+			f, err = open()
+		}
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o444)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strings.ToLower(id) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Handler routes the protocol.
@@ -253,7 +307,7 @@ func (s *Server) handleIdentity(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "machine_id: want 32 hex digits"})
 			return
 		}
-		if err := os.WriteFile(filepath.Join(s.opts.EtcDir, "machine-id"), []byte(strings.ToLower(id.MachineID)+"\n"), 0o444); err != nil {
+		if err := writeMachineID(s.opts.EtcDir, id.MachineID); err != nil {
 			errs = append(errs, "machine-id: "+err.Error())
 		}
 	}

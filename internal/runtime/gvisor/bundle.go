@@ -162,6 +162,10 @@ func (d *Driver) ociSpec(st state, dir string) ociSpec {
 			{Destination: "/root", Type: "bind", Source: filepath.Join(disk, "home"), Options: rw},
 			{Destination: "/var/tmp", Type: "bind", Source: filepath.Join(disk, "vartmp"), Options: rw},
 			{Destination: lbbDir, Type: "bind", Source: filepath.Join(dir, "lbb"), Options: ro},
+			// The sandbox's own machine id, on its disk (the image's is empty and read-only);
+			// the agent writes one at boot and a warm pool's claim a fresh one.
+			{Destination: "/etc/machine-id", Type: "bind", Source: filepath.Join(disk, machineIDFile),
+				Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: ociLinux{
 			UIDMappings: idmap,
@@ -455,10 +459,30 @@ func checkToken(c net.Conn, token string) bool {
 	return buf[len(token)] == '\n' && subtle.ConstantTimeCompare(buf[:len(token)], []byte(token)) == 1
 }
 
+// machineIDFile is the file on a sandbox's disk bound over its /etc/machine-id.
+const machineIDFile = "machine-id"
+
 // prepareDisk makes the directories of a mounted disk, owned by the sandbox's root: the
-// workspace, /root (first filled from the image's) and /var/tmp.
+// workspace, /root (first filled from the image's) and /var/tmp; and its machine id's file
+// (empty until the agent writes one).
 func prepareDisk(diskDir, image string) error {
 	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755); err != nil {
+		return err
+	}
+	mid := filepath.Join(diskDir, machineIDFile)
+	if fi, err := os.Lstat(mid); err != nil || !fi.Mode().IsRegular() {
+		// Only the host writes the disk's top level; anything else there is replaced.
+		if err := os.RemoveAll(mid); err != nil {
+			return err
+		}
+		if err := os.WriteFile(mid, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Lchown(mid, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+		return err
+	}
+	if err := os.Chmod(mid, 0o644); err != nil {
 		return err
 	}
 	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky); err != nil {

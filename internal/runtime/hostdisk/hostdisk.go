@@ -183,6 +183,12 @@ func Mount(img, target string) (major, minor uint32, err error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, 0, err
 	}
+	// Name the device beside img before mounting, so that WaitDetached can watch this one
+	// device instead of scanning every loop device of the host (hundreds once sandboxes have
+	// come and gone), also after a crash.
+	if err := writeDeviceFile(img, unix.Major(st.Rdev), unix.Minor(st.Rdev)); err != nil {
+		return 0, 0, err
+	}
 	// noinit_itable: the lazy inode table zeroing would fill the sparse file for nothing.
 	if err := unix.Mount(dev, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
 		return 0, 0, fmt.Errorf("mount %s on %s: %w", dev, target, err)
@@ -248,10 +254,23 @@ func UnescapeMount(s string) string {
 // sandbox's dying mount namespace drops its copy of the mount asynchronously, after the
 // init is reaped. Until then a Start could attach a second device to the same file and
 // mount the same ext4 twice; and Destroy must leave no device behind.
+//
+// It watches the device Mount last attached to img (named in img's ".loop" file): an img
+// Mount never attached has nothing to wait for.
 func WaitDetached(ctx context.Context, img string) error {
+	b, err := os.ReadFile(img + deviceSuffix)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	dev := strings.TrimSpace(string(b))
 	deadline := time.Now().Add(10 * time.Second)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		devs := LoopDevicesFor(img)
+		var devs []string
+		if backedBy(dev, img) {
+			devs = []string{dev}
+		}
 		if len(devs) == 0 {
 			return nil
 		}
@@ -264,6 +283,26 @@ func WaitDetached(ctx context.Context, img string) error {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// deviceSuffix names the file beside an image that says which loop device Mount attached.
+const deviceSuffix = ".loop"
+
+func writeDeviceFile(img string, major, minor uint32) error {
+	if err := os.WriteFile(img+deviceSuffix, fmt.Appendf(nil, "%d:%d\n", major, minor), 0o600); err != nil {
+		return fmt.Errorf("naming the loop device of %s: %w", img, err)
+	}
+	return nil
+}
+
+// backedBy says whether block device dev ("major:minor") is a loop device backed by img.
+// A detached loop device has no loop/ directory in sysfs.
+func backedBy(dev, img string) bool {
+	b, err := os.ReadFile("/sys/dev/block/" + dev + "/loop/backing_file")
+	if err != nil {
+		return false
+	}
+	return strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == img
 }
 
 // LoopDevicesFor lists loop devices whose backing file is img.

@@ -4,9 +4,12 @@ package hostdisk
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,5 +42,46 @@ func TestCopySparse(t *testing.T) {
 	}
 	if err := CopySparse(src, dst); err == nil {
 		t.Fatal("copy over an existing file succeeded")
+	}
+}
+
+// WaitDetached watches the one device Mount attached: it waits while that device still
+// holds the image and returns once autoclear has detached it after the unmount.
+func TestMountWaitDetached(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loop-mounting needs root")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	if err := WaitDetached(ctx, img); err != nil {
+		t.Fatalf("an image never mounted: %v", err)
+	}
+	if err := Format(ctx, img, 16); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o700)
+	major, minor, err := Mount(img, mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	if !backedBy(dev, img) || len(LoopDevicesFor(img)) != 1 {
+		t.Fatalf("device %s does not show as backed by %s: %v", dev, img, LoopDevicesFor(img))
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := WaitDetached(short, img); err == nil {
+		t.Fatal("WaitDetached returned while the image is mounted")
+	}
+	if err := Unmount(ctx, mnt); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitDetached(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	if devs := LoopDevicesFor(img); len(devs) != 0 {
+		t.Fatalf("WaitDetached returned while %v hold %s", devs, img)
 	}
 }

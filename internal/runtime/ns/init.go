@@ -322,7 +322,10 @@ func execAgent(cfg *initConfig) error {
 	h := hardening{
 		NoFile:        cfg.NoFile,
 		FileSizeBytes: uint64(cfg.DiskMiB) << 20,
-		Writable:      []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc"},
+		// /etc/machine-id is the sandbox's own (the agent gives it a fresh one at boot and at a
+		// warm pool's claim); written in place, it is copied up to the sandbox's writable
+		// layer, so it lasts as long as the disk. The rest of /etc stays the image's.
+		Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc", "/etc/machine-id"},
 	}
 	if err := h.apply(); err != nil {
 		return err

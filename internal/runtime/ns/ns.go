@@ -773,16 +773,7 @@ func (d *Driver) Thaw(ctx context.Context, id string) error {
 }
 
 func (d *Driver) freezer(ctx context.Context, id string, freeze bool) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	_, ok := d.running[id]
-	d.mu.Unlock()
-	if !ok {
-		return errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
-	}
-	cg, err := d.cgroups()
+	cg, err := d.startedCgroups(id)
 	if err != nil {
 		return err
 	}
@@ -790,6 +781,31 @@ func (d *Driver) freezer(ctx context.Context, id string, freeze bool) error {
 		return cg.Freeze(ctx, id)
 	}
 	return cg.Thaw(ctx, id)
+}
+
+// SetCPUWeight weighs a started sandbox's claim on contended CPU (runtime.Prioritizer): its
+// cgroup's cpu.shares (v1) or cpu.weight (v2) against the other sandboxes'.
+func (d *Driver) SetCPUWeight(ctx context.Context, id string, weight int) error {
+	cg, err := d.startedCgroups(id)
+	if err != nil {
+		return err
+	}
+	return cg.SetCPUWeight(id, weight)
+}
+
+// startedCgroups answers the cgroup manager for a sandbox this driver started; conflict
+// for one it did not.
+func (d *Driver) startedCgroups(id string) (cgroup.Manager, error) {
+	if err := driverkit.CheckID(id); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	_, ok := d.running[id]
+	d.mu.Unlock()
+	if !ok {
+		return nil, errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
+	}
+	return d.cgroups()
 }
 
 // sandbox is a started sandbox.

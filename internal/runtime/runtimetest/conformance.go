@@ -323,6 +323,8 @@ func (e *env) conformance(t *testing.T) {
 		}
 	})
 
+	t.Run("machine id", e.machineID)
+
 	t.Run("run", e.runs)
 }
 

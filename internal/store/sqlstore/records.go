@@ -121,7 +121,8 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 // Sandboxes.
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
-	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms`
+	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
+	paused_at, pause_mode, forked_from, isolation`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -132,7 +133,15 @@ func sandboxArgs(s store.Sandbox) []any {
 	return []any{s.ID, s.Graph, s.Status, b2i(s.OneCall), s.Base, s.Image, tid, tname, tver,
 		jsonText(s.Limits), jsonText(s.EnvNames), jsonText(s.Metadata), jsonText(s.Origin), ms(s.CreatedAt),
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
-		s.Usage.VCPUMs, s.Usage.GiBMs}
+		s.Usage.VCPUMs, s.Usage.GiBMs,
+		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation}
+}
+
+func forkedFromText(f *store.ForkedFrom) any {
+	if f == nil {
+		return nil
+	}
+	return jsonText(f)
 }
 
 func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
@@ -141,9 +150,12 @@ func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 	var tid, tname, limits, env, meta, origin, endReason, errStr sql.NullString
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
+	var paused sql.NullInt64
+	var pauseMode, forkedFrom sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
-		&s.Usage.VCPUMs, &s.Usage.GiBMs)
+		&s.Usage.VCPUMs, &s.Usage.GiBMs,
+		&paused, &pauseMode, &forkedFrom, &s.Isolation)
 	if err != nil {
 		return s, err
 	}
@@ -153,6 +165,13 @@ func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 	}
 	s.CreatedAt, s.StartedAt, s.EndedAt, s.ExpiresAt = fromMs(created), fromNullMs(started), fromNullMs(ended), fromNullMs(expires)
 	s.EndReason, s.Error = endReason.String, errStr.String
+	s.PausedAt, s.PauseMode = fromNullMs(paused), pauseMode.String
+	if forkedFrom.Valid {
+		s.ForkedFrom = &store.ForkedFrom{}
+		if err := fromJSON(forkedFrom, s.ForkedFrom); err != nil {
+			return s, err
+		}
+	}
 	for _, f := range []struct {
 		v   sql.NullString
 		dst any
@@ -165,7 +184,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 }
 
 func (q queries) CreateSandbox(ctx context.Context, s store.Sandbox) error {
-	_, err := q.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (`+inList(21)+`)`, sandboxArgs(s)...)
+	_, err := q.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (`+inList(len(sandboxArgs(s)))+`)`, sandboxArgs(s)...)
 	return err
 }
 
@@ -178,7 +197,8 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	args := sandboxArgs(s)
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
-		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?
+		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -395,16 +415,19 @@ func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) (
 
 // Templates.
 
-const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by`
+const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by,
+	isolation`
 
 func scanTemplate(sc interface{ Scan(...any) error }) (store.Template, error) {
 	var t store.Template
-	var code, limits, config, files, desc, by sql.NullString
+	var code, limits, config, files, desc, by, isolation sql.NullString
 	var created int64
-	if err := sc.Scan(&t.ID, &t.Graph, &t.Name, &t.Version, &t.Base, &code, &limits, &t.TimeoutMs, &config, &files, &desc, &created, &by); err != nil {
+	if err := sc.Scan(&t.ID, &t.Graph, &t.Name, &t.Version, &t.Base, &code, &limits, &t.TimeoutMs, &config, &files, &desc, &created, &by,
+		&isolation); err != nil {
 		return t, err
 	}
 	t.Code, t.Description, t.CreatedBy, t.CreatedAt, t.Config = code.String, desc.String, by.String, fromMs(created), rawFrom(config)
+	t.Isolation = isolation.String
 	if err := fromJSON(limits, &t.Limits); err != nil {
 		return t, err
 	}
@@ -429,9 +452,9 @@ func (q queries) CreateTemplateVersion(ctx context.Context, t store.Template) (s
 	if len(t.Files) > 0 {
 		files = jsonText(t.Files)
 	}
-	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(13)+`)`,
+	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(14)+`)`,
 		t.ID, t.Graph, t.Name, t.Version, t.Base, nullStr(t.Code), jsonText(t.Limits), t.TimeoutMs, nullRaw(t.Config),
-		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy))
+		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy), nullStr(t.Isolation))
 	return t, err
 }
 

@@ -37,6 +37,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Files", testFiles},
 		{"SandboxLabels", testSandboxLabels},
 		{"IdempotencyDelete", testIdempotencyDelete},
+		{"Snapshots", testSnapshots},
+		{"PausedAndForked", testPausedAndForked},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -131,6 +133,7 @@ func testSandboxes(t *testing.T, s store.Store) {
 	a := newSandbox("main")
 	a.Template = &store.TemplateRef{ID: "sbt_1", Name: "normalize", Version: 3}
 	a.Metadata = map[string]string{"team": "x"}
+	a.Isolation = "gvisor"
 	must(t, s.CreateSandbox(ctx, a))
 	wantClass(t, s.CreateSandbox(ctx, a), errdefs.ClassConflict)
 	got, err := s.GetSandbox(ctx, "main", a.ID)
@@ -226,7 +229,7 @@ func testCommands(t *testing.T, s store.Store) {
 func testTemplates(t *testing.T, s store.Store) {
 	id := ids.New(ids.Template)
 	v1, err := s.CreateTemplateVersion(ctx, store.Template{ID: id, Graph: "main", Name: "normalize", Base: "lbb/python",
-		Code: "v1", Limits: store.Limits{MemoryMiB: 2048}, TimeoutMs: 60000, Config: json.RawMessage(`{"unit":"cm"}`),
+		Code: "v1", Limits: store.Limits{MemoryMiB: 2048}, Isolation: "gvisor", TimeoutMs: 60000, Config: json.RawMessage(`{"unit":"cm"}`),
 		Files: []store.TemplateFile{{File: "fil_1", Path: "data/units.csv"}}, CreatedAt: now(), CreatedBy: "key_1"})
 	must(t, err)
 	if v1.Version != 1 || v1.ID != id {
@@ -508,4 +511,95 @@ func testIdempotencyDelete(t *testing.T, s store.Store) {
 	_, err = s.GetIdempotency(ctx, "main", "k")
 	wantClass(t, err, errdefs.ClassNotFound)
 	must(t, s.CreateIdempotency(ctx, r))
+}
+
+func testSnapshots(t *testing.T, s store.Store) {
+	sb := newSandbox("main")
+	sb.OneCall, sb.Status = false, store.SandboxRunning
+	must(t, s.CreateSandbox(ctx, sb))
+	other := newSandbox("main")
+	other.OneCall, other.Status = false, store.SandboxRunning
+	must(t, s.CreateSandbox(ctx, other))
+	mk := func(sandboxID string, md map[string]string) store.Snapshot {
+		sn := store.Snapshot{ID: ids.New(ids.Snapshot), Graph: "main", SandboxID: sandboxID, Isolation: "gvisor", Memory: true,
+			SizeBytes: 1 << 20, CreatedAt: now(), DurationMs: 152.25, Metadata: md}
+		must(t, s.CreateSnapshot(ctx, sn))
+		return sn
+	}
+	a := mk(sb.ID, map[string]string{"step": "1"})
+	b := mk(sb.ID, nil)
+	c := mk(other.ID, nil)
+	wantClass(t, s.CreateSnapshot(ctx, a), errdefs.ClassConflict)
+	got, err := s.GetSnapshot(ctx, "main", a.ID)
+	must(t, err)
+	equal(t, got, a)
+	_, err = s.GetSnapshot(ctx, "other", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+
+	list, next, err := s.ListSnapshots(ctx, "main", sb.ID, store.Page{Limit: 1})
+	must(t, err)
+	if len(list) != 1 || list[0].ID != b.ID || next != b.ID {
+		t.Fatalf("first page = %v, next %q", list, next)
+	}
+	list, next, err = s.ListSnapshots(ctx, "main", sb.ID, store.Page{Limit: 1, Cursor: next})
+	must(t, err)
+	if len(list) != 1 || list[0].ID != a.ID || next != "" {
+		t.Fatalf("second page = %v, next %q", list, next)
+	}
+	if list, _, _ := s.ListSnapshots(ctx, "other", sb.ID, store.Page{}); len(list) != 0 {
+		t.Fatalf("another graph lists main's snapshots: %v", list)
+	}
+
+	// A sandbox that ends leaves its snapshots to be swept; a running one keeps them.
+	ended, err := s.ListEndedSnapshots(ctx, 10)
+	must(t, err)
+	equal(t, len(ended), 0)
+	other.Status, other.EndedAt = store.SandboxDestroyed, ptr(now())
+	must(t, s.UpdateSandbox(ctx, other))
+	ended, err = s.ListEndedSnapshots(ctx, 10)
+	must(t, err)
+	if len(ended) != 1 || ended[0].ID != c.ID {
+		t.Fatalf("ended snapshots = %v, want %s", ended, c.ID)
+	}
+	// …as does one whose record the janitor removed.
+	orphan := store.Snapshot{ID: ids.New(ids.Snapshot), Graph: "main", SandboxID: ids.New(ids.Sandbox), Isolation: "gvisor", CreatedAt: now()}
+	must(t, s.CreateSnapshot(ctx, orphan))
+	ended, _ = s.ListEndedSnapshots(ctx, 10)
+	equal(t, len(ended), 2)
+
+	must(t, s.DeleteSnapshot(ctx, "main", a.ID))
+	wantClass(t, s.DeleteSnapshot(ctx, "main", a.ID), errdefs.ClassNotFound)
+	wantClass(t, s.DeleteSnapshot(ctx, "other", b.ID), errdefs.ClassNotFound)
+	_, err = s.GetSnapshot(ctx, "main", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	list, _, _ = s.ListSnapshots(ctx, "main", sb.ID, store.Page{})
+	if len(list) != 1 || list[0].ID != b.ID {
+		t.Fatalf("after delete = %v", list)
+	}
+}
+
+func testPausedAndForked(t *testing.T, s store.Store) {
+	sb := newSandbox("main")
+	sb.OneCall, sb.Status = false, store.SandboxRunning
+	sb.ForkedFrom = &store.ForkedFrom{Sandbox: ids.New(ids.Sandbox), Snapshot: ids.New(ids.Snapshot)}
+	must(t, s.CreateSandbox(ctx, sb))
+	got, err := s.GetSandbox(ctx, "main", sb.ID)
+	must(t, err)
+	equal(t, got, sb)
+	sb.Status, sb.PausedAt, sb.PauseMode = store.SandboxPaused, ptr(now()), store.PauseCheckpoint
+	must(t, s.UpdateSandbox(ctx, sb))
+	got, _ = s.GetSandbox(ctx, "main", sb.ID)
+	equal(t, got, sb)
+	if n, _ := s.CountActiveSandboxes(ctx, "main"); n != 0 {
+		t.Fatalf("a paused sandbox counts as running: %d", n)
+	}
+	paused, err := s.ListSandboxesByStatus(ctx, store.SandboxPaused)
+	must(t, err)
+	if len(paused) != 1 || paused[0].PauseMode != store.PauseCheckpoint {
+		t.Fatalf("paused = %+v", paused)
+	}
+	sb.Status, sb.PausedAt, sb.PauseMode = store.SandboxRunning, nil, ""
+	must(t, s.UpdateSandbox(ctx, sb))
+	got, _ = s.GetSandbox(ctx, "main", sb.ID)
+	equal(t, got, sb)
 }

@@ -61,6 +61,9 @@ type Manager interface {
 	// and waits until the group is empty.
 	Kill(ctx context.Context, name string) error
 	Stats(name string) (Stats, error)
+	// SetCPUWeight sets the group's share of contended CPU against its siblings, in cgroup
+	// v2's units: 1..10000, 100 the default (v1: cpu.shares = weight × 1024 / 100).
+	SetCPUWeight(name string, weight int) error
 	// Remove kills what is left and removes the group. Removing a missing group is no error.
 	Remove(ctx context.Context, name string) error
 	// Paths lists the group's directories (for tests and diagnostics).

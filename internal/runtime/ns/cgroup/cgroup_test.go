@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,6 +65,23 @@ func TestLifecycle(t *testing.T) {
 	}
 	if st.Pids == 0 { // memory stays charged where it was allocated (v1 moves no charges)
 		t.Errorf("stats %+v", st)
+	}
+	if err := m.SetCPUWeight(name, 2); err != nil {
+		t.Fatal(err)
+	}
+	weighed := 0
+	for _, p := range m.Paths(name) {
+		for file, want := range map[string]string{"cpu.shares": "20", "cpu.weight": "2"} {
+			if b, err := os.ReadFile(filepath.Join(p, file)); err == nil {
+				weighed++
+				if got := strings.TrimSpace(string(b)); got != want {
+					t.Errorf("%s/%s = %s after weight 2, want %s", p, file, got, want)
+				}
+			}
+		}
+	}
+	if weighed == 0 {
+		t.Errorf("no cpu.shares or cpu.weight in %v", m.Paths(name))
 	}
 	if err := m.Freeze(ctx, name); err != nil {
 		t.Fatal(err)

@@ -327,3 +327,11 @@ func validName(name string) error {
 	}
 	return nil
 }
+
+func (m *v1) SetCPUWeight(name string, weight int) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	weight = min(max(weight, 1), 10000)
+	return writeFile(m.dir("cpu", name), "cpu.shares", fmt.Sprint(max(weight*1024/100, 2)))
+}

@@ -222,3 +222,10 @@ func (m *v2) Remove(ctx context.Context, name string) error {
 	}
 	return rmdir(ctx, m.dir(name))
 }
+
+func (m *v2) SetCPUWeight(name string, weight int) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	return writeFile(m.dir(name), "cpu.weight", fmt.Sprint(min(max(weight, 1), 10000)))
+}

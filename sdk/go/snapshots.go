@@ -1,0 +1,105 @@
+package lbb
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Pause, snapshots and forks of long-lived sandboxes.
+
+// Snapshot is a saved state of a running sandbox, its memory and processes with its disk,
+// that forks start from. It goes with its sandbox.
+type Snapshot struct {
+	ID        string `json:"id"`
+	Graph     string `json:"graph"`
+	Sandbox   string `json:"sandbox"`
+	Isolation string `json:"isolation"`
+	// Memory says it holds processes and memory, not only the disk.
+	Memory     bool              `json:"memory"`
+	SizeBytes  int64             `json:"size_bytes"`
+	CreatedAt  time.Time         `json:"created_at"`
+	DurationMs float64           `json:"duration_ms"`
+	Metadata   map[string]string `json:"metadata"`
+}
+
+// ForkedFrom names the sandbox and snapshot a fork started from.
+type ForkedFrom struct {
+	Sandbox  string `json:"sandbox"`
+	Snapshot string `json:"snapshot"`
+}
+
+// SnapshotRequest is what Snapshot takes.
+type SnapshotRequest struct {
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// ForkRequest is what Fork takes.
+type ForkRequest struct {
+	// Snapshot (of this sandbox) to start from; empty takes a fresh one of the running
+	// sandbox first, and keeps it.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Metadata labels the fork; nil keeps the source's.
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty"`
+	// Env is given to the fork's commands, over the source's; its values are masked.
+	Env map[string]string `json:"env,omitempty"`
+	// IdempotencyKey makes a retried fork make one sandbox; a fresh one is made when empty.
+	IdempotencyKey string `json:"-"`
+}
+
+// SnapshotList is one page of a sandbox's snapshots, newest first.
+type SnapshotList struct {
+	Snapshots  []Snapshot `json:"snapshots"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
+// Pause parks a running sandbox: on gvisor its memory and processes are saved to disk and
+// its RAM freed (it stays paused across a server restart); on ns the freezer holds them in
+// RAM. Resume wakes it where it was. A sandbox with a command running answers 409
+// (CodeOf: commands_running).
+func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/pause"))
+}
+
+// Snapshot saves a running sandbox with its memory (gvisor only: elsewhere 409
+// not_supported); the sandbox runs on.
+func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRequest) (*Snapshot, error) {
+	var snap Snapshot
+	// Not retried: a second call would take a second snapshot.
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/snapshot"), body: p}, &snap)
+	return &snap, err
+}
+
+// Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
+// running, ForkedFrom set).
+func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (*Sandbox, error) {
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	var sb Sandbox
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/fork"), body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
+	return &sb, err
+}
+
+// Snapshots lists a sandbox's snapshots, newest first.
+func (s *SandboxesService) Snapshots(ctx context.Context, id string, p ListParams) (*SnapshotList, error) {
+	var l SnapshotList
+	_, err := s.c.do(ctx, request{method: http.MethodGet, path: s.path(id, "/snapshots"), query: p.query(), retry: true}, &l)
+	return &l, err
+}
+
+// GetSnapshot returns a snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var snap Snapshot
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
+	return &snap, err
+}
+
+// DeleteSnapshot removes a snapshot and its bytes; forks made from it run on.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var snap Snapshot
+	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
+	return &snap, err
+}

@@ -1,0 +1,110 @@
+package lbb_test
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/api"
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/control/controltest"
+	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// TestSnapshots runs the SDK's pause, snapshot and fork calls against a server on the local
+// driver with a fake checkpoint (controltest.Checkpointing: the workspace, not memory; memory
+// is tested end to end on gvisor).
+func TestSnapshots(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
+	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
+	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
+		Blobs: bs, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
+	secret, err := svc.Bootstrap(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
+	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
+	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{ExpiresInSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Files.Write(ctx, sb.ID, "kept.txt", strings.NewReader("kept")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Sandboxes.Pause(ctx, sb.ID)
+	if err != nil || p.Status != "paused" || p.PausedAt == nil {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if _, err := c.Sandboxes.Pause(ctx, sb.ID); !lbb.IsConflict(err) {
+		t.Fatalf("pausing a paused sandbox: %v, want a conflict", err)
+	}
+	if r, err := c.Sandboxes.Resume(ctx, sb.ID); err != nil || r.Status != "running" || r.PausedAt != nil {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	snap, err := c.Sandboxes.Snapshot(ctx, sb.ID, lbb.SnapshotRequest{Metadata: map[string]string{"step": "1"}})
+	if err != nil || !strings.HasPrefix(snap.ID, "snp_") || snap.Sandbox != sb.ID || !snap.Memory || snap.Metadata["step"] != "1" {
+		t.Fatalf("snapshot: %+v %v", snap, err)
+	}
+	fork, err := c.Sandboxes.Fork(ctx, sb.ID, lbb.ForkRequest{Snapshot: snap.ID, ExpiresInSeconds: 60})
+	if err != nil || fork.Status != "running" || fork.ForkedFrom == nil || fork.ForkedFrom.Snapshot != snap.ID || fork.ForkedFrom.Sandbox != sb.ID {
+		t.Fatalf("fork: %+v %v", fork, err)
+	}
+	rc, err := c.Files.Read(ctx, fork.ID, "kept.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "kept" {
+		t.Fatalf("the fork's workspace: %q", b)
+	}
+	l, err := c.Sandboxes.Snapshots(ctx, sb.ID, lbb.ListParams{})
+	if err != nil || len(l.Snapshots) != 1 || l.Snapshots[0].ID != snap.ID {
+		t.Fatalf("snapshots: %+v %v", l, err)
+	}
+	if got, err := c.GetSnapshot(ctx, snap.ID); err != nil || got.ID != snap.ID {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	if _, err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSnapshot(ctx, snap.ID); !lbb.IsNotFound(err) {
+		t.Fatalf("a deleted snapshot: %v", err)
+	}
+	// Without a snapshot a fresh one is taken and kept.
+	if _, err := c.Sandboxes.Delete(ctx, fork.ID); err != nil {
+		t.Fatal(err)
+	}
+	fork2, err := c.Sandboxes.Fork(ctx, sb.ID, lbb.ForkRequest{})
+	if err != nil || fork2.ForkedFrom == nil {
+		t.Fatalf("fork without a snapshot: %+v %v", fork2, err)
+	}
+	if l, _ := c.Sandboxes.Snapshots(ctx, sb.ID, lbb.ListParams{}); len(l.Snapshots) != 1 || l.Snapshots[0].ID != fork2.ForkedFrom.Snapshot {
+		t.Fatalf("the fork's snapshot is not kept: %+v", l)
+	}
+}
