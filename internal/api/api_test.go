@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -131,6 +132,10 @@ func TestSeedCall(t *testing.T) {
 	r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, hdr, sumBody)
 	if r.status != 200 || r.header.Get("Request-Id") == "" || r.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("%d %v %s", r.status, r.header, r.body)
+	}
+	// Server-Timing names the phases of the run (the test server's runner claims nothing ahead).
+	if st := r.header.Get("Server-Timing"); !regexp.MustCompile(`^auth;dur=[\d.]+, plan;dur=[\d.]+, reserve;dur=[\d.]+, .*record;dur=[\d.]+$`).MatchString(st) {
+		t.Errorf("Server-Timing %q", st)
 	}
 	m := r.json(t)
 	for _, k := range []string{"ok", "result", "command", "sandbox", "status", "exit_code", "duration_ms", "stdout", "stderr"} {

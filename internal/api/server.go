@@ -24,6 +24,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 //go:embed openapi.json
@@ -105,18 +106,23 @@ type call struct {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// timings are the request's phases, sent as its Server-Timing header.
+	timings *timing.Timings
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if h := w.timings.Header(); h != "" {
+			w.Header().Set("Server-Timing", h)
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -133,7 +139,9 @@ func (w *statusWriter) Flush() {
 func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	t0 := time.Now()
 	c := &call{requestID: ids.New(ids.Request)}
-	w := &statusWriter{ResponseWriter: rw}
+	ctx, tm := timing.New(r.Context())
+	r = r.WithContext(ctx)
+	w := &statusWriter{ResponseWriter: rw, timings: tm}
 	w.Header().Set("Request-Id", c.requestID)
 	routeName := "unmatched"
 	defer func() {
@@ -189,7 +197,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	for k, v := range params {
 		r.SetPathValue(k, v)
 	}
-	if err := s.authorize(r, c); err != nil {
+	endAuth := timing.Start(r.Context(), "auth")
+	err := s.authorize(r, c)
+	endAuth()
+	if err != nil {
 		s.writeError(w, c, err)
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/commands.
@@ -236,6 +237,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	now := s.now()
 	cmd.CreatedAt, cmd.StartedAt = now, &now
 	var existing *store.Idempotency
+	endReserve := timing.Start(ctx, "reserve")
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
 		r, err := q.GetIdempotency(ctx, c.Graph, idemKey)
 		if err == nil {
@@ -250,6 +252,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		return q.CreateIdempotency(ctx, store.Idempotency{Graph: c.Graph, Key: idemKey, Route: route, RequestHash: reqHash,
 			State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: sandboxID, CreatedAt: now})
 	})
+	endReserve()
 	if err != nil || existing != nil {
 		s.runs.Done()
 		if err != nil {
@@ -299,10 +302,10 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		}()
 	}
 	s.metrics.running.Inc()
-	audit := pendingAudit(ctx)
+	audit, tm := pendingAudit(ctx), timing.From(ctx)
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(sbCtx, ls, lc, cmd, spec, inf, audit)
+		s.runCommand(timing.With(sbCtx, tm), ls, lc, cmd, spec, inf, audit)
 	}()
 	// Answer once the process runs, so that a kill or stdin that follows reaches it.
 	select {
@@ -317,7 +320,9 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 // The call's audit entry, when still pending, is written with the end (one commit).
 func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveCommand, cmd store.Command, spec host.ExecSpec, inf *inflight, audit *PendingAudit) {
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
+	endRun := timing.Start(ctx, "run")
 	out := lc.live.Exec(ctx, spec)
+	endRun()
 	s.metrics.running.Dec()
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	if lc.stdin != nil {
@@ -357,6 +362,7 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	endRecord := timing.Start(ctx, "record")
 	err = s.st.WithTx(wctx, func(q store.Queries) error {
 		if err := q.UpdateCommand(wctx, cmd); err != nil {
 			return err
@@ -377,6 +383,7 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 		}
 		return nil
 	})
+	endRecord()
 	if err != nil {
 		log.Error("recording the end of a command", "err", err)
 	}

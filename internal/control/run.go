@@ -17,6 +17,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // CreateRequest is the body of POST /v1/sandboxes. With Run it is a Level 1 one-call run.
@@ -105,6 +106,8 @@ type plan struct {
 	claim *host.Claim
 	// audit is the call's audit entry, written with the run's end when still pending then.
 	audit *PendingAudit
+	// timings are the call's phases (its Server-Timing header), or nil.
+	timings *timing.Timings
 }
 
 // inflight is a run this process is executing.
@@ -135,10 +138,13 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	} else if !errdefs.IsNotFound(err) {
 		return Response{}, err
 	}
+	endPlan := timing.Start(ctx, "plan")
 	p, err := s.plan(ctx, c, req)
+	endPlan()
 	if err != nil {
 		return Response{}, err
 	}
+	p.timings = timing.From(ctx)
 	if req.WaitMs == nil {
 		// Without wait_ms a call waits for its run to end, whatever its timeout.
 		wait = min(p.timeout+30*time.Second, s.cfg.MaxWait)
@@ -152,9 +158,11 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	// The sandbox is claimed while the reservation commits; no code runs in it before the
 	// reservation is durable (launch hands it over only after).
 	if cl, ok := s.runner.(claimer); ok {
-		p.claim = cl.Claim(s.runCtx, s.runSpec(p))
+		p.claim = cl.Claim(timing.With(s.runCtx, p.timings), s.runSpec(p))
 	}
+	endReserve := timing.Start(ctx, "reserve")
 	existing, err := s.reserve(ctx, p)
+	endReserve()
 	if err != nil || existing != nil {
 		if p.claim != nil {
 			p.claim.Cancel()
@@ -315,7 +323,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	t0 := time.Now()
 	spec := s.runSpec(p)
 	spec.Claim = p.claim
-	out := s.runner.RunOnce(s.runCtx, spec)
+	out := s.runner.RunOnce(timing.With(s.runCtx, p.timings), spec)
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
 	if out.Err != nil {
@@ -335,6 +343,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	// The records must be written even when the server is stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	endRecord := timing.Start(timing.With(ctx, p.timings), "record")
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
 		if err := q.UpdateCommand(ctx, cmd); err != nil {
 			return err
@@ -356,6 +365,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		}
 		return nil
 	})
+	endRecord()
 	if err != nil {
 		// The records stay running; the next start marks them lost.
 		log.Error("recording the end of a run", "err", err)

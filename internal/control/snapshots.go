@@ -183,6 +183,11 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	if sb, err = s.st.GetSandbox(wctx, graph, id); err != nil {
 		return sb, err
 	}
+	if sb.Status == store.SandboxPaused {
+		// Like stop, pause is what it leaves: a retry of a pause whose answer was lost
+		// answers the paused sandbox.
+		return sb, nil
+	}
 	live, err := s.detach(ls, sb, "pause")
 	if err != nil {
 		return sb, err

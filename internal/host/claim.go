@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // Claim is a sandbox acquired ahead of its run: the control plane starts it while it makes
@@ -25,6 +26,7 @@ func (h *Host) Claim(ctx context.Context, spec RunSpec) *Claim {
 	c := &Claim{done: make(chan struct{}), log: h.log.With("sandbox", spec.SandboxID)}
 	go func() {
 		defer close(c.done)
+		defer timing.Start(ctx, "claim")()
 		c.lease, c.err = h.provider.Acquire(WithLanguage(ctx, spec.Language), runtimeSpec(spec))
 	}()
 	return c

@@ -13,6 +13,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // Provider hands out started sandboxes whose agent answers. The cold provider creates and
@@ -221,6 +222,7 @@ func (h *Host) run(ctx context.Context, spec RunSpec, log *slog.Logger, secrets 
 		return fail(store.CommandFailed, store.EndFailed, err), lease
 	}
 	stdoutCap, stderrCap := output.NewCapture(spec.HeadBytes, spec.TailBytes), output.NewCapture(spec.HeadBytes, spec.TailBytes)
+	defer timing.Start(ctx, "run")()
 	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: ptr(agentRun(spec)), timeout: spec.Timeout, limits: spec.Limits},
 		stdoutCap, stderrCap, secrets, log)
 	res.SandboxStarted, res.EndReason = out.SandboxStarted, out.EndReason
