@@ -253,8 +253,6 @@ func connectHTTP(t *testing.T, p *person, protocol string) *gomcp.ClientSession 
 	return cs
 }
 
-var sandboxID = regexp.MustCompile(`sbx_[A-Za-z0-9]+`)
-
 // scenario is what every Go client does against the real server.
 func scenario(t *testing.T, connect func(*testing.T, *person, string) *gomcp.ClientSession) {
 	for _, proto := range protocols {
@@ -456,6 +454,13 @@ func TestE2ENpmClient(t *testing.T) {
 			if !live.level3 {
 				cmd.Env = append(cmd.Env, "LBB_LEVEL3=0")
 			}
+			gvisor := false
+			if _, err := os.Stat(runscPath); err == nil && live.level3 {
+				gvisor = true
+				cmd.Env = append(cmd.Env, "LBB_GVISOR=1")
+			} else {
+				t.Logf("the TypeScript client does not try snapshots: runsc is not at %s (%v) or there is no Level 3", runscPath, err)
+			}
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
@@ -467,6 +472,10 @@ func TestE2ENpmClient(t *testing.T) {
 				AcceptedStatus, DeclinedStatus string
 				Asked                          []string
 				Failures                       []string
+				Snapshots                      *struct {
+					PausedStatus, ResumedStatus string
+					Asked                       []string
+				}
 			}
 			if err := json.Unmarshal(bytes.TrimSpace(out), &got); err != nil {
 				t.Fatalf("%v: %s", err, out)
@@ -482,6 +491,193 @@ func TestE2ENpmClient(t *testing.T) {
 				t.Errorf("%+v", got)
 			}
 			t.Logf("TypeScript SDK client over %s: tools %v, confirmed → %s, declined → %s, asked %q", mode, got.Tools, got.AcceptedStatus, got.DeclinedStatus, got.Asked)
+			if gvisor {
+				if s := got.Snapshots; s == nil || s.PausedStatus != "paused" || s.ResumedStatus != "running" || len(s.Asked) != 2 {
+					t.Errorf("snapshots: %+v", s)
+				} else {
+					t.Logf("TypeScript SDK client over %s: gvisor snapshot, fork, pause → %s, resume → %s; snapshot delete asked %q", mode, s.PausedStatus, s.ResumedStatus, s.Asked)
+				}
+			}
 		})
 	}
+}
+
+// runscPath is where lbb serve finds runsc, the gvisor runtime.
+const runscPath = "/usr/local/lib/lbb/runsc"
+
+// The snapshot actions against the real server: on ns a clear refusal and a pause that waits
+// for no command; on gvisor create → write_file → snapshot → fork (which reads the file as it
+// was at the snapshot) → pause → resume, and the deletion of a snapshot that the person
+// declines and one they confirm. The flow runs over stdio (lbb mcp, the newest protocol); the
+// deletions over streamable HTTP with protocol 2025-11-25 (elicitation/create).
+func TestE2ESnapshots(t *testing.T) {
+	requireServer(t)
+	requireLevel3(t)
+	api := apiClient(t)
+	p := &person{}
+	cs := connectStdio(t, p, "")
+	manage := func(args map[string]any) (string, bool) {
+		t.Helper()
+		out, isErr := call(t, cs, toolManage, args)
+		t.Logf("%s %v → error %v:\n%s", toolManage, args, isErr, out)
+		return out, isErr
+	}
+	get := func(id string) *lbb.Sandbox {
+		t.Helper()
+		sb, err := api.Sandboxes.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	create := func(isolation string) string {
+		t.Helper()
+		out, isErr := manage(map[string]any{"action": "create", "isolation": isolation, "expires_in_seconds": 600})
+		id := sandboxID.FindString(out)
+		if isErr || id == "" {
+			t.Fatalf("create isolation=%s:\n%s\nserver: %s", isolation, out, serverLog())
+		}
+		t.Cleanup(func() { api.Sandboxes.Delete(context.Background(), id) })
+		if got := get(id).Isolation; got != isolation {
+			t.Fatalf("created on %q, asked for %q", got, isolation)
+		}
+		return id
+	}
+
+	t.Run("ns", func(t *testing.T) {
+		id := create("ns")
+		for _, action := range []string{"snapshot", "fork"} {
+			out, isErr := manage(map[string]any{"action": action, "sandbox_id": id})
+			if !isErr || !strings.Contains(out, "409 not_supported") || !strings.Contains(out, `memory snapshots need isolation "gvisor"`) ||
+				!strings.Contains(out, "action=create isolation=gvisor") {
+				t.Errorf("%s on ns: %v\n%s", action, isErr, out)
+			}
+		}
+		if l, err := api.Sandboxes.Snapshots(context.Background(), id, lbb.ListParams{}); err != nil || len(l.Snapshots) != 0 {
+			t.Errorf("snapshots of the ns sandbox: %v %+v", err, l)
+		}
+		// Pause never breaks a running command.
+		out, isErr := manage(map[string]any{"action": "exec", "sandbox_id": id, "argv": []string{"sleep", "3"}, "wait_ms": -1})
+		cmd := regexp.MustCompile(`Command (cmd_\S+)`).FindStringSubmatch(out)
+		if isErr || cmd == nil {
+			t.Fatalf("exec sleep:\n%s", out)
+		}
+		if out, isErr := manage(map[string]any{"action": "pause", "sandbox_id": id}); !isErr || !strings.Contains(out, "409 commands_running") ||
+			!strings.Contains(out, "never breaks a running command") || get(id).Status != "running" {
+			t.Errorf("pause with a command running: %v\n%s", isErr, out)
+		}
+		if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_command", "command_id": cmd[1], "wait_ms": 30000}); isErr || !strings.Contains(out, "succeeded") {
+			t.Fatalf("waiting for sleep:\n%s", out)
+		}
+		if out, isErr := manage(map[string]any{"action": "pause", "sandbox_id": id}); isErr || get(id).Status != "paused" || !strings.Contains(out, "paused ") {
+			t.Errorf("pause (%s):\n%s", get(id).Status, out)
+		}
+		if out, isErr := manage(map[string]any{"action": "resume", "sandbox_id": id}); isErr || get(id).Status != "running" {
+			t.Errorf("resume (%s):\n%s", get(id).Status, out)
+		}
+	})
+
+	t.Run("gvisor", func(t *testing.T) {
+		if _, err := os.Stat(runscPath); err != nil {
+			t.Skipf("gvisor is not installed (%v): lbb serve offers isolation gvisor only with runsc at %s", err, runscPath)
+		}
+		id := create("gvisor")
+		if out, isErr := manage(map[string]any{"action": "write_file", "sandbox_id": id, "path": "notes.txt", "content": "before the snapshot\n"}); isErr {
+			t.Fatalf("write_file:\n%s", out)
+		}
+		out, isErr := manage(map[string]any{"action": "snapshot", "sandbox_id": id, "metadata": map[string]string{"step": "notes"}})
+		snap := snapshotID.FindString(out)
+		if isErr || snap == "" || !strings.Contains(out, "processes, memory and disk, isolation gvisor") || get(id).Status != "running" {
+			t.Fatalf("snapshot:\n%s\nserver: %s", out, serverLog())
+		}
+		// The source changes after the snapshot; a fork from it sees the file as it was.
+		if out, isErr := manage(map[string]any{"action": "write_file", "sandbox_id": id, "path": "notes.txt", "content": "after the snapshot\n"}); isErr {
+			t.Fatalf("write_file after the snapshot:\n%s", out)
+		}
+		if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_snapshots", "sandbox_id": id}); isErr || !strings.Contains(out, snap+"  gvisor") {
+			t.Errorf("list_snapshots:\n%s", out)
+		}
+		if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_snapshot", "snapshot_id": snap}); isErr ||
+			!strings.HasPrefix(out, "Snapshot "+snap+" of sandbox "+id) || !strings.Contains(out, `{"step":"notes"}`) {
+			t.Errorf("get_snapshot:\n%s", out)
+		}
+
+		out, isErr = manage(map[string]any{"action": "fork", "sandbox_id": id, "snapshot_id": snap, "expires_in_seconds": 300})
+		fork := ""
+		if m := regexp.MustCompile(`Forked sandbox (sbx_\S+)`).FindStringSubmatch(out); m != nil {
+			fork = m[1]
+		}
+		if isErr || fork == "" {
+			t.Fatalf("fork:\n%s\nserver: %s", out, serverLog())
+		}
+		t.Cleanup(func() { api.Sandboxes.Delete(context.Background(), fork) })
+		if sb := get(fork); sb.Status != "running" || sb.Isolation != "gvisor" || sb.ForkedFrom == nil || sb.ForkedFrom.Snapshot != snap {
+			t.Errorf("the fork: %+v", sb)
+		}
+		if out, isErr := manage(map[string]any{"action": "exec", "sandbox_id": fork, "argv": []string{"cat", "notes.txt"}}); isErr ||
+			!strings.Contains(out, "<untrusted-output>\nbefore the snapshot\n</untrusted-output>") {
+			t.Errorf("the file in the fork:\n%s", out)
+		}
+
+		if out, isErr := manage(map[string]any{"action": "pause", "sandbox_id": id}); isErr || get(id).Status != "paused" {
+			t.Fatalf("pause (%s):\n%s\nserver: %s", get(id).Status, out, serverLog())
+		}
+		if out, isErr := manage(map[string]any{"action": "snapshot", "sandbox_id": id}); !isErr || !strings.Contains(out, "409 conflict") ||
+			!strings.Contains(out, "resume a stopped or paused sandbox first") {
+			t.Errorf("snapshot of a paused sandbox: %v\n%s", isErr, out)
+		}
+		if out, isErr := manage(map[string]any{"action": "resume", "sandbox_id": id}); isErr || get(id).Status != "running" {
+			t.Fatalf("resume (%s):\n%s\nserver: %s", get(id).Status, out, serverLog())
+		}
+		if out, isErr := manage(map[string]any{"action": "exec", "sandbox_id": id, "argv": []string{"cat", "notes.txt"}}); isErr ||
+			!strings.Contains(out, "<untrusted-output>\nafter the snapshot\n</untrusted-output>") {
+			t.Errorf("the file after resume:\n%s", out)
+		}
+
+		// A fork without snapshot_id snapshots the running source first, and keeps that snapshot.
+		out, isErr = manage(map[string]any{"action": "fork", "sandbox_id": id, "expires_in_seconds": 120})
+		fresh := sandboxID.FindAllString(out, -1)
+		if isErr || len(fresh) == 0 || !strings.Contains(out, "taken now and kept with the source") {
+			t.Fatalf("fork from a fresh snapshot:\n%s", out)
+		}
+		t.Cleanup(func() { api.Sandboxes.Delete(context.Background(), fresh[0]) })
+		if from := get(fresh[0]).ForkedFrom; from == nil || from.Sandbox != id || from.Snapshot == snap {
+			t.Errorf("forked from %+v", from)
+		} else if _, err := api.GetSnapshot(context.Background(), from.Snapshot); err != nil {
+			t.Errorf("the fresh snapshot %s is not kept: %v", from.Snapshot, err)
+		}
+
+		// Deleting the snapshot asks the person: declined keeps it, confirmed deletes it.
+		hp := &person{answer: "decline"}
+		hs := connectHTTP(t, hp, "2025-11-25")
+		out, isErr = call(t, hs, toolDelete, map[string]any{"snapshot_id": snap})
+		if _, err := api.GetSnapshot(context.Background(), snap); isErr || err != nil || !strings.Contains(out, "declined") {
+			t.Errorf("declined (%v):\n%s", err, out)
+		}
+		hp.answer = "accept"
+		out, isErr = call(t, hs, toolDelete, map[string]any{"snapshot_id": snap})
+		if _, err := api.GetSnapshot(context.Background(), snap); isErr || !lbb.IsNotFound(err) || !strings.Contains(out, "is deleted") {
+			t.Errorf("confirmed (%v):\n%s", err, out)
+		}
+		if q := hp.questions(); len(q) != 2 || !strings.HasPrefix(q[0], "Delete snapshot "+snap+" of sandbox "+id) {
+			t.Errorf("questions: %q", q)
+		}
+		// The fork does not need its snapshot any more.
+		if out, isErr := manage(map[string]any{"action": "exec", "sandbox_id": fork, "argv": []string{"cat", "notes.txt"}}); isErr || get(fork).Status != "running" {
+			t.Errorf("the fork after its snapshot went:\n%s", out)
+		}
+		// A client that cannot ask deletes nothing.
+		out, isErr = manage(map[string]any{"action": "snapshot", "sandbox_id": id})
+		snap2 := snapshotID.FindString(out)
+		if isErr || snap2 == "" {
+			t.Fatalf("second snapshot:\n%s", out)
+		}
+		mute := connectHTTP(t, nil, "")
+		if out, isErr := call(t, mute, toolDelete, map[string]any{"snapshot_id": snap2}); !isErr || !strings.Contains(out, "cannot ask") {
+			t.Errorf("without elicitation: %v\n%s", isErr, out)
+		}
+		if _, err := api.GetSnapshot(context.Background(), snap2); err != nil {
+			t.Errorf("the snapshot after a refused delete: %v", err)
+		}
+	})
 }

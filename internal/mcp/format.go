@@ -188,8 +188,17 @@ func formatSandbox(s *lbb.Sandbox) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Sandbox %s: %s\n", s.ID, s.Status)
 	fmt.Fprintf(&b, "base: %s\n", s.Base)
+	if s.Isolation != "" {
+		fmt.Fprintf(&b, "isolation: %s\n", s.Isolation)
+	}
 	if s.Template != nil {
 		fmt.Fprintf(&b, "template: %s@%d\n", s.Template.Name, s.Template.Version)
+	}
+	if s.ForkedFrom != nil {
+		fmt.Fprintf(&b, "forked from: sandbox %s, snapshot %s\n", s.ForkedFrom.Sandbox, s.ForkedFrom.Snapshot)
+	}
+	if s.PausedAt != nil {
+		fmt.Fprintf(&b, "paused %s\n", stamp(s.PausedAt))
 	}
 	if s.OneCall {
 		b.WriteString("kind: one-call run (it ended with its run)\n")
@@ -227,7 +236,60 @@ func formatSandboxList(l *lbb.List[lbb.Sandbox]) string {
 		if s.OneCall {
 			kind = "one-call"
 		}
+		if s.Isolation != "" {
+			what += " (" + s.Isolation + ")"
+		}
 		fmt.Fprintf(&b, "%s  %s  %s  %s  created %s  expires %s\n", s.ID, s.Status, what, kind, stamp(&s.CreatedAt), stamp(s.ExpiresAt))
+	}
+	next(&b, l.NextCursor)
+	return b.String()
+}
+
+// size is a byte count for people.
+func size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func snapshotKind(s *lbb.Snapshot) string {
+	if s.Memory {
+		return "processes, memory and disk"
+	}
+	return "disk only"
+}
+
+func formatSnapshot(s *lbb.Snapshot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Snapshot %s of sandbox %s: %s, isolation %s, %s, taken %s in %.0f ms\n", s.ID, s.Sandbox, snapshotKind(s),
+		s.Isolation, size(s.SizeBytes), stamp(&s.CreatedAt), s.DurationMs)
+	if len(s.Metadata) > 0 {
+		m, _ := json.Marshal(s.Metadata)
+		fmt.Fprintf(&b, "metadata: %s\n", m)
+	}
+	return b.String()
+}
+
+func formatSnapshotList(sandbox string, l *lbb.SnapshotList) string {
+	var b strings.Builder
+	if len(l.Snapshots) == 0 {
+		fmt.Fprintf(&b, "Sandbox %s has no snapshots.\n", sandbox)
+	} else {
+		fmt.Fprintf(&b, "Snapshots of sandbox %s, newest first:\n", sandbox)
+	}
+	for _, s := range l.Snapshots {
+		fmt.Fprintf(&b, "%s  %s  %s  %s  taken %s", s.ID, s.Isolation, snapshotKind(&s), size(s.SizeBytes), stamp(&s.CreatedAt))
+		if len(s.Metadata) > 0 {
+			m, _ := json.Marshal(s.Metadata)
+			fmt.Fprintf(&b, "  %s", m)
+		}
+		b.WriteString("\n")
 	}
 	next(&b, l.NextCursor)
 	return b.String()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -132,6 +133,14 @@ func TestToolsAndSchemas(t *testing.T) {
 				t.Errorf("%s: action is %+v, required %v", name, schema.Properties["action"], schema.Required)
 			}
 		}
+	}
+	b, _ := json.Marshal(byName[toolManage].InputSchema)
+	var manage struct {
+		Properties map[string]struct{ Enum []string }
+	}
+	json.Unmarshal(b, &manage)
+	if got := manage.Properties["isolation"].Enum; !slices.Equal(got, []string{"ns", "gvisor"}) {
+		t.Errorf("isolation enum: %v", got)
 	}
 	if !byName[toolRead].Annotations.ReadOnlyHint || !*byName[toolDelete].Annotations.DestructiveHint {
 		t.Errorf("annotations: read %+v, delete %+v", byName[toolRead].Annotations, byName[toolDelete].Annotations)
@@ -390,6 +399,10 @@ func TestStateSigner(t *testing.T) {
 	if newStateSigner().verify(st, "delete", "sbx_a") {
 		t.Error("another signer's state verifies")
 	}
+	// A question about destroying a sandbox is no answer to one about deleting a snapshot.
+	if s.verify(s.sign("delete", "snp_a"), "delete-snapshot", "snp_a") {
+		t.Error("a sandbox delete's state verifies for a snapshot delete")
+	}
 }
 
 func TestLoopback(t *testing.T) {
@@ -456,5 +469,126 @@ func TestDeleteRefusesURLOnlyElicitation(t *testing.T) {
 	out, isErr := call(t, cs, toolDelete, map[string]any{"sandbox_id": id})
 	if !isErr || !strings.Contains(out, "cannot ask") || f.status(id) != "running" {
 		t.Errorf("error %v, status %s:\n%s", isErr, f.status(id), out)
+	}
+}
+
+func TestSnapshotActions(t *testing.T) {
+	f, api := newFakeAPI(t)
+	cs := connectMemory(t, api.URL, f.key, nil, "")
+	manage := func(args map[string]any) (string, bool) { return call(t, cs, toolManage, args) }
+
+	out, isErr := manage(map[string]any{"action": "create", "isolation": "gvisor"})
+	id := sandboxID.FindString(out)
+	if isErr || id == "" || !strings.Contains(out, "isolation: gvisor") || f.lastBody()["isolation"] != "gvisor" {
+		t.Fatalf("create (sent %v):\n%s", f.lastBody(), out)
+	}
+	out, isErr = manage(map[string]any{"action": "run", "code": "def run(input, config):\n    return 1", "isolation": "gvisor"})
+	if run, _ := f.lastBody()["run"].(map[string]any); isErr || run["isolation"] != "gvisor" {
+		t.Errorf("run sent %v:\n%s", f.lastBody(), out)
+	}
+	if out, isErr := manage(map[string]any{"action": "run", "code": "x", "sandbox_id": id, "isolation": "ns"}); !isErr || !strings.Contains(out, "keeps the one it has") {
+		t.Errorf("isolation of a run in a sandbox: %v\n%s", isErr, out)
+	}
+
+	out, isErr = manage(map[string]any{"action": "snapshot", "sandbox_id": id, "metadata": map[string]string{"step": "1"}})
+	snap := snapshotID.FindString(out)
+	if isErr || snap == "" || !strings.Contains(out, "runs on") || !strings.Contains(out, "3.0 MiB") || !strings.Contains(out, `{"step":"1"}`) {
+		t.Fatalf("snapshot:\n%s", out)
+	}
+	if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_snapshots", "sandbox_id": id}); isErr || !strings.Contains(out, snap+"  gvisor") {
+		t.Errorf("list_snapshots:\n%s", out)
+	}
+	if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_snapshot", "snapshot_id": snap}); isErr ||
+		!strings.HasPrefix(out, "Snapshot "+snap+" of sandbox "+id+": processes, memory and disk") {
+		t.Errorf("get_snapshot:\n%s", out)
+	}
+	if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_snapshot"}); !isErr || !strings.Contains(out, "needs snapshot_id") {
+		t.Errorf("get_snapshot without an id: %v\n%s", isErr, out)
+	}
+
+	// A fork from a snapshot alone finds its source.
+	out, isErr = manage(map[string]any{"action": "fork", "snapshot_id": snap, "idempotency_key": "fork-key"})
+	fork := sandboxID.FindString(out)
+	if isErr || fork == id || !strings.Contains(out, "forked from: sandbox "+id+", snapshot "+snap) || f.idem["fork-key"] != 1 {
+		t.Fatalf("fork:\n%s", out)
+	}
+	if out, isErr := manage(map[string]any{"action": "fork"}); !isErr || !strings.Contains(out, "needs sandbox_id") {
+		t.Errorf("fork of nothing: %v\n%s", isErr, out)
+	}
+
+	// The API's refusals come with what to do about them.
+	f.mu.Lock()
+	f.busy[fork] = true
+	f.mu.Unlock()
+	if out, isErr := manage(map[string]any{"action": "pause", "sandbox_id": fork}); !isErr || !strings.Contains(out, "commands_running") ||
+		!strings.Contains(out, "never breaks a running command") || !strings.Contains(out, "list_commands sandbox_id="+fork) {
+		t.Errorf("pause with a command running: %v\n%s", isErr, out)
+	}
+	if out, isErr := manage(map[string]any{"action": "pause", "sandbox_id": id}); isErr || f.status(id) != "paused" || !strings.Contains(out, "resume wakes it") {
+		t.Fatalf("pause:\n%s", out)
+	}
+	if out, isErr := manage(map[string]any{"action": "snapshot", "sandbox_id": id}); !isErr || !strings.Contains(out, "409 conflict") ||
+		!strings.Contains(out, "resume a stopped or paused sandbox first") {
+		t.Errorf("snapshot of a paused sandbox: %v\n%s", isErr, out)
+	}
+	ns := f.addSandbox("running")
+	for _, action := range []string{"snapshot", "fork"} {
+		out, isErr := manage(map[string]any{"action": action, "sandbox_id": ns})
+		if !isErr || !strings.Contains(out, "not_supported") || !strings.Contains(out, `runs on "ns"`) || !strings.Contains(out, "action=create isolation=gvisor") {
+			t.Errorf("%s on ns: %v\n%s", action, isErr, out)
+		}
+	}
+}
+
+var (
+	sandboxID  = regexp.MustCompile(`sbx_[A-Za-z0-9]+`)
+	snapshotID = regexp.MustCompile(`snp_[A-Za-z0-9]+`)
+)
+
+func TestDeleteSnapshotAsksThePerson(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run("protocol="+cmp(proto, "newest"), func(t *testing.T) {
+			f, api := newFakeAPI(t)
+			f.mu.Lock()
+			sb := f.newSandbox("running", "gvisor")
+			kept, gone := f.newSnapshot(sb, nil), f.newSnapshot(sb, nil)
+			f.mu.Unlock()
+			p := &person{}
+			cs := connectMemory(t, api.URL, f.key, p, proto)
+
+			p.answer = "decline"
+			out, isErr := call(t, cs, toolDelete, map[string]any{"snapshot_id": kept})
+			if isErr || !strings.Contains(out, "declined: snapshot "+kept+" was not destroyed") || !f.hasSnapshot(kept) {
+				t.Fatalf("declined: %v\n%s", isErr, out)
+			}
+			p.answer = "accept"
+			out, isErr = call(t, cs, toolDelete, map[string]any{"snapshot_id": gone})
+			if isErr || !strings.Contains(out, "snapshot "+gone+" is deleted") || f.hasSnapshot(gone) || f.status(sb) != "running" {
+				t.Fatalf("confirmed: %v, sandbox %s\n%s", isErr, f.status(sb), out)
+			}
+			q := p.questions()
+			if len(q) != 2 || !strings.HasPrefix(q[0], "Delete snapshot "+kept+" of sandbox "+sb+" (3.0 MiB") || !strings.HasPrefix(q[1], "Delete snapshot "+gone) {
+				t.Errorf("questions: %q", q)
+			}
+			out, isErr = call(t, cs, toolDelete, map[string]any{"snapshot_id": gone})
+			if !isErr || !strings.Contains(out, "not_found") {
+				t.Errorf("again: %v\n%s", isErr, out)
+			}
+			for _, args := range []map[string]any{{}, {"sandbox_id": sb, "snapshot_id": kept}} {
+				if out, isErr := call(t, cs, toolDelete, args); !isErr || !strings.Contains(out, "sandbox_id") {
+					t.Errorf("%v: %v\n%s", args, isErr, out)
+				}
+			}
+			if len(p.questions()) != 2 || f.snapshotDeletes != 1 || f.deletes != 0 {
+				t.Errorf("asked %d times, %d snapshot deletes, %d sandbox deletes", len(p.questions()), f.snapshotDeletes, f.deletes)
+			}
+
+			// A client that cannot ask gets nothing deleted.
+			mute := connectMemory(t, api.URL, f.key, nil, proto)
+			out, isErr = call(t, mute, toolDelete, map[string]any{"snapshot_id": kept})
+			if !isErr || !strings.Contains(out, "cannot ask") || !strings.Contains(out, "lbb sandbox snapshots --delete "+kept) || !f.hasSnapshot(kept) {
+				t.Errorf("without elicitation: %v\n%s", isErr, out)
+			}
+		})
 	}
 }
