@@ -19,6 +19,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/bench"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -27,7 +28,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,gvisor] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -36,6 +37,13 @@ image, and prints p50, p90, p99 and p50 ratios:
     create → first exec of /bin/true      (bare fork/exec, chroot, bwrap)
     exec round trip of /bin/true           (bare fork/exec)
     cold Python run(input, config)         (chroot python3 -c, bwrap python3 -c)
+    --idle-memory idle sandboxes held: charged, RSS and PSS per sandbox
+  gvisor (when runsc is installed; the same baselines, measured once):
+    the runtime figures above on the gvisor driver directly
+    checkpoint, and restore → first exec, of a sandbox holding --checkpoint-mib of memory
+                                           (writing, reading that much as a file)
+    one-call Python sum(input), warm and cold, on servers of its own run with
+    --runtime gvisor (pool on, pool off)  (chroot python3 -c, bwrap python3 -c)
   service (servers of its own — pool on, and pool off for the cold figure — or --url):
     one-call Python sum(input), warm and cold (chroot python3 -c, bwrap python3 -c)
     one-call pandas DataFrame(input).sum(), warm (the same with the import)
@@ -44,7 +52,7 @@ image, and prints p50, p90, p99 and p50 ratios:
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
     sustained one-call runs for --sustain with 8 clients (runs/s)
     --idle idle sandboxes held: their memory, and one-call latency meanwhile
-Needs root (the ns driver).
+Needs root (the ns and gvisor drivers).
 `
 
 func runBench(args []string) error {
@@ -55,7 +63,11 @@ func runBench(args []string) error {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 	var cf clientFlags
 	cf.register(fs)
-	only := fs.String("only", "runtime,service", "which sections to run")
+	only := fs.String("only", "runtime,service,gvisor", "which sections to run (gvisor is skipped, saying why, when runsc is not installed)")
+	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
+	cpN := fs.Int("checkpoint-n", 5, "gvisor checkpoints and restores timed (0 skips them)")
+	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
+	runsc := fs.String("runsc", gvisor.DefaultRunsc, "the runsc binary of the gvisor section's driver figures (its servers use lbb serve's own)")
 	n := fs.Int("n", 20, "samples per metric")
 	burst := fs.Int("burst", 100, "runs in the burst")
 	sustain := fs.Duration("sustain", 60*time.Second, "how long the sustained run lasts (0 skips it)")
@@ -83,6 +95,8 @@ func runBench(args []string) error {
 	for _, s := range strings.Split(*only, ",") {
 		sections[strings.TrimSpace(s)] = true
 	}
+	// Each baseline is measured once, so that every driver's ratios share it.
+	baselines := &bench.Baselines{}
 
 	if sections["runtime"] {
 		state, err := os.MkdirTemp("", "lbb-bench-")
@@ -95,7 +109,8 @@ func runBench(args []string) error {
 		if err := runtime.CheckRequirements(d); err != nil {
 			return err
 		}
-		rows, err := bench.Runtime(ctx, bench.RuntimeOptions{Driver: d, Rootfs: img.Rootfs, N: *n, Bwrap: bwrap, Log: os.Stderr})
+		rows, err := bench.Runtime(ctx, bench.RuntimeOptions{Driver: d, Rootfs: img.Rootfs, N: *n, Bwrap: bwrap, Log: os.Stderr,
+			Baselines: baselines, Idle: *idleMemory, CgroupParent: "lbb-bench"})
 		rep.Rows = append(rep.Rows, rows...)
 		if err != nil {
 			rep.Notes = append(rep.Notes, "runtime: "+err.Error())
@@ -131,7 +146,14 @@ func runBench(args []string) error {
 			return err
 		}
 		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, rootfs: img.Rootfs, bwrap: bwrap,
-			n: *n, burst: *burst, sustain: *sustain, idle: *idle})
+			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if sections["gvisor"] {
+		rows, notes := benchGvisor(ctx, gvisorBench{rootfs: img.Rootfs, bwrap: bwrap, agent: *agentPath, runsc: *runsc, n: *n,
+			idle: *idleMemory, cpN: *cpN, cpMiB: *cpMiB, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
@@ -154,31 +176,21 @@ type serviceBench struct {
 	rootfs, bwrap  string
 	n, burst, idle int
 	sustain        time.Duration
+	baselines      *bench.Baselines
 }
 
 func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes []string) {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 	n, c := b.n, b.c
 	chroot := func(name string, argv ...string) bench.Sample {
-		return bench.Time("chroot "+name, n, bench.Chroot(b.rootfs, argv...))
+		return b.baselines.Time("chroot "+name, n, bench.Chroot(b.rootfs, argv...))
 	}
 	baselines := func(argv ...string) []bench.Sample {
 		s := []bench.Sample{chroot(argv[0]+" -c", argv...)}
 		if b.bwrap != "" {
-			s = append(s, bench.Time("bwrap "+argv[0]+" -c", n, bench.Bwrap(b.bwrap, b.rootfs, argv...)))
+			s = append(s, b.baselines.Time("bwrap "+argv[0]+" -c", n, bench.Bwrap(b.bwrap, b.rootfs, argv...)))
 		}
 		return s
-	}
-	wantJSON := func(want string) func(*lbb.Run) error {
-		return func(r *lbb.Run) error {
-			var got, exp any
-			json.Unmarshal(r.Result, &got)
-			json.Unmarshal([]byte(want), &exp)
-			if fmt.Sprint(got) != fmt.Sprint(exp) {
-				return fmt.Errorf("result %s, want %s", r.Result, want)
-			}
-			return nil
-		}
 	}
 	// Warm runs wait (untimed) for a ready slot: a back-to-back loop would otherwise drain a
 	// pool that refills at about 2 python slots a second on 2 cores.
@@ -211,7 +223,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 		notes = append(notes, "exec round trip: "+err.Error())
 	} else {
 		rows = append(rows, bench.Row{Metric: "exec round trip /bin/true (API)", LBB: s,
-			Baselines: []bench.Sample{bench.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
+			Baselines: []bench.Sample{b.baselines.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
 	}
 
 	if b.burst > 0 {
@@ -240,6 +252,19 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	return rows, notes
 }
 
+// wantJSON checks that a run's result is the JSON value want.
+func wantJSON(want string) func(*lbb.Run) error {
+	return func(r *lbb.Run) error {
+		var got, exp any
+		json.Unmarshal(r.Result, &got)
+		json.Unmarshal([]byte(want), &exp)
+		if fmt.Sprint(got) != fmt.Sprint(exp) {
+			return fmt.Errorf("result %s, want %s", r.Result, want)
+		}
+		return nil
+	}
+}
+
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -262,4 +287,125 @@ func defaultAgentPath() string {
 		return "lbb-agent"
 	}
 	return filepath.Join(filepath.Dir(exe), "lbb-agent")
+}
+
+type gvisorBench struct {
+	rootfs, bwrap, agent, runsc string
+	n, idle, cpN, cpMiB         int
+	baselines                   *bench.Baselines
+}
+
+// gvisorUnavailable says why the gvisor driver cannot run here, or "".
+func gvisorUnavailable(d *gvisor.Driver) string {
+	if _, err := os.Stat(d.Config().Runsc); err != nil {
+		return fmt.Sprintf("runsc is not installed at %s (scripts/install-runsc.sh)", d.Config().Runsc)
+	}
+	if err := runtime.CheckRequirements(d); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// benchGvisor measures the gvisor driver directly (the runtime figures, idle memory,
+// checkpoint and restore) and one-call runs on servers of its own run with --runtime gvisor.
+func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []string) {
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	state, err := os.MkdirTemp("", "lbb-bench-gvisor-")
+	if err != nil {
+		return nil, []string{"gvisor: " + err.Error()}
+	}
+	defer os.RemoveAll(state)
+	os.Chmod(state, 0o711)
+	const cgroupParent = "lbb-bench-gvisor"
+	d := gvisor.New(gvisor.Config{StateDir: filepath.Join(state, "sandboxes"), AgentPath: b.agent, Runsc: b.runsc, CgroupParent: cgroupParent})
+	if why := gvisorUnavailable(d); why != "" {
+		logf("gvisor: skipped: %s", why)
+		return nil, []string{"gvisor: skipped: " + why}
+	}
+	const prefix = "gvisor: "
+	r, err := bench.Runtime(ctx, bench.RuntimeOptions{Driver: d, Rootfs: b.rootfs, N: b.n, Bwrap: b.bwrap, Log: os.Stderr,
+		Prefix: prefix, Baselines: b.baselines, Idle: b.idle, CgroupParent: cgroupParent})
+	rows = append(rows, r...)
+	if err != nil {
+		notes = append(notes, "gvisor runtime: "+err.Error())
+	}
+	if b.cpN > 0 {
+		cpDir := filepath.Join(state, "checkpoints")
+		if err := os.Mkdir(cpDir, 0o700); err != nil {
+			return rows, append(notes, "gvisor: "+err.Error())
+		}
+		r, err := bench.Checkpoint(ctx, bench.CheckpointOptions{Driver: d, Rootfs: b.rootfs, N: b.cpN, MiB: b.cpMiB, Dir: cpDir, Prefix: prefix, Log: os.Stderr})
+		rows = append(rows, r...)
+		if err != nil {
+			notes = append(notes, "gvisor checkpoint: "+err.Error())
+		}
+	}
+
+	// The service on gvisor: a server with the pool on, then one with it off, one at a time
+	// so that the first one's refills do not weigh on the second one's cold starts.
+	sum := lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}
+	pyArgv := []string{"python3", "-c", "print(sum([1,2,3]))"}
+	pyBase := []bench.Sample{b.baselines.Time("chroot python3 -c", b.n, bench.Chroot(b.rootfs, pyArgv...))}
+	if b.bwrap != "" {
+		pyBase = append(pyBase, b.baselines.Time("bwrap python3 -c", b.n, bench.Bwrap(b.bwrap, b.rootfs, pyArgv...)))
+	}
+	for _, warm := range []bool{true, false} {
+		row, err := gvisorOneCall(ctx, b.n, warm, sum, &notes)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("gvisor service (warm=%v): %v", warm, err))
+			continue
+		}
+		row.Metric = prefix + row.Metric
+		row.Baselines = pyBase
+		rows = append(rows, row)
+	}
+	return rows, notes
+}
+
+// gvisorOneCall starts a server of its own with --runtime gvisor (the pool on when warm)
+// and times n one-call runs of p on it.
+func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes *[]string) (bench.Row, error) {
+	var extra []string
+	kind := "cold"
+	if warm {
+		kind = "warm"
+	} else {
+		extra = append(extra, "--pool=false")
+	}
+	fmt.Fprintf(os.Stderr, "gvisor: one-call Python sum(input), %s, on a server run with --runtime gvisor %s (%d times)…\n", kind, strings.Join(extra, " "), n)
+	url, key, done, err := serveForLoad(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
+	if err != nil {
+		return bench.Row{}, err
+	}
+	defer done()
+	c, err := lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: "main", MaxRetries: 1000, UserAgent: "lbb-bench"})
+	if err != nil {
+		return bench.Row{}, err
+	}
+	// Warm runs wait (untimed) for a ready slot; a gVisor slot takes seconds to build (the
+	// Sentry, then numpy and pandas).
+	var before func()
+	if warm {
+		before = func() {
+			if !bench.WaitPoolReady(ctx, url, "python", 1, 60*time.Second) {
+				*notes = append(*notes, "gvisor: a warm run found no ready python slot within 60 s")
+			}
+		}
+		before()
+	}
+	// One untimed run checks where runs land: gVisor's kernel names itself in its release.
+	r, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "import os\ndef run(input, config):\n    return {'release': os.uname().release, 'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0')}\n"})
+	if err != nil {
+		return bench.Row{}, fmt.Errorf("the check run: %w", err)
+	}
+	var got struct {
+		Release string
+		Warm    bool
+	}
+	json.Unmarshal(r.Result, &got)
+	if !r.OK || !strings.Contains(got.Release, "gvisor") || got.Warm != warm {
+		return bench.Row{}, fmt.Errorf("the check run landed on kernel %q, warm=%v (ok=%v %s): not what the row would claim", got.Release, got.Warm, r.OK, r.Stderr.Tail)
+	}
+	s := bench.OneCallPaced(ctx, c, "lbb gvisor", n, p, wantJSON("6"), before)
+	return bench.Row{Metric: "one-call Python sum(input), " + kind, LBB: s}, nil
 }

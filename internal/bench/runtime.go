@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -5,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/ids"
@@ -20,9 +23,15 @@ type RuntimeOptions struct {
 	// Bwrap is the bubblewrap binary; empty skips that baseline.
 	Bwrap string
 	Log   io.Writer
+	// Prefix starts every metric's name ("gvisor: "), for a second driver beside the first.
+	Prefix string
+	// Baselines, when set, is shared with the other sections: each baseline is measured once.
+	Baselines *Baselines
+	// Idle, when positive, also holds that many idle sandboxes and measures their memory
+	// (IdleMemory) in the cgroups under CgroupParent (the driver's).
+	Idle         int
+	CgroupParent string
 }
-
-const pySum = "def run(input, config):\n    return sum(input)\n"
 
 // Bare runs argv as a plain process.
 func Bare(argv ...string) func() error {
@@ -54,11 +63,12 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 	}
 	bare, chroot, bwrap := Bare, func(argv ...string) func() error { return Chroot(o.Rootfs, argv...) },
 		func(argv ...string) func() error { return Bwrap(o.Bwrap, o.Rootfs, argv...) }
-	withBwrap := func(base []Sample, name string, f func() error) []Sample {
+	base := o.Baselines.Time
+	withBwrap := func(b []Sample, name string, f func() error) []Sample {
 		if o.Bwrap == "" {
-			return base
+			return b
 		}
-		return append(base, Time(name, o.N, f))
+		return append(b, base(name, o.N, f))
 	}
 
 	// One sandbox's cold start: create, start, agent answering, then f. Its destroy comes
@@ -74,14 +84,7 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 		return func() error {
 			id := ids.New("sbx")
 			made = append(made, id)
-			if err := o.Driver.Create(ctx, runtime.Spec{ID: id, Image: o.Rootfs}); err != nil {
-				return err
-			}
-			sb, err := o.Driver.Start(ctx, id)
-			if err != nil {
-				return err
-			}
-			c, err := agent.NewClient(sb.Conn())
+			c, _, err := startSandbox(ctx, o.Driver, runtime.Spec{ID: id, Image: o.Rootfs})
 			if err != nil {
 				return err
 			}
@@ -89,17 +92,7 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 			return f(c)
 		}
 	}
-	execTrue := func(c *agent.Client) error {
-		p, err := c.Exec(ctx, agent.ExecRequest{ID: ids.New("cmd"), Argv: []string{"/bin/true"}}, nil)
-		if err != nil {
-			return err
-		}
-		ex, err := p.Wait(io.Discard, io.Discard)
-		if err == nil && (ex.ExitCode != 0 || ex.StartError != "") {
-			err = fmt.Errorf("/bin/true: exit %d %s", ex.ExitCode, ex.StartError)
-		}
-		return err
-	}
+	execTrue := func(c *agent.Client) error { return agentExecOK(ctx, c, "/bin/true") }
 	runSum := func(c *agent.Client) error {
 		p, err := c.Run(ctx, agent.RunRequest{ID: ids.New("cmd"), Language: "python", Code: pySum, Input: []byte("[1,2,3]")})
 		if err != nil {
@@ -113,33 +106,74 @@ func Runtime(ctx context.Context, o RuntimeOptions) ([]Row, error) {
 	}
 
 	var rows []Row
+	name := "lbb " + o.Driver.Name()
 
-	logf("create → first exec of /bin/true (%d times)…", o.N)
-	lbb := Time("lbb "+o.Driver.Name(), o.N, cold(execTrue))
+	logf("%screate → first exec of /bin/true (%d times)…", o.Prefix, o.N)
+	lbb := Time(name, o.N, cold(execTrue))
 	destroyAll()
-	base := []Sample{Time("bare fork/exec", o.N, bare("/bin/true")), Time("chroot", o.N, chroot("/bin/true"))}
-	base = withBwrap(base, "bwrap", bwrap("/bin/true"))
-	rows = append(rows, Row{Metric: "create → first exec /bin/true", LBB: lbb, Baselines: base})
+	trueBase := []Sample{base("bare fork/exec", o.N, bare("/bin/true")), base("chroot", o.N, chroot("/bin/true"))}
+	trueBase = withBwrap(trueBase, "bwrap", bwrap("/bin/true"))
+	rows = append(rows, Row{Metric: o.Prefix + "create → first exec /bin/true", LBB: lbb, Baselines: trueBase})
 
-	logf("exec round trip of /bin/true in a running sandbox (%d times)…", o.N*5)
+	logf("%sexec round trip of /bin/true in a running sandbox (%d times)…", o.Prefix, o.N*5)
 	var rt Sample
 	err := cold(func(c *agent.Client) error {
-		rt = Time("lbb "+o.Driver.Name(), o.N*5, func() error { return execTrue(c) })
+		rt = Time(name, o.N*5, func() error { return execTrue(c) })
 		return nil
 	})()
 	destroyAll()
 	if err != nil {
 		return rows, fmt.Errorf("exec round trip: %w", err)
 	}
-	rows = append(rows, Row{Metric: "exec round trip /bin/true", LBB: rt,
-		Baselines: []Sample{Time("bare fork/exec", o.N*5, bare("/bin/true"))}})
+	rows = append(rows, Row{Metric: o.Prefix + "exec round trip /bin/true", LBB: rt,
+		Baselines: []Sample{base("bare fork/exec", o.N*5, bare("/bin/true"))}})
 
-	logf("cold Python run(input, config) = sum([1,2,3]) (%d times)…", o.N)
-	py := Time("lbb "+o.Driver.Name(), o.N, cold(runSum))
+	logf("%scold Python run(input, config) = sum([1,2,3]) (%d times)…", o.Prefix, o.N)
+	py := Time(name, o.N, cold(runSum))
 	destroyAll()
 	pyArgv := []string{"python3", "-c", "print(sum([1,2,3]))"}
-	base = []Sample{Time("chroot python3 -c", o.N, chroot(pyArgv...))}
-	base = withBwrap(base, "bwrap python3 -c", bwrap(pyArgv...))
-	rows = append(rows, Row{Metric: "cold Python run sum(input)", LBB: py, Baselines: base})
+	pyBase := []Sample{base("chroot python3 -c", o.N, chroot(pyArgv...))}
+	pyBase = withBwrap(pyBase, "bwrap python3 -c", bwrap(pyArgv...))
+	rows = append(rows, Row{Metric: o.Prefix + "cold Python run sum(input)", LBB: py, Baselines: pyBase})
+
+	if o.Idle > 0 {
+		logf("%sholding %d idle sandboxes: their memory…", o.Prefix, o.Idle)
+		row, err := IdleMemory(ctx, o.Driver, o.Rootfs, o.CgroupParent, o.Idle)
+		if err != nil {
+			return rows, fmt.Errorf("idle memory: %w", err)
+		}
+		row.Metric = o.Prefix + row.Metric
+		rows = append(rows, row)
+	}
 	return rows, nil
+}
+
+// startSandbox creates and starts spec on d and connects to its agent.
+func startSandbox(ctx context.Context, d runtime.Driver, spec runtime.Spec) (*agent.Client, runtime.Sandbox, error) {
+	if err := d.Create(ctx, spec); err != nil {
+		return nil, nil, err
+	}
+	sb, err := d.Start(ctx, spec.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, sb, nil
+}
+
+// agentExecOK runs argv through the agent and checks that it exits 0.
+func agentExecOK(ctx context.Context, c *agent.Client, argv ...string) error {
+	p, err := c.Exec(ctx, agent.ExecRequest{ID: ids.New("cmd"), Argv: argv}, nil)
+	if err != nil {
+		return err
+	}
+	var stderr strings.Builder
+	ex, err := p.Wait(io.Discard, &stderr)
+	if err == nil && (ex.ExitCode != 0 || ex.StartError != "") {
+		err = fmt.Errorf("%v: exit %d %s %s", argv, ex.ExitCode, ex.StartError, stderr.String())
+	}
+	return err
 }

@@ -15,6 +15,8 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
+const pySum = "def run(input, config):\n    return sum(input)\n"
+
 // PandasSum is the one-call pandas run the benchmark times.
 const PandasSum = "import pandas as pd\n\ndef run(input, config):\n    return pd.DataFrame(input).sum().to_dict()\n"
 

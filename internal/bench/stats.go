@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -44,6 +45,9 @@ type Row struct {
 	Baselines []Sample
 	// Extra is free text printed after the row (counts, rates).
 	Extra string
+	// Values are figures that are not durations (memory, sizes), by name with their unit
+	// (e.g. "pss_mib_per_sandbox"); printed after the row and kept in the JSON.
+	Values map[string]float64
 }
 
 // Report is everything one invocation measured.
@@ -82,6 +86,18 @@ func (r *Report) Print(w io.Writer) {
 		if row.Extra != "" {
 			fmt.Fprintf(w, "  %s\n", row.Extra)
 		}
+		if len(row.Values) > 0 {
+			names := make([]string, 0, len(row.Values))
+			for k := range row.Values {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			var kv []string
+			for _, k := range names {
+				kv = append(kv, fmt.Sprintf("%s=%.2f", k, row.Values[k]))
+			}
+			fmt.Fprintf(w, "  %s\n", strings.Join(kv, " "))
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -107,6 +123,7 @@ func (r *Report) JSON(w io.Writer) error {
 		Baselines []fig              `json:"baselines"`
 		Ratios    map[string]float64 `json:"ratios"`
 		Extra     string             `json:"extra,omitempty"`
+		Values    map[string]float64 `json:"values,omitempty"`
 	}
 	out := struct {
 		Started time.Time `json:"started"`
@@ -115,7 +132,7 @@ func (r *Report) JSON(w io.Writer) error {
 		Notes   []string  `json:"notes,omitempty"`
 	}{Started: r.Started, Load: r.Load, Notes: r.Notes}
 	for _, rw := range r.Rows {
-		o := row{Metric: rw.Metric, LBB: conv(rw.LBB), Ratios: map[string]float64{}, Extra: rw.Extra}
+		o := row{Metric: rw.Metric, LBB: conv(rw.LBB), Ratios: map[string]float64{}, Extra: rw.Extra, Values: rw.Values}
 		for _, b := range rw.Baselines {
 			o.Baselines = append(o.Baselines, conv(b))
 			if b.Median() > 0 {
@@ -140,5 +157,32 @@ func Time(name string, n int, f func() error) Sample {
 		}
 		s.Durs = append(s.Durs, time.Since(t0))
 	}
+	return s
+}
+
+// Baselines measures each baseline once per invocation and hands the same Sample to every
+// row that compares with it, so that the ns and gvisor figures have the same denominators.
+// The zero value is ready; a nil *Baselines measures every time.
+type Baselines struct {
+	mu sync.Mutex
+	m  map[string]Sample
+}
+
+// Time is Time(name, n, f), measured on the first call for name and n only.
+func (b *Baselines) Time(name string, n int, f func() error) Sample {
+	if b == nil {
+		return Time(name, n, f)
+	}
+	key := fmt.Sprintf("%s\x00%d", name, n)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.m[key]; ok {
+		return s
+	}
+	s := Time(name, n, f)
+	if b.m == nil {
+		b.m = map[string]Sample{}
+	}
+	b.m[key] = s
 	return s
 }

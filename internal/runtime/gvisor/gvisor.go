@@ -568,6 +568,9 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 func (d *Driver) cleanup(ctx context.Context, id string) error {
 	var errs []error
 	dir := d.dir(id)
+	if err := d.thawLeftApp(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
 	// Kill by pid first: a stopped or hung Sentry does not answer runsc's requests. runsc
 	// itself (run or restore, attached) is their parent: left alive, it reaps them and ends.
 	procs := d.processes(id)

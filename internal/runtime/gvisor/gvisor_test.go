@@ -70,10 +70,6 @@ func TestRuntime(t *testing.T) {
 		Leftovers: func(id string) []string { return gvisor.New(cfg).Leftovers(id) },
 		HostFiles: []string{cfg.AgentPath, cfg.Runsc, filepath.Join(cfg.StateDir, ".agent", "*"),
 			filepath.Join(cfg.StateDir, ".seccomp", "*")},
-		// The memory guard asks the Sentry (`runsc ps`) which process to kill while the
-		// Sentry itself waits on the full cgroup; about one run in three it hangs 30 s and the
-		// sandbox dies whole instead of only the bomb. Issue 7 stays open for it.
-		Known: map[string]string{"memory bomb": "the memory guard's `runsc ps` can hang on the full cgroup (issue 7)"},
 	})
 }
 

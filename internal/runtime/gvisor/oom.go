@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,12 +24,32 @@ import (
 // agent included, would die for one greedy process. So the guard turns the OOM killer off
 // for the cgroup (cgroup v1 memory.oom_control) and listens for its OOM events: tasks that
 // fault then wait, and the guard kills processes inside through runsc, as the kernel kills
-// a process in a container. A killed process frees its memory only once it runs again, and
-// it is waiting on the full cgroup: the guard lifts the limit by a little (oomHeadroom) until
-// the memory is back, then lowers it again. Victims are chosen without knowing their size
-// (runsc does not tell it): the busiest process first, the youngest among equals; after a few
-// rounds that do not help, every process but the agent. When even that does not free enough
-// (the memory is in tmpfs), the guard gives up and lets the kernel kill the Sentry.
+// a process in a container.
+//
+// Killing inside takes the Sentry's help (runsc ps, runsc kill), and on a full cgroup the
+// Sentry cannot be relied on: any of its threads that touches a new page waits like the
+// application's do (its Go heap and stacks, the pages it commits for the application, the
+// buffers of its control server), and the control server then never answers. So the guard
+// first parks the application: the host processes that run the sandbox's code (systrap's
+// stubs, everything in the cgroup but the Sentry and the gofer) go into a frozen freezer
+// cgroup of their own. Only then does it lift the limit by a little (oomHeadroom): the
+// waiting tasks wake, the stubs stop in the freezer before they touch another page, and the
+// headroom is the Sentry's to answer with. (Only the stubs that wait on the cgroup are
+// parked: systrap makes and recycles stubs through the others, and with every stub parked a
+// process started right after a bomb sometimes died with "systrap corrupted memory:
+// subprocess died", its stub SIGKILLed.) A killed process frees its memory only once its stub runs
+// again: the guard thaws the application and lowers the limit again as soon as the memory
+// is back. When other processes took it first, the next round kills again, the limit lifted
+// by a little more each time. Victims are chosen without knowing their size (runsc does not
+// tell it): the busiest process first, the youngest among equals; after a few rounds that
+// do not help, every process but the agent.
+//
+// The guard gives up, and lets the kernel kill the Sentry (the whole sandbox ends), when
+// killing does not free enough (the memory is in tmpfs), or when the Sentry does not answer
+// in 10 s. That happens when the Sentry itself fills the memory on a process's behalf (a
+// read(2) into a huge buffer: the waiting thread is the Sentry's, it cannot be parked, and
+// the read does not end until it is done), and now and then in a later round of several
+// greedy processes at once (TestMemoryBombs, TestMemoryBombInSentry).
 //
 // On cgroup v2 there is no oom_kill_disable: the guard is off, and an OOM kills the sandbox.
 
@@ -132,44 +153,80 @@ func (d *Driver) handleOOM(g *memGuard, id, dir string, limit int64) {
 			return false
 		}
 	}
+	lifted := false // the limit is above limit: a round's victims have not freed enough yet
 	for round := 0; round < oomRounds; round++ {
-		if stopped() || !underOOM(dir) {
+		if stopped() || (!lifted && !underOOM(dir)) {
 			return
 		}
-		ps, err := d.ps(ctx, id)
+		// Park the application, then give the Sentry room to answer. When the victims of
+		// the round before did not free enough (others took what they freed), the limit is
+		// still lifted and full: each such round lifts it by another half headroom.
+		app, err := d.freezeApp(id)
 		if err != nil {
-			log.Warn("memory guard: cannot list processes", "err", err)
-			break
+			log.Warn("memory guard: freeze the application", "err", err)
 		}
-		victims := pickVictims(ps, tried, round >= oomRounds/2)
-		if len(victims) == 0 {
-			break
+		lift := limit + oomHeadroom + int64(round)*oomHeadroom/2
+		if !lifted {
+			lift = limit + oomHeadroom
 		}
-		for _, pid := range victims {
-			tried[pid] = true
-			if out, err := d.runsc(ctx, id, "kill", "--pid", strconv.Itoa(pid), id, "KILL"); err != nil {
-				log.Warn("memory guard: kill", "pid", pid, "err", err, "out", string(out))
-				continue
-			}
-			g.kills.Add(1)
-		}
-		log.Info("memory limit reached: killed processes", "pids", victims)
-		// The victims wait on the full cgroup like everyone: let them run to their end.
-		if err := setLimit(dir, limit+oomHeadroom); err != nil {
+		if err := setLimit(dir, lift); err != nil {
 			log.Warn("memory guard: lift limit", "err", err)
 		}
-		deadline := time.Now().Add(time.Second)
-		for time.Now().Before(deadline) && !stopped() && (underOOM(dir) || usage(dir) >= uint64(limit)) {
-			time.Sleep(pollInterval)
+		if err := app.waitFrozen(ctx); err != nil {
+			log.Warn("memory guard: freeze the application", "err", err)
 		}
-		if err := lowerLimit(ctx, dir, limit); err != nil {
-			log.Warn("memory guard: restore limit", "err", err)
+		victims, err := d.killVictims(ctx, g, id, tried, round >= oomRounds/2)
+		// The victims' stubs must run to take their SIGKILL and free their memory.
+		if terr := app.thaw(ctx); terr != nil {
+			log.Warn("memory guard: thaw the application", "err", terr)
+		}
+		if err != nil || len(victims) == 0 {
+			if err != nil {
+				log.Warn("memory guard: cannot kill", "err", err)
+			}
+			break
+		}
+		log.Info("memory limit reached: killed processes", "pids", victims)
+		// The kernel takes the limit back only once the usage is below it: try until the
+		// victims' memory is back, or others have taken it (then the next round kills again).
+		lifted = !retryLimit(dir, limit, time.Second, stopped)
+		if !lifted && !underOOM(dir) {
+			return
 		}
 	}
-	if !stopped() && underOOM(dir) {
+	if !stopped() && (lifted || underOOM(dir)) {
 		log.Warn("memory guard: killing did not free enough memory; the kernel's OOM killer ends the sandbox")
 		_ = os.WriteFile(filepath.Join(dir, "memory.oom_control"), []byte("0"), 0)
+		// Lowering the limit fails while the usage is above it: it is the kernel's job now.
+		_ = setLimit(dir, limit)
 	}
+}
+
+// killVictims lists the processes of sandbox id, picks victims and kills them.
+func (d *Driver) killVictims(ctx context.Context, g *memGuard, id string, tried map[int]bool, all bool) ([]int, error) {
+	// With the application parked and headroom given, the Sentry answers in milliseconds;
+	// a Sentry that does not answer in seconds will not.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ps, err := d.ps(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var killed []int
+	var errs []error
+	for _, pid := range pickVictims(ps, tried, all) {
+		tried[pid] = true
+		if out, err := d.runsc(ctx, id, "kill", "--pid", strconv.Itoa(pid), id, "KILL"); err != nil {
+			errs = append(errs, fmt.Errorf("kill %d: %w: %s", pid, err, out))
+			continue
+		}
+		g.kills.Add(1)
+		killed = append(killed, pid)
+	}
+	if len(killed) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return killed, nil
 }
 
 // pickVictims chooses whom to kill: every process but the agent (PID 1) when all is true,
@@ -216,17 +273,210 @@ func setLimit(dir string, limit int64) error {
 	return os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0)
 }
 
-// lowerLimit sets the limit back; the kernel refuses (EBUSY) while usage is above it.
-func lowerLimit(ctx context.Context, dir string, limit int64) error {
+// retryLimit sets the limit to limit, trying again for d while the kernel refuses (EBUSY:
+// the usage is above it); it reports whether the limit is set.
+func retryLimit(dir string, limit int64, d time.Duration, stopped func() bool) bool {
+	deadline := time.Now().Add(d)
 	for {
 		err := setLimit(dir, limit)
-		if err == nil || !errors.Is(err, unix.EBUSY) {
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || stopped() {
+			return false
+		}
+		if usage(dir) >= uint64(limit) {
+			// Asking while the usage is above makes the kernel reclaim in vain first.
+			time.Sleep(pollInterval)
+		}
+	}
+}
+
+// appFreezer is the application of a sandbox parked in a freezer cgroup of its own: its
+// host processes but the Sentry and the gofer. nil when the host has no freezer.
+type appFreezer struct {
+	parent, dir string // the sandbox's freezer cgroup, and the child the application is in
+}
+
+// appCgroup is the name of the freezer child cgroup the guard parks the application in.
+const appCgroup = "lbb-oom"
+
+// freezeApp moves the host processes of sandbox id that run its code into a child freezer
+// cgroup and freezes it. The Sentry, the gofer and runsc stay where they are.
+func (d *Driver) freezeApp(id string) (*appFreezer, error) {
+	m, err := cgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	fz, ok := m["freezer"]
+	mem, okm := m["memory"]
+	if !ok || !okm {
+		return nil, errors.New("no cgroup v1 freezer")
+	}
+	a := &appFreezer{parent: filepath.Join(fz, d.cfg.CgroupParent, id)}
+	a.dir = filepath.Join(a.parent, appCgroup)
+	if err := os.Mkdir(a.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	own := map[int]bool{}
+	for _, p := range d.processes(id) {
+		own[p.pid] = true
+	}
+	pids, err := readPids(filepath.Join(mem, d.cfg.CgroupParent, id, "cgroup.procs"))
+	if err != nil {
+		return a, err
+	}
+	// Only the stubs that wait on the full cgroup: the others may be busy with the Sentry
+	// (systrap makes and recycles stubs through them, and kills one that does not answer in
+	// time). When the kernel does not tell where tasks wait, every stub.
+	var stubs, waiting []int
+	for _, pid := range pids {
+		if own[pid] {
+			continue
+		}
+		stubs = append(stubs, pid)
+		if waitsOnOOM(pid) {
+			waiting = append(waiting, pid)
+		}
+	}
+	if len(waiting) > 0 || !wchanKnown(stubs) {
+		stubs = waiting
+	}
+	var errs []error
+	for _, pid := range stubs {
+		if err := writeFile(filepath.Join(a.dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("move %d: %w", pid, err))
+		}
+	}
+	if err := writeFile(filepath.Join(a.dir, "freezer.state"), "FROZEN"); err != nil {
+		errs = append(errs, err)
+	}
+	return a, errors.Join(errs...)
+}
+
+// thawLeftApp thaws and removes a freezer child cgroup the guard left behind (it was stopped
+// while the application was parked): frozen processes cannot even die.
+func (d *Driver) thawLeftApp(ctx context.Context, id string) error {
+	m, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	fz, ok := m["freezer"]
+	if !ok {
+		return nil
+	}
+	a := &appFreezer{parent: filepath.Join(fz, d.cfg.CgroupParent, id)}
+	a.dir = filepath.Join(a.parent, appCgroup)
+	if _, err := os.Stat(a.dir); err != nil {
+		return nil
+	}
+	return a.thaw(ctx)
+}
+
+// waitFrozen waits (a while) until the application is frozen. Tasks waiting on the full
+// cgroup freeze only once the limit is lifted.
+func (a *appFreezer) waitFrozen(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		b, err := os.ReadFile(filepath.Join(a.dir, "freezer.state"))
+		if err != nil {
 			return err
+		}
+		if strings.TrimSpace(string(b)) == "FROZEN" {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return err
-		case <-time.After(10 * time.Millisecond):
+			return fmt.Errorf("freezer state %s: %w", strings.TrimSpace(string(b)), ctx.Err())
+		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// thaw wakes the application, moves its processes back and removes the child cgroup.
+func (a *appFreezer) thaw(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	var errs []error
+	if err := writeFile(filepath.Join(a.dir, "freezer.state"), "THAWED"); err != nil {
+		errs = append(errs, err)
+	}
+	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		pids, err := readPids(filepath.Join(a.dir, "cgroup.procs"))
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		for _, pid := range pids {
+			if err := writeFile(filepath.Join(a.parent, "cgroup.procs"), strconv.Itoa(pid)); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("move %d back: %w", pid, err))
+			}
+		}
+		err = unix.Rmdir(a.dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			break
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			errs = append(errs, err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("remove %s: %w", a.dir, err))
+			return errors.Join(errs...)
+		case <-time.After(delay):
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitsOnOOM reports whether a thread of process pid waits on its memory cgroup's OOM.
+func waitsOnOOM(pid int) bool {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/wchan", pid, t.Name()))
+		if err == nil && strings.HasPrefix(string(b), "mem_cgroup_oom") {
+			return true
+		}
+	}
+	return false
+}
+
+// wchanKnown reports whether the kernel names where the threads of pids sleep (it answers
+// "0" when it hides it).
+func wchanKnown(pids []int) bool {
+	for _, pid := range pids {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/wchan", pid, t.Name()))
+			if err == nil && len(b) > 0 && string(b) != "0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func readPids(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// writeFile writes s to a cgroup file in one write.
+func writeFile(path, s string) error {
+	return os.WriteFile(path, []byte(s), 0)
 }

@@ -43,7 +43,9 @@ func (d *Driver) globalFlags(id string) []string {
 		"--gofer-network-namespace=new",
 	}
 	if d.cfg.DebugLogDir != "" {
-		f = append(f, "--debug", "--debug-log="+filepath.Join(d.cfg.DebugLogDir, id)+"/")
+		// SIGUSR2 makes the Sentry panic with every goroutine's stack in its log: the way
+		// to see what a hung sandbox waits on.
+		f = append(f, "--debug", "--debug-log="+filepath.Join(d.cfg.DebugLogDir, id)+"/", "--panic-signal=12")
 	}
 	return f
 }
