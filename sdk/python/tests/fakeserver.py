@@ -30,6 +30,8 @@ class Reply:
     headers: Dict[str, str] = field(default_factory=dict)
     # Drop the connection without answering (a connection error for the client).
     drop: bool = False
+    # Promise more bytes (Content-Length) than the body has, send the body, then drop the connection.
+    truncate: bool = False
     # Lines sent one by one for a streamed answer (server-sent events), then the connection closes.
     stream: Optional[Iterable[Optional[str]]] = None
 
@@ -97,11 +99,15 @@ class FakeServer:
                     data = data.encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.headers.pop("Content-Type", ctype))
-                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Length", str(len(data) + (10 if reply.truncate else 0)))
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+                if reply.truncate:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 

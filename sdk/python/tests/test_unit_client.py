@@ -71,6 +71,25 @@ def test_no_retry_on_client_errors():
         assert len(srv.seen) == 1
 
 
+def test_answer_broken_off_in_its_body_is_retried():
+    rec = {"id": "cmd_01b", "sandbox": "sbx_1", "kind": "process", "status": "succeeded", "exit_code": 0}
+    with FakeServer(lambda seen, nth: Reply(200, rec, truncate=nth == 1)) as srv:
+        c = lbb.LbbClient(srv.url, api_key="k")
+        assert c.commands.get("cmd_01b").id == "cmd_01b"
+        assert len(srv.requests("GET", "/v1/commands/cmd_01b")) == 2
+    with FakeServer(lambda seen, nth: Reply(200, rec, truncate=True)) as srv:
+        with pytest.raises(lbb.APIConnectionError) as ei:
+            lbb.LbbClient(srv.url, api_key="k", max_retries=1).sandboxes.get("sbx_1")
+        assert ei.value.code == "connection_error"
+
+        async def main():
+            async with lbb.AsyncLbbClient(srv.url, api_key="k", max_retries=1) as ac:
+                with pytest.raises(lbb.APIConnectionError):
+                    await ac.sandboxes.get("sbx_1")
+
+        asyncio.run(main())
+
+
 def test_202_waits_on_the_command():
     running = dict(RUN_OK, ok=False, result=None, status="running", exit_code=None)
 

@@ -14,10 +14,13 @@ CASES = [
     (400, "limit_exceeded", lbb.InvalidRequestError),
     (400, "idempotency_key_required", lbb.IdempotencyKeyRequiredError),
     (400, "path_outside_workspace", lbb.PathOutsideWorkspaceError),
+    (400, "isolation_unavailable", lbb.IsolationUnavailableError),
     (401, "unauthorized", lbb.AuthenticationError),
     (403, "forbidden", lbb.PermissionDeniedError),
     (404, "not_found", lbb.NotFoundError),
     (409, "conflict", lbb.ConflictError),
+    (409, "not_supported", lbb.NotSupportedError),
+    (409, "commands_running", lbb.CommandsRunningError),
     (413, "payload_too_large", lbb.PayloadTooLargeError),
     (422, "unprocessable", lbb.UnprocessableError),
     (422, "idempotency_key_reused", lbb.IdempotencyConflictError),
@@ -27,6 +30,7 @@ CASES = [
     (503, "unavailable", lbb.UnavailableError),
     # A code whose class does not fit the status: the status decides.
     (404, "too_many_sandboxes", lbb.NotFoundError),
+    (400, "not_supported", lbb.InvalidRequestError),
     (418, "teapot", lbb.APIStatusError),
 ]
 

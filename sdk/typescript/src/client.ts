@@ -20,6 +20,7 @@ import {
   toPage,
   toRunResult,
   toSandboxInfo,
+  toSnapshot,
   toTemplate,
   type Command,
   type FileInfo,
@@ -28,10 +29,22 @@ import {
   type Page,
   type RunResult,
   type SandboxInfo,
+  type Snapshot,
   type Template,
   type TemplateFile,
 } from "./types.js";
-import type { WireCommand, WireRunResult, WireSandbox, WireTemplate } from "./wire.js";
+import type {
+  WireCommand,
+  WireCreateSandboxRequest,
+  WireForkRequest,
+  WireRunBody,
+  WireRunResult,
+  WireSandbox,
+  WireSnapshot,
+  WireSnapshotRequest,
+  WireTemplate,
+  WireTemplateRequest,
+} from "./wire.js";
 
 export const VERSION = "0.1.0";
 const DEFAULT_BASE_URL = "http://127.0.0.1:7700";
@@ -121,10 +134,11 @@ function newIdempotencyKey(): string {
   return globalThis.crypto.randomUUID();
 }
 
-function compact<T extends Record<string, unknown>>(o: T): Partial<T> {
+/** o without its undefined fields, so the server applies its defaults. */
+function compact<T extends object>(o: T): T {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
-  return out as Partial<T>;
+  return out as T;
 }
 
 function toBody(data: Data): string | Uint8Array {
@@ -207,8 +221,13 @@ export class Transport {
       const timer = AbortSignal.timeout(timeout);
       const signal = o.signal && typeof AbortSignal.any === "function" ? AbortSignal.any([o.signal, timer]) : (o.signal ?? timer);
       let resp: Response;
+      let answer: Uint8Array;
       try {
         resp = await this.fetch(url, { method, headers, body: body as RequestInit["body"], signal });
+        // The whole answer is read here, so that a connection that breaks in the middle of it
+        // is retried (with the same key) like one that broke before it, and never surfaces as
+        // the platform's bare TypeError from a later body read.
+        answer = new Uint8Array(await resp.arrayBuffer());
       } catch (e) {
         if (o.signal?.aborted) throw e;
         const timedOut = timer.aborted;
@@ -223,14 +242,14 @@ export class Transport {
         continue;
       }
       if (RETRY_STATUSES.has(resp.status) && attempt < maxRetries) {
-        await resp.body?.cancel().catch(() => undefined);
         await sleep(backoffMs(attempt, resp.headers.get("retry-after")), o.signal);
         continue;
       }
       if (resp.status >= 400) {
-        throw errorFromBody(resp.status, await resp.text(), resp.headers.get("request-id"));
+        throw errorFromBody(resp.status, new TextDecoder().decode(answer), resp.headers.get("request-id"));
       }
-      return resp;
+      const nullBody = resp.status === 204 || resp.status === 205 || resp.status === 304;
+      return new Response(nullBody ? null : answer, { status: resp.status, statusText: resp.statusText, headers: resp.headers });
     }
   }
 
@@ -341,6 +360,8 @@ export interface RunParams extends IdempotentCallOptions {
   /** Shorthand for base: "python", "node" or "shell". */
   language?: string;
   limits?: Limits;
+  /** "ns" or "gvisor": wins over the template's and the server default. */
+  isolation?: string;
   timeoutMs?: number;
   /** How long the server waits for the run before it answers 202; the SDK then waits on the command. */
   waitMs?: number;
@@ -352,7 +373,7 @@ export interface RunParams extends IdempotentCallOptions {
   wait?: boolean;
 }
 
-export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "metadata" | "origin">;
+export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "isolation" | "metadata" | "origin">;
 
 export interface Origin {
   workflow?: string;
@@ -360,11 +381,11 @@ export interface Origin {
   step?: string;
 }
 
-function runBody(p: RunParams | SandboxRunParams): Record<string, unknown> {
+function runBody(p: RunParams | SandboxRunParams): WireRunBody {
   if (p.code !== undefined && p.template !== undefined) throw new TypeError("run takes code or template, not both");
   if (p.code === undefined && p.template === undefined) throw new TypeError("run needs code or template");
   const q = p as RunParams;
-  return compact({
+  return compact<WireRunBody>({
     code: p.code,
     template: p.template,
     input: p.input,
@@ -372,6 +393,7 @@ function runBody(p: RunParams | SandboxRunParams): Record<string, unknown> {
     base: q.base,
     language: q.language,
     env: p.env,
+    isolation: q.isolation,
   });
 }
 
@@ -380,6 +402,8 @@ export interface CreateTemplateParams extends IdempotentCallOptions {
   base?: string;
   code?: string;
   limits?: Limits;
+  /** "ns" or "gvisor": what the version's runs and sandboxes default to. */
+  isolation?: string;
   /** The command timeout of the template's runs, in ms (the wire's timeout_ms). */
   commandTimeoutMs?: number;
   /** The same as commandTimeoutMs. */
@@ -395,11 +419,12 @@ export class Templates {
 
   /** Saves a new version of the template; answers the version saved. */
   async create(p: CreateTemplateParams): Promise<Template> {
-    const body = compact({
+    const body = compact<WireTemplateRequest>({
       name: p.name,
       base: p.base,
       code: p.code,
       limits: fromLimits(p.limits),
+      isolation: p.isolation,
       timeout_ms: p.commandTimeoutMs ?? p.timeoutMs,
       config: p.config,
       files: p.files?.map((f) => ({ file: f.file, path: f.path })),
@@ -657,7 +682,7 @@ export class SandboxCommands {
   }
 }
 
-/** A handle on a long-lived sandbox: its files, its commands, run(), stop, resume, delete. */
+/** A handle on a long-lived sandbox: its files, its commands, run(), stop, pause, resume, snapshot, fork, delete. */
 export class Sandbox {
   readonly id: string;
   info: SandboxInfo;
@@ -706,9 +731,49 @@ export class Sandbox {
     return this.update(await this.t.json<WireSandbox>("POST", `${this.path}/stop`, o));
   }
 
-  /** Starts a stopped sandbox again, with the same workspace. */
+  /**
+   * Pauses the running sandbox (status "paused"). On gvisor its processes and memory go to
+   * disk and its RAM is freed; on ns they are frozen in RAM. A command still running in it
+   * throws CommandsRunningError; pausing a paused sandbox is no error.
+   */
+  async pause(o: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update(await this.t.json<WireSandbox>("POST", `${this.path}/pause`, o));
+  }
+
+  /** Wakes a paused sandbox, its processes alive again where they were; or starts a stopped one again on the same workspace. */
   async resume(o: CallOptions = {}): Promise<SandboxInfo> {
     return this.update(await this.t.json<WireSandbox>("POST", `${this.path}/resume`, o));
+  }
+
+  /**
+   * Takes a memory snapshot (processes, memory and disk) of the running sandbox, which then
+   * runs on. Needs isolation "gvisor": on ns it throws NotSupportedError (409 not_supported).
+   */
+  async snapshot(p: SnapshotParams = {}): Promise<Snapshot> {
+    const body = compact<WireSnapshotRequest>({ metadata: p.metadata });
+    return toSnapshot(await this.t.json<WireSnapshot>("POST", `${this.path}/snapshot`, { json: body, signal: p.signal }));
+  }
+
+  /**
+   * Starts a new sandbox from a snapshot of this one (without p.snapshot, a fresh snapshot of
+   * the running sandbox is taken first, and kept) and answers its handle. The fork runs with
+   * this one's memory, processes and files as they were, and its isolation, limits and
+   * template; p.env is laid over this sandbox's, p.metadata replaces its.
+   */
+  async fork(p: ForkParams = {}): Promise<Sandbox> {
+    const body = compact<WireForkRequest>({
+      snapshot: p.snapshot,
+      metadata: p.metadata,
+      expires_in_seconds: p.expiresInSeconds,
+      env: p.env,
+    });
+    const w = await this.t.json<WireSandbox>("POST", `${this.path}/fork`, { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal });
+    return new Sandbox(this.t, w);
+  }
+
+  /** This sandbox's snapshots, newest first. */
+  async snapshots(p: { limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Snapshot>> {
+    return new Snapshots(this.t).list(this.id, p);
   }
 
   /** Destroys the sandbox; its record is kept. */
@@ -717,10 +782,28 @@ export class Sandbox {
   }
 }
 
+export interface SnapshotParams extends CallOptions {
+  /** Labels of the snapshot. */
+  metadata?: Record<string, string>;
+}
+
+export interface ForkParams extends IdempotentCallOptions {
+  /** The snapshot (`snp_…`, of this sandbox) to start from; without it a fresh one is taken. */
+  snapshot?: string;
+  /** Labels of the fork; without them the source's. */
+  metadata?: Record<string, string>;
+  /** The fork's lifetime (default the server's, capped). */
+  expiresInSeconds?: number;
+  /** Variables of the fork's commands, over the source's; never stored. */
+  env?: Record<string, string>;
+}
+
 export interface CreateSandboxParams extends IdempotentCallOptions {
   template?: string;
   base?: string;
   limits?: Limits;
+  /** "ns" or "gvisor" (pause with memory, snapshots, forks): wins over the template's and the server default. */
+  isolation?: string;
   expiresInSeconds?: number;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
@@ -743,7 +826,7 @@ export class Sandboxes {
    * retries, so the code runs at most once; past waitMs it waits on the command.
    */
   async run<R = unknown>(p: RunParams): Promise<RunResult<R>> {
-    const body = compact({
+    const body = compact<WireCreateSandboxRequest>({
       run: runBody(p),
       limits: fromLimits(p.limits),
       timeout_ms: p.timeoutMs,
@@ -757,10 +840,11 @@ export class Sandboxes {
 
   /** Creates a long-lived sandbox. */
   async create(p: CreateSandboxParams = {}): Promise<Sandbox> {
-    const body = compact({
+    const body = compact<WireCreateSandboxRequest>({
       template: p.template,
       base: p.base,
       limits: fromLimits(p.limits),
+      isolation: p.isolation,
       expires_in_seconds: p.expiresInSeconds,
       env: p.env,
       metadata: p.metadata,
@@ -820,6 +904,29 @@ export class Sandboxes {
   }
 }
 
+/** Memory snapshots of sandboxes, by id (/v1/snapshots); a sandbox lists its own with sandbox.snapshots(). */
+export class Snapshots {
+  constructor(private readonly t: Transport) {}
+
+  /** The snapshots of a sandbox, newest first. */
+  async list(sandboxId: string, p: { limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Snapshot>> {
+    const body = await this.t.json<unknown>("GET", `/v1/sandboxes/${encodeURIComponent(sandboxId)}/snapshots`, {
+      query: { limit: p.limit, cursor: p.cursor },
+      signal: p.signal,
+    });
+    return toPage(body, toSnapshot);
+  }
+
+  async get(id: string, o: CallOptions = {}): Promise<Snapshot> {
+    return toSnapshot(await this.t.json<WireSnapshot>("GET", `/v1/snapshots/${encodeURIComponent(id)}`, o));
+  }
+
+  /** Deletes a snapshot and its bytes (forks made from it run on); answers the deleted snapshot. */
+  async delete(id: string, o: CallOptions = {}): Promise<Snapshot> {
+    return toSnapshot(await this.t.json<WireSnapshot>("DELETE", `/v1/snapshots/${encodeURIComponent(id)}`, o));
+  }
+}
+
 /** Files of the graph (/v1/files): content-addressed, outliving sandboxes. */
 export class Files {
   constructor(private readonly t: Transport) {}
@@ -868,6 +975,7 @@ export class LbbClient {
   readonly sandboxes: Sandboxes;
   readonly commands: Commands;
   readonly files: Files;
+  readonly snapshots: Snapshots;
   private readonly t: Transport;
 
   constructor(options: ClientOptions = {}) {
@@ -875,6 +983,7 @@ export class LbbClient {
     this.sandboxes = new Sandboxes(this.t);
     this.commands = new Commands(this.t);
     this.files = new Files(this.t);
+    this.snapshots = new Snapshots(this.t);
   }
 
   get baseUrl(): string {

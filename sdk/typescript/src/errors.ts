@@ -52,6 +52,8 @@ export class InvalidRequestError extends APIStatusError {}
 export class IdempotencyKeyRequiredError extends InvalidRequestError {}
 /** 400 `path_outside_workspace`: a file path resolves outside /workspace. */
 export class PathOutsideWorkspaceError extends InvalidRequestError {}
+/** 400 `isolation_unavailable`: the isolation asked for ("gvisor") is known but this server cannot run it; the message names what is missing. */
+export class IsolationUnavailableError extends InvalidRequestError {}
 /** 401: the API key is missing, unknown or revoked. */
 export class AuthenticationError extends APIStatusError {}
 /** 403: the key may not use this graph, or lacks the scope of this call. */
@@ -60,6 +62,10 @@ export class PermissionDeniedError extends APIStatusError {}
 export class NotFoundError extends APIStatusError {}
 /** 409: the request clashes with the state of a record. */
 export class ConflictError extends APIStatusError {}
+/** 409 `not_supported`: the sandbox's isolation cannot do this (memory snapshots and forks need isolation "gvisor"). */
+export class NotSupportedError extends ConflictError {}
+/** 409 `commands_running`: a command still runs in the sandbox; pause and snapshot never break one. */
+export class CommandsRunningError extends ConflictError {}
 /** 413: the body or file is larger than the server takes. */
 export class PayloadTooLargeError extends APIStatusError {}
 /** 422: the request is well-formed but cannot be done. */
@@ -95,6 +101,9 @@ const byCode: Record<string, StatusErrorClass> = {
   idempotency_key_reused: IdempotencyConflictError,
   path_outside_workspace: PathOutsideWorkspaceError,
   too_many_sandboxes: TooManySandboxesError,
+  isolation_unavailable: IsolationUnavailableError,
+  not_supported: NotSupportedError,
+  commands_running: CommandsRunningError,
 };
 
 const defaultCodes: Record<number, string> = {

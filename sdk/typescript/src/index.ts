@@ -20,6 +20,7 @@ export {
   Templates,
   Commands,
   Files,
+  Snapshots,
   Transport,
   VERSION,
   backoffMs,
@@ -33,6 +34,8 @@ export type {
   CreateTemplateParams,
   CreateSandboxParams,
   CreateCommandParams,
+  SnapshotParams,
+  ForkParams,
   Origin,
   StreamOptions,
   StdinResult,
@@ -52,6 +55,8 @@ export type {
   CommandStatus,
   SandboxInfo,
   SandboxStatus,
+  ForkedFrom,
+  Snapshot,
   Template,
   TemplateFile,
   FileInfo,
@@ -59,5 +64,5 @@ export type {
   Page,
 } from "./types.js";
 export { outputText } from "./types.js";
-export { WIRE_FIELDS, WIRE_REQUIRED } from "./wire.js";
+export { WIRE_FIELDS, WIRE_REQUEST_FIELDS, WIRE_REQUIRED } from "./wire.js";
 export type * from "./wire.js";

@@ -14,6 +14,7 @@ import type {
   WireOutput,
   WireRunResult,
   WireSandbox,
+  WireSnapshot,
   WireTemplate,
   WireTemplateRef,
   WireUsage,
@@ -66,6 +67,8 @@ export interface RunResult<R = unknown> {
   base?: string;
   template?: TemplateRef;
   limits?: Limits;
+  /** The isolation it ran on: "ns" or "gvisor". */
+  isolation?: string;
   timeoutMs?: number;
   usage?: Usage;
   createdAt?: string;
@@ -100,6 +103,12 @@ export interface Command {
   raw: WireCommand;
 }
 
+/** The sandbox and snapshot a fork started from. */
+export interface ForkedFrom {
+  sandbox: string;
+  snapshot: string;
+}
+
 /** A sandbox record. */
 export interface SandboxInfo {
   id: string;
@@ -109,6 +118,8 @@ export interface SandboxInfo {
   image?: string;
   template?: TemplateRef;
   limits?: Limits;
+  /** The isolation it runs on: "ns" or "gvisor". */
+  isolation?: string;
   envNames?: string[];
   metadata?: Record<string, string>;
   createdAt: string;
@@ -118,7 +129,27 @@ export interface SandboxInfo {
   endReason?: string;
   error?: string;
   usage?: Usage;
+  /** When it was paused; only while it is. */
+  pausedAt?: string;
+  /** Set on a fork. */
+  forkedFrom?: ForkedFrom;
   raw: WireSandbox;
+}
+
+/** A memory snapshot of a running sandbox (`snp_…`): its processes and memory with its disk. Forks start from one; it goes with its sandbox. */
+export interface Snapshot {
+  id: string;
+  /** The sandbox it is of. */
+  sandbox: string;
+  isolation: string;
+  /** True when it holds processes and memory, not only the disk. */
+  memory: boolean;
+  sizeBytes: number;
+  createdAt: string;
+  /** How long taking it held the sandbox. */
+  durationMs: number;
+  metadata: Record<string, string>;
+  raw: WireSnapshot;
 }
 
 export interface TemplateFile {
@@ -134,6 +165,8 @@ export interface Template {
   base: string;
   code?: string;
   limits?: Limits;
+  /** The isolation its runs and sandboxes default to; absent: the server default. */
+  isolation?: string;
   /** The command timeout of its runs, in ms. */
   timeoutMs?: number;
   config?: unknown;
@@ -141,7 +174,7 @@ export interface Template {
   description?: string;
   createdAt: string;
   createdBy?: string;
-  versions?: { version: number; createdAt: string; createdBy?: string }[];
+  versions?: { version: number; createdAt: string; createdBy?: string; isolation?: string }[];
   raw: WireTemplate;
 }
 
@@ -234,6 +267,7 @@ export function toRunResult<R = unknown>(w: WireRunResult): RunResult<R> {
     ...opt("base", w.base),
     ...opt("template", toTemplateRef(w.template)),
     ...opt("limits", toLimits(w.limits)),
+    ...opt("isolation", w.isolation || undefined),
     ...opt("timeoutMs", w.timeout_ms),
     ...opt("usage", toUsage(w.usage)),
     ...opt("createdAt", w.created_at),
@@ -289,6 +323,7 @@ export function toSandboxInfo(w: WireSandbox): SandboxInfo {
     ...opt("image", w.image),
     ...opt("template", toTemplateRef(w.template)),
     ...opt("limits", toLimits(w.limits)),
+    ...opt("isolation", w.isolation || undefined),
     ...opt("envNames", w.env_names),
     ...opt("metadata", w.metadata),
     createdAt: w.created_at,
@@ -298,6 +333,22 @@ export function toSandboxInfo(w: WireSandbox): SandboxInfo {
     ...opt("endReason", w.end_reason),
     ...opt("error", w.error),
     ...opt("usage", toUsage(w.usage)),
+    ...opt("pausedAt", w.paused_at || undefined),
+    ...opt("forkedFrom", w.forked_from ? { sandbox: w.forked_from.sandbox, snapshot: w.forked_from.snapshot } : undefined),
+    raw: w,
+  };
+}
+
+export function toSnapshot(w: WireSnapshot): Snapshot {
+  return {
+    id: w.id,
+    sandbox: w.sandbox,
+    isolation: w.isolation,
+    memory: Boolean(w.memory),
+    sizeBytes: w.size_bytes ?? 0,
+    createdAt: w.created_at,
+    durationMs: w.duration_ms ?? 0,
+    metadata: w.metadata ?? {},
     raw: w,
   };
 }
@@ -310,6 +361,7 @@ export function toTemplate(w: WireTemplate): Template {
     base: w.base,
     ...opt("code", w.code),
     ...opt("limits", toLimits(w.limits)),
+    ...opt("isolation", w.isolation || undefined),
     ...opt("timeoutMs", w.timeout_ms),
     ...("config" in w ? { config: w.config } : {}),
     ...opt("files", w.files?.map((f) => ({ file: f.file, path: f.path }))),
@@ -318,7 +370,12 @@ export function toTemplate(w: WireTemplate): Template {
     ...opt("createdBy", w.created_by),
     ...opt(
       "versions",
-      w.versions?.map((v) => ({ version: v.version, createdAt: v.created_at, ...opt("createdBy", v.created_by) })),
+      w.versions?.map((v) => ({
+        version: v.version,
+        createdAt: v.created_at,
+        ...opt("createdBy", v.created_by),
+        ...opt("isolation", v.isolation || undefined),
+      })),
     ),
     raw: w,
   };
@@ -348,11 +405,11 @@ export function toGraphFile(w: WireFile): GraphFile {
   };
 }
 
-/** Reads a list answer: `{"data": [...], "next_cursor": ...}`, or a bare array. */
+/** Reads a list answer: `{"data": [...], "next_cursor": ...}` (or `entries`, `files`, `snapshots`), or a bare array. */
 export function toPage<W, T>(body: unknown, map: (w: W) => T): Page<T> {
   if (Array.isArray(body)) return { data: (body as W[]).map(map), raw: {} };
   const o = (body ?? {}) as Obj;
-  const items = (o.data ?? o.entries ?? o.files ?? []) as W[];
+  const items = (o.data ?? o.entries ?? o.files ?? o.snapshots ?? []) as W[];
   return { data: items.map(map), ...opt("nextCursor", (o.next_cursor as string | undefined) || undefined), raw: o };
 }
 

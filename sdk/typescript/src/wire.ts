@@ -70,6 +70,8 @@ export interface WireRunResult {
   base: string;
   template?: WireTemplateRef;
   limits: WireLimits;
+  /** "ns" or "gvisor": the call's, else its template version's, else the server default. */
+  isolation?: string;
   timeout_ms: number;
   usage: WireUsage;
   created_at: string;
@@ -119,6 +121,8 @@ export interface WireSandbox {
   image?: string;
   template?: WireTemplateRef;
   limits: WireLimits;
+  /** "ns" or "gvisor": the call's, else its template version's, else the server default. */
+  isolation?: string;
   env_names?: string[];
   metadata?: Record<string, string>;
   origin: WireOrigin;
@@ -129,6 +133,34 @@ export interface WireSandbox {
   end_reason?: string;
   error?: string;
   usage: WireUsage;
+  /** When it was paused; only while it is. */
+  paused_at?: string;
+  /** The sandbox and snapshot a fork started from; only on forks. */
+  forked_from?: WireForkedFrom;
+}
+
+export interface WireForkedFrom {
+  sandbox: string;
+  snapshot: string;
+}
+
+/** A memory snapshot: POST /v1/sandboxes/{id}/snapshot, GET and DELETE /v1/snapshots/{id}. */
+export interface WireSnapshot {
+  id: string;
+  graph: string;
+  sandbox: string;
+  isolation: string;
+  memory: boolean;
+  size_bytes: number;
+  created_at: string;
+  duration_ms: number;
+  metadata: Record<string, string>;
+}
+
+/** GET /v1/sandboxes/{id}/snapshots. */
+export interface WireSnapshotList {
+  snapshots: WireSnapshot[];
+  next_cursor?: string;
 }
 
 export interface WireTemplateFile {
@@ -145,13 +177,23 @@ export interface WireTemplate {
   base: string;
   code?: string;
   limits: WireLimits;
+  /** The isolation its runs and sandboxes default to; omitted: the server default. */
+  isolation?: string;
   timeout_ms?: number;
   config?: unknown;
   files?: WireTemplateFile[];
   description?: string;
   created_at: string;
   created_by?: string;
-  versions?: { version: number; created_at: string; created_by?: string }[];
+  versions?: WireTemplateVersion[];
+}
+
+/** An entry of a template's `versions`. */
+export interface WireTemplateVersion {
+  version: number;
+  created_at: string;
+  created_by?: string;
+  isolation?: string;
 }
 
 /** An entry of GET /v1/sandboxes/{id}/files. */
@@ -179,6 +221,61 @@ export interface WireList<T> {
   next_cursor?: string;
 }
 
+// Request bodies, as the SDK sends them.
+
+/** `run` of a one-call body: one call of run(input, config). */
+export interface WireRunBody {
+  code?: string;
+  template?: string;
+  input?: unknown;
+  config?: unknown;
+  base?: string;
+  language?: string;
+  env?: Record<string, string>;
+  isolation?: string;
+}
+
+/** POST /v1/sandboxes: with `run` a one-call run, without it a long-lived sandbox. */
+export interface WireCreateSandboxRequest {
+  run?: WireRunBody;
+  template?: string;
+  base?: string;
+  limits?: WireLimits;
+  isolation?: string;
+  timeout_ms?: number;
+  wait_ms?: number;
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+  origin?: { workflow?: string; run?: string; step?: string };
+  expires_in_seconds?: number;
+}
+
+/** POST /v1/sandboxes/templates. */
+export interface WireTemplateRequest {
+  name: string;
+  base?: string;
+  code?: string;
+  limits?: WireLimits;
+  isolation?: string;
+  timeout_ms?: number;
+  config?: unknown;
+  files?: WireTemplateFile[];
+  description?: string;
+}
+
+/** POST /v1/sandboxes/{id}/snapshot (the body is optional). */
+export interface WireSnapshotRequest {
+  metadata?: Record<string, string>;
+}
+
+/** POST /v1/sandboxes/{id}/fork (the body is optional). */
+export interface WireForkRequest {
+  snapshot?: string;
+  metadata?: Record<string, string>;
+  expires_in_seconds?: number;
+  env?: Record<string, string>;
+}
+
 export interface WireError {
   error: { code: string; message: string; request_id: string };
 }
@@ -190,7 +287,7 @@ type Exact<T, L extends readonly (keyof T)[]> = Exclude<keyof T, L[number]> exte
 
 const runResultFields = [
   "ok", "result", "error", "command", "sandbox", "status", "exit_code", "signal", "duration_ms", "stdout", "stderr",
-  "base", "template", "limits", "timeout_ms", "usage", "created_at", "started_at", "finished_at",
+  "base", "template", "limits", "isolation", "timeout_ms", "usage", "created_at", "started_at", "finished_at",
 ] as const;
 const commandFields = [
   "id", "graph", "sandbox", "kind", "argv", "cwd", "stdin_bytes", "language", "code", "input", "config", "template",
@@ -198,13 +295,43 @@ const commandFields = [
   "idempotency_key", "origin", "created_at", "started_at", "finished_at", "duration_ms",
 ] as const;
 const sandboxFields = [
-  "id", "graph", "status", "one_call", "base", "image", "template", "limits", "env_names", "metadata", "origin",
-  "created_at", "started_at", "ended_at", "expires_at", "end_reason", "error", "usage",
+  "id", "graph", "status", "one_call", "base", "image", "template", "limits", "isolation", "env_names", "metadata", "origin",
+  "created_at", "started_at", "ended_at", "expires_at", "end_reason", "error", "usage", "paused_at", "forked_from",
 ] as const;
 const templateFields = [
-  "id", "graph", "name", "version", "base", "code", "limits", "timeout_ms", "config", "files", "description",
+  "id", "graph", "name", "version", "base", "code", "limits", "isolation", "timeout_ms", "config", "files", "description",
   "created_at", "created_by", "versions",
 ] as const;
+const templateVersionFields = ["version", "created_at", "created_by", "isolation"] as const;
+const forkedFromFields = ["sandbox", "snapshot"] as const;
+const snapshotFields = [
+  "id", "graph", "sandbox", "isolation", "memory", "size_bytes", "created_at", "duration_ms", "metadata",
+] as const;
+const snapshotListFields = ["snapshots", "next_cursor"] as const;
+const runBodyFields = ["code", "template", "input", "config", "base", "language", "env", "isolation"] as const;
+const createSandboxRequestFields = [
+  "run", "template", "base", "limits", "isolation", "timeout_ms", "wait_ms", "env", "metadata", "origin", "expires_in_seconds",
+] as const;
+const templateRequestFields = [
+  "name", "base", "code", "limits", "isolation", "timeout_ms", "config", "files", "description",
+] as const;
+const snapshotRequestFields = ["metadata"] as const;
+const forkRequestFields = ["snapshot", "metadata", "expires_in_seconds", "env"] as const;
+
+/** The fields of each request body the SDK sends, for checks against the OpenAPI document. */
+export const WIRE_REQUEST_FIELDS: {
+  runBody: Exact<WireRunBody, typeof runBodyFields>;
+  createSandbox: Exact<WireCreateSandboxRequest, typeof createSandboxRequestFields>;
+  template: Exact<WireTemplateRequest, typeof templateRequestFields>;
+  snapshot: Exact<WireSnapshotRequest, typeof snapshotRequestFields>;
+  fork: Exact<WireForkRequest, typeof forkRequestFields>;
+} = {
+  runBody: runBodyFields,
+  createSandbox: createSandboxRequestFields,
+  template: templateRequestFields,
+  snapshot: snapshotRequestFields,
+  fork: forkRequestFields,
+};
 
 /** The fields of each record, for checks against the OpenAPI document. */
 export const WIRE_FIELDS: {
@@ -212,7 +339,20 @@ export const WIRE_FIELDS: {
   command: Exact<WireCommand, typeof commandFields>;
   sandbox: Exact<WireSandbox, typeof sandboxFields>;
   template: Exact<WireTemplate, typeof templateFields>;
-} = { runResult: runResultFields, command: commandFields, sandbox: sandboxFields, template: templateFields };
+  templateVersion: Exact<WireTemplateVersion, typeof templateVersionFields>;
+  forkedFrom: Exact<WireForkedFrom, typeof forkedFromFields>;
+  snapshot: Exact<WireSnapshot, typeof snapshotFields>;
+  snapshotList: Exact<WireSnapshotList, typeof snapshotListFields>;
+} = {
+  runResult: runResultFields,
+  command: commandFields,
+  sandbox: sandboxFields,
+  template: templateFields,
+  templateVersion: templateVersionFields,
+  forkedFrom: forkedFromFields,
+  snapshot: snapshotFields,
+  snapshotList: snapshotListFields,
+};
 
 /** The fields the server sends on every answer (the schema's `required`): the ones not
  * optional in the interfaces above. */
@@ -221,4 +361,8 @@ export const WIRE_REQUIRED = {
   command: ["id", "graph", "sandbox", "kind", "timeout_ms", "status", "ok", "exit_code", "stdout", "stderr", "origin", "created_at", "duration_ms"],
   sandbox: ["id", "graph", "status", "one_call", "base", "limits", "origin", "created_at", "usage"],
   template: ["id", "graph", "name", "version", "base", "limits", "created_at"],
+  templateVersion: ["version", "created_at"],
+  forkedFrom: ["sandbox", "snapshot"],
+  snapshot: ["id", "graph", "sandbox", "isolation", "memory", "size_bytes", "created_at", "duration_ms", "metadata"],
+  snapshotList: ["snapshots"],
 } as const;

@@ -21,6 +21,8 @@ export interface Reply {
   headers?: Record<string, string>;
   /** Drop the connection without answering. */
   drop?: boolean;
+  /** Promise more bytes (Content-Length) than the body has, send the body, then break the connection. */
+  truncate?: boolean;
   /** Write these pieces of an event stream; null breaks the connection there. */
   stream?: (string | null)[];
 }
@@ -97,6 +99,13 @@ export class FakeServer {
     else {
       data = Buffer.from(JSON.stringify(reply.body));
       ctype = "application/json";
+    }
+    if (reply.truncate) {
+      res.writeHead(reply.status ?? 200, { "Content-Type": ctype, "Content-Length": String(data.length + 10), ...reply.headers });
+      res.write(data);
+      await new Promise((r) => setTimeout(r, 20));
+      req.socket.destroy();
+      return;
     }
     res.writeHead(reply.status ?? 200, { "Content-Type": ctype, "Content-Length": String(data.length), ...reply.headers });
     res.end(data);

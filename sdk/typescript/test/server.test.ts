@@ -17,6 +17,7 @@ import {
   NotFoundError,
   PathOutsideWorkspaceError,
   WIRE_FIELDS,
+  WIRE_REQUEST_FIELDS,
   WIRE_REQUIRED,
   outputText,
 } from "@littlebigbrain/client";
@@ -233,6 +234,8 @@ test("openapi: every route the SDK calls is in the document", async (t) => {
     ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates/{name}"],
     ["post", "/v1/files"], ["get", "/v1/files"], ["get", "/v1/files/{id}"], ["get", "/v1/files/{id}/content"],
     ["put", "/v1/sandboxes/files/content"],
+    ["post", "/v1/sandboxes/{id}/pause"], ["post", "/v1/sandboxes/{id}/snapshot"], ["get", "/v1/sandboxes/{id}/snapshots"],
+    ["post", "/v1/sandboxes/{id}/fork"], ["get", "/v1/snapshots/{id}"], ["delete", "/v1/snapshots/{id}"],
   ];
   const missing = used.filter(([m, p]) => !paths[p]?.[m]).map(([m, p]) => `${m.toUpperCase()} ${p}`);
   assert.deepEqual(missing, [], "routes the SDK calls that /v1/openapi.json does not have");
@@ -259,13 +262,43 @@ test("openapi: the wire types of src/wire.ts are the document's schemas", async 
   };
   const schema = (method: string, path: string, status: string, fields: readonly string[]): Schema =>
     resolve(doc.paths?.[path]?.[method]?.responses?.[status]?.content?.["application/json"]?.schema, fields);
+  const request = (method: string, path: string, fields: readonly string[]): Schema =>
+    resolve(doc.paths?.[path]?.[method]?.requestBody?.content?.["application/json"]?.schema, fields);
+  // A field's own schema (an object inside a record, or the items of an array of them).
+  const field = (s: Schema, name: string, fields: readonly string[]): Schema => {
+    const f: any = s.properties?.[name];
+    return resolve(f?.type === "array" ? f.items : f, fields);
+  };
   const tplFields = WIRE_FIELDS.template.filter((f) => f !== "versions");
+  const sandbox = schema("get", "/v1/sandboxes/{id}", "200", WIRE_FIELDS.sandbox);
+  const tplGet = schema("get", "/v1/sandboxes/templates/{name}", "200", WIRE_FIELDS.template);
+  const list = schema("get", "/v1/sandboxes/{id}/snapshots", "200", WIRE_FIELDS.snapshotList);
+  const create = request("post", "/v1/sandboxes", WIRE_REQUEST_FIELDS.createSandbox);
   // The same fields both ways: a field the server adds shows up here as one to add to src/wire.ts.
   const checks: [string, readonly string[], readonly string[], Schema][] = [
     ["POST /v1/sandboxes 200 (a run)", WIRE_FIELDS.runResult, WIRE_REQUIRED.runResult, schema("post", "/v1/sandboxes", "200", WIRE_FIELDS.runResult)],
     ["GET /v1/commands/{id} 200", WIRE_FIELDS.command, WIRE_REQUIRED.command, schema("get", "/v1/commands/{id}", "200", WIRE_FIELDS.command)],
-    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("get", "/v1/sandboxes/{id}", "200", WIRE_FIELDS.sandbox)],
+    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, sandbox],
+    ["POST /v1/sandboxes 201 (a sandbox)", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes", "201", WIRE_FIELDS.sandbox)],
+    ["Sandbox.forked_from", WIRE_FIELDS.forkedFrom, WIRE_REQUIRED.forkedFrom, field(sandbox, "forked_from", WIRE_FIELDS.forkedFrom)],
     ["POST /v1/sandboxes/templates 201", tplFields, WIRE_REQUIRED.template, schema("post", "/v1/sandboxes/templates", "201", tplFields)],
+    ["GET /v1/sandboxes/templates/{name} 200", WIRE_FIELDS.template, [...WIRE_REQUIRED.template, "versions"], tplGet],
+    ["Template.versions[]", WIRE_FIELDS.templateVersion, WIRE_REQUIRED.templateVersion, field(tplGet, "versions", WIRE_FIELDS.templateVersion)],
+    ["POST /v1/sandboxes/{id}/pause 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/pause", "200", WIRE_FIELDS.sandbox)],
+    ["POST /v1/sandboxes/{id}/resume 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/resume", "200", WIRE_FIELDS.sandbox)],
+    ["POST /v1/sandboxes/{id}/fork 201", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/fork", "201", WIRE_FIELDS.sandbox)],
+    ["POST /v1/sandboxes/{id}/snapshot 201", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("post", "/v1/sandboxes/{id}/snapshot", "201", WIRE_FIELDS.snapshot)],
+    ["GET /v1/snapshots/{id} 200", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("get", "/v1/snapshots/{id}", "200", WIRE_FIELDS.snapshot)],
+    ["DELETE /v1/snapshots/{id} 200", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("delete", "/v1/snapshots/{id}", "200", WIRE_FIELDS.snapshot)],
+    ["GET /v1/sandboxes/{id}/snapshots 200", WIRE_FIELDS.snapshotList, WIRE_REQUIRED.snapshotList, list],
+    ["GET /v1/sandboxes/{id}/snapshots 200 snapshots[]", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, field(list, "snapshots", WIRE_FIELDS.snapshot)],
+    // Request bodies: every field the SDK can send is in the schema, and it can send every
+    // field of the schema; of them only a template's name is required.
+    ["POST /v1/sandboxes body", WIRE_REQUEST_FIELDS.createSandbox, [], create],
+    ["POST /v1/sandboxes body: run", WIRE_REQUEST_FIELDS.runBody, [], field(create, "run", WIRE_REQUEST_FIELDS.runBody)],
+    ["POST /v1/sandboxes/templates body", WIRE_REQUEST_FIELDS.template, ["name"], request("post", "/v1/sandboxes/templates", WIRE_REQUEST_FIELDS.template)],
+    ["POST /v1/sandboxes/{id}/snapshot body", WIRE_REQUEST_FIELDS.snapshot, [], request("post", "/v1/sandboxes/{id}/snapshot", WIRE_REQUEST_FIELDS.snapshot)],
+    ["POST /v1/sandboxes/{id}/fork body", WIRE_REQUEST_FIELDS.fork, [], request("post", "/v1/sandboxes/{id}/fork", WIRE_REQUEST_FIELDS.fork)],
   ];
   for (const [what, fields, required, s] of checks) {
     assert.deepEqual([...fields].sort(), Object.keys(s.properties ?? {}).sort(), `${what}: the fields of src/wire.ts against the OpenAPI schema`);

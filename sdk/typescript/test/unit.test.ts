@@ -11,14 +11,17 @@ import {
   APIConnectionError,
   APIStatusError,
   AuthenticationError,
+  CommandsRunningError,
   ConflictError,
   IdempotencyConflictError,
   IdempotencyKeyRequiredError,
   InternalServerError,
   InvalidRequestError,
+  IsolationUnavailableError,
   LbbClient,
   LbbError,
   NotFoundError,
+  NotSupportedError,
   PathOutsideWorkspaceError,
   PayloadTooLargeError,
   PermissionDeniedError,
@@ -41,10 +44,13 @@ describe("errors", () => {
     [400, "limit_exceeded", InvalidRequestError],
     [400, "idempotency_key_required", IdempotencyKeyRequiredError],
     [400, "path_outside_workspace", PathOutsideWorkspaceError],
+    [400, "isolation_unavailable", IsolationUnavailableError],
     [401, "unauthorized", AuthenticationError],
     [403, "forbidden", PermissionDeniedError],
     [404, "not_found", NotFoundError],
     [409, "conflict", ConflictError],
+    [409, "not_supported", NotSupportedError],
+    [409, "commands_running", CommandsRunningError],
     [413, "payload_too_large", PayloadTooLargeError],
     [422, "unprocessable", UnprocessableError],
     [422, "idempotency_key_reused", IdempotencyConflictError],
@@ -53,6 +59,7 @@ describe("errors", () => {
     [500, "internal", InternalServerError],
     [503, "unavailable", UnavailableError],
     [404, "too_many_sandboxes", NotFoundError],
+    [400, "not_supported", InvalidRequestError],
     [418, "teapot", APIStatusError],
   ];
   for (const [status, code, cls] of cases) {
@@ -162,6 +169,19 @@ describe("idempotency and retries", () => {
         assert.equal(srv.seen.length, 1);
       },
     );
+  });
+});
+
+test("an answer broken off in its body is retried, then a connection error", async () => {
+  const rec = { id: "cmd_01b", sandbox: "sbx_1", kind: "process", status: "succeeded", exit_code: 0 };
+  await withServer((_seen, nth) => (nth === 1 ? { body: rec, truncate: true } : { body: rec }), async (srv) => {
+    const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+    assert.equal((await lbb.commands.get("cmd_01b")).id, "cmd_01b");
+    assert.equal(srv.requests("GET", "/v1/commands/cmd_01b").length, 2);
+  });
+  await withServer(() => ({ body: "abc", truncate: true }), async (srv) => {
+    const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k", maxRetries: 1 });
+    await assert.rejects(lbb.sandboxes.get("sbx_1"), (e: unknown) => e instanceof APIConnectionError && e.code === "connection_error");
   });
 });
 

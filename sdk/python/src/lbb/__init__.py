@@ -18,21 +18,25 @@ from ._async_client import (
     AsyncSandboxCommands,
     AsyncSandboxes,
     AsyncSandboxFiles,
+    AsyncSnapshots,
     AsyncTemplates,
 )
-from ._client import Commands, Files, LbbClient, Sandbox, SandboxCommands, Sandboxes, SandboxFiles, Templates
+from ._client import Commands, Files, LbbClient, Sandbox, SandboxCommands, Sandboxes, SandboxFiles, Snapshots, Templates
 from ._errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
+    CommandsRunningError,
     ConflictError,
     IdempotencyConflictError,
     IdempotencyKeyRequiredError,
     InternalServerError,
     InvalidRequestError,
+    IsolationUnavailableError,
     LbbError,
     NotFoundError,
+    NotSupportedError,
     PathOutsideWorkspaceError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -41,7 +45,7 @@ from ._errors import (
     UnavailableError,
     UnprocessableError,
 )
-from ._models import Command, File, FileInfo, Output, Page, Record, RunResult, SandboxRecord, Template
+from ._models import Command, File, FileInfo, ForkedFrom, Output, Page, Record, RunResult, SandboxRecord, Snapshot, Template
 from ._sse import ServerSentEvent
 from ._version import __version__
 
@@ -55,6 +59,7 @@ __all__ = [
     "Templates",
     "Commands",
     "Files",
+    "Snapshots",
     "AsyncSandboxes",
     "AsyncSandbox",
     "AsyncSandboxFiles",
@@ -62,11 +67,14 @@ __all__ = [
     "AsyncTemplates",
     "AsyncCommands",
     "AsyncFiles",
+    "AsyncSnapshots",
     "Record",
     "RunResult",
     "Command",
     "Output",
     "SandboxRecord",
+    "Snapshot",
+    "ForkedFrom",
     "Template",
     "File",
     "FileInfo",
@@ -79,10 +87,13 @@ __all__ = [
     "InvalidRequestError",
     "IdempotencyKeyRequiredError",
     "PathOutsideWorkspaceError",
+    "IsolationUnavailableError",
     "AuthenticationError",
     "PermissionDeniedError",
     "NotFoundError",
     "ConflictError",
+    "NotSupportedError",
+    "CommandsRunningError",
     "PayloadTooLargeError",
     "UnprocessableError",
     "IdempotencyConflictError",

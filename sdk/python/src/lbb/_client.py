@@ -32,6 +32,7 @@ from ._models import (
     Record,
     RunResult,
     SandboxRecord,
+    Snapshot,
     Template,
     page_of,
     run_from_command,
@@ -181,10 +182,20 @@ class Templates:
         config: Optional[Mapping[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, str]]] = None,
         description: Optional[str] = None,
+        isolation: Optional[str] = None,
     ) -> Template:
-        """Saves a new version of the template ``name``; answers the version saved."""
+        """Saves a new version of the template ``name``; answers the version saved.
+        ``isolation`` (``"ns"``, ``"gvisor"``) is what its runs and sandboxes default to."""
         body = _core.template_body(
-            name=name, base=base, code=code, limits=limits, timeout_ms=timeout_ms, config=config, files=files, description=description
+            name=name,
+            base=base,
+            code=code,
+            limits=limits,
+            timeout_ms=timeout_ms,
+            config=config,
+            files=files,
+            description=description,
+            isolation=isolation,
         )
         return Template(self._api.json("POST", "/v1/sandboxes/templates", json=body))
 
@@ -389,7 +400,8 @@ class SandboxCommands:
 
 
 class Sandbox:
-    """A handle on a long-lived sandbox: its files, its commands, run(), stop, resume, delete.
+    """A handle on a long-lived sandbox: its files, its commands, run(), stop, pause, resume,
+    snapshot, fork, delete.
 
     Used as a context manager it deletes the sandbox at the end of the block."""
 
@@ -440,10 +452,43 @@ class Sandbox:
         self.record = SandboxRecord(self._api.json("POST", f"/v1/sandboxes/{self.id}/stop") or self.record)
         return self.record
 
+    def pause(self) -> SandboxRecord:
+        """Pauses the running sandbox (status ``paused``). On gvisor its processes and memory
+        go to disk and its RAM is freed; on ns they are frozen in RAM. A command still running
+        in it raises :class:`CommandsRunningError`; pausing a paused sandbox is no error."""
+        self.record = SandboxRecord(self._api.json("POST", f"/v1/sandboxes/{self.id}/pause") or self.record)
+        return self.record
+
     def resume(self) -> SandboxRecord:
-        """Starts a stopped sandbox again, with the same workspace."""
+        """Wakes a paused sandbox, its processes alive again where they were; or starts a
+        stopped one again on the same workspace."""
         self.record = SandboxRecord(self._api.json("POST", f"/v1/sandboxes/{self.id}/resume") or self.record)
         return self.record
+
+    def snapshot(self, metadata: Optional[Mapping[str, str]] = None) -> Snapshot:
+        """Takes a memory snapshot (processes, memory and disk) of the running sandbox, which
+        then runs on. Needs ``isolation="gvisor"``: on ns it raises :class:`NotSupportedError`."""
+        return Snapshot(self._api.json("POST", f"/v1/sandboxes/{self.id}/snapshot", json=_core.snapshot_body(metadata)))
+
+    def fork(
+        self,
+        snapshot: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        expires_in_seconds: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        *,
+        idempotency_key: Optional[str] = None,
+    ) -> "Sandbox":
+        """Starts a new sandbox from a snapshot of this one (``snp_…``; without one, a fresh
+        snapshot of the running sandbox is taken first and kept) and answers its handle: it
+        runs with this one's memory, processes and files as they were, and its isolation,
+        limits and template. ``env`` is laid over this sandbox's; ``metadata`` replaces its."""
+        body = _core.fork_body(snapshot=snapshot, metadata=metadata, expires_in_seconds=expires_in_seconds, env=env)
+        return Sandbox(self._api, self._api.json("POST", f"/v1/sandboxes/{self.id}/fork", json=body, idempotency_key=idempotency_key))
+
+    def snapshots(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Snapshot]:
+        """This sandbox's snapshots, newest first."""
+        return page_of(Snapshot, self._api.json("GET", f"/v1/sandboxes/{self.id}/snapshots", params={"limit": limit, "cursor": cursor}))
 
     def delete(self) -> None:
         """Destroys the sandbox; its record is kept."""
@@ -500,6 +545,7 @@ class Sandboxes:
         base: Optional[str] = None,
         language: Optional[str] = None,
         limits: Optional[Limits] = None,
+        isolation: Optional[str] = None,
         timeout_ms: Optional[int] = None,
         wait_ms: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -517,8 +563,11 @@ class Sandboxes:
         and reuses it on its retries, so the code runs at most once. When the server answers
         before the run ends (past ``wait_ms``), it waits for the command unless ``wait=False``.
         ``origin`` (``workflow``, ``run``, ``step``) names the workflow step that made the call.
+        ``isolation`` (``"ns"``, ``"gvisor"``) wins over the template's and the server default.
         """
-        run = _core.run_body(code=code, input=input, config=config, template=template, base=base, language=language, env=env)
+        run = _core.run_body(
+            code=code, input=input, config=config, template=template, base=base, language=language, env=env, isolation=isolation
+        )
         body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=wait_ms, metadata=metadata, origin=origin)
         resp = self._api.request(
             "POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, wait_ms)
@@ -527,7 +576,8 @@ class Sandboxes:
 
     def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> Sandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
-        ``create(template=…, base=…, limits=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``."""
+        ``create(template=…, base=…, limits=…, isolation=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``.
+        ``isolation="gvisor"`` gives it pause with memory, snapshots and forks."""
         body = _core.sandbox_spec(spec, kwargs)
         return Sandbox(self._api, self._api.json("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key))
 
@@ -571,6 +621,25 @@ class Sandboxes:
             return scope
         with scope as sb:
             return fn(sb)
+
+
+class Snapshots:
+    """Memory snapshots of sandboxes, by id (``/v1/snapshots``); a sandbox lists its own with
+    ``sandbox.snapshots()``."""
+
+    def __init__(self, api: _API) -> None:
+        self._api = api
+
+    def list(self, sandbox_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Snapshot]:
+        """The snapshots of a sandbox, newest first."""
+        return page_of(Snapshot, self._api.json("GET", f"/v1/sandboxes/{sandbox_id}/snapshots", params={"limit": limit, "cursor": cursor}))
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        return Snapshot(self._api.json("GET", f"/v1/snapshots/{snapshot_id}"))
+
+    def delete(self, snapshot_id: str) -> Snapshot:
+        """Deletes a snapshot and its bytes (forks made from it run on); answers the deleted snapshot."""
+        return Snapshot(self._api.json("DELETE", f"/v1/snapshots/{snapshot_id}"))
 
 
 class Files:
@@ -629,6 +698,7 @@ class LbbClient:
         self.sandboxes = Sandboxes(self._api)
         self.commands = Commands(self._api)
         self.files = Files(self._api)
+        self.snapshots = Snapshots(self._api)
 
     @property
     def base_url(self) -> str:

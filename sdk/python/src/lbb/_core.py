@@ -122,13 +122,23 @@ def run_body(
     base: Optional[str],
     language: Optional[str],
     env: Optional[Mapping[str, str]],
+    isolation: Optional[str] = None,
 ) -> Dict[str, Any]:
     if code is not None and template is not None:
         raise ValueError("run takes code or template, not both")
     if code is None and template is None:
         raise ValueError("run needs code or template")
     return clean(
-        {"code": code, "template": template, "input": input, "config": config, "base": base, "language": language, "env": env}
+        {
+            "code": code,
+            "template": template,
+            "input": input,
+            "config": config,
+            "base": base,
+            "language": language,
+            "env": env,
+            "isolation": isolation,
+        }
     )
 
 
@@ -200,6 +210,7 @@ def template_body(
     config: Optional[Mapping[str, Any]],
     files: Optional[Sequence[Mapping[str, str]]],
     description: Optional[str],
+    isolation: Optional[str] = None,
 ) -> Dict[str, Any]:
     return clean(
         {
@@ -207,10 +218,32 @@ def template_body(
             "base": base,
             "code": code,
             "limits": limits,
+            "isolation": isolation,
             "timeout_ms": timeout_ms,
             "config": config,
             "files": [dict(f) for f in files] if files is not None else None,
             "description": description,
+        }
+    )
+
+
+def snapshot_body(metadata: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    return clean({"metadata": dict(metadata) if metadata is not None else None})
+
+
+def fork_body(
+    *,
+    snapshot: Optional[str],
+    metadata: Optional[Mapping[str, str]],
+    expires_in_seconds: Optional[int],
+    env: Optional[Mapping[str, str]],
+) -> Dict[str, Any]:
+    return clean(
+        {
+            "snapshot": snapshot,
+            "metadata": dict(metadata) if metadata is not None else None,
+            "expires_in_seconds": expires_in_seconds,
+            "env": dict(env) if env is not None else None,
         }
     )
 

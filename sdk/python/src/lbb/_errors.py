@@ -72,6 +72,11 @@ class PathOutsideWorkspaceError(InvalidRequestError):
     """400 ``path_outside_workspace``: a file path resolves outside /workspace."""
 
 
+class IsolationUnavailableError(InvalidRequestError):
+    """400 ``isolation_unavailable``: the isolation asked for (``"gvisor"``) is known but this
+    server cannot run it; the message names what is missing."""
+
+
 class AuthenticationError(APIStatusError):
     """401: the API key is missing, unknown or revoked."""
 
@@ -86,6 +91,16 @@ class NotFoundError(APIStatusError):
 
 class ConflictError(APIStatusError):
     """409: the request clashes with the state of a record (e.g. a stopped sandbox)."""
+
+
+class NotSupportedError(ConflictError):
+    """409 ``not_supported``: the sandbox's isolation cannot do this (memory snapshots and
+    forks need ``isolation="gvisor"``)."""
+
+
+class CommandsRunningError(ConflictError):
+    """409 ``commands_running``: a command still runs in the sandbox; pause and snapshot wait
+    for none and never break one, so end or wait for it first."""
 
 
 class PayloadTooLargeError(APIStatusError):
@@ -121,6 +136,9 @@ _BY_CODE: Dict[str, Type[APIStatusError]] = {
     "idempotency_key_reused": IdempotencyConflictError,
     "path_outside_workspace": PathOutsideWorkspaceError,
     "too_many_sandboxes": TooManySandboxesError,
+    "isolation_unavailable": IsolationUnavailableError,
+    "not_supported": NotSupportedError,
+    "commands_running": CommandsRunningError,
 }
 
 _BY_STATUS: Dict[int, Type[APIStatusError]] = {

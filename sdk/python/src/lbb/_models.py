@@ -117,6 +117,11 @@ class RunResult(Record):
         return str(self.get("sandbox", ""))
 
     @property
+    def isolation(self) -> str:
+        """The isolation the run ran on (``"ns"``, ``"gvisor"``); ``""`` from a server before it."""
+        return str(self.get("isolation") or "")
+
+    @property
     def status(self) -> str:
         return str(self.get("status", ""))
 
@@ -199,8 +204,22 @@ class Command(Record):
         return self.status in DONE_STATUSES
 
 
+class ForkedFrom(Record):
+    """The sandbox and snapshot a fork started from."""
+
+    @property
+    def sandbox(self) -> str:
+        return str(self.get("sandbox", ""))
+
+    @property
+    def snapshot(self) -> str:
+        return str(self.get("snapshot", ""))
+
+
 class SandboxRecord(Record):
-    """A sandbox record: status, base or template version, limits, times and usage."""
+    """A sandbox record: status, base or template version, isolation, limits, times and usage."""
+
+    _nested = {"forked_from": ForkedFrom}
 
     @property
     def id(self) -> str:
@@ -209,6 +228,61 @@ class SandboxRecord(Record):
     @property
     def status(self) -> str:
         return str(self.get("status", ""))
+
+    @property
+    def isolation(self) -> str:
+        """The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it."""
+        return str(self.get("isolation") or "")
+
+    @property
+    def paused_at(self) -> Optional[str]:
+        """When it was paused (RFC 3339), only while it is."""
+        return self.get("paused_at") or None
+
+    @property
+    def forked_from(self) -> Optional[ForkedFrom]:
+        """The sandbox and snapshot it was forked from; ``None`` unless it is a fork."""
+        v = self.get("forked_from")
+        return v if isinstance(v, ForkedFrom) else None
+
+
+class Snapshot(Record):
+    """A memory snapshot of a running sandbox (``snp_…``): its processes and memory with its
+    disk. Forks start from one; it goes with its sandbox."""
+
+    @property
+    def id(self) -> str:
+        return str(self.get("id", ""))
+
+    @property
+    def sandbox(self) -> str:
+        return str(self.get("sandbox", ""))
+
+    @property
+    def isolation(self) -> str:
+        return str(self.get("isolation", ""))
+
+    @property
+    def memory(self) -> bool:
+        """True when it holds processes and memory, not only the disk."""
+        return bool(self.get("memory", False))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.get("size_bytes") or 0)
+
+    @property
+    def created_at(self) -> str:
+        return str(self.get("created_at", ""))
+
+    @property
+    def duration_ms(self) -> float:
+        """How long taking it held the sandbox."""
+        return float(self.get("duration_ms") or 0)
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return dict(self.get("metadata") or {})
 
 
 class Template(Record):
@@ -225,6 +299,11 @@ class Template(Record):
     @property
     def version(self) -> int:
         return int(self.get("version") or 0)
+
+    @property
+    def isolation(self) -> str:
+        """The isolation its runs and sandboxes default to; ``""``: the server default."""
+        return str(self.get("isolation") or "")
 
 
 class FileInfo(Record):
@@ -271,7 +350,7 @@ def page_of(cls: Type[R], body: Any) -> Page[R]:
     if isinstance(body, Mapping):
         items = body.get("data")
         if items is None:
-            items = body.get("entries") or body.get("files") or []
+            items = body.get("entries") or body.get("files") or body.get("snapshots") or []
         return Page([cls(x) for x in items], body.get("next_cursor"), body)
     return Page([])
 
