@@ -357,7 +357,7 @@ func (c *Client) List(ctx context.Context, path string, recursive bool) ([]FileE
 }
 
 // ReadFile streams a file. The caller closes the reader.
-func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+func (c *Client) ReadFile(ctx context.Context, path string) (*FileReader, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, PathFileContent, pathQuery(path, false), nil)
 	if err != nil {
 		return nil, err
@@ -366,7 +366,15 @@ func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, erro
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	return &FileReader{ReadCloser: resp.Body, Size: resp.ContentLength}, nil
+}
+
+// FileReader streams a file's bytes. Size is the file's size when the agent opened it, the
+// number of bytes the stream carries (-1 when unknown); a file that shrinks while it is read
+// ends the stream with an error, one that grows is read up to Size.
+type FileReader struct {
+	io.ReadCloser
+	Size int64
 }
 
 // WriteFile streams r into path, replacing it whole once r is at EOF; parents are made.

@@ -968,3 +968,46 @@ func BenchmarkBarePython(b *testing.B) {
 		}
 	}
 }
+
+// A read carries exactly the size the agent announced when it opened the file: bytes
+// appended meanwhile are not sent (no "wrote more than the declared Content-Length"), and a
+// file cut short meanwhile breaks the stream off instead of ending it short.
+func TestReadFileChangingUnderneath(t *testing.T) {
+	ta := startAgent(t)
+	ctx := ctxT(t)
+	const size = 64 << 20 // more than the stream's flow-control window: the agent is still sending when the file changes
+	if err := ta.c.WriteFile(ctx, "grow.bin", 0, bytes.NewReader(make([]byte, size))); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := ta.c.ReadFile(ctx, "grow.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Size != size {
+		t.Fatalf("size %d, want %d", rc.Size, size)
+	}
+	f, err := os.OpenFile(filepath.Join(ta.ws, "grow.bin"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 1<<20))
+	f.Close()
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || n != size {
+		t.Fatalf("a file grown while read: %d bytes, %v; want %d", n, err, size)
+	}
+
+	rc, err = ta.c.ReadFile(ctx, "grow.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(ta.ws, "grow.bin"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	n, err = io.Copy(io.Discard, rc)
+	rc.Close()
+	if err == nil {
+		t.Fatalf("a file cut short while read ended cleanly after %d of %d bytes", n, rc.Size)
+	}
+}

@@ -169,7 +169,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			attrs = append(attrs, targetAttr(c.target), c.target)
 		}
 		if c.sandbox != "" && c.sandbox != c.target {
-			attrs = append(attrs, "sandbox", c.sandbox)
+			key := "sandbox"
+			if targetAttr(c.target) == "sandbox" {
+				key = "source_sandbox" // a fork: the target is the new sandbox
+			}
+			attrs = append(attrs, key, c.sandbox)
 		}
 		level := slog.LevelInfo
 		if w.status >= 500 {

@@ -117,6 +117,9 @@ func (s *Service) OpenFile(ctx context.Context, graph, sandboxID, p string) (Fil
 	if err != nil {
 		return FileEntry{}, nil, agentError(err)
 	}
+	// The size the listing said may be stale (the file replaced since): the download
+	// announces what the agent opened.
+	e.Size = rc.Size
 	return e, rc, nil
 }
 

@@ -190,7 +190,9 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.FormatInt(st.Size, 10))
 	h.Set("Lbb-Mode", fmt.Sprintf("%04o", st.Mode&0o7777))
 	w.WriteHeader(http.StatusOK)
-	if _, err := copyFile(w, f); err != nil {
+	// Exactly the size announced: what a writer appends meanwhile is not sent, and a file
+	// that shrank breaks the stream off rather than ending it short.
+	if n, err := copyFile(w, io.LimitReader(f, st.Size)); err != nil || n != st.Size {
 		panic(http.ErrAbortHandler)
 	}
 }
