@@ -323,6 +323,8 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	t0 := time.Now()
 	spec := s.runSpec(p)
 	spec.Claim = p.claim
+	recorded := make(chan struct{})
+	spec.ReleaseAfter = recorded
 	out := s.runner.RunOnce(timing.With(s.runCtx, p.timings), spec)
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
@@ -376,6 +378,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	delete(s.inflight, p.command.ID)
 	s.mu.Unlock()
 	close(inf.done)
+	close(recorded)
 
 	end := <-out.Ended
 	s.metrics.running.Dec()

@@ -180,6 +180,12 @@ func (h *Host) RunOnce(ctx context.Context, spec RunSpec) Outcome {
 	}
 	out.Usage = h.usage(out.cpuNanos, spec.Limits, out.SandboxStarted, end)
 	go func() {
+		if spec.ReleaseAfter != nil {
+			select {
+			case <-spec.ReleaseAfter:
+			case <-time.After(time.Minute):
+			}
+		}
 		t1 := time.Now()
 		err := lease.Release(context.Background())
 		if err != nil {

@@ -37,6 +37,10 @@ type RunSpec struct {
 	HeadBytes, TailBytes int
 	// Files are put into the workspace before the run (a template's Files).
 	Files []WorkspaceFile
+	// ReleaseAfter, when set, holds the sandbox's destruction until it is closed (at most a
+	// minute): the caller records and answers the run first, and the destroy's work (killing,
+	// unmounting, removing cgroups) does not compete with it.
+	ReleaseAfter <-chan struct{}
 	// Claim, when set, is the sandbox Host.Claim acquired for this run; RunOnce takes it
 	// over (and destroys it at the end) instead of acquiring one.
 	Claim *Claim
