@@ -185,10 +185,12 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	chroot := func(name string, argv ...string) bench.Sample {
 		return b.baselines.Time("chroot "+name, n, bench.Chroot(b.rootfs, argv...))
 	}
-	baselines := func(argv ...string) []bench.Sample {
-		s := []bench.Sample{chroot(argv[0]+" -c", argv...)}
+	// label names the baseline, and keys it in b.baselines: the same label must mean the
+	// same command.
+	baselines := func(label string, argv ...string) []bench.Sample {
+		s := []bench.Sample{chroot(label, argv...)}
 		if b.bwrap != "" {
-			s = append(s, b.baselines.Time("bwrap "+argv[0]+" -c", n, bench.Bwrap(b.bwrap, b.rootfs, argv...)))
+			s = append(s, b.baselines.Time("bwrap "+label, n, bench.Bwrap(b.bwrap, b.rootfs, argv...)))
 		}
 		return s
 	}
@@ -200,7 +202,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 		}
 	}
 	sum := lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}
-	pyBase := baselines("python3", "-c", "print(sum([1,2,3]))")
+	pyBase := baselines("python3 -c", "python3", "-c", "print(sum([1,2,3]))")
 
 	logf("one-call Python sum(input), warm (%d times)…", n)
 	rows = append(rows, bench.Row{Metric: "one-call Python sum(input), warm", LBB: bench.OneCallPaced(ctx, c, "lbb", n, sum, wantJSON("6"), warm), Baselines: pyBase})
@@ -212,7 +214,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	logf("one-call pandas run, warm (%d times)…", n)
 	pd := bench.OneCallPaced(ctx, c, "lbb", n, lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}, wantJSON(`{"a":4,"b":6}`), warm)
 	rows = append(rows, bench.Row{Metric: "one-call pandas DataFrame(input).sum(), warm", LBB: pd,
-		Baselines: baselines("python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())")})
+		Baselines: baselines("python3 -c (import pandas)", "python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())")})
 
 	// At idle with a bare slot ready (pool depth: the server's --pool-min, 2 by default), as
 	// seed 002 measures it.
