@@ -46,15 +46,19 @@ func (s *Server) snapshotSandbox(w http.ResponseWriter, r *http.Request, c *call
 	id := r.PathValue("id")
 	c.sandbox = id
 	var req control.SnapshotRequest
-	if _, err := s.optionalBody(w, r, &req); err != nil {
-		return err
-	}
-	snap, err := s.svc.SnapshotSandbox(r.Context(), c.caller, id, req)
+	body, err := s.optionalBody(w, r, &req)
 	if err != nil {
 		return err
 	}
-	c.target = snap.ID
-	writeJSON(w, http.StatusCreated, snap)
+	hash, err := requestHash("POST /v1/sandboxes/"+id+"/snapshot", c.caller.Graph, body)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.SnapshotOnce(r.Context(), c.caller, id, req, idemKey(r), hash)
+	if err != nil {
+		return err
+	}
+	writeTargeted(w, c, resp)
 	return nil
 }
 

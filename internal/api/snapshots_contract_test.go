@@ -86,6 +86,15 @@ func snapshotContract(t *testing.T, s *server, check checkFunc, admin, reader, o
 		`{"argv": ["cat", "snap/f.txt"], "wait_ms": 30000}`).json(t); r["stdout"].(map[string]any)["tail"] != "one" {
 		t.Fatalf("after a snapshot: %v", r)
 	}
+	// Under an Idempotency-Key a retry answers the snapshot the first call took; the key with
+	// another request is 422.
+	keyed := check("snapshotSandbox", snapshotRoute, 201, "POST", A+"/snapshot"+q, admin, idem("snap-k"), `{"metadata": {"k": "1"}}`)
+	again := check("snapshotSandbox", snapshotRoute, 201, "POST", A+"/snapshot"+q, admin, idem("snap-k"), `{"metadata": {"k": "1"}}`)
+	if again.header.Get("Idempotent-Replayed") != "true" || again.json(t)["id"] != keyed.json(t)["id"] {
+		t.Fatalf("a keyed snapshot retried: %s, then %v %s", keyed.body, again.header, again.body)
+	}
+	check("snapshotSandbox", snapshotRoute, 422, "POST", A+"/snapshot"+q, admin, idem("snap-k"), `{"metadata": {"k": "2"}}`)
+	check("deleteSnapshot", oneSnapshot, 200, "DELETE", "/v1/snapshots/"+keyed.json(t)["id"].(string)+q, admin, nil, "")
 	second := check("snapshotSandbox", snapshotRoute, 201, "POST", A+"/snapshot"+q, admin, nil, "").json(t)
 	if md, ok := second["metadata"].(map[string]any); !ok || len(md) != 0 {
 		t.Fatalf("a snapshot without metadata: %v", second)

@@ -38,6 +38,22 @@ import (
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"
 
+// RouteSnapshot is the route whose idempotency keys snapshots keep.
+const RouteSnapshot = "POST /v1/sandboxes/{id}/snapshot"
+
+// SnapshotOnce is SnapshotSandbox under an optional Idempotency-Key: a retry with the key
+// (after a lost answer) gets the snapshot the first call took instead of taking a second.
+// The answer is 201 with the snapshot.
+func (s *Service) SnapshotOnce(ctx context.Context, c Caller, id string, req SnapshotRequest, idemKey, reqHash string) (Response, error) {
+	return s.idempotent(ctx, c, idemKey, RouteSnapshot, reqHash, func(ctx context.Context) (Response, error) {
+		snap, err := s.SnapshotSandbox(ctx, c, id, req)
+		if err != nil {
+			return Response{}, err
+		}
+		return jsonResponse(http.StatusCreated, snap)
+	})
+}
+
 // SnapshotHost is what pause, snapshot and fork need of the host layer (host.Host).
 type SnapshotHost interface {
 	PauseSandbox(ctx context.Context, l *host.Live, dir string) (string, error)

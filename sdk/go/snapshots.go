@@ -33,6 +33,9 @@ type ForkedFrom struct {
 // SnapshotRequest is what Snapshot takes.
 type SnapshotRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// IdempotencyKey makes a retried snapshot take one snapshot; a fresh one is made when
+	// empty.
+	IdempotencyKey string `json:"-"`
 }
 
 // ForkRequest is what Fork takes.
@@ -66,9 +69,12 @@ func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, erro
 // Snapshot saves a running sandbox with its memory (gvisor only: elsewhere 409
 // not_supported); the sandbox runs on.
 func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRequest) (*Snapshot, error) {
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
 	var snap Snapshot
-	// Not retried: a second call would take a second snapshot.
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/snapshot"), body: p}, &snap)
+	// Retried under its key: a retry answers the snapshot the first attempt took.
+	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/snapshot"), body: p, idemKey: p.IdempotencyKey, retry: true}, &snap)
 	return &snap, err
 }
 

@@ -71,6 +71,17 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || !strings.HasPrefix(snap.ID, "snp_") || snap.Sandbox != sb.ID || !snap.Memory || snap.Metadata["step"] != "1" {
 		t.Fatalf("snapshot: %+v %v", snap, err)
 	}
+	// The same key again (a retry after a lost answer) answers the same snapshot.
+	k1, err := c.Sandboxes.Snapshot(ctx, sb.ID, lbb.SnapshotRequest{IdempotencyKey: "snap-once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2, err := c.Sandboxes.Snapshot(ctx, sb.ID, lbb.SnapshotRequest{IdempotencyKey: "snap-once"}); err != nil || k2.ID != k1.ID {
+		t.Fatalf("a keyed snapshot retried: %+v %v, want %s", k2, err, k1.ID)
+	}
+	if _, err := c.DeleteSnapshot(ctx, k1.ID); err != nil {
+		t.Fatal(err)
+	}
 	fork, err := c.Sandboxes.Fork(ctx, sb.ID, lbb.ForkRequest{Snapshot: snap.ID, ExpiresInSeconds: 60})
 	if err != nil || fork.Status != "running" || fork.ForkedFrom == nil || fork.ForkedFrom.Snapshot != snap.ID || fork.ForkedFrom.Sandbox != sb.ID {
 		t.Fatalf("fork: %+v %v", fork, err)

@@ -751,7 +751,8 @@ export class Sandbox {
    */
   async snapshot(p: SnapshotParams = {}): Promise<Snapshot> {
     const body = compact<WireSnapshotRequest>({ metadata: p.metadata });
-    return toSnapshot(await this.t.json<WireSnapshot>("POST", `${this.path}/snapshot`, { json: body, signal: p.signal }));
+    // Retried under one key: a retry answers the snapshot the first attempt took.
+    return toSnapshot(await this.t.json<WireSnapshot>("POST", `${this.path}/snapshot`, { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
   }
 
   /**
@@ -782,7 +783,7 @@ export class Sandbox {
   }
 }
 
-export interface SnapshotParams extends CallOptions {
+export interface SnapshotParams extends IdempotentCallOptions {
   /** Labels of the snapshot. */
   metadata?: Record<string, string>;
 }

@@ -470,10 +470,14 @@ class AsyncSandbox:
         self.record = SandboxRecord(await self._api.json("POST", f"/v1/sandboxes/{self.id}/resume") or self.record)
         return self.record
 
-    async def snapshot(self, metadata: Optional[Mapping[str, str]] = None) -> Snapshot:
+    async def snapshot(self, metadata: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
         """Takes a memory snapshot (processes, memory and disk) of the running sandbox, which
-        then runs on. Needs ``isolation="gvisor"``: on ns it raises :class:`NotSupportedError`."""
-        return Snapshot(await self._api.json("POST", f"/v1/sandboxes/{self.id}/snapshot", json=_core.snapshot_body(metadata)))
+        then runs on. Needs ``isolation="gvisor"``: on ns it raises :class:`NotSupportedError`.
+        A retry under the same ``idempotency_key`` (one is made when none is given) answers the
+        snapshot the first attempt took."""
+        return Snapshot(
+            await self._api.json("POST", f"/v1/sandboxes/{self.id}/snapshot", json=_core.snapshot_body(metadata), idempotency_key=idempotency_key)
+        )
 
     async def fork(
         self,

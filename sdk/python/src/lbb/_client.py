@@ -465,10 +465,14 @@ class Sandbox:
         self.record = SandboxRecord(self._api.json("POST", f"/v1/sandboxes/{self.id}/resume") or self.record)
         return self.record
 
-    def snapshot(self, metadata: Optional[Mapping[str, str]] = None) -> Snapshot:
+    def snapshot(self, metadata: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
         """Takes a memory snapshot (processes, memory and disk) of the running sandbox, which
-        then runs on. Needs ``isolation="gvisor"``: on ns it raises :class:`NotSupportedError`."""
-        return Snapshot(self._api.json("POST", f"/v1/sandboxes/{self.id}/snapshot", json=_core.snapshot_body(metadata)))
+        then runs on. Needs ``isolation="gvisor"``: on ns it raises :class:`NotSupportedError`.
+        A retry under the same ``idempotency_key`` (one is made when none is given) answers the
+        snapshot the first attempt took."""
+        return Snapshot(
+            self._api.json("POST", f"/v1/sandboxes/{self.id}/snapshot", json=_core.snapshot_body(metadata), idempotency_key=idempotency_key)
+        )
 
     def fork(
         self,
