@@ -44,6 +44,27 @@ type Limits struct {
 	TmpMiB    int64   `json:"tmp_mib,omitempty"`
 }
 
+// Or fills each field of l that is zero (or negative) from def: a sandbox's limits over its
+// driver's defaults.
+func (l Limits) Or(def Limits) Limits {
+	if l.MemoryMiB <= 0 {
+		l.MemoryMiB = def.MemoryMiB
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskMiB <= 0 {
+		l.DiskMiB = def.DiskMiB
+	}
+	if l.TmpMiB <= 0 {
+		l.TmpMiB = def.TmpMiB
+	}
+	return l
+}
+
 // Spec describes a sandbox to create.
 type Spec struct {
 	// ID names the sandbox ("sbx_…"); drivers use it for state, cgroups and disks.

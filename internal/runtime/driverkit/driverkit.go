@@ -3,10 +3,18 @@
 package driverkit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	goruntime "runtime"
+	"sort"
 	"sync"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -20,6 +28,26 @@ var (
 
 // ValidID reports whether id can name a sandbox's state directory and cgroups.
 func ValidID(id string) bool { return validID.MatchString(id) }
+
+// StateDirs names the sandboxes that have a state directory under dir (sorted); a missing
+// dir holds none.
+func StateDirs(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && ValidID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
 
 // CheckID refuses an id that could not name a sandbox (a path, an empty string…).
 func CheckID(id string) error {
@@ -107,4 +135,100 @@ func LogAgent(log *slog.Logger, r io.ReadCloser) {
 			return
 		}
 	}
+}
+
+// Spawn starts cmd from one OS thread that lives as long as the process: Pdeathsig fires when
+// the thread that forked the child exits, and a caller's thread may exit (a goroutine that
+// ends while locked to its thread takes the thread with it).
+func Spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			goruntime.LockOSThread()
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd, done}
+	return <-done
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+// AgentCopy is a driver's copy of the guest agent binary under its state directory, where
+// the sandbox's ids can reach it whereas the binary itself may sit anywhere. The copy is
+// named by its content, so a rebuilt agent gets a new one and a running sandbox keeps its
+// own; the source is read again only when its size or mtime changes.
+type AgentCopy struct {
+	mu   sync.Mutex
+	key  string // size and mtime of the source when it was copied
+	path string
+}
+
+// Get answers the copy of src in dir, owned by uid with mode, making it when needed.
+func (a *AgentCopy) Get(src, dir string, uid int, mode os.FileMode) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	if key == a.key {
+		return a.path, nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(dir, "lbb-agent-"+hex.EncodeToString(sum[:])[:16])
+	if err := WriteOnce(dst, b, uid, mode); err != nil {
+		return "", fmt.Errorf("copy agent binary: %w", err)
+	}
+	a.key, a.path = key, dst
+	return dst, nil
+}
+
+// WriteOnce writes b to path (owned by uid, with mode) unless it is there, atomically (a
+// temporary file renamed); its directory is made traversable by the sandbox's ids (0711).
+func WriteOnce(path string, b []byte, uid int, mode os.FileMode) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Lchown(tmp.Name(), uid, uid)
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
 }

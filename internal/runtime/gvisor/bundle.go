@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
 // Inside the sandbox.
@@ -264,27 +265,7 @@ func linkOrCopy(src, dst string) error {
 // its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the agent
 // runs (hideAgent).
 func (d *Driver) agentBinary() (string, error) {
-	d.filesMu.Lock()
-	defer d.filesMu.Unlock()
-	fi, err := os.Stat(d.cfg.AgentPath)
-	if err != nil {
-		return "", fmt.Errorf("agent binary: %w", err)
-	}
-	key := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
-	if key == d.agentKey {
-		return d.agentCopy, nil
-	}
-	b, err := os.ReadFile(d.cfg.AgentPath)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	dst := filepath.Join(d.cfg.StateDir, ".agent", "lbb-agent-"+hex.EncodeToString(sum[:])[:16])
-	if err := writeOnce(dst, b, int(runtime.IDBase), 0o500); err != nil {
-		return "", fmt.Errorf("copy agent binary: %w", err)
-	}
-	d.agentKey, d.agentCopy = key, dst
-	return dst, nil
+	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), int(runtime.IDBase), 0o500)
 }
 
 // seccompFile answers the file of the agent's seccomp filter, written once per content.
@@ -300,44 +281,11 @@ func (d *Driver) seccompFile() (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	dst := filepath.Join(d.cfg.StateDir, ".seccomp", "filter-"+hex.EncodeToString(sum[:])[:16]+".bpf")
-	if err := writeOnce(dst, b, 0, 0o644); err != nil {
+	if err := driverkit.WriteOnce(dst, b, 0, 0o644); err != nil {
 		return "", fmt.Errorf("seccomp filter: %w", err)
 	}
 	d.seccomp = dst
 	return dst, nil
-}
-
-// writeOnce writes b to path (owned by uid, with mode) unless it is there; its directory is
-// traversable by the sandbox's ids.
-func writeOnce(path string, b []byte, uid int, mode os.FileMode) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Lchown(tmp.Name(), uid, uid)
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
 }
 
 // listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
 )
 
 // runsc makes and removes each sandbox's cgroups (cgroupsPath /<parent>/<id>); the driver
@@ -146,54 +146,28 @@ func cgroupStats(parent, id string) (runtime.Stats, error) {
 			return st, errors.New("no cpuacct cgroup controller")
 		}
 		mem := filepath.Join(m["memory"], parent, id)
-		if st.CPUNanos, err = readUint(filepath.Join(cpu, parent, id, "cpuacct.usage")); err != nil {
+		if st.CPUNanos, err = cgroup.ReadUint(filepath.Join(cpu, parent, id, "cpuacct.usage")); err != nil {
 			return st, err
 		}
-		if st.MemoryBytes, err = readUint(filepath.Join(mem, "memory.usage_in_bytes")); err != nil {
+		if st.MemoryBytes, err = cgroup.ReadUint(filepath.Join(mem, "memory.usage_in_bytes")); err != nil {
 			return st, err
 		}
-		if st.MemoryMaxBytes, err = readUint(filepath.Join(mem, "memory.max_usage_in_bytes")); err != nil {
+		if st.MemoryMaxBytes, err = cgroup.ReadUint(filepath.Join(mem, "memory.max_usage_in_bytes")); err != nil {
 			return st, err
 		}
-		st.OOMKills, _ = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		st.OOMKills, _ = cgroup.ReadKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
 		return st, nil
 	}
 	dir := filepath.Join(m[""], parent, id)
-	usec, err := readKey(filepath.Join(dir, "cpu.stat"), "usage_usec")
+	usec, err := cgroup.ReadKey(filepath.Join(dir, "cpu.stat"), "usage_usec")
 	if err != nil {
 		return st, err
 	}
 	st.CPUNanos = usec * 1000
-	if st.MemoryBytes, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
+	if st.MemoryBytes, err = cgroup.ReadUint(filepath.Join(dir, "memory.current")); err != nil {
 		return st, err
 	}
-	st.MemoryMaxBytes, _ = readUint(filepath.Join(dir, "memory.peak"))
-	st.OOMKills, _ = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+	st.MemoryMaxBytes, _ = cgroup.ReadUint(filepath.Join(dir, "memory.peak"))
+	st.OOMKills, _ = cgroup.ReadKey(filepath.Join(dir, "memory.events"), "oom_kill")
 	return st, nil
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "max" {
-		return 0, nil
-	}
-	return strconv.ParseUint(s, 10, 64)
-}
-
-// readKey reads "key value" from a flat-keyed cgroup file.
-func readKey(path, key string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no %s", path, key)
 }

@@ -76,7 +76,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,10 +131,9 @@ type Driver struct {
 	cfg       Config
 	templates hostdisk.Templates
 
-	filesMu   sync.Mutex
-	agentKey  string // size and mtime of AgentPath when it was copied
-	agentCopy string
-	seccomp   string // the filter's file, made once
+	filesMu sync.Mutex
+	agent   driverkit.AgentCopy
+	seccomp string // the filter's file, made once
 
 	mu      sync.Mutex
 	running map[string]*sandbox
@@ -160,7 +158,7 @@ func New(cfg Config) *Driver {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = def.CgroupParent
 	}
-	cfg.Limits = fillLimits(cfg.Limits, def.Limits)
+	cfg.Limits = cfg.Limits.Or(def.Limits)
 	if cfg.NoFile == 0 {
 		cfg.NoFile = def.NoFile
 	}
@@ -175,25 +173,6 @@ func New(cfg Config) *Driver {
 		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
 	}
-}
-
-func fillLimits(l, def runtime.Limits) runtime.Limits {
-	if l.MemoryMiB <= 0 {
-		l.MemoryMiB = def.MemoryMiB
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = def.Pids
-	}
-	if l.DiskMiB <= 0 {
-		l.DiskMiB = def.DiskMiB
-	}
-	if l.TmpMiB <= 0 {
-		l.TmpMiB = def.TmpMiB
-	}
-	return l
 }
 
 // Name is "gvisor".
@@ -233,7 +212,7 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
 		return state{}, errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
 	}
-	spec.Limits = fillLimits(spec.Limits, d.cfg.Limits)
+	spec.Limits = spec.Limits.Or(d.cfg.Limits)
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
@@ -445,7 +424,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 			Pdeathsig: syscall.SIGKILL,
 			Setpgid:   true,
 		}
-		if err := spawn(cmd); err != nil {
+		if err := driverkit.Spawn(cmd); err != nil {
 			return err
 		}
 		go func() {
@@ -688,21 +667,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 
 // List names every sandbox with a state directory, started or not.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(d.cfg.StateDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && driverkit.ValidID(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return driverkit.StateDirs(d.cfg.StateDir)
 }
 
 // Freeze parks every process of a started sandbox (runsc pause: the Sentry stops its tasks).

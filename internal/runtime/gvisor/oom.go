@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -260,12 +261,12 @@ func pickVictims(ps []runscProcess, tried map[int]bool, all bool) []int {
 }
 
 func underOOM(dir string) bool {
-	v, err := readKey(filepath.Join(dir, "memory.oom_control"), "under_oom")
+	v, err := cgroup.ReadKey(filepath.Join(dir, "memory.oom_control"), "under_oom")
 	return err == nil && v == 1
 }
 
 func usage(dir string) uint64 {
-	v, _ := readUint(filepath.Join(dir, "memory.usage_in_bytes"))
+	v, _ := cgroup.ReadUint(filepath.Join(dir, "memory.usage_in_bytes"))
 	return v
 }
 

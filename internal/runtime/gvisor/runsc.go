@@ -11,10 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -149,34 +147,6 @@ func parsePS(out string) ([]runscProcess, error) {
 	}
 	return ps, nil
 }
-
-// spawn starts cmd from one OS thread that lives as long as the process: Pdeathsig fires when
-// the thread that forked the child exits, and a caller's thread may exit (a goroutine that
-// ends while locked to its thread takes the thread with it).
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			goruntime.LockOSThread()
-			for r := range spawnReqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd, done}
-	return <-done
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
 
 // errExited is returned while waiting for an agent whose sandbox has ended.
 var errExited = errors.New("the sandbox exited before its agent connected")

@@ -23,8 +23,6 @@ package ns
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +32,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,9 +98,7 @@ type Driver struct {
 
 	oomWarn sync.Once
 
-	agentMu   sync.Mutex
-	agentKey  string // size and mtime of AgentPath when it was copied
-	agentCopy string
+	agent driverkit.AgentCopy
 
 	mu      sync.Mutex
 	running map[string]*sandbox
@@ -125,7 +119,7 @@ func New(cfg Config) *Driver {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = def.CgroupParent
 	}
-	cfg.Limits = fillLimits(cfg.Limits, def.Limits)
+	cfg.Limits = cfg.Limits.Or(def.Limits)
 	if cfg.IO == (IOLimits{}) {
 		cfg.IO = def.IO
 	}
@@ -140,25 +134,6 @@ func New(cfg Config) *Driver {
 		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
 		running:   map[string]*sandbox{},
 	}
-}
-
-func fillLimits(l, def runtime.Limits) runtime.Limits {
-	if l.MemoryMiB <= 0 {
-		l.MemoryMiB = def.MemoryMiB
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = def.Pids
-	}
-	if l.DiskMiB <= 0 {
-		l.DiskMiB = def.DiskMiB
-	}
-	if l.TmpMiB <= 0 {
-		l.TmpMiB = def.TmpMiB
-	}
-	return l
 }
 
 // Name is "ns".
@@ -188,7 +163,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
 		return errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
 	}
-	spec.Limits = fillLimits(spec.Limits, d.cfg.Limits)
+	spec.Limits = spec.Limits.Or(d.cfg.Limits)
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
@@ -402,7 +377,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		defer cgFD.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgFD.Fd())
 	}
-	if err := u.Step("start init", func() error { return spawn(cmd) }, func() error {
+	if err := u.Step("start init", func() error { return driverkit.Spawn(cmd) }, func() error {
 		_ = cmd.Process.Kill()
 		_, err := cmd.Process.Wait()
 		return err
@@ -624,34 +599,6 @@ func (p *initPipes) waitExec(ctx context.Context, proc *os.Process) error {
 	return nil
 }
 
-// spawn starts cmd from one OS thread that lives as long as the process: Pdeathsig fires when
-// the thread that forked the child exits, and a caller's thread may exit (a goroutine that
-// ends while locked to its thread takes the thread with it).
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			goruntime.LockOSThread()
-			for r := range spawnReqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd, done}
-	return <-done
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
-
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
 func (d *Driver) Stop(ctx context.Context, id string) error {
 	if err := driverkit.CheckID(id); err != nil {
@@ -745,21 +692,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 
 // List names every sandbox with a state directory, started or not.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(d.cfg.StateDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && driverkit.ValidID(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return driverkit.StateDirs(d.cfg.StateDir)
 }
 
 // Freeze parks every process of a started sandbox (the freezer cgroup).
@@ -868,56 +801,8 @@ func (d *Driver) Leftovers(id string) []string {
 // private home directory, say), with the mode the sandbox needs (0711). The copy is named by
 // its content, so a rebuilt agent gets a new one and a running sandbox keeps its own.
 func (d *Driver) agentBinary() (string, error) {
-	d.agentMu.Lock()
-	defer d.agentMu.Unlock()
-	fi, err := os.Stat(d.cfg.AgentPath)
-	if err != nil {
-		return "", fmt.Errorf("agent binary: %w", err)
-	}
-	key := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
-	if key == d.agentKey {
-		return d.agentCopy, nil
-	}
-	src, err := os.Open(d.cfg.AgentPath)
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, src); err != nil {
-		return "", err
-	}
-	dir := filepath.Join(d.cfg.StateDir, ".agent")
-	dst := filepath.Join(dir, "lbb-agent-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(dst); err != nil {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return "", err
-		}
-		if _, err := src.Seek(0, io.SeekStart); err != nil {
-			return "", err
-		}
-		tmp, err := os.CreateTemp(dir, ".tmp-")
-		if err != nil {
-			return "", err
-		}
-		_, err = io.Copy(tmp, src)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			// Executable but not readable by the sandbox's ids: the kernel then makes the agent
-			// non-dumpable at exec, so that user code, which runs as the same id, cannot reach
-			// into it through /proc/1 (mem, fd, environ) nor ptrace it.
-			err = os.Chmod(tmp.Name(), 0o711)
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), dst)
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
-			return "", fmt.Errorf("copy agent binary: %w", err)
-		}
-	}
-	d.agentKey, d.agentCopy = key, dst
-	return dst, nil
+	// Executable but not readable by the sandbox's ids: the kernel then makes the agent
+	// non-dumpable at exec, so that user code, which runs as the same id, cannot reach into it
+	// through /proc/1 (mem, fd, environ) nor ptrace it.
+	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), 0, 0o711)
 }

@@ -99,7 +99,8 @@ func writeFile(dir, name, value string) error {
 	return nil
 }
 
-func readUint(path string) (uint64, error) {
+// ReadUint reads a cgroup file holding one number ("max" reads as 0).
+func ReadUint(path string) (uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
@@ -111,8 +112,8 @@ func readUint(path string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
-// readKey reads "key value" lines (memory.oom_control, memory.events, cpu.stat).
-func readKey(path, key string) (uint64, error) {
+// ReadKey reads "key value" lines (memory.oom_control, memory.events, cpu.stat).
+func ReadKey(path, key string) (uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err

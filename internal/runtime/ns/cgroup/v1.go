@@ -286,7 +286,7 @@ func (m *v1) Stats(name string) (Stats, error) {
 	var s Stats
 	var errs []error
 	get := func(dst *uint64, ctl, file string) {
-		v, err := readUint(filepath.Join(m.dir(ctl, name), file))
+		v, err := ReadUint(filepath.Join(m.dir(ctl, name), file))
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -299,7 +299,7 @@ func (m *v1) Stats(name string) (Stats, error) {
 	get(&s.MemoryMaxBytes, "memory", "memory.max_usage_in_bytes")
 	get(&s.Pids, "pids", "pids.current")
 	// oom_kill appeared in memory.oom_control in Linux 4.13.
-	if v, err := readKey(filepath.Join(m.dir("memory", name), "memory.oom_control"), "oom_kill"); err == nil {
+	if v, err := ReadKey(filepath.Join(m.dir("memory", name), "memory.oom_control"), "oom_kill"); err == nil {
 		s.OOMKills = v
 	} else {
 		errs = append(errs, err)

@@ -157,7 +157,7 @@ func (m *v2) setFrozen(ctx context.Context, name, v string) error {
 		return err
 	}
 	return poll(ctx, "cgroup.freeze="+v, func() (bool, error) {
-		got, err := readKey(filepath.Join(d, "cgroup.events"), "frozen")
+		got, err := ReadKey(filepath.Join(d, "cgroup.events"), "frozen")
 		return fmt.Sprint(got) == v, err
 	})
 }
@@ -193,21 +193,21 @@ func (m *v2) Stats(name string) (Stats, error) {
 	d := m.dir(name)
 	var s Stats
 	var errs []error
-	if v, err := readKey(filepath.Join(d, "cpu.stat"), "usage_usec"); err == nil {
+	if v, err := ReadKey(filepath.Join(d, "cpu.stat"), "usage_usec"); err == nil {
 		s.CPUNanos = v * 1000
 	} else {
 		errs = append(errs, err)
 	}
 	var err error
-	if s.MemoryBytes, err = readUint(filepath.Join(d, "memory.current")); err != nil {
+	if s.MemoryBytes, err = ReadUint(filepath.Join(d, "memory.current")); err != nil {
 		errs = append(errs, err)
 	}
 	// memory.peak appeared in Linux 5.19; older kernels report no peak.
-	s.MemoryMaxBytes, _ = readUint(filepath.Join(d, "memory.peak"))
-	if s.Pids, err = readUint(filepath.Join(d, "pids.current")); err != nil {
+	s.MemoryMaxBytes, _ = ReadUint(filepath.Join(d, "memory.peak"))
+	if s.Pids, err = ReadUint(filepath.Join(d, "pids.current")); err != nil {
 		errs = append(errs, err)
 	}
-	if s.OOMKills, err = readKey(filepath.Join(d, "memory.events"), "oom_kill"); err != nil {
+	if s.OOMKills, err = ReadKey(filepath.Join(d, "memory.events"), "oom_kill"); err != nil {
 		errs = append(errs, err)
 	}
 	return s, errors.Join(errs...)
