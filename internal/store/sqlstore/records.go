@@ -48,7 +48,7 @@ func (q queries) ListGraphs(ctx context.Context) ([]store.Graph, error) {
 
 const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at`
 
-func scanKey(sc interface{ Scan(...any) error }) (store.Key, error) {
+func scanKey(sc row) (store.Key, error) {
 	var k store.Key
 	var graphs, scopes sql.NullString
 	var created int64
@@ -82,28 +82,12 @@ func (q queries) GetKeyByHash(ctx context.Context, hash string) (store.Key, erro
 
 func (q queries) ListKeys(ctx context.Context, p store.Page) ([]store.Key, string, error) {
 	limit := pageLimit(p)
-	rows, err := q.query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
+	out, err := collect(ctx, q, scanKey, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
 		p.Cursor, p.Cursor, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
-	defer rows.Close()
-	var out []store.Key
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.Key) string { return x.ID })
 	return out, next, nil
 }
 
@@ -144,7 +128,7 @@ func forkedFromText(f *store.ForkedFrom) any {
 	return jsonText(f)
 }
 
-func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
+func scanSandbox(sc row) (store.Sandbox, error) {
 	var s store.Sandbox
 	var oneCall int
 	var tid, tname, limits, env, meta, origin, endReason, errStr sql.NullString
@@ -204,20 +188,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 }
 
 func (q queries) listSandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Sandbox
-	for rows.Next() {
-		s, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return collect(ctx, q, scanSandbox, query, args...)
 }
 
 func (q queries) ListSandboxes(ctx context.Context, graph string, f store.SandboxFilter, p store.Page) ([]store.Sandbox, string, error) {
@@ -230,11 +201,7 @@ func (q queries) ListSandboxes(ctx context.Context, graph string, f store.Sandbo
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.Sandbox) string { return x.ID })
 	return out, next, nil
 }
 
@@ -307,7 +274,7 @@ func commandArgs(c store.Command, oneCall bool) []any {
 		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs}
 }
 
-func scanCommand(sc interface{ Scan(...any) error }) (store.Command, error) {
+func scanCommand(sc row) (store.Command, error) {
 	var c store.Command
 	var oneCall, ok, expired int
 	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin sql.NullString
@@ -370,20 +337,7 @@ func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
 }
 
 func (q queries) listCommands(ctx context.Context, query string, args ...any) ([]store.Command, error) {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Command
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return collect(ctx, q, scanCommand, query, args...)
 }
 
 func (q queries) ListCommands(ctx context.Context, graph string, f store.CommandFilter, p store.Page) ([]store.Command, string, error) {
@@ -394,11 +348,7 @@ func (q queries) ListCommands(ctx context.Context, graph string, f store.Command
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.Command) string { return x.ID })
 	return out, next, nil
 }
 
@@ -418,7 +368,7 @@ func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) (
 const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by,
 	isolation`
 
-func scanTemplate(sc interface{ Scan(...any) error }) (store.Template, error) {
+func scanTemplate(sc row) (store.Template, error) {
 	var t store.Template
 	var code, limits, config, files, desc, by, isolation sql.NullString
 	var created int64
@@ -470,20 +420,7 @@ func (q queries) GetTemplate(ctx context.Context, graph, name string, version in
 }
 
 func (q queries) listTemplates(ctx context.Context, query string, args ...any) ([]store.Template, error) {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(ctx, q, scanTemplate, query, args...)
 }
 
 func (q queries) ListTemplates(ctx context.Context, graph string, p store.Page) ([]store.Template, string, error) {
@@ -494,11 +431,7 @@ func (q queries) ListTemplates(ctx context.Context, graph string, p store.Page) 
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].Name
-	}
+	out, next := cutPage(out, limit, func(x store.Template) string { return x.Name })
 	return out, next, nil
 }
 
@@ -514,7 +447,7 @@ func (q queries) ListTemplateVersions(ctx context.Context, graph, name string) (
 
 const idemCols = `graph, idem_key, route, request_hash, state, command_id, sandbox_id, response_status, response_body, created_at, completed_at`
 
-func scanIdem(sc interface{ Scan(...any) error }) (store.Idempotency, error) {
+func scanIdem(sc row) (store.Idempotency, error) {
 	var r store.Idempotency
 	var cmd, sbx sql.NullString
 	var status, completed sql.NullInt64
@@ -558,27 +491,14 @@ func (q queries) DeleteIdempotency(ctx context.Context, graph, key string) error
 }
 
 func (q queries) ListIdempotencyByState(ctx context.Context, state string) ([]store.Idempotency, error) {
-	rows, err := q.query(ctx, `SELECT `+idemCols+` FROM idempotency WHERE state = ? ORDER BY created_at`, state)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Idempotency
-	for rows.Next() {
-		r, err := scanIdem(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(ctx, q, scanIdem, `SELECT `+idemCols+` FROM idempotency WHERE state = ? ORDER BY created_at`, state)
 }
 
 // Files of the graph.
 
 const fileCols = `id, graph, sha256, size, name, origin, created_at`
 
-func scanFile(sc interface{ Scan(...any) error }) (store.File, error) {
+func scanFile(sc row) (store.File, error) {
 	var f store.File
 	var name, origin sql.NullString
 	var created int64
@@ -607,28 +527,12 @@ func (q queries) GetFileBySHA256(ctx context.Context, graph, sha256 string) (sto
 
 func (q queries) ListFiles(ctx context.Context, graph string, p store.Page) ([]store.File, string, error) {
 	limit := pageLimit(p)
-	rows, err := q.query(ctx, `SELECT `+fileCols+` FROM files WHERE graph = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
+	out, err := collect(ctx, q, scanFile, `SELECT `+fileCols+` FROM files WHERE graph = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`,
 		graph, p.Cursor, p.Cursor, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
-	defer rows.Close()
-	var out []store.File
-	for rows.Next() {
-		f, err := scanFile(rows)
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.File) string { return x.ID })
 	return out, next, nil
 }
 
@@ -644,32 +548,22 @@ func (q queries) AppendAudit(ctx context.Context, e store.AuditEntry) error {
 
 func (q queries) ListAudit(ctx context.Context, graph string, p store.Page) ([]store.AuditEntry, string, error) {
 	limit := pageLimit(p)
-	rows, err := q.query(ctx, `SELECT `+auditCols+` FROM audit WHERE (? = '' OR graph = ?) AND (? = '' OR id < ?)
+	out, err := collect(ctx, q, scanAudit, `SELECT `+auditCols+` FROM audit WHERE (? = '' OR graph = ?) AND (? = '' OR id < ?)
 		ORDER BY id DESC LIMIT ?`, graph, graph, p.Cursor, p.Cursor, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
-	defer rows.Close()
-	var out []store.AuditEntry
-	for rows.Next() {
-		var e store.AuditEntry
-		var target sql.NullString
-		var at int64
-		if err := rows.Scan(&e.ID, &e.Graph, &e.KeyID, &e.Method, &e.Route, &e.Path, &target, &e.Status, &e.RequestID, &at); err != nil {
-			return nil, "", err
-		}
-		e.Target, e.At = target.String, fromMs(at)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.AuditEntry) string { return x.ID })
 	return out, next, nil
+}
+
+func scanAudit(sc row) (store.AuditEntry, error) {
+	var e store.AuditEntry
+	var target sql.NullString
+	var at int64
+	err := sc.Scan(&e.ID, &e.Graph, &e.KeyID, &e.Method, &e.Route, &e.Path, &target, &e.Status, &e.RequestID, &at)
+	e.Target, e.At = target.String, fromMs(at)
+	return e, err
 }
 
 // Retention.

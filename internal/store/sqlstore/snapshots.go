@@ -11,7 +11,7 @@ import (
 
 const snapshotCols = `id, graph, sandbox_id, isolation, memory, size_bytes, metadata, created_at, duration_ms`
 
-func scanSnapshot(sc interface{ Scan(...any) error }) (store.Snapshot, error) {
+func scanSnapshot(sc row) (store.Snapshot, error) {
 	var s store.Snapshot
 	var memory int
 	var meta sql.NullString
@@ -35,20 +35,7 @@ func (q queries) GetSnapshot(ctx context.Context, graph, id string) (store.Snaps
 }
 
 func (q queries) listSnapshots(ctx context.Context, query string, args ...any) ([]store.Snapshot, error) {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Snapshot
-	for rows.Next() {
-		s, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return collect(ctx, q, scanSnapshot, query, args...)
 }
 
 func (q queries) ListSnapshots(ctx context.Context, graph, sandboxID string, p store.Page) ([]store.Snapshot, string, error) {
@@ -58,11 +45,7 @@ func (q queries) ListSnapshots(ctx context.Context, graph, sandboxID string, p s
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		next = out[limit-1].ID
-	}
+	out, next := cutPage(out, limit, func(x store.Snapshot) string { return x.ID })
 	return out, next, nil
 }
 

@@ -233,6 +233,37 @@ func notFound(err error, format string, args ...any) error {
 	return err
 }
 
+// row is what scan functions read: *sql.Row or *sql.Rows.
+type row interface{ Scan(...any) error }
+
+// collect runs a query and answers each row it returns, read by scan.
+func collect[T any](ctx context.Context, q queries, scan func(row) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// cutPage keeps the first limit of out, which was queried with LIMIT limit+1, and answers
+// the cursor of the next page ("" on the last page): the key of its last row.
+func cutPage[T any](out []T, limit int, key func(T) string) ([]T, string) {
+	if len(out) <= limit {
+		return out, ""
+	}
+	out = out[:limit]
+	return out, key(out[limit-1])
+}
+
 func pageLimit(p store.Page) int {
 	switch {
 	case p.Limit <= 0:
