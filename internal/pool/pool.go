@@ -118,6 +118,8 @@ type Pool struct {
 	o       Options
 	log     *slog.Logger
 	freezer runtime.Freezer
+	// weigher builds slots at a low CPU weight when the driver can (runtime.Prioritizer)
+	weigher runtime.Prioritizer
 	m       *metrics
 
 	ctx    context.Context // cancelled by Close: ends builds
@@ -223,6 +225,7 @@ func New(o Options) (*Pool, error) {
 	if f, ok := o.Driver.(runtime.Freezer); ok && !o.NoFreeze {
 		p.freezer = f
 	}
+	p.weigher, _ = o.Driver.(runtime.Prioritizer)
 	seen := map[string]bool{}
 	for _, k := range o.Keys {
 		if k.Image == "" {
@@ -365,54 +368,23 @@ func (p *Pool) kick() {
 // Acquire hands out a ready slot for spec, or a cold sandbox when the pool has none.
 func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
 	t0 := time.Now()
-	lang := p.languageOf(ctx)
-	p.mu.Lock()
-	p.claiming++
-	cands := p.match(spec, lang)
-	if len(cands) > 0 {
-		cands[0].claims++ // demand, whether it is met warm or not
+	defer p.claimStarted()() // refill waits while this claim, cold or warm, is in flight
+	s, err := p.take(ctx, spec, t0)
+	if err != nil {
+		return nil, err
 	}
-	p.mu.Unlock()
-	defer func() {
+	if s != nil {
 		p.mu.Lock()
-		p.claiming--
+		p.leases++
 		p.mu.Unlock()
-		p.kick()
-	}()
-
-	for _, ks := range cands {
-		for {
-			s := p.pop(ks)
-			if s == nil {
-				break
-			}
-			lease, err := p.claim(ctx, s, spec)
-			if err == nil {
-				p.mu.Lock()
-				cands[0].warm++
-				p.mu.Unlock()
-				p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
-				p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
-				return lease, nil
-			}
-			p.log.Warn("pool: a ready slot failed its claim; trying another", "slot", s.id, "key", ks.key.Name, "err", err)
-			p.m.discarded.WithLabelValues(ks.key.Name, "claim_failed").Inc()
-			p.destroyAsync(s)
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("pool: claiming a slot: %w", ctx.Err())
-			}
-		}
-	}
-
-	name := "none"
-	if len(cands) > 0 {
-		name = cands[0].key.Name
-		p.mu.Lock()
-		cands[0].cold++
-		p.mu.Unlock()
+		// StartedAt is the claim: the sandbox's life (and its metered usage) is the
+		// claimant's from here.
+		return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+			defer p.released()
+			return p.destroy(ctx, s)
+		}), nil
 	}
 	lease, err := p.o.Cold.Acquire(ctx, spec)
-	p.m.claims.WithLabelValues(name, "cold").Inc()
 	p.m.claimSeconds.WithLabelValues("cold").Observe(time.Since(t0).Seconds())
 	if err != nil {
 		return nil, err
@@ -424,6 +396,66 @@ func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, err
 		defer p.released()
 		return lease.Release(ctx)
 	}), nil
+}
+
+// claimStarted counts a claim in flight (refill starts no slot meanwhile); calling what it
+// answers ends it.
+func (p *Pool) claimStarted() func() {
+	p.mu.Lock()
+	p.claiming++
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		p.claiming--
+		p.mu.Unlock()
+		p.kick()
+	}
+}
+
+// take claims a ready slot for spec (thawed, its identity bound), trying the next when one
+// fails its claim; nil when none is ready, and the claim counts as cold. Either way the
+// claim is counted in its key's demand and in the metrics (a warm claim's latency from t0;
+// a cold one's is the caller's to observe).
+func (p *Pool) take(ctx context.Context, spec runtime.Spec, t0 time.Time) (*slot, error) {
+	lang := p.languageOf(ctx)
+	p.mu.Lock()
+	cands := p.match(spec, lang)
+	if len(cands) > 0 {
+		cands[0].claims++ // demand, whether it is met warm or not
+	}
+	p.mu.Unlock()
+	for _, ks := range cands {
+		for {
+			s := p.pop(ks)
+			if s == nil {
+				break
+			}
+			if err := p.bind(ctx, s, spec); err != nil {
+				p.log.Warn("pool: a ready slot failed its claim; trying another", "slot", s.id, "key", ks.key.Name, "err", err)
+				p.m.discarded.WithLabelValues(ks.key.Name, "claim_failed").Inc()
+				p.destroyAsync(s)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("pool: claiming a slot: %w", ctx.Err())
+				}
+				continue
+			}
+			p.mu.Lock()
+			cands[0].warm++
+			p.mu.Unlock()
+			p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
+			p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
+			return s, nil
+		}
+	}
+	name := "none"
+	if len(cands) > 0 {
+		name = cands[0].key.Name
+		p.mu.Lock()
+		cands[0].cold++
+		p.mu.Unlock()
+	}
+	p.m.claims.WithLabelValues(name, "cold").Inc()
+	return nil, nil
 }
 
 // match lists the keys that can serve spec, best first: the exact one, then a bare slot of
@@ -469,22 +501,6 @@ func (p *Pool) pop(ks *keyState) *slot {
 	return s
 }
 
-// claim wakes a popped slot and binds it to its sandbox.
-func (p *Pool) claim(ctx context.Context, s *slot, spec runtime.Spec) (*host.Lease, error) {
-	if err := p.bind(ctx, s, spec); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	p.leases++
-	p.mu.Unlock()
-	// StartedAt is the claim: the sandbox's life (and its metered usage) is the claimant's
-	// from here.
-	return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
-		defer p.released()
-		return p.destroy(ctx, s)
-	}), nil
-}
-
 // bind wakes a popped slot and gives it the claim's identity: hostname, entropy, machine id.
 func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
@@ -496,7 +512,7 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 		s.frozen = false
 	}
 	if s.background {
-		if err := p.o.Driver.(runtime.Prioritizer).SetCPUWeight(ctx, s.id, runtime.DefaultCPUWeight); err != nil {
+		if err := p.weigher.SetCPUWeight(ctx, s.id, runtime.DefaultCPUWeight); err != nil {
 			return fmt.Errorf("restoring its CPU weight: %w", err)
 		}
 		s.background = false
@@ -532,55 +548,14 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 // bare slot). When no slot is ready for spec Handover answers nil, nil at once: the caller
 // creates the sandbox itself, under an id of its own (the claim counts as cold).
 func (p *Pool) Handover(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
-	t0 := time.Now()
-	lang := p.languageOf(ctx)
-	p.mu.Lock()
-	p.claiming++
-	cands := p.match(spec, lang)
-	if len(cands) > 0 {
-		cands[0].claims++
+	defer p.claimStarted()()
+	s, err := p.take(ctx, spec, time.Now())
+	if s == nil || err != nil {
+		return nil, err
 	}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.claiming--
-		p.mu.Unlock()
-		p.kick()
-	}()
-	for _, ks := range cands {
-		for {
-			s := p.pop(ks)
-			if s == nil {
-				break
-			}
-			if err := p.bind(ctx, s, spec); err != nil {
-				p.log.Warn("pool: a ready slot failed its claim; trying another", "slot", s.id, "key", ks.key.Name, "err", err)
-				p.m.discarded.WithLabelValues(ks.key.Name, "claim_failed").Inc()
-				p.destroyAsync(s)
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("pool: claiming a slot: %w", ctx.Err())
-				}
-				continue
-			}
-			p.mu.Lock()
-			cands[0].warm++
-			p.mu.Unlock()
-			p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
-			p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
-			return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
-				return p.destroy(ctx, s)
-			}), nil
-		}
-	}
-	name := "none"
-	if len(cands) > 0 {
-		name = cands[0].key.Name
-		p.mu.Lock()
-		cands[0].cold++
-		p.mu.Unlock()
-	}
-	p.m.claims.WithLabelValues(name, "cold").Inc()
-	return nil, nil
+	return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+		return p.destroy(ctx, s)
+	}), nil
 }
 
 func (p *Pool) released() {
@@ -781,8 +756,8 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	s.sb = sb
 	// A slot is built in the background: at a low CPU weight, so that importing pandas for
 	// the next claim never slows the sandboxes running work now. The claim restores it.
-	if pr, ok := p.o.Driver.(runtime.Prioritizer); ok {
-		if err := pr.SetCPUWeight(ctx, s.id, runtime.BackgroundCPUWeight); err == nil {
+	if p.weigher != nil {
+		if err := p.weigher.SetCPUWeight(ctx, s.id, runtime.BackgroundCPUWeight); err == nil {
 			s.background = true
 		} else if !errdefs.IsConflict(err) {
 			return nil, fmt.Errorf("lowering its CPU weight: %w", err)
