@@ -424,24 +424,34 @@ func ended(sb store.Sandbox) bool {
 	return sb.Status == store.SandboxDestroyed || sb.Status == store.SandboxFailed
 }
 
+// heldSandbox reads a long-lived sandbox that this server holds, or says why it cannot be
+// changed (one-call, ended, not held).
+func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (store.Sandbox, *liveSandbox, error) {
+	sb, ls, err := s.sandboxFor(ctx, graph, id)
+	if err != nil {
+		return sb, nil, err
+	}
+	if sb.OneCall {
+		return sb, nil, errdefs.Conflict("sandbox %s is a one-call run's: it cannot %s", id, what)
+	}
+	if ended(sb) {
+		return sb, nil, errdefs.Conflict("sandbox %s is %s", id, sb.Status)
+	}
+	if ls == nil {
+		return sb, nil, errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
+	}
+	return sb, ls, nil
+}
+
 // StopSandbox ends a sandbox's processes and keeps its disk. Stopping a stopped sandbox is
 // no error.
 func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
 	if err := s.level3(); err != nil {
 		return store.Sandbox{}, err
 	}
-	sb, ls, err := s.sandboxFor(ctx, graph, id)
+	sb, ls, err := s.heldSandbox(ctx, graph, id, "stop")
 	if err != nil {
 		return sb, err
-	}
-	if sb.OneCall {
-		return sb, errdefs.Conflict("sandbox %s is a one-call run's: it ends with its run", id)
-	}
-	if ended(sb) {
-		return sb, errdefs.Conflict("sandbox %s is %s", id, sb.Status)
-	}
-	if ls == nil {
-		return sb, errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
 	}
 	ls.ops.Lock()
 	defer ls.ops.Unlock()
@@ -474,18 +484,9 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	if err := s.level3(); err != nil {
 		return store.Sandbox{}, err
 	}
-	sb, ls, err := s.sandboxFor(ctx, graph, id)
+	sb, ls, err := s.heldSandbox(ctx, graph, id, "resume")
 	if err != nil {
 		return sb, err
-	}
-	if sb.OneCall {
-		return sb, errdefs.Conflict("sandbox %s is a one-call run's: it ends with its run", id)
-	}
-	if ended(sb) {
-		return sb, errdefs.Conflict("sandbox %s is %s; a destroyed sandbox cannot resume", id, sb.Status)
-	}
-	if ls == nil {
-		return sb, errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
 	}
 	if err := s.begin(); err != nil {
 		return sb, err

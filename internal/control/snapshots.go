@@ -102,25 +102,6 @@ func freshDir(dir string) error {
 	return os.MkdirAll(filepath.Dir(dir), 0o700)
 }
 
-// heldSandbox reads a long-lived sandbox that this server holds, or says why it cannot be
-// changed (one-call, ended, not held).
-func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (store.Sandbox, *liveSandbox, error) {
-	sb, ls, err := s.sandboxFor(ctx, graph, id)
-	if err != nil {
-		return sb, nil, err
-	}
-	if sb.OneCall {
-		return sb, nil, errdefs.Conflict("sandbox %s is a one-call run's: it cannot %s", id, what)
-	}
-	if ended(sb) {
-		return sb, nil, errdefs.Conflict("sandbox %s is %s", id, sb.Status)
-	}
-	if ls == nil {
-		return sb, nil, errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
-	}
-	return sb, ls, nil
-}
-
 // detach takes a running sandbox's Live from it, so that no command starts on it, unless a
 // command runs (409 commands_running). The caller holds ls.ops and gives the Live back with
 // setRunning (or records the sandbox stopped).
