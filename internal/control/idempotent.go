@@ -109,6 +109,23 @@ func (s *Service) idempotent(ctx context.Context, c Caller, key, route, hash str
 	}
 }
 
+// storedAnswer answers the stored response of a finished call made with key (ok), 422 when
+// that call was another request; nothing without a key or a finished call.
+func (s *Service) storedAnswer(ctx context.Context, graph, key, hash string) (_ Response, ok bool, _ error) {
+	if key == "" {
+		return Response{}, false, nil
+	}
+	r, err := s.st.GetIdempotency(ctx, graph, key)
+	if err != nil || r.State != store.IdempotencyDone {
+		return Response{}, false, nil
+	}
+	if r.RequestHash != hash {
+		return Response{}, false, errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused,
+			"Idempotency-Key %q was used with a different request in graph %s", key, graph)
+	}
+	return Response{Status: r.ResponseStatus, Body: r.ResponseBody, Replayed: true}, true, nil
+}
+
 func jsonResponse(status int, v any) (Response, error) {
 	b, err := marshal(v)
 	if err != nil {

@@ -125,15 +125,9 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 	if err := checkKey(idemKey); err != nil {
 		return Response{}, err
 	}
-	if idemKey != "" {
-		// A replay needs no valid request: the answer is stored.
-		if r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey); err == nil && r.State == store.IdempotencyDone {
-			if r.RequestHash != reqHash {
-				return Response{}, errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused,
-					"Idempotency-Key %q was used with a different request in graph %s", idemKey, c.Graph)
-			}
-			return Response{Status: r.ResponseStatus, Body: r.ResponseBody, Replayed: true}, nil
-		}
+	// A replay needs no valid request: the answer is stored.
+	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+		return resp, err
 	}
 	sb, env, files, err := s.planSandbox(ctx, c, req)
 	if err != nil {

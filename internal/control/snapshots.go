@@ -536,14 +536,9 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	if err := checkKey(idemKey); err != nil {
 		return Response{}, err
 	}
-	if idemKey != "" {
-		if r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey); err == nil && r.State == store.IdempotencyDone {
-			if r.RequestHash != reqHash {
-				return Response{}, errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused,
-					"Idempotency-Key %q was used with a different request in graph %s", idemKey, c.Graph)
-			}
-			return Response{Status: r.ResponseStatus, Body: r.ResponseBody, Replayed: true}, nil
-		}
+	// A replay needs no valid request: the answer is stored.
+	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+		return resp, err
 	}
 	if err := s.begin(); err != nil {
 		return Response{}, err
