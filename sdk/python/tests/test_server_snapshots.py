@@ -132,7 +132,7 @@ def test_isolation_unavailable_is_typed(lbb: LbbClient) -> None:
     # "local" (the no-isolation dev driver, offered only when it is the server's default).
     unavailable = "local" if os.path.exists(RUNSC) else "gvisor"
     with pytest.raises(sdk.IsolationUnavailableError) as ei:
-        lbb.sandboxes.create(isolation=unavailable)  # type: ignore[arg-type]
+        lbb.sandboxes.create(isolation=unavailable)
     assert isinstance(ei.value, sdk.InvalidRequestError)
     assert ei.value.status == 400 and ei.value.code == "isolation_unavailable" and ei.value.message
 
