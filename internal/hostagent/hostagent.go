@@ -1,0 +1,303 @@
+// Package hostagent is the host agent of one machine: the one layer that owns its live
+// sandboxes. It holds the drivers, the warm pool, the guest agents' clients, the registry and
+// state machine of every sandbox it runs (started, frozen, checkpointed, stopped), their
+// expiry timers, the commands running in them (output captures, stdin pipes, signals) and file
+// transfer. The control plane (internal/control) keeps records, policy, idempotency, keys,
+// templates and retention, and reaches a machine only through the Host interface below.
+//
+// Host is the wire boundary: Local implements it in the server's own process (the default,
+// one binary), and internal/hostagent/remote serves the same interface over HTTP/2 to a
+// control plane in another process or on another machine. Every method therefore takes and
+// returns plain values (JSON on the wire), byte streams as io.Reader, and errors classified
+// with internal/errdefs (the guest agent's codes are mapped inside the host agent).
+//
+// docs/architecture.md draws the layers and the path of a run through them.
+package hostagent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Host is what the control plane asks of one machine. Sandbox and command ids are chosen by
+// the control plane (they name records), except where a warm pool hands over a sandbox
+// (Sandbox.ID then says the id it has).
+type Host interface {
+	// Info describes the machine: its image and the drivers it offers.
+	Info(ctx context.Context) (Info, error)
+
+	// Claim starts acquiring the sandbox of a one-call run in the background and returns at
+	// once, so that the control plane can commit the run's reservation meanwhile. The run
+	// (Run with the same SandboxID) takes it; Unclaim destroys it unused.
+	Claim(ctx context.Context, req RunRequest) error
+	Unclaim(ctx context.Context, sandboxID string) error
+	// Run runs req in a sandbox of its own (the claimed one, else a new one) and answers once
+	// the command has ended. The sandbox is kept until Release, so that the caller records and
+	// answers the run before the sandbox's teardown competes with it.
+	Run(ctx context.Context, req RunRequest) (RunResult, error)
+	// Release destroys a one-call run's sandbox and says how its life ended.
+	Release(ctx context.Context, sandboxID string) (Ending, error)
+
+	// Create starts a long-lived sandbox (from the warm pool when req.Warm and one is ready:
+	// the answer's ID is then the pool's). Template Files are in its workspace when it answers.
+	Create(ctx context.Context, req CreateRequest) (Sandbox, error)
+	// Resume starts a stopped sandbox again on its disk, thaws a frozen one, or restores a
+	// checkpointed one. Resuming a running sandbox answers it.
+	Resume(ctx context.Context, req ResumeRequest) (Sandbox, error)
+	// Stop ends a sandbox's processes and commands (they end killed) and keeps its disk; a
+	// paused one is thawed or its checkpoint dropped first. It answers the usage of the life
+	// that ended. Stopping a stopped sandbox is no error.
+	Stop(ctx context.Context, id string) (store.Usage, error)
+	// Destroy ends a sandbox in any state and removes its disk, checkpoint and snapshots.
+	// An unknown id is no error.
+	Destroy(ctx context.Context, id string) (store.Usage, error)
+	// Pause parks a running sandbox with no command running: a checkpoint with memory where
+	// its driver can (RAM freed, survives a restart), else the freezer.
+	Pause(ctx context.Context, id string) (Paused, error)
+	// Snapshot saves a running sandbox whole under snapshotID; the sandbox keeps running.
+	Snapshot(ctx context.Context, id, snapshotID string) (SnapshotInfo, error)
+	// DeleteSnapshot removes a snapshot's files; an unknown one is no error.
+	DeleteSnapshot(ctx context.Context, snapshotID string) error
+	// Fork starts a new sandbox from a snapshot (or, without one, from the source as it is now).
+	Fork(ctx context.Context, req ForkRequest) (Sandbox, error)
+	// Usage is what a running sandbox used since it (last) started.
+	Usage(ctx context.Context, id string) (store.Usage, error)
+	// SetExpiry arms the sandbox's expiry timer: at at the host agent reports EventExpired,
+	// and the control plane ends the sandbox (Destroy) with its records. The zero time
+	// clears it.
+	SetExpiry(ctx context.Context, id string, at time.Time) error
+
+	// Exec starts a command in a running sandbox and answers once its process runs (or could
+	// not start: Wait then says why).
+	Exec(ctx context.Context, req ExecRequest) error
+	// Wait answers how a command ended, once it has.
+	Wait(ctx context.Context, commandID string) (CommandEnd, error)
+	// Signal signals a running command's process group ("" is SIGKILL); the command then ends
+	// killed.
+	Signal(ctx context.Context, commandID, signal string) error
+	// WriteStdin streams r to a command started with StdinOpen, and closes its stdin when
+	// close is set.
+	WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (StdinResult, error)
+	// ReadOutput is a follower's cursor on a running command's output (stream "stdout" or
+	// "stderr"): kept bytes from offset off on, at most max (0: any), waiting while there are
+	// none yet; start > off says the bytes between were not kept. At the end of the stream
+	// it answers io.EOF; a command that is not running here is errdefs NotFound.
+	ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (start int64, data []byte, err error)
+
+	// Files in a running sandbox's workspace (paths relative to /workspace or absolute in it).
+	WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (FileEntry, error)
+	OpenFile(ctx context.Context, sandboxID, path string) (FileEntry, io.ReadCloser, error)
+	StatFile(ctx context.Context, sandboxID, path string) (FileEntry, error)
+	ListFiles(ctx context.Context, sandboxID, path string, recursive bool) ([]FileEntry, error)
+	RemoveFile(ctx context.Context, sandboxID, path string, recursive bool) error
+	MakeDir(ctx context.Context, sandboxID, path string) (FileEntry, error)
+
+	// Sandboxes lists the ids of every sandbox the machine holds state for (any state).
+	Sandboxes(ctx context.Context) ([]string, error)
+	// Reap destroys every sandbox the machine holds that keep does not name, and answers their
+	// ids: a restarted control plane calls it so that nothing a crash left behind stays.
+	Reap(ctx context.Context, keep []string) ([]string, error)
+	// Events delivers what happened to sandboxes by themselves (their init died, their expiry
+	// passed) until ctx ends. One subscriber at a time.
+	Events(ctx context.Context) (<-chan Event, error)
+}
+
+// Info describes a machine.
+type Info struct {
+	// Default is the driver a sandbox gets when it names none.
+	Default string `json:"default"`
+	// Offered are the drivers this machine runs; Unavailable says why the others are not.
+	Offered     []string          `json:"offered"`
+	Unavailable map[string]string `json:"unavailable,omitempty"`
+	// Image is the base image sandboxes run on.
+	Image Image `json:"image"`
+}
+
+// Image is the base image of a machine.
+type Image struct {
+	ID       string            `json:"id"`
+	Versions map[string]string `json:"versions,omitempty"`
+	Missing  []string          `json:"missing,omitempty"`
+}
+
+// File is a file put into a workspace from the graph's blob store: Path inside /workspace,
+// the content's sha256 (the host agent reads it from the blob store it shares with the
+// control plane).
+type File struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+// RunRequest is one run(input, config) in a sandbox of its own.
+type RunRequest struct {
+	SandboxID string         `json:"sandbox_id"`
+	CommandID string         `json:"command_id"`
+	Limits    runtime.Limits `json:"limits"`
+	// Runtime names the driver ("" is the machine's default).
+	Runtime  string          `json:"runtime,omitempty"`
+	Language string          `json:"language"`
+	Code     string          `json:"code"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Config   json.RawMessage `json:"config,omitempty"`
+	// Env values reach the code and are masked in everything answered.
+	Env     map[string]string `json:"env,omitempty"`
+	Timeout time.Duration     `json:"timeout"`
+	// HeadBytes and TailBytes are how much of each stream to keep.
+	HeadBytes int    `json:"head_bytes"`
+	TailBytes int    `json:"tail_bytes"`
+	Files     []File `json:"files,omitempty"`
+}
+
+// RunResult is how a one-call run ended, ready for its records.
+type RunResult struct {
+	CommandEnd
+	// SandboxStarted is when its sandbox started (for a pooled one: before the claim).
+	SandboxStarted time.Time `json:"sandbox_started"`
+	// EndReason says why the sandbox ended (store.End*).
+	EndReason string `json:"end_reason"`
+	// Usage is the sandbox's, up to the command's end.
+	Usage store.Usage `json:"usage"`
+}
+
+// Ending is how a sandbox's life ended.
+type Ending struct {
+	At    time.Time   `json:"at"`
+	Usage store.Usage `json:"usage"`
+	// Error says the sandbox could not be destroyed cleanly.
+	Error string `json:"error,omitempty"`
+}
+
+// CreateRequest is a long-lived sandbox to start.
+type CreateRequest struct {
+	ID      string         `json:"id"`
+	Limits  runtime.Limits `json:"limits"`
+	Runtime string         `json:"runtime,omitempty"`
+	// Warm lets the machine hand over a ready sandbox of its warm pool (with the pool's id).
+	Warm  bool   `json:"warm,omitempty"`
+	Files []File `json:"files,omitempty"`
+	// Env reaches every command of the sandbox; its values are masked in output and never
+	// stored. It lives as long as the host agent's process.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// ResumeRequest starts a stopped or paused sandbox again.
+type ResumeRequest struct {
+	ID      string         `json:"id"`
+	Limits  runtime.Limits `json:"limits"`
+	Runtime string         `json:"runtime,omitempty"`
+	// Env replaces the sandbox's env when the host agent no longer has it (after a restart).
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// ForkRequest starts sandbox ID from SnapshotID, or from Source as it is now.
+type ForkRequest struct {
+	ID         string            `json:"id"`
+	Source     string            `json:"source"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
+	Limits     runtime.Limits    `json:"limits"`
+	Runtime    string            `json:"runtime,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+}
+
+// Sandbox is a started sandbox.
+type Sandbox struct {
+	ID        string    `json:"id"`
+	Runtime   string    `json:"runtime"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Paused says how a sandbox was parked.
+type Paused struct {
+	// Mode is store.PauseCheckpoint or store.PauseFreeze.
+	Mode  string      `json:"mode"`
+	Usage store.Usage `json:"usage"`
+}
+
+// SnapshotInfo describes a saved snapshot.
+type SnapshotInfo struct {
+	ID    string `json:"id"`
+	Bytes int64  `json:"bytes"`
+	// Sandbox is the source as it runs on after the snapshot.
+	Sandbox Sandbox `json:"sandbox"`
+}
+
+// ExecRequest is one command in a running sandbox: a process (Argv), or with Run a call of
+// run(input, config) next to the workspace's files.
+type ExecRequest struct {
+	SandboxID string            `json:"sandbox_id"`
+	CommandID string            `json:"command_id"`
+	Argv      []string          `json:"argv,omitempty"`
+	Run       *RunCall          `json:"run,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Timeout   time.Duration     `json:"timeout"`
+	// Stdin is written first; then end of file unless StdinOpen keeps it open for WriteStdin.
+	Stdin     []byte `json:"stdin,omitempty"`
+	StdinOpen bool   `json:"stdin_open,omitempty"`
+	HeadBytes int    `json:"head_bytes"`
+	TailBytes int    `json:"tail_bytes"`
+}
+
+// RunCall is run(input, config) of code in a language.
+type RunCall struct {
+	Language string          `json:"language"`
+	Code     string          `json:"code"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Config   json.RawMessage `json:"config,omitempty"`
+}
+
+// CommandEnd is how a command ended.
+type CommandEnd struct {
+	// Status is a command status (store.Command*).
+	Status   string          `json:"status"`
+	OK       bool            `json:"ok"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	ExitCode *int            `json:"exit_code,omitempty"`
+	Signal   string          `json:"signal,omitempty"`
+	Stdout   store.Output    `json:"stdout"`
+	Stderr   store.Output    `json:"stderr"`
+	// StdinBytes is how many bytes its stdin got.
+	StdinBytes int64     `json:"stdin_bytes"`
+	Started    time.Time `json:"started"`
+	Ended      time.Time `json:"ended"`
+	// Infrastructure is a failure of the machine (the sandbox did not start, the agent broke
+	// off), already folded into Status and Error, for the log.
+	Infrastructure string `json:"infrastructure,omitempty"`
+}
+
+// StdinResult is what one WriteStdin did.
+type StdinResult struct {
+	// Bytes is how many bytes this call wrote; Total how many the command's stdin got.
+	Bytes  int64 `json:"bytes"`
+	Total  int64 `json:"total"`
+	Closed bool  `json:"closed"`
+}
+
+// FileEntry is a file or directory in a workspace (Path relative to /workspace), as the
+// guest agent lists it.
+type FileEntry = agent.FileEntry
+
+// Event kinds.
+const (
+	// EventDied: the sandbox's init exited by itself (out of memory?); the host agent stopped
+	// it, its disk kept.
+	EventDied = "died"
+	// EventExpired: the sandbox's expiry (SetExpiry) passed; the control plane ends it.
+	EventExpired = "expired"
+)
+
+// Event is something that happened to a sandbox by itself.
+type Event struct {
+	Kind    string      `json:"kind"`
+	Sandbox string      `json:"sandbox"`
+	Error   string      `json:"error,omitempty"`
+	Usage   store.Usage `json:"usage"`
+	At      time.Time   `json:"at"`
+}
