@@ -365,7 +365,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := decode(body, &req); err != nil {
 		return err
 	}
-	k, err := s.svc.CreateKey(r.Context(), c.caller.Key.ID, req)
+	k, err := s.svc.MintKey(r.Context(), c.caller.Key, req)
 	if err != nil {
 		return err
 	}
@@ -379,7 +379,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	out, next, err := s.svc.Store().ListKeys(r.Context(), p)
+	out, next, err := s.svc.ListKeys(r.Context(), c.caller.Key, p)
 	if err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.target = r.PathValue("id")
-	k, err := s.svc.RevokeKey(r.Context(), c.target)
+	k, err := s.svc.RevokeKeyAs(r.Context(), c.caller.Key, c.target)
 	if err != nil {
 		return err
 	}
@@ -402,7 +402,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	out, next, err := s.svc.Store().ListAudit(r.Context(), c.caller.Graph, p)
+	out, next, err := s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
 	if err != nil {
 		return err
 	}

@@ -81,8 +81,10 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
-func (s *Server) handle(method, pattern, scope string, graph, audit bool, h handlerFunc) {
-	s.router.routes = append(s.router.routes, &Route{Method: method, Pattern: pattern, Scope: scope, Graph: graph, Audit: audit, Handler: h})
+func (s *Server) handle(method, pattern, scope string, graph, audit bool, h handlerFunc) *Route {
+	r := &Route{Method: method, Pattern: pattern, Scope: scope, Graph: graph, Audit: audit, Handler: h}
+	s.router.routes = append(s.router.routes, r)
+	return r
 }
 
 // handlerFunc serves one route; an error it returns is written as the error body.
@@ -257,10 +259,16 @@ func (s *Server) authorize(r *http.Request, c *call) error {
 	}
 	if c.route.Graph || graph != "" {
 		c.caller.Graph = graph
-		return s.svc.Authorize(r.Context(), k, graph, scope)
-	}
-	if scope != "" && !k.HasScope(scope) {
+		if err := s.svc.Authorize(r.Context(), k, graph, scope); err != nil {
+			return err
+		}
+	} else if scope != "" && !k.HasScope(scope) {
 		return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, scope)
+	}
+	for _, sc := range c.route.Also {
+		if !k.HasScope(sc) {
+			return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, sc)
+		}
 	}
 	return nil
 }
