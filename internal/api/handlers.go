@@ -27,7 +27,11 @@ func (s *Server) routes() {
 		public = ""
 	)
 	s.handle("GET", "/healthz", public, false, false, s.healthz)
-	s.handle("GET", "/metrics", public, false, false, s.metrics)
+	metricsScope := admin
+	if s.metricsPublic {
+		metricsScope = public
+	}
+	s.handle("GET", "/metrics", metricsScope, false, false, s.metrics)
 	s.handle("GET", "/v1/openapi.json", public, false, false, s.openapi)
 
 	s.handle("POST", "/v1/sandboxes", write, true, true, s.createSandbox)
@@ -265,6 +269,13 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, c *call) err
 	wait, err := waitParam(r)
 	if err != nil {
 		return err
+	}
+	if wait > 0 {
+		release, err := s.streams.acquire(c.caller.Key.ID)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	cmd, err := s.svc.GetCommand(r.Context(), c.caller.Graph, r.PathValue("id"), wait)
 	if err != nil {

@@ -1,7 +1,15 @@
 package api_test
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
 	"encoding/json"
+	"github.com/littlebigbrain/lbb/internal/config"
 	"testing"
 
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -98,3 +106,94 @@ func TestCrossScopes(t *testing.T) {
 	}
 }
 
+// /metrics needs an admin key unless the server is told to serve it to anyone.
+func TestMetricsNeedAKey(t *testing.T) {
+	s := newServer(t, nil)
+	if r := s.do("GET", "/metrics", "", nil, ""); r.status != 401 {
+		t.Errorf("no key: %d", r.status)
+	}
+	if r := s.do("GET", "/metrics", s.key([]string{"main"}, nil), nil, ""); r.status != 403 {
+		t.Errorf("a key without admin: %d", r.status)
+	}
+	if r := s.do("GET", "/metrics", s.admin, nil, ""); r.status != 200 || !strings.Contains(string(r.body), "lbb_http_requests_total") {
+		t.Errorf("the admin key: %d", r.status)
+	}
+	public := newServer(t, func(c *config.Config) { c.MetricsPublic = true })
+	if r := public.do("GET", "/metrics", "", nil, ""); r.status != 200 {
+		t.Errorf("--metrics-public, no key: %d", r.status)
+	}
+}
+
+// A key holds at most --max-streams-per-key output streams and long-polls open at once; one
+// ending frees its place, and another key is not counted with it.
+func TestStreamsPerKey(t *testing.T) {
+	s := newServer(t, func(c *config.Config) { c.MaxStreamsPerKey = 2 })
+	ct := map[string]string{"Content-Type": "application/json"}
+	r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, map[string]string{"Idempotency-Key": "sb"}, `{"expires_in_seconds": 600}`)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	sb := r.json(t)["id"].(string)
+	ct["Idempotency-Key"] = "sleep"
+	r = s.do("POST", "/v1/sandboxes/"+sb+"/commands?graph=main", s.admin, ct, `{"argv": ["sleep", "30"]}`)
+	if r.status != 202 {
+		t.Fatalf("exec: %d %s", r.status, r.body)
+	}
+	cmd := r.json(t)["id"].(string)
+	key := s.key([]string{"main"}, []string{store.ScopeSandboxesRead})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	// Each of the two holds a long-poll, retrying while a probe below holds its place.
+	open := func(path string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", s.url+path, nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 429 {
+					return
+				}
+			}
+		}()
+	}
+	open("/v1/commands/" + cmd + "?graph=main&wait_ms=30000")
+	open("/v1/commands/" + cmd + "?graph=main&wait_ms=30000")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = s.do("GET", "/v1/commands/"+cmd+"?graph=main&wait_ms=50", key, nil, "")
+		if r.status == 429 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the two may not be open yet
+	}
+	if r.status != 429 || r.json(t)["error"].(map[string]any)["code"] != "too_many_streams" {
+		t.Fatalf("a third stream: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", "/v1/commands/"+cmd+"?graph=main&wait_ms=1", s.admin, nil, ""); r.status != 200 {
+		t.Errorf("another key: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", "/v1/commands/"+cmd+"?graph=main", key, nil, ""); r.status != 200 {
+		t.Errorf("a read without a wait is no stream: %d %s", r.status, r.body)
+	}
+	cancel()
+	wg.Wait()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r = s.do("GET", "/v1/commands/"+cmd+"?graph=main&wait_ms=1", key, nil, "")
+		if r.status == 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.status != 200 {
+		t.Errorf("after the streams ended: %d %s", r.status, r.body)
+	}
+}

@@ -49,6 +49,9 @@ type Server struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	streams  streamLimiter
+	// metricsPublic serves /metrics without a key (--metrics-public).
+	metricsPublic bool
 }
 
 // New returns the API server.
@@ -59,7 +62,9 @@ func New(o Options) *Server {
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{svc: o.Service, log: o.Log, registry: o.Registry}
+	cfg := o.Service.Config()
+	s := &Server{svc: o.Service, log: o.Log, registry: o.Registry, streams: streamLimiter{max: cfg.MaxStreamsPerKey},
+		metricsPublic: cfg.MetricsPublic}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lbb_http_requests_total", Help: "HTTP requests, by route, method and status code.",
 	}, []string{"route", "method", "code"})
