@@ -28,8 +28,8 @@ exits 1 with its error; --json prints the whole answer (record ids, status, outp
 `
 
 func runRun(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsage); fs.PrintDefaults() }
+	fs := flag.NewFlagSet("lbb run", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var cf clientFlags
 	cf.register(fs)
 	input := fs.String("input", "", "input, as JSON")
@@ -60,8 +60,7 @@ func runRun(args []string) error {
 		}
 	case len(pos) == 0 && *template != "":
 	default:
-		fs.Usage()
-		return exitError{2, "run takes one FILE, or --template"}
+		return exitError{2, "takes one FILE, or --template (lbb run --help says more)"}
 	}
 	if *input != "" {
 		if !json.Valid([]byte(*input)) {
