@@ -203,22 +203,30 @@ func nounUsage(w io.Writer, name string, c command) {
 // "" when none is near.
 func suggestCommand(word string) string {
 	var names, nouns []string
+	var verbName string
 	for n, c := range commands {
 		names = append(names, n)
 		names = append(names, c.aliases...)
-		if _, ok := c.verb(word); ok {
-			nouns = append(nouns, "lbb "+n+" "+word)
+		if v, ok := c.verb(word); ok {
+			nouns, verbName = append(nouns, n), v.name
 		}
 	}
-	if s := didYouMean(word, names); s != "" {
+	s := didYouMean(word, names)
+	if len(nouns) > 0 && (s == "" || levenshtein.ComputeDistance(word, s) > 1) { // a verb's exact name beats a far slip
+		sort.Strings(nouns)
+		if len(nouns) == 1 {
+			return fmt.Sprintf("lbb %s %s", nouns[0], verbName)
+		}
+		return fmt.Sprintf("lbb {%s} %s", strings.Join(nouns, "|"), word) // the word: each takes it
+	}
+	if s != "" {
 		return "lbb " + s
 	}
-	sort.Strings(nouns)
-	return strings.Join(nouns, " or ")
+	return ""
 }
 
 // didYouMean names the candidate nearest word by edit distance, or one it begins, when one
-// is near enough to be a slip ("" otherwise).
+// is near enough to be a slip: two edits at most, and fewer than the word has letters ("" otherwise).
 func didYouMean(word string, candidates []string) string {
 	best, bestD := "", 0
 	for _, c := range candidates {
@@ -230,7 +238,7 @@ func didYouMean(word string, candidates []string) string {
 			best, bestD = c, d
 		}
 	}
-	if best == "" || bestD > max(1, min(len(word), len(best))/3) {
+	if best == "" || bestD > 2 || bestD >= len(word) {
 		return ""
 	}
 	return best
