@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/agnivade/levenshtein"
+
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
 // command is one command of lbb: a noun with verbs (lbb sandbox exec) or a command of its own
@@ -278,4 +281,74 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// oneArg parses a verb's flags and answers its one positional argument.
+func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", exitError{2, fmt.Sprintf("takes one %s (%s --help says more)", what, fs.Name())}
+	}
+	return pos[0], nil
+}
+
+// noArgs parses a verb's flags where it takes no positional arguments.
+func noArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterspersed(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = exitError{2, fmt.Sprintf("takes no arguments, got %q (%s --help says more)", pos, fs.Name())}
+	}
+	return err
+}
+
+// oneArgClient parses a verb's flags and its one argument, and makes the client.
+func oneArgClient(fs *flag.FlagSet, cf *clientFlags, args []string, what string) (string, *lbb.Client, error) {
+	arg, err := oneArg(fs, args, what)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := cf.client()
+	return arg, c, err
+}
+
+// answer prints what a call answered: its JSON with --json, else what show prints.
+func answer[T any](cf *clientFlags, v T, err error, show func(T)) error {
+	switch {
+	case err != nil:
+		return err
+	case cf.json:
+		return printJSON(v)
+	}
+	show(v)
+	return nil
+}
+
+// allPages collects every item of a paged list; page answers one page and the next cursor.
+func allPages[T any](page func(cursor string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	for cursor := ""; ; {
+		items, next, err := page(cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if cursor = next; cursor == "" {
+			return all, nil
+		}
+	}
+}
+
+// jsonFlag is a flag's JSON value, checked: a json.RawMessage, or nil (no value at all, so
+// that the SDK leaves it out) when the flag was not given.
+func jsonFlag(name, v string) (any, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if !json.Valid([]byte(v)) {
+		return nil, exitError{2, fmt.Sprintf("--%s is not valid JSON", name)}
+	}
+	return json.RawMessage(v), nil
 }

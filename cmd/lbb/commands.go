@@ -26,37 +26,14 @@ func init() {
 	}
 }
 
-// oneArg parses a verb's flags and answers its one positional argument.
-func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 {
-		return "", exitError{2, fmt.Sprintf("takes one %s (%s --help says more)", what, fs.Name())}
-	}
-	return pos[0], nil
-}
-
 func commandsGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	wait := fs.Int64("wait-ms", 0, "wait up to this long for the command to end")
-	id, err := oneArg(fs, args, "command ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
 	if err != nil {
 		return err
 	}
 	cmd, err := c.Commands.Get(ctx, id, *wait)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(cmd)
-	}
-	printCommand(cmd)
-	return nil
+	return answer(cf, cmd, err, printCommand)
 }
 
 func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -96,11 +73,7 @@ func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 func commandsLogs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	follow := fs.Bool("f", false, "follow the output live until the command ends")
 	stream := fs.String("stream", "both", "stdout, stderr or both")
-	id, err := oneArg(fs, args, "command ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
 	if err != nil {
 		return err
 	}
@@ -119,32 +92,12 @@ func commandsLogs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 
 func commandsKill(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	sig := fs.String("signal", "", "SIGTERM, SIGINT, 15… (default SIGKILL)")
-	id, err := oneArg(fs, args, "command ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
 	if err != nil {
 		return err
 	}
 	cmd, err := c.Commands.Kill(ctx, id, *sig)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(cmd)
-	}
-	printCommand(cmd)
-	return nil
-}
-
-// noArgs parses a verb's flags where it takes no positional arguments.
-func noArgs(fs *flag.FlagSet, args []string) error {
-	pos, err := parseInterspersed(fs, args)
-	if err == nil && len(pos) > 0 {
-		err = exitError{2, fmt.Sprintf("takes no arguments, got %q (%s --help says more)", pos, fs.Name())}
-	}
-	return err
+	return answer(cf, cmd, err, printCommand)
 }
 
 func printCommand(c *lbb.Command) {

@@ -38,15 +38,10 @@ func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []s
 		return err
 	}
 	k, err := c.Keys.Create(ctx, lbb.KeyParams{Name: *name, Graphs: graphs, Scopes: scopes})
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(k)
-	}
-	fmt.Printf("%s (%s) for graphs %s, scopes %s\n\n    %s\n\nThe secret is shown this once.\n",
-		k.ID, k.Name, strings.Join(k.Graphs, ","), strings.Join(k.Scopes, ","), k.Secret)
-	return nil
+	return answer(cf, k, err, func(k *lbb.Key) {
+		fmt.Printf("%s (%s) for graphs %s, scopes %s\n\n    %s\n\nThe secret is shown this once.\n",
+			k.ID, k.Name, strings.Join(k.Graphs, ","), strings.Join(k.Scopes, ","), k.Secret)
+	})
 }
 
 func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -57,16 +52,15 @@ func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []str
 	if err != nil {
 		return err
 	}
-	var all []lbb.Key
-	for cursor := ""; ; {
+	all, err := allPages(func(cursor string) ([]lbb.Key, string, error) {
 		l, err := c.Keys.List(ctx, lbb.ListParams{Cursor: cursor, Limit: 500})
 		if err != nil {
-			return err
+			return nil, "", err
 		}
-		all = append(all, l.Data...)
-		if cursor = l.NextCursor; cursor == "" {
-			break
-		}
+		return l.Data, l.NextCursor, nil
+	})
+	if err != nil {
+		return err
 	}
 	if cf.json {
 		return printJSON(all)
@@ -80,21 +74,10 @@ func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []str
 }
 
 func keysRevoke(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	id, err := oneArg(fs, args, "key ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	id, c, err := oneArgClient(fs, cf, args, "key ID")
 	if err != nil {
 		return err
 	}
 	k, err := c.Keys.Revoke(ctx, id)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(k)
-	}
-	fmt.Printf("revoked %s (%s)\n", k.ID, k.Name)
-	return nil
+	return answer(cf, k, err, func(k *lbb.Key) { fmt.Printf("revoked %s (%s)\n", k.ID, k.Name) })
 }

@@ -81,14 +81,7 @@ func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 		return err
 	}
 	sb, err := c.Sandboxes.Create(ctx, p)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(sb)
-	}
-	fmt.Println(sb.ID)
-	return nil
+	return answer(cf, sb, err, func(sb *lbb.Sandbox) { fmt.Println(sb.ID) })
 }
 
 func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -157,23 +150,12 @@ func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 // sandboxDo serves lbb sandbox get|stop|resume|pause|delete: one call on one sandbox.
 func sandboxDo(call func(*lbb.SandboxesService, context.Context, string) (*lbb.Sandbox, error)) func(context.Context, *flag.FlagSet, *clientFlags, []string) error {
 	return func(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-		id, err := oneArg(fs, args, "sandbox ID")
-		if err != nil {
-			return err
-		}
-		c, err := cf.client()
+		id, c, err := oneArgClient(fs, cf, args, "sandbox ID")
 		if err != nil {
 			return err
 		}
 		sb, err := call(c.Sandboxes, ctx, id)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(sb)
-		}
-		printSandbox(sb)
-		return nil
+		return answer(cf, sb, err, printSandbox)
 	}
 }
 

@@ -13,27 +13,16 @@ import (
 func sandboxSnapshot(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	var labels multiFlag
 	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
-	id, err := oneArg(fs, args, "sandbox ID")
-	if err != nil {
-		return err
-	}
 	md, err := pairs("--label", labels)
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
+	id, c, err := oneArgClient(fs, cf, args, "sandbox ID")
 	if err != nil {
 		return err
 	}
 	snap, err := c.Sandboxes.Snapshot(ctx, id, lbb.SnapshotRequest{Metadata: md})
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(snap)
-	}
-	fmt.Println(snap.ID)
-	return nil
+	return answer(cf, snap, err, func(s *lbb.Snapshot) { fmt.Println(s.ID) })
 }
 
 func sandboxFork(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -59,14 +48,7 @@ func sandboxFork(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 		return err
 	}
 	sb, err := c.Sandboxes.Fork(ctx, id, p)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(sb)
-	}
-	fmt.Println(sb.ID)
-	return nil
+	return answer(cf, sb, err, func(sb *lbb.Sandbox) { fmt.Println(sb.ID) })
 }
 
 func sandboxSnapshotList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -85,14 +67,7 @@ func sandboxSnapshotList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags,
 			return err
 		}
 		snap, err := c.DeleteSnapshot(ctx, *del)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(snap)
-		}
-		fmt.Println("deleted", snap.ID)
-		return nil
+		return answer(cf, snap, err, func(s *lbb.Snapshot) { fmt.Println("deleted", s.ID) })
 	}
 	if len(pos) != 1 {
 		return exitError{2, fmt.Sprintf("takes one sandbox ID (%s --help says more)", fs.Name())}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -51,11 +50,8 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 			p.Base = baseForFile(*file)
 		}
 	}
-	if *config != "" {
-		if !json.Valid([]byte(*config)) {
-			return fmt.Errorf("--config is not valid JSON")
-		}
-		p.Config = json.RawMessage(*config)
+	if p.Config, err = jsonFlag("config", *config); err != nil {
+		return err
 	}
 	if *memory != 0 || *cpus != 0 {
 		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
@@ -65,14 +61,7 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 		return err
 	}
 	t, err := c.Sandboxes.Templates.Create(ctx, p)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(t)
-	}
-	fmt.Printf("saved %s version %d (%s)\n", t.Name, t.Version, t.ID)
-	return nil
+	return answer(cf, t, err, func(t *lbb.Template) { fmt.Printf("saved %s version %d (%s)\n", t.Name, t.Version, t.ID) })
 }
 
 func templatesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -83,17 +72,15 @@ func templatesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 	if err != nil {
 		return err
 	}
-	var all []lbb.Template
-	var l *lbb.TemplateList
-	for cursor := ""; ; {
-		l, err = c.Sandboxes.Templates.List(ctx, lbb.ListParams{Cursor: cursor, Limit: 500})
-		if err != nil {
-			return err
+	var l *lbb.TemplateList // the last page, for the bases
+	all, err := allPages(func(cursor string) ([]lbb.Template, string, error) {
+		if l, err = c.Sandboxes.Templates.List(ctx, lbb.ListParams{Cursor: cursor, Limit: 500}); err != nil {
+			return nil, "", err
 		}
-		all = append(all, l.Data...)
-		if cursor = l.NextCursor; cursor == "" {
-			break
-		}
+		return l.Data, l.NextCursor, nil
+	})
+	if err != nil {
+		return err
 	}
 	if cf.json {
 		l.Data, l.NextCursor = all, ""
