@@ -183,7 +183,11 @@ func usage(w io.Writer) {
 // nounUsage is a noun's help: each verb's usage line and what it does.
 func nounUsage(w io.Writer, name string, c command) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nUsage:\n", c.summary)
+	fmt.Fprintf(&b, "Usage: lbb %s VERB [flags]", name)
+	if len(c.aliases) > 0 {
+		fmt.Fprintf(&b, "   (also: lbb %s)", strings.Join(c.aliases, ", lbb "))
+	}
+	fmt.Fprintf(&b, "\n\n%s.\n\nVerbs:\n", c.summary)
 	for _, v := range c.verbs {
 		fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(fmt.Sprintf("lbb %s %s %s", name, v.name, v.args)))
 		for _, l := range strings.Split(v.help, "\n") {
@@ -193,11 +197,7 @@ func nounUsage(w io.Writer, name string, c command) {
 	if c.footer != "" {
 		fmt.Fprintf(&b, "%s\n", c.footer)
 	}
-	fmt.Fprintf(&b, "lbb %s VERB --help lists a verb's flags.", name)
-	if len(c.aliases) > 0 {
-		fmt.Fprintf(&b, " Also: lbb %s.", strings.Join(c.aliases, ", lbb "))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "lbb %s VERB --help lists a verb's flags.\n", name)
 	fmt.Fprint(w, b.String())
 }
 

@@ -19,7 +19,7 @@ func init() {
 			{name: "list", aliases: []string{"ls"}, args: "[--limit N] [--sandbox ID] [--status S]",
 				help: "the newest command records", run: commandsList},
 			{name: "logs", args: "ID [-f] [--stream stdout|stderr|both]",
-				help: "its output (-f: follow it live until it ends, then exit with its exit code)", run: commandsLogs},
+				help: "its output (-f: follow it live until it ends, then exit as lbb sandbox exec does:\nwith its exit code, 124 when it timed out)", run: commandsLogs},
 			{name: "kill", args: "ID [--signal SIG]",
 				help: "signal its process group (default SIGKILL)", run: commandsKill},
 		},

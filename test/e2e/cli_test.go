@@ -115,9 +115,9 @@ func TestCLIExecNeverTruncatesSilently(t *testing.T) {
 	switch {
 	case out == want.String() && code == 0:
 	case out != want.String() && code == 125 && strings.Contains(errb, "were not kept"):
-		t.Logf("the server did not keep all the output (%d of %d bytes came); lbb said so: %s", len(out), want.Len(), lastLines(errb, 1))
+		t.Logf("the server did not keep all the output (%d of %d bytes came); lbb said so: %s", len(out), want.Len(), lastLines(strings.TrimSpace(errb), 1))
 	default:
-		t.Errorf("exit %d with %d of %d bytes, stderr %q", code, len(out), want.Len(), lastLines(errb, 3))
+		t.Errorf("exit %d with %d of %d bytes, stderr %q", code, len(out), want.Len(), lastLines(strings.TrimSpace(errb), 3))
 	}
 }
 
