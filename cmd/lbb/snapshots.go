@@ -13,11 +13,11 @@ import (
 func sandboxSnapshot(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	var labels multiFlag
 	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
-	md, err := pairs("--label", labels)
+	id, c, err := oneArgClient(fs, cf, args, "sandbox ID")
 	if err != nil {
 		return err
 	}
-	id, c, err := oneArgClient(fs, cf, args, "sandbox ID")
+	md, err := pairs("--label", labels)
 	if err != nil {
 		return err
 	}
