@@ -135,6 +135,7 @@ func TestUnknownCommandSuggestsTheNearest(t *testing.T) {
 		{[]string{"exec"}, `lbb: unknown command "exec"; did you mean lbb sandbox exec?`},
 		{[]string{"logs"}, `lbb: unknown command "logs"; did you mean lbb commands logs?`},
 		{[]string{"xyzzy"}, `lbb: unknown command "xyzzy"; lbb help lists the commands`},
+		{[]string{"list"}, `lbb: unknown command "list"; did you mean lbb {commands|files|keys|sandbox|templates} list?`},
 		{[]string{"sandbox", "lst"}, `lbb sandbox: unknown verb "lst"; did you mean lbb sandbox list?`},
 		{[]string{"templates", "craete"}, `lbb templates: unknown verb "craete"; did you mean lbb templates create?`},
 		{[]string{"commands", "frobnicate"}, `lbb commands: unknown verb "frobnicate"; lbb commands --help lists them`},
