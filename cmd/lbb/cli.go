@@ -48,9 +48,6 @@ var commands = map[string]command{}
 // Where lbb's own help and messages go; tests replace them.
 var cliOut, cliErr io.Writer = os.Stdout, os.Stderr
 
-// errHelp ends lbb with status 0 after a help text was printed.
-var errHelp = flag.ErrHelp
-
 // runMain runs one invocation of lbb and answers its exit status.
 func runMain(args []string) int {
 	if len(args) == 0 || isHelp(args[0]) {
@@ -76,7 +73,7 @@ func runMain(args []string) int {
 	} else {
 		err = c.run(args[1:])
 	}
-	if err == nil || errors.Is(err, errHelp) {
+	if err == nil || errors.Is(err, flag.ErrHelp) { // ErrHelp: help was asked for and printed
 		return 0
 	}
 	if msg := err.Error(); msg != "" { // "" is a command's own exit code, passed on
@@ -130,7 +127,7 @@ func runNoun(name string, c command, args []string) (string, error) {
 	prefix += " " + v.name
 	fs := flag.NewFlagSet(prefix, flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nFlags:\n", prefix, v.args, v.help)
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\n%s\n\nFlags:\n", strings.TrimSpace(prefix+" "+v.args), v.help)
 		fs.PrintDefaults()
 	}
 	var cf clientFlags
@@ -248,7 +245,7 @@ func didYouMean(word string, candidates []string) string {
 }
 
 // parseInterspersed parses flags that may come before or after the positional arguments.
-// -h and --help print the command's help to cliOut and answer errHelp (lbb exits 0); a bad
+// -h and --help print the command's help to cliOut and answer flag.ErrHelp (lbb exits 0); a bad
 // flag answers an exit-2 error that names the flag, printed once.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	out, usage := fs.Output(), fs.Usage
@@ -266,7 +263,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 					fmt.Fprintf(cliOut, "Usage of %s:\n", fs.Name())
 					fs.PrintDefaults()
 				}
-				return nil, errHelp
+				return nil, flag.ErrHelp
 			}
 			name := fs.Name()
 			if !strings.HasPrefix(name, "lbb ") {
