@@ -251,21 +251,6 @@ func (s *CommandsService) Output(ctx context.Context, id, stream string, follow 
 	return st, nil
 }
 
-// FileEntry is one entry of a workspace listing.
-type FileEntry struct {
-	// Path is relative to /workspace.
-	Path string `json:"path"`
-	Name string `json:"name"`
-	// Type is "file", "dir", "symlink" or "other".
-	Type string `json:"type"`
-	Size int64  `json:"size"`
-	// Mode is the octal permission bits ("0644").
-	Mode  string    `json:"mode"`
-	MTime time.Time `json:"mtime"`
-	// SHA256 is set on the answer to an import.
-	SHA256 string `json:"sha256,omitempty"`
-}
-
 // FilesService is the files of sandboxes' workspaces: /v1/sandboxes/{id}/files.
 type FilesService struct{ c *Client }
 
@@ -319,30 +304,6 @@ func (s *FilesService) Mkdir(ctx context.Context, sandboxID, path string) (*File
 	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
 		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true}, &e)
 	return &e, err
-}
-
-// File is a File of the graph: content-addressed, outliving sandboxes, naming its origin.
-type File struct {
-	ID     string     `json:"id"`
-	Graph  string     `json:"graph"`
-	SHA256 string     `json:"sha256"`
-	Size   int64      `json:"size"`
-	Name   string     `json:"name,omitempty"`
-	Origin FileOrigin `json:"origin"`
-	// CreatedAt is when it was kept or uploaded.
-	CreatedAt time.Time `json:"created_at"`
-	// Replayed says the server answered from an earlier call with the same idempotency key.
-	Replayed bool `json:"-"`
-}
-
-// FileOrigin says where a File came from.
-type FileOrigin struct {
-	// Kind is "sandbox" (kept from a workspace) or "upload".
-	Kind    string `json:"kind"`
-	Sandbox string `json:"sandbox,omitempty"`
-	Path    string `json:"path,omitempty"`
-	// Key is the API key that kept or uploaded it.
-	Key string `json:"key,omitempty"`
 }
 
 // GraphFilesService is Files of the graph: /v1/files.

@@ -4,31 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"time"
 )
 
 // Pause, snapshots and forks of long-lived sandboxes.
-
-// Snapshot is a saved state of a running sandbox, its memory and processes with its disk,
-// that forks start from. It goes with its sandbox.
-type Snapshot struct {
-	ID        string `json:"id"`
-	Graph     string `json:"graph"`
-	Sandbox   string `json:"sandbox"`
-	Isolation string `json:"isolation"`
-	// Memory says it holds processes and memory, not only the disk.
-	Memory     bool              `json:"memory"`
-	SizeBytes  int64             `json:"size_bytes"`
-	CreatedAt  time.Time         `json:"created_at"`
-	DurationMs float64           `json:"duration_ms"`
-	Metadata   map[string]string `json:"metadata"`
-}
-
-// ForkedFrom names the sandbox and snapshot a fork started from.
-type ForkedFrom struct {
-	Sandbox  string `json:"sandbox"`
-	Snapshot string `json:"snapshot"`
-}
 
 // SnapshotRequest is what Snapshot takes.
 type SnapshotRequest struct {
@@ -50,12 +28,6 @@ type ForkRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// IdempotencyKey makes a retried fork make one sandbox; a fresh one is made when empty.
 	IdempotencyKey string `json:"-"`
-}
-
-// SnapshotList is one page of a sandbox's snapshots, newest first.
-type SnapshotList struct {
-	Snapshots  []Snapshot `json:"snapshots"`
-	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
 // Pause parks a running sandbox: on gvisor its memory and processes are saved to disk and
