@@ -2,9 +2,12 @@ package lbb
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -64,4 +67,72 @@ func TestWireTypesCurrent(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("wire.gen.go is not what internal/api/openapi.json makes: run go generate in sdk/go")
 	}
+}
+
+// TestParamsMatchDocument checks the request bodies the SDK writes by hand (its public
+// parameter types) against the document: every field it sends is a property of the
+// request's schema, and every property the schema requires is a field.
+func TestParamsMatchDocument(t *testing.T) {
+	b, err := os.ReadFile("../../internal/api/openapi.json")
+	if err != nil {
+		t.Skipf("the OpenAPI document is not here (the SDK outside its repository): %v", err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+				Required   []string       `json:"required"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		schema string
+		body   any
+	}{
+		{"CreateSandboxRequest", CreateParams{}},
+		{"TemplateRequest", TemplateParams{}},
+		{"KeyRequest", KeyParams{}},
+		{"ExecRequest", execBody{}},
+		{"SnapshotRequest", SnapshotRequest{}},
+		{"ForkRequest", ForkRequest{}},
+	} {
+		s, ok := doc.Components.Schemas[tc.schema]
+		if !ok {
+			t.Errorf("%s: not in the document", tc.schema)
+			continue
+		}
+		fields := jsonFields(reflect.TypeOf(tc.body))
+		for _, f := range fields {
+			if _, ok := s.Properties[f]; !ok {
+				t.Errorf("%T sends %q, which %s does not have", tc.body, f, tc.schema)
+			}
+		}
+		for _, r := range s.Required {
+			if !slices.Contains(fields, r) {
+				t.Errorf("%T lacks %q, which %s requires", tc.body, r, tc.schema)
+			}
+		}
+	}
+}
+
+// jsonFields lists the names encoding/json gives t's fields, embedded structs' included.
+func jsonFields(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported() && !f.Anonymous:
+		case f.Anonymous && name == "":
+			names = append(names, jsonFields(f.Type)...)
+		case name == "":
+			names = append(names, f.Name)
+		default:
+			names = append(names, name)
+		}
+	}
+	return names
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -117,52 +116,17 @@ func (s *SandboxesService) Scoped(ctx context.Context, p CreateParams, fn func(s
 	return fn(sb)
 }
 
-// sandboxRunBody is the body of POST /v1/sandboxes/{id}/run.
-type sandboxRunBody struct {
-	runBody
-	TimeoutMs int64 `json:"timeout_ms,omitempty"`
-	WaitMs    int64 `json:"wait_ms"`
-}
-
 // RunIn calls run(input, config) in an existing sandbox, next to its files: code (or a
 // template's code) runs with the sandbox's workspace as its working directory. Limits,
-// Metadata and Origin of p are the sandbox's and are ignored here.
+// Metadata, Origin and Isolation of p are the sandbox's and are ignored here.
 func (s *SandboxesService) RunIn(ctx context.Context, id string, p RunParams) (*Run, error) {
-	input, err := rawJSON(p.Input)
+	r, err := p.prepare()
 	if err != nil {
-		return nil, fmt.Errorf("lbb: input: %w", err)
+		return nil, err
 	}
-	config, err := rawJSON(p.Config)
-	if err != nil {
-		return nil, fmt.Errorf("lbb: config: %w", err)
-	}
-	if p.WaitMs <= 0 {
-		p.WaitMs = 30000
-	}
-	if p.IdempotencyKey == "" {
-		p.IdempotencyKey = NewIdempotencyKey()
-	}
-	body := sandboxRunBody{
-		runBody: runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-			Language: p.Language, Env: p.Env},
-		TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs,
-	}
-	for {
-		var run Run
-		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/run"), body: body,
-			idemKey: p.IdempotencyKey, retry: true}, &run)
-		if err != nil {
-			return nil, err
-		}
-		run.Replayed = run.Replayed || resp.replayed
-		run.IdempotencyKey = p.IdempotencyKey
-		if resp.status != http.StatusAccepted {
-			return &run, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return &run, err
-		}
-	}
+	return s.run(ctx, s.path(id, "/run"), p.IdempotencyKey, runInBody{Code: r.Code, Template: r.Template,
+		Input: r.Input, Config: r.Config, Base: r.Base, Language: r.Language, Env: r.Env,
+		TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs})
 }
 
 // ExecParams start one process in a sandbox.

@@ -41,27 +41,6 @@ type RunParams struct {
 	IdempotencyKey string
 }
 
-type runBody struct {
-	Code     string            `json:"code,omitempty"`
-	Template string            `json:"template,omitempty"`
-	Input    json.RawMessage   `json:"input,omitempty"`
-	Config   json.RawMessage   `json:"config,omitempty"`
-	Base     string            `json:"base,omitempty"`
-	Language string            `json:"language,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	// Isolation is for one-call runs only.
-	Isolation string `json:"isolation,omitempty"`
-}
-
-type createBody struct {
-	Run       *runBody          `json:"run,omitempty"`
-	Limits    *Limits           `json:"limits,omitempty"`
-	TimeoutMs int64             `json:"timeout_ms,omitempty"`
-	WaitMs    int64             `json:"wait_ms"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Origin    *Origin           `json:"origin,omitempty"`
-}
-
 func rawJSON(v any) (json.RawMessage, error) {
 	switch x := v.(type) {
 	case nil:
@@ -72,17 +51,15 @@ func rawJSON(v any) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-// Run runs code once in a sandbox of its own and returns its result and the ids of its
-// records. A run that raises is not an error: Run.OK is false and the traceback is in
-// Run.Stderr.
-func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
+// prepare fills in p's defaults and returns its code, input and config as the API takes them.
+func (p *RunParams) prepare() (runBody, error) {
 	input, err := rawJSON(p.Input)
 	if err != nil {
-		return nil, fmt.Errorf("lbb: input: %w", err)
+		return runBody{}, fmt.Errorf("lbb: input: %w", err)
 	}
 	config, err := rawJSON(p.Config)
 	if err != nil {
-		return nil, fmt.Errorf("lbb: config: %w", err)
+		return runBody{}, fmt.Errorf("lbb: config: %w", err)
 	}
 	if p.WaitMs <= 0 {
 		p.WaitMs = 30000
@@ -90,21 +67,33 @@ func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	body := createBody{
-		Run: &runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-			Language: p.Language, Env: p.Env, Isolation: p.Isolation},
-		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin,
+	return runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
+		Language: p.Language, Env: p.Env, Isolation: p.Isolation}, nil
+}
+
+// Run runs code once in a sandbox of its own and returns its result and the ids of its
+// records. A run that raises is not an error: Run.OK is false and the traceback is in
+// Run.Stderr.
+func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
+	run, err := p.prepare()
+	if err != nil {
+		return nil, err
 	}
+	return s.run(ctx, "/v1/sandboxes", p.IdempotencyKey, createBody{Run: &run,
+		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin})
+}
+
+// run posts a run under its idempotency key until it has ended: on a 202 (still running)
+// the same call with the same key waits again, and never runs the code twice.
+func (s *SandboxesService) run(ctx context.Context, path, key string, body any) (*Run, error) {
 	for {
 		var run Run
-		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: body,
-			idemKey: p.IdempotencyKey, retry: true}, &run)
+		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: path, body: body, idemKey: key, retry: true}, &run)
 		if err != nil {
 			return nil, err
 		}
 		run.Replayed = run.Replayed || resp.replayed
-		run.IdempotencyKey = p.IdempotencyKey
-		// 202: still running. The same call with the same key waits again, never runs twice.
+		run.IdempotencyKey = key
 		if resp.status != http.StatusAccepted {
 			return &run, nil
 		}

@@ -73,6 +73,31 @@ type Command struct {
 	TimeoutMs int64        `json:"timeout_ms"`
 }
 
+// createBody With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels.
+type createBody struct {
+	Base             string            `json:"base,omitempty"`
+	Env              map[string]string `json:"env,omitempty"`
+	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty"`
+
+	// Isolation isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable. For a one-call run also accepted here beside limits (run.isolation, when given too, must be the same)
+	Isolation string `json:"isolation,omitempty"`
+
+	// Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
+	Limits   *Limits           `json:"limits,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Origin   *Origin           `json:"origin,omitempty"`
+
+	// Run One call of run(input, config): code or template.
+	Run      *runBody `json:"run,omitempty"`
+	Template string   `json:"template,omitempty"`
+
+	// TimeoutMs command timeout (default and cap are the server's)
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+
+	// WaitMs how long to wait before answering 202 with the running command (default: the run's timeout and 30 s more; capped by the server); not part of the idempotency hash
+	WaitMs int64 `json:"wait_ms,omitempty"`
+}
+
 // GraphFile a File of the graph: content-addressed, outliving sandboxes, naming its origin
 type GraphFile struct {
 	CreatedAt time.Time  `json:"created_at"`
@@ -151,6 +176,48 @@ type Output struct {
 	Expired bool   `json:"expired,omitempty"`
 	Head    string `json:"head"`
 	Tail    string `json:"tail"`
+}
+
+// runBody One call of run(input, config): code or template.
+type runBody struct {
+	Base string `json:"base,omitempty"`
+
+	// Code python: defines run(input, config); node: a top-level or exported run; shell: a script reading $LBB_INPUT and writing $LBB_RESULT
+	Code string `json:"code,omitempty"`
+
+	// Config merged over the template's config, objects key by key
+	Config json.RawMessage `json:"config,omitempty"`
+
+	// Env values reach the code, are never stored, and are masked in output
+	Env map[string]string `json:"env,omitempty"`
+
+	// Input any JSON value
+	Input json.RawMessage `json:"input,omitempty"`
+
+	// Isolation isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable
+	Isolation string `json:"isolation,omitempty"`
+
+	// Language shorthand for base
+	Language string `json:"language,omitempty"`
+
+	// Template a saved template: name (newest version), name@N (pinned), or a base name
+	Template string `json:"template,omitempty"`
+}
+
+// runInBody run(input, config) in an existing sandbox, with its workspace as the working directory
+type runInBody struct {
+	// Base the harness: lbb/python (the sandbox's base by default), lbb/node, lbb/shell
+	Base     string            `json:"base,omitempty"`
+	Code     string            `json:"code,omitempty"`
+	Config   json.RawMessage   `json:"config,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Input    json.RawMessage   `json:"input,omitempty"`
+	Language string            `json:"language,omitempty"`
+
+	// Template a saved template (name, name@N); its code and config
+	Template  string `json:"template,omitempty"`
+	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+	WaitMs    int64  `json:"wait_ms,omitempty"`
 }
 
 // RunResult defines model for RunResult.
