@@ -280,9 +280,7 @@ func (s *GraphFilesService) Keep(ctx context.Context, sandboxID, path string, op
 	var f File
 	resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/files",
 		query: url.Values{"source_sandbox": {sandboxID}, "source_path": {path}}, idemKey: o.idemKey, retry: true}, &f)
-	if resp != nil {
-		f.Replayed = resp.replayed
-	}
+	f.Replayed = replayed(resp)
 	return &f, err
 }
 
@@ -296,9 +294,7 @@ func (s *GraphFilesService) Upload(ctx context.Context, name string, r io.Reader
 	var f File
 	resp, err := s.c.rawJSON(ctx, rawRequest{method: http.MethodPost, path: "/v1/files", query: q, body: r,
 		contentType: "application/octet-stream", idemKey: o.idemKey, retry: true}, &f)
-	if resp != nil {
-		f.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
-	}
+	f.Replayed = replayed(resp)
 	return &f, err
 }
 

@@ -92,9 +92,9 @@ func (s *SandboxesService) run(ctx context.Context, path, key string, body any) 
 		if err != nil {
 			return nil, err
 		}
-		run.Replayed = run.Replayed || resp.replayed
+		run.Replayed = run.Replayed || replayed(resp)
 		run.IdempotencyKey = key
-		if resp.status != http.StatusAccepted {
+		if resp.StatusCode != http.StatusAccepted {
 			return &run, nil
 		}
 		if err := ctx.Err(); err != nil {
