@@ -207,6 +207,18 @@ func (c *Client) do(ctx context.Context, r request, out any) (*http.Response, er
 	return c.rawJSON(ctx, raw, out)
 }
 
+// call sends r and returns its answer, decoded.
+func call[T any](ctx context.Context, c *Client, r request) (*T, error) {
+	var v T
+	_, err := c.do(ctx, r, &v)
+	return &v, err
+}
+
+// get reads a resource; a read is always retried.
+func get[T any](ctx context.Context, c *Client, path string, query url.Values) (*T, error) {
+	return call[T](ctx, c, request{method: http.MethodGet, path: path, query: query, retry: true})
+}
+
 // replayed says the server answered from an earlier call with the same idempotency key.
 func replayed(resp *http.Response) bool {
 	return resp != nil && resp.Header.Get("Idempotent-Replayed") == "true"

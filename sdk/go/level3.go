@@ -73,15 +73,12 @@ func (s *SandboxesService) Create(ctx context.Context, p CreateParams) (*Sandbox
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: http.MethodPost, path: "/v1/sandboxes", body: p,
+		idemKey: p.IdempotencyKey, retry: true})
 }
 
 func (s *SandboxesService) lifecycle(ctx context.Context, method, path string) (*Sandbox, error) {
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: method, path: path, idemKey: NewIdempotencyKey(), retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: method, path: path, idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // Stop ends every process of a sandbox; its disk stays, for Resume.
@@ -172,19 +169,16 @@ func (s *SandboxesService) Exec(ctx context.Context, id string, p ExecParams) (*
 		w = 3_600_000 // the server caps it at its longest wait
 	}
 	body := execBody{ExecParams: p, WaitMs: &w}
-	var cmd Command
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/commands"), body: body,
-		idemKey: p.IdempotencyKey, retry: true}, &cmd)
-	return &cmd, err
+	return call[Command](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/commands"),
+		body: body, idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Kill signals a running command's process group ("SIGTERM", "KILL", "15"; "" is SIGKILL)
 // and returns its record, once it has ended or after a few seconds.
 func (s *CommandsService) Kill(ctx context.Context, id, signal string) (*Command, error) {
-	var c Command
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/commands/" + url.PathEscape(id) + "/kill",
-		body: map[string]string{"signal": signal}, idemKey: NewIdempotencyKey(), retry: true}, &c)
-	return &c, err
+	return call[Command](ctx, s.c, request{method: http.MethodPost,
+		path: "/v1/commands/" + url.PathEscape(id) + "/kill", body: map[string]string{"signal": signal},
+		idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // WriteStdin writes data to the stdin of a command started with StdinOpen; close ends its
@@ -264,10 +258,8 @@ func (s *FilesService) Delete(ctx context.Context, sandboxID, path string) error
 
 // Mkdir makes a directory and its parents; one that exists is fine.
 func (s *FilesService) Mkdir(ctx context.Context, sandboxID, path string) (*FileEntry, error) {
-	var e FileEntry
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
-		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true}, &e)
-	return &e, err
+	return call[FileEntry](ctx, s.c, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
+		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // GraphFilesService is Files of the graph: /v1/files.
@@ -300,16 +292,12 @@ func (s *GraphFilesService) Upload(ctx context.Context, name string, r io.Reader
 
 // List lists the graph's Files, newest first.
 func (s *GraphFilesService) List(ctx context.Context, p ListParams) (*List[File], error) {
-	var l List[File]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[File]](ctx, s.c, "/v1/files", p.query())
 }
 
 // Get returns a File's record.
 func (s *GraphFilesService) Get(ctx context.Context, id string) (*File, error) {
-	var f File
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files/" + url.PathEscape(id), retry: true}, &f)
-	return &f, err
+	return get[File](ctx, s.c, "/v1/files/"+url.PathEscape(id), nil)
 }
 
 // Content streams a File's bytes. The caller closes the reader.
@@ -324,8 +312,6 @@ func (s *GraphFilesService) Content(ctx context.Context, id string) (io.ReadClos
 // Import copies the File of the graph with this sha256 into a sandbox's workspace at path.
 func (s *GraphFilesService) Import(ctx context.Context, sandboxID, path, sha256 string, opts ...CallOption) (*FileEntry, error) {
 	o := applyOptions(opts)
-	var e FileEntry
-	_, err := s.c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/files/content",
-		query: url.Values{"sandbox": {sandboxID}, "path": {path}, "source_sha256": {sha256}}, idemKey: o.idemKey, retry: true}, &e)
-	return &e, err
+	return call[FileEntry](ctx, s.c, request{method: http.MethodPut, path: "/v1/sandboxes/files/content",
+		query: url.Values{"sandbox": {sandboxID}, "path": {path}, "source_sha256": {sha256}}, idemKey: o.idemKey, retry: true})
 }

@@ -105,23 +105,17 @@ func (s *SandboxesService) run(ctx context.Context, path, key string, body any) 
 
 // Get returns a sandbox record.
 func (s *SandboxesService) Get(ctx context.Context, id string) (*Sandbox, error) {
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id), retry: true}, &sb)
-	return &sb, err
+	return get[Sandbox](ctx, s.c, "/v1/sandboxes/"+url.PathEscape(id), nil)
 }
 
 // List lists sandbox records, newest first.
 func (s *SandboxesService) List(ctx context.Context, p ListParams) (*List[Sandbox], error) {
-	var l List[Sandbox]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Sandbox]](ctx, s.c, "/v1/sandboxes", p.query())
 }
 
 // Commands lists the command records of a sandbox.
 func (s *SandboxesService) Commands(ctx context.Context, id string, p ListParams) (*List[Command], error) {
-	var l List[Command]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/commands", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Command]](ctx, s.c, "/v1/sandboxes/"+url.PathEscape(id)+"/commands", p.query())
 }
 
 // CommandsService is /v1/commands.
@@ -134,16 +128,12 @@ func (s *CommandsService) Get(ctx context.Context, id string, waitMs int64) (*Co
 	if waitMs > 0 {
 		q.Set("wait_ms", strconv.FormatInt(waitMs, 10))
 	}
-	var c Command
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands/" + url.PathEscape(id), query: q, retry: true}, &c)
-	return &c, err
+	return get[Command](ctx, s.c, "/v1/commands/"+url.PathEscape(id), q)
 }
 
 // List lists command records, newest first.
 func (s *CommandsService) List(ctx context.Context, p ListParams) (*List[Command], error) {
-	var l List[Command]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Command]](ctx, s.c, "/v1/commands", p.query())
 }
 
 // TemplatesService is /v1/sandboxes/templates.
@@ -166,30 +156,22 @@ type TemplateParams struct {
 
 // Create saves a new version of a template and returns it.
 func (s *TemplatesService) Create(ctx context.Context, p TemplateParams) (*Template, error) {
-	var t Template
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/templates", body: p}, &t)
-	return &t, err
+	return call[Template](ctx, s.c, request{method: http.MethodPost, path: "/v1/sandboxes/templates", body: p})
 }
 
 // List lists the graph's templates and the base templates.
 func (s *TemplatesService) List(ctx context.Context, p ListParams) (*TemplateList, error) {
-	var l TemplateList
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[TemplateList](ctx, s.c, "/v1/sandboxes/templates", p.query())
 }
 
 // Get returns a template ("name" for the newest version, "name@N" for one) with its history.
 func (s *TemplatesService) Get(ctx context.Context, ref string) (*Template, error) {
-	var t Template
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + ref, retry: true}, &t)
-	return &t, err
+	return get[Template](ctx, s.c, "/v1/sandboxes/templates/"+ref, nil)
 }
 
 // Base returns a base template (lbb/python, lbb/node, lbb/shell) with its image versions.
 func (s *TemplatesService) Base(ctx context.Context, name string) (*BaseTemplate, error) {
-	var b BaseTemplate
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + name, retry: true}, &b)
-	return &b, err
+	return get[BaseTemplate](ctx, s.c, "/v1/sandboxes/templates/"+name, nil)
 }
 
 // KeysService is /v1/keys (admin).
@@ -204,23 +186,17 @@ type KeyParams struct {
 
 // Create makes a key; its Secret is shown this once.
 func (s *KeysService) Create(ctx context.Context, p KeyParams) (*Key, error) {
-	var k Key
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/keys", body: p}, &k)
-	return &k, err
+	return call[Key](ctx, s.c, request{method: http.MethodPost, path: "/v1/keys", body: p})
 }
 
 // List lists keys, newest first.
 func (s *KeysService) List(ctx context.Context, p ListParams) (*List[Key], error) {
-	var l List[Key]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/keys", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Key]](ctx, s.c, "/v1/keys", p.query())
 }
 
 // Revoke revokes a key at once.
 func (s *KeysService) Revoke(ctx context.Context, id string) (*Key, error) {
-	var k Key
-	_, err := s.c.do(ctx, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: true}, &k)
-	return &k, err
+	return call[Key](ctx, s.c, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: true})
 }
 
 // AuditService is /v1/audit (admin).
@@ -228,7 +204,5 @@ type AuditService struct{ c *Client }
 
 // List lists the audit trail of the client's graph, newest first.
 func (s *AuditService) List(ctx context.Context, p ListParams) (*List[AuditEntry], error) {
-	var l List[AuditEntry]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/audit", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[AuditEntry]](ctx, s.c, "/v1/audit", p.query())
 }

@@ -44,10 +44,9 @@ func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRe
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var snap Snapshot
 	// Retried under its key: a retry answers the snapshot the first attempt took.
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/snapshot"), body: p, idemKey: p.IdempotencyKey, retry: true}, &snap)
-	return &snap, err
+	return call[Snapshot](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/snapshot"),
+		body: p, idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
@@ -56,28 +55,22 @@ func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/fork"), body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/fork"), body: p,
+		idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Snapshots lists a sandbox's snapshots, newest first.
 func (s *SandboxesService) Snapshots(ctx context.Context, id string, p ListParams) (*SnapshotList, error) {
-	var l SnapshotList
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: s.path(id, "/snapshots"), query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[SnapshotList](ctx, s.c, s.path(id, "/snapshots"), p.query())
 }
 
 // GetSnapshot returns a snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var snap Snapshot
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
-	return &snap, err
+	return get[Snapshot](ctx, c, "/v1/snapshots/"+url.PathEscape(id), nil)
 }
 
 // DeleteSnapshot removes a snapshot and its bytes; forks made from it run on.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var snap Snapshot
-	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
-	return &snap, err
+	return call[Snapshot](ctx, c, request{method: http.MethodDelete,
+		path: "/v1/snapshots/" + url.PathEscape(id), retry: true})
 }
