@@ -69,28 +69,37 @@ func TestWireTypesCurrent(t *testing.T) {
 	}
 }
 
-// TestParamsMatchDocument checks the request bodies the SDK writes by hand (its public
-// parameter types) against the document: every field it sends is a property of the
-// request's schema, and every property the schema requires is a field.
-func TestParamsMatchDocument(t *testing.T) {
+// schema is what TestHandWrittenMatchDocument reads of a schema of the document.
+type schema struct {
+	Properties map[string]json.RawMessage `json:"properties"`
+	Required   []string                   `json:"required"`
+}
+
+// TestHandWrittenMatchDocument checks the wire types the SDK writes by hand (its public
+// parameter types, which are the bodies of its requests, and its Error) against the
+// document: every field is a property of the schema, and every property the schema
+// requires is a field.
+func TestHandWrittenMatchDocument(t *testing.T) {
 	b, err := os.ReadFile("../../internal/api/openapi.json")
 	if err != nil {
 		t.Skipf("the OpenAPI document is not here (the SDK outside its repository): %v", err)
 	}
 	var doc struct {
 		Components struct {
-			Schemas map[string]struct {
-				Properties map[string]any `json:"properties"`
-				Required   []string       `json:"required"`
-			} `json:"schemas"`
+			Schemas map[string]schema `json:"schemas"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
+	var apiError schema
+	if err := json.Unmarshal(doc.Components.Schemas["Error"].Properties["error"], &apiError); err != nil {
+		t.Fatalf("Error.error: %v", err)
+	}
+	doc.Components.Schemas["Error.error"] = apiError
 	for _, tc := range []struct {
 		schema string
-		body   any
+		value  any
 	}{
 		{"CreateSandboxRequest", CreateParams{}},
 		{"TemplateRequest", TemplateParams{}},
@@ -98,21 +107,22 @@ func TestParamsMatchDocument(t *testing.T) {
 		{"ExecRequest", execBody{}},
 		{"SnapshotRequest", SnapshotRequest{}},
 		{"ForkRequest", ForkRequest{}},
+		{"Error.error", Error{}},
 	} {
 		s, ok := doc.Components.Schemas[tc.schema]
 		if !ok {
 			t.Errorf("%s: not in the document", tc.schema)
 			continue
 		}
-		fields := jsonFields(reflect.TypeOf(tc.body))
+		fields := jsonFields(reflect.TypeOf(tc.value))
 		for _, f := range fields {
 			if _, ok := s.Properties[f]; !ok {
-				t.Errorf("%T sends %q, which %s does not have", tc.body, f, tc.schema)
+				t.Errorf("%T has %q, which %s does not have", tc.value, f, tc.schema)
 			}
 		}
 		for _, r := range s.Required {
 			if !slices.Contains(fields, r) {
-				t.Errorf("%T lacks %q, which %s requires", tc.body, r, tc.schema)
+				t.Errorf("%T lacks %q, which %s requires", tc.value, r, tc.schema)
 			}
 		}
 	}
