@@ -6,10 +6,7 @@ package sdkgo_test
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,29 +20,13 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-sdk-go-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 // server is what a test may change of the server it gets.
 type server struct {
