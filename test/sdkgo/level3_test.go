@@ -1,61 +1,14 @@
-package lbb_test
+package sdkgo_test
 
 import (
 	"context"
 	"io"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/littlebigbrain/lbb/internal/api"
 	"github.com/littlebigbrain/lbb/internal/blobs"
-	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
-	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
-	"github.com/littlebigbrain/lbb/internal/runtime/local"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
-	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
-
-var agentBin string
-
-func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
-
-// newLevel3Client serves Level 3 on the local driver (real processes and files, no
-// isolation), which needs no root.
-func newLevel3Client(t *testing.T) *lbb.Client {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
-	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
-	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
-	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 func TestLevel3(t *testing.T) {
 	c := newLevel3Client(t)
