@@ -33,6 +33,7 @@ export type {
   SandboxRunParams,
   CreateTemplateParams,
   CreateSandboxParams,
+  SandboxSpec,
   CreateCommandParams,
   SnapshotParams,
   ForkParams,
