@@ -8,7 +8,7 @@ wire form back. Each also reads its fields as typed attributes (``run.result``,
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, Generic, Iterable, List, Mapping, Optional, Type, TypeVar, overload
+from typing import Any, Callable, ClassVar, Dict, Generic, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, overload
 
 R = TypeVar("R", bound="Record")
 T = TypeVar("T")
@@ -56,14 +56,14 @@ def _wrap(v: Any) -> Any:
 
 
 class _Field(Generic[T]):
-    """A typed attribute of a record: the first of its keys with a value (not null, not ""),
-    read through ``convert`` (which also gives the value of a missing field, from ``None``)."""
+    """A typed attribute of a record: its key's value, or an alias's when the key's is null or
+    ``""``, read through ``convert`` (which also makes the value of a missing field, from ``None``)."""
 
     def __init__(self, convert: Callable[[Any], T], *aliases: str, doc: Optional[str] = None) -> None:
         self.convert = convert
         self.aliases = aliases
         self.__doc__ = doc
-        self.keys: tuple = aliases
+        self.keys: Tuple[str, ...] = aliases
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.keys = (name, *self.aliases)
@@ -77,11 +77,12 @@ class _Field(Generic[T]):
     def __get__(self, rec: Optional[Record], owner: type) -> Any:
         if rec is None:
             return self
+        v = None
         for k in self.keys:
             v = rec.get(k)
             if v is not None and v != "":
-                return self.convert(v)
-        return self.convert(None)
+                break
+        return self.convert(v)
 
 
 def _str(*aliases: str, doc: Optional[str] = None) -> _Field[str]:
@@ -189,7 +190,7 @@ class SandboxRecord(Record):
     id = _str("sandbox")
     status = _str()
     isolation = _str(doc='The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it.')
-    paused_at: _Field[Optional[str]] = _raw("When it was paused (RFC 3339), only while it is.")
+    paused_at: _Field[Optional[str]] = _Field(lambda v: v or None, doc="When it was paused (RFC 3339), only while it is.")
     forked_from = _of(ForkedFrom, "The sandbox and snapshot it was forked from; ``None`` unless it is a fork.")
 
 
