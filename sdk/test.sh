@@ -10,15 +10,18 @@ export LBB_BIN=${LBB_BIN:-$root/bin/lbb}
 python=${SDK_PYTHON:-/usr/bin/python3}
 
 python_suite() {
-	# Debian's python3 with its httpx and pytest: the SDK goes into a throwaway venv that sees
-	# the system packages, installed the way a user installs it (pip, offline, nothing to download).
+	# Debian's python3 with its httpx, setuptools and pytest: the SDK goes into a throwaway venv
+	# that sees the system packages, installed the way a user installs it (pip with the system's
+	# setuptools, offline, nothing to download). setuptools builds in place; what it leaves
+	# (build/, *.egg-info) goes before and after, so no stale file reaches the wheel.
 	local venv rc
 	venv=$(mktemp -d /tmp/lbb-sdk-venv.XXXXXX) || return 1
+	rm -rf sdk/python/build sdk/python/src/*.egg-info
 	"$python" -m venv --system-site-packages "$venv" &&
-		"$venv/bin/pip" install --quiet --no-deps --no-index --disable-pip-version-check ./sdk/python &&
+		"$venv/bin/pip" install --quiet --no-deps --no-index --no-build-isolation --disable-pip-version-check ./sdk/python &&
 		(cd sdk/python && "$venv/bin/python" -m pytest -q tests)
 	rc=$?
-	rm -rf "$venv"
+	rm -rf "$venv" sdk/python/build sdk/python/src/*.egg-info
 	return $rc
 }
 

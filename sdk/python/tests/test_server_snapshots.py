@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import time
 import uuid
 from typing import Any, Callable, List, NamedTuple, Optional
@@ -24,25 +25,9 @@ needs_gvisor = pytest.mark.skipif(
     not os.path.exists(RUNSC), reason=f"RequiresGvisor: memory snapshots and forks need gvisor, and {RUNSC} is missing"
 )
 
-# A process that keeps its state in memory only: a token drawn at its start and a counter it
-# advances every 20 ms; it takes a note from /workspace/note.in and writes all of it to
-# /workspace/state. The same token with a higher count is the same process carrying on; a new
-# token is one started again, its memory lost.
-HOLDER = """import os, secrets, time
-token, n, note = secrets.token_hex(8), 0, ""
-while True:
-    n += 1
-    try:
-        with open("/workspace/note.in") as f:
-            note = f.read().strip()
-        os.remove("/workspace/note.in")
-    except FileNotFoundError:
-        pass
-    with open("/workspace/state.tmp", "w") as f:
-        f.write("%s %d %s" % (token, n, note))
-    os.rename("/workspace/state.tmp", "/workspace/state")
-    time.sleep(0.02)
-"""
+# holder.py (sdk/testdata, shared with the TypeScript suite): a process that keeps its state in
+# memory only; see its comment.
+HOLDER = (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "holder.py").read_text()
 
 
 class State(NamedTuple):

@@ -347,28 +347,32 @@ export interface IdempotentCallOptions extends CallOptions {
   idempotencyKey?: string;
 }
 
-export interface RunParams extends IdempotentCallOptions {
-  /** Code that defines run(input, config). */
-  code?: string;
+/** What a sandbox is made from: the sandbox of a one-call run, or a long-lived one. */
+export interface SandboxSpec extends IdempotentCallOptions {
   /** A template: "normalize", or "normalize@3" to pin a version. */
   template?: string;
-  input?: Json;
-  /** Merged over the template's config. */
-  config?: Json;
   /** lbb/python (default), lbb/node or lbb/shell. */
   base?: string;
-  /** Shorthand for base: "python", "node" or "shell". */
-  language?: string;
   limits?: Limits;
-  /** "ns" or "gvisor": wins over the template's and the server default. */
+  /** "ns" or "gvisor" (pause with memory, snapshots, forks): wins over the template's and the server default. */
   isolation?: string;
-  timeoutMs?: number;
-  /** How long the server waits for the run before it answers 202; the SDK then waits on the command. */
-  waitMs?: number;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
   /** The workflow step that made the call, kept in the records. */
   origin?: Origin;
+}
+
+export interface RunParams extends SandboxSpec {
+  /** Code that defines run(input, config). */
+  code?: string;
+  input?: Json;
+  /** Merged over the template's config. */
+  config?: Json;
+  /** Shorthand for base: "python", "node" or "shell". */
+  language?: string;
+  timeoutMs?: number;
+  /** How long the server waits for the run before it answers 202; the SDK then waits on the command. */
+  waitMs?: number;
   /** false: answer as soon as the server does, even if the run has not ended. Default true. */
   wait?: boolean;
 }
@@ -799,16 +803,8 @@ export interface ForkParams extends IdempotentCallOptions {
   env?: Record<string, string>;
 }
 
-export interface CreateSandboxParams extends IdempotentCallOptions {
-  template?: string;
-  base?: string;
-  limits?: Limits;
-  /** "ns" or "gvisor" (pause with memory, snapshots, forks): wins over the template's and the server default. */
-  isolation?: string;
+export interface CreateSandboxParams extends SandboxSpec {
   expiresInSeconds?: number;
-  env?: Record<string, string>;
-  metadata?: Record<string, string>;
-  origin?: Origin;
 }
 
 /** Runs and sandboxes (/v1/sandboxes). */

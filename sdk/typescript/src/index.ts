@@ -33,6 +33,7 @@ export type {
   SandboxRunParams,
   CreateTemplateParams,
   CreateSandboxParams,
+  SandboxSpec,
   CreateCommandParams,
   SnapshotParams,
   ForkParams,
@@ -64,5 +65,4 @@ export type {
   Page,
 } from "./types.js";
 export { outputText } from "./types.js";
-export { WIRE_FIELDS, WIRE_REQUEST_FIELDS, WIRE_REQUIRED } from "./wire.js";
 export type * from "./wire.js";

@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { test } from "node:test";
+import { test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { seedEnv, testServer } from "./server-env.js";
@@ -29,6 +29,14 @@ function seedText(): string | undefined {
     path = join(dir, f);
   }
   return readFileSync(path, "utf8");
+}
+
+/** Runs a sample module against the test server; undefined (the test skipped) without one. */
+async function sample<M>(t: TestContext, load: () => Promise<M>): Promise<M | undefined> {
+  const s = testServer(t);
+  if (!s) return undefined;
+  seedEnv(s);
+  return load();
 }
 
 const BEGIN = "// ---- seed 000, as written: ----\n";
@@ -54,18 +62,14 @@ test("the samples are the seed's, as written", (t) => {
 });
 
 test("one call: result is 6", async (t) => {
-  const s = testServer(t);
-  if (!s) return;
-  seedEnv(s);
-  const m = await import("./seed/one_call.snippet.js");
+  const m = await sample(t, () => import("./seed/one_call.snippet.js"));
+  if (!m) return;
   assert.equal(m.result, 6);
 });
 
 test("Level 1 and Level 2: ok, result 6, a command record; the template runs", async (t) => {
-  const s = testServer(t);
-  if (!s) return;
-  seedEnv(s);
-  const m = await import("./seed/level1_level2.snippet.js");
+  const m = await sample(t, () => import("./seed/level1_level2.snippet.js"));
+  if (!m) return;
   assert.equal(m.run.ok, true);
   assert.equal(m.run.result, 6);
   assert.match(m.run.command, /^cmd_/);
@@ -81,10 +85,8 @@ test("Level 1 and Level 2: ok, result 6, a command record; the template runs", a
 });
 
 test("Level 3: scoped counts 2 lines and reads the upper-cased tail; create, stop, resume, delete", async (t) => {
-  const s = testServer(t);
-  if (!s) return;
-  seedEnv(s);
-  const m = await import("./seed/level3.snippet.js");
+  const m = await sample(t, () => import("./seed/level3.snippet.js"));
+  if (!m) return;
   assert.equal(m.out.lines, 2);
   assert.ok(m.out.upper.includes("1,2\n3,4".toUpperCase()), `upper.stdout.tail: ${JSON.stringify(m.out.upper)}`);
   const info = (await m.lbb.sandboxes.get(m.sb.id)).info;
@@ -96,9 +98,7 @@ test("Level 3: scoped counts 2 lines and reads the upper-cased tail; create, sto
 });
 
 test("Four ways in: result is 6", async (t) => {
-  const s = testServer(t);
-  if (!s) return;
-  seedEnv(s);
-  const m = await import("./seed/four_ways_in.snippet.js");
+  const m = await sample(t, () => import("./seed/four_ways_in.snippet.js"));
+  if (!m) return;
   assert.equal(m.result, 6);
 });

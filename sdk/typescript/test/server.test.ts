@@ -6,6 +6,9 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
 import {
@@ -16,9 +19,6 @@ import {
   LbbClient,
   NotFoundError,
   PathOutsideWorkspaceError,
-  WIRE_FIELDS,
-  WIRE_REQUEST_FIELDS,
-  WIRE_REQUIRED,
   outputText,
 } from "@littlebigbrain/client";
 
@@ -35,7 +35,9 @@ test("a one-call run answers the documented fields", async (t) => {
   const lbb = client(t);
   if (!lbb) return;
   const run = await lbb.sandboxes.run<number>({ code: SUM, input: [1, 2, 3] });
-  for (const f of WIRE_REQUIRED.runResult) assert.ok(f in run.raw, `the answer has no ${f}`);
+  const required: string[] = ((await lbb.openapi()) as OpenAPI).components?.schemas?.RunResult?.required ?? [];
+  assert.ok(required.length > 0, "the document's RunResult has required fields");
+  for (const f of required) assert.ok(f in run.raw, `the answer has no ${f}`);
   assert.deepEqual([run.ok, run.result, run.status, run.exitCode], [true, 6, "succeeded", 0]);
   assert.match(run.command, /^cmd_/);
   assert.match(run.sandbox, /^sbx_/);
@@ -241,67 +243,53 @@ test("openapi: every route the SDK calls is in the document", async (t) => {
   assert.deepEqual(missing, [], "routes the SDK calls that /v1/openapi.json does not have");
 });
 
-test("openapi: the wire types of src/wire.ts are the document's schemas", async (t) => {
+// The document src/openapi.ts (and so src/wire.ts) is generated from.
+const documentPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..", "internal", "api", "openapi.json");
+
+test("openapi: the server serves the schemas the wire types are generated from", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const served = (await lbb.openapi()) as OpenAPI;
+  const file = JSON.parse(readFileSync(documentPath, "utf8")) as OpenAPI;
+  assert.deepEqual(served.components?.schemas, file.components?.schemas, "GET /v1/openapi.json against internal/api/openapi.json");
+});
+
+test("openapi: each route the SDK calls answers (and takes) the schema of its wire type", async (t) => {
   const lbb = client(t);
   if (!lbb) return;
   const doc = (await lbb.openapi()) as OpenAPI;
-  type Schema = { properties?: Record<string, unknown>; required?: string[] };
-  // The schema of a response, $refs followed; of alternatives (oneOf), the one most like ours.
-  const resolve = (s: any, fields: readonly string[]): Schema => {
-    for (let i = 0; s && s.$ref && i < 10; i++) s = doc.components?.schemas?.[String(s.$ref).split("/").pop()!];
-    if (s?.allOf) {
-      const parts = s.allOf.map((x: any) => resolve(x, fields));
-      return { properties: Object.assign({}, ...parts.map((p: Schema) => p.properties)), required: parts.flatMap((p: Schema) => p.required ?? []) };
-    }
-    const alts = s?.oneOf ?? s?.anyOf;
-    if (alts) {
-      const score = (x: Schema) => Object.keys(x.properties ?? {}).filter((k) => fields.includes(k)).length;
-      return alts.map((x: any) => resolve(x, fields)).sort((a: Schema, b: Schema) => score(b) - score(a))[0] ?? {};
-    }
-    return s ?? {};
+  // The schemas a response or request body names, however nested (oneOf, allOf, items).
+  const refs = (s: unknown): string[] =>
+    s && typeof s === "object"
+      ? Object.entries(s).flatMap(([k, v]) => (k === "$ref" ? [String(v).split("/").pop()!] : refs(v)))
+      : [];
+  const at = (method: string, path: string, status: string) => {
+    const op = doc.paths?.[path]?.[method];
+    return status === "body" ? op?.requestBody?.content?.["application/json"]?.schema : op?.responses?.[status]?.content?.["application/json"]?.schema;
   };
-  const schema = (method: string, path: string, status: string, fields: readonly string[]): Schema =>
-    resolve(doc.paths?.[path]?.[method]?.responses?.[status]?.content?.["application/json"]?.schema, fields);
-  const request = (method: string, path: string, fields: readonly string[]): Schema =>
-    resolve(doc.paths?.[path]?.[method]?.requestBody?.content?.["application/json"]?.schema, fields);
-  // A field's own schema (an object inside a record, or the items of an array of them).
-  const field = (s: Schema, name: string, fields: readonly string[]): Schema => {
-    const f: any = s.properties?.[name];
-    return resolve(f?.type === "array" ? f.items : f, fields);
-  };
-  const tplFields = WIRE_FIELDS.template.filter((f) => f !== "versions");
-  const sandbox = schema("get", "/v1/sandboxes/{id}", "200", WIRE_FIELDS.sandbox);
-  const tplGet = schema("get", "/v1/sandboxes/templates/{name}", "200", WIRE_FIELDS.template);
-  const list = schema("get", "/v1/sandboxes/{id}/snapshots", "200", WIRE_FIELDS.snapshotList);
-  const create = request("post", "/v1/sandboxes", WIRE_REQUEST_FIELDS.createSandbox);
-  // The same fields both ways: a field the server adds shows up here as one to add to src/wire.ts.
-  const checks: [string, readonly string[], readonly string[], Schema][] = [
-    ["POST /v1/sandboxes 200 (a run)", WIRE_FIELDS.runResult, WIRE_REQUIRED.runResult, schema("post", "/v1/sandboxes", "200", WIRE_FIELDS.runResult)],
-    ["GET /v1/commands/{id} 200", WIRE_FIELDS.command, WIRE_REQUIRED.command, schema("get", "/v1/commands/{id}", "200", WIRE_FIELDS.command)],
-    ["GET /v1/sandboxes/{id} 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, sandbox],
-    ["POST /v1/sandboxes 201 (a sandbox)", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes", "201", WIRE_FIELDS.sandbox)],
-    ["Sandbox.forked_from", WIRE_FIELDS.forkedFrom, WIRE_REQUIRED.forkedFrom, field(sandbox, "forked_from", WIRE_FIELDS.forkedFrom)],
-    ["POST /v1/sandboxes/templates 201", tplFields, WIRE_REQUIRED.template, schema("post", "/v1/sandboxes/templates", "201", tplFields)],
-    ["GET /v1/sandboxes/templates/{name} 200", WIRE_FIELDS.template, [...WIRE_REQUIRED.template, "versions"], tplGet],
-    ["Template.versions[]", WIRE_FIELDS.templateVersion, WIRE_REQUIRED.templateVersion, field(tplGet, "versions", WIRE_FIELDS.templateVersion)],
-    ["POST /v1/sandboxes/{id}/pause 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/pause", "200", WIRE_FIELDS.sandbox)],
-    ["POST /v1/sandboxes/{id}/resume 200", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/resume", "200", WIRE_FIELDS.sandbox)],
-    ["POST /v1/sandboxes/{id}/fork 201", WIRE_FIELDS.sandbox, WIRE_REQUIRED.sandbox, schema("post", "/v1/sandboxes/{id}/fork", "201", WIRE_FIELDS.sandbox)],
-    ["POST /v1/sandboxes/{id}/snapshot 201", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("post", "/v1/sandboxes/{id}/snapshot", "201", WIRE_FIELDS.snapshot)],
-    ["GET /v1/snapshots/{id} 200", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("get", "/v1/snapshots/{id}", "200", WIRE_FIELDS.snapshot)],
-    ["DELETE /v1/snapshots/{id} 200", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, schema("delete", "/v1/snapshots/{id}", "200", WIRE_FIELDS.snapshot)],
-    ["GET /v1/sandboxes/{id}/snapshots 200", WIRE_FIELDS.snapshotList, WIRE_REQUIRED.snapshotList, list],
-    ["GET /v1/sandboxes/{id}/snapshots 200 snapshots[]", WIRE_FIELDS.snapshot, WIRE_REQUIRED.snapshot, field(list, "snapshots", WIRE_FIELDS.snapshot)],
-    // Request bodies: every field the SDK can send is in the schema, and it can send every
-    // field of the schema; of them only a template's name is required.
-    ["POST /v1/sandboxes body", WIRE_REQUEST_FIELDS.createSandbox, [], create],
-    ["POST /v1/sandboxes body: run", WIRE_REQUEST_FIELDS.runBody, [], field(create, "run", WIRE_REQUEST_FIELDS.runBody)],
-    ["POST /v1/sandboxes/templates body", WIRE_REQUEST_FIELDS.template, ["name"], request("post", "/v1/sandboxes/templates", WIRE_REQUEST_FIELDS.template)],
-    ["POST /v1/sandboxes/{id}/snapshot body", WIRE_REQUEST_FIELDS.snapshot, [], request("post", "/v1/sandboxes/{id}/snapshot", WIRE_REQUEST_FIELDS.snapshot)],
-    ["POST /v1/sandboxes/{id}/fork body", WIRE_REQUEST_FIELDS.fork, [], request("post", "/v1/sandboxes/{id}/fork", WIRE_REQUEST_FIELDS.fork)],
+  // [method, path, status or "body", the schema src/wire.ts reads or sends there]
+  const checks: [string, string, string, string][] = [
+    ["post", "/v1/sandboxes", "200", "RunResult"],
+    ["post", "/v1/sandboxes", "201", "Sandbox"],
+    ["post", "/v1/sandboxes", "body", "CreateSandboxRequest"],
+    ["get", "/v1/commands/{id}", "200", "Command"],
+    ["get", "/v1/sandboxes/{id}", "200", "Sandbox"],
+    ["post", "/v1/sandboxes/templates", "201", "Template"],
+    ["post", "/v1/sandboxes/templates", "body", "TemplateRequest"],
+    ["get", "/v1/sandboxes/templates/{name}", "200", "Template"],
+    ["get", "/v1/sandboxes/templates/{name}", "200", "TemplateVersion"],
+    ["post", "/v1/sandboxes/{id}/pause", "200", "Sandbox"],
+    ["post", "/v1/sandboxes/{id}/resume", "200", "Sandbox"],
+    ["post", "/v1/sandboxes/{id}/fork", "201", "Sandbox"],
+    ["post", "/v1/sandboxes/{id}/fork", "body", "ForkRequest"],
+    ["post", "/v1/sandboxes/{id}/snapshot", "201", "Snapshot"],
+    ["post", "/v1/sandboxes/{id}/snapshot", "body", "SnapshotRequest"],
+    ["get", "/v1/snapshots/{id}", "200", "Snapshot"],
+    ["delete", "/v1/snapshots/{id}", "200", "Snapshot"],
+    ["get", "/v1/sandboxes/{id}/snapshots", "200", "SnapshotList"],
+    ["get", "/v1/sandboxes/{id}/files", "200", "FileEntryList"],
+    ["get", "/v1/files/{id}", "200", "File"],
   ];
-  for (const [what, fields, required, s] of checks) {
-    assert.deepEqual([...fields].sort(), Object.keys(s.properties ?? {}).sort(), `${what}: the fields of src/wire.ts against the OpenAPI schema`);
-    assert.deepEqual([...required].sort(), [...(s.required ?? [])].sort(), `${what}: the required fields of src/wire.ts against the OpenAPI schema`);
-  }
+  const wrong = checks.filter(([m, p, st, name]) => !refs(at(m, p, st)).includes(name)).map(([m, p, st, name]) => `${m.toUpperCase()} ${p} ${st}: ${name}`);
+  assert.deepEqual(wrong, [], "routes whose schema in /v1/openapi.json is not the one the SDK's wire type is");
 });

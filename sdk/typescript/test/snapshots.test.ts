@@ -9,8 +9,10 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { test, type TestContext } from "node:test";
+import { fileURLToPath } from "node:url";
 
 import {
   CommandsRunningError,
@@ -53,25 +55,9 @@ async function gvisorSandbox(lbb: LbbClient, metadata?: Record<string, string>):
   }
 }
 
-// A process that keeps its state in memory only: a token drawn at its start and a counter it
-// advances every 20 ms; it takes a note from /workspace/note.in and writes all of it to
-// /workspace/state. The same token with a higher count is the same process carrying on; a new
-// token is one started again, its memory lost.
-const HOLDER = `import os, secrets, time
-token, n, note = secrets.token_hex(8), 0, ""
-while True:
-    n += 1
-    try:
-        with open("/workspace/note.in") as f:
-            note = f.read().strip()
-        os.remove("/workspace/note.in")
-    except FileNotFoundError:
-        pass
-    with open("/workspace/state.tmp", "w") as f:
-        f.write("%s %d %s" % (token, n, note))
-    os.rename("/workspace/state.tmp", "/workspace/state")
-    time.sleep(0.02)
-`;
+// holder.py (sdk/testdata, shared with the Python suite): a process that keeps its state in
+// memory only; see its comment.
+const HOLDER = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "testdata", "holder.py"), "utf8"); // from dist/test
 
 interface State {
   token: string;

@@ -1,8 +1,12 @@
-"""The asyncio client, :class:`AsyncLbbClient`: the same surface as :class:`lbb.LbbClient`, awaited."""
+"""The asyncio client, :class:`AsyncLbbClient`.
+
+The synchronous client (_client.py) is generated from this file by scripts/unasync.py: edit
+this one, then run the script; a test fails when the two drift apart.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # async only
 import time
 from types import TracebackType
 from typing import (
@@ -10,11 +14,8 @@ from typing import (
     Any,
     Callable,
     Dict,
-    Generator,
-    Generic,
     AsyncIterator,
-    Awaitable,
-    Iterator,
+    Awaitable,  # async only
     Mapping,
     Optional,
     Sequence,
@@ -526,15 +527,12 @@ async def _delete_at_end(sb: AsyncSandbox, error: Optional[BaseException]) -> No
             error.add_note(f"deleting sandbox {sb.id} after the error failed too: {de}")
 
 
-class _AsyncScoped(Generic[T]):
-    """What ``AsyncSandboxes.scoped`` answers: ``async with`` it, or await it when it has a function."""
+class _AsyncScoped:
+    """What ``AsyncSandboxes.scoped`` answers without a function: ``async with`` it for a sandbox that lasts the block."""
 
-    def __init__(
-        self, sandboxes: "AsyncSandboxes", spec: Dict[str, Any], fn: Optional[Callable[[AsyncSandbox], Awaitable[T]]] = None
-    ) -> None:
+    def __init__(self, sandboxes: "AsyncSandboxes", spec: Dict[str, Any]) -> None:
         self._sandboxes = sandboxes
         self._spec = spec
-        self._fn = fn
         self._sb: Optional[AsyncSandbox] = None
 
     async def __aenter__(self) -> AsyncSandbox:
@@ -545,14 +543,9 @@ class _AsyncScoped(Generic[T]):
         if self._sb is not None:
             await _delete_at_end(self._sb, e)
 
-    def __await__(self) -> Generator[Any, None, T]:
-        return self._call().__await__()
-
-    async def _call(self) -> T:
-        if self._fn is None:
-            raise TypeError("await sandboxes.scoped(spec, fn) needs fn; without one, use async with sandboxes.scoped(spec) as sb")
+    async def call(self, fn: Callable[[AsyncSandbox], Awaitable[T]]) -> T:
         async with self as sb:
-            return await self._fn(sb)
+            return await fn(sb)
 
 
 class AsyncSandboxes:
@@ -629,25 +622,22 @@ class AsyncSandboxes:
         await self._api.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
 
     @overload
-    def scoped(self, spec: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -> "_AsyncScoped[Any]": ...
+    def scoped(self, spec: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -> _AsyncScoped: ...
 
     @overload
-    def scoped(
-        self, spec: Optional[Mapping[str, Any]], fn: Callable[[AsyncSandbox], Awaitable[T]], /, **kwargs: Any
-    ) -> "_AsyncScoped[T]": ...
+    def scoped(self, spec: Optional[Mapping[str, Any]], fn: Callable[[AsyncSandbox], Awaitable[T]], /, **kwargs: Any) -> Awaitable[T]: ...
 
-    def scoped(
-        self, spec: Optional[Mapping[str, Any]] = None, fn: Optional[Callable[[AsyncSandbox], Awaitable[Any]]] = None, /, **kwargs: Any
-    ) -> "_AsyncScoped[Any]":
+    def scoped(self, spec: Optional[Mapping[str, Any]] = None, fn: Optional[Callable[[AsyncSandbox], Awaitable[Any]]] = None, /, **kwargs: Any) -> Any:
         """A sandbox for the length of a block, deleted at its end, also after an error::
 
             async with lbb.sandboxes.scoped() as sb:
                 await sb.files.write("data.csv", csv)
 
-        or, as the TypeScript SDK has it, ``await lbb.sandboxes.scoped({}, fn)`` awaits
+        or, as the TypeScript SDK has it, ``await lbb.sandboxes.scoped({}, fn)`` calls
         ``fn(sb)`` and answers what it returns.
         """
-        return _AsyncScoped(self, _core.sandbox_spec(spec, kwargs), fn)
+        scope = _AsyncScoped(self, _core.sandbox_spec(spec, kwargs))
+        return scope if fn is None else scope.call(fn)
 
 
 class AsyncSnapshots:
@@ -704,7 +694,7 @@ class AsyncFiles:
 
 
 class AsyncLbbClient:
-    """The asyncio client: the same calls as :class:`lbb.LbbClient`, awaited.
+    """The asyncio client.
 
     ``base_url`` defaults to ``$LBB_URL``, then http://127.0.0.1:7700; ``api_key`` to
     ``$LBB_API_KEY``, then (for a local server) the admin key it saved; ``graph`` to
@@ -748,7 +738,7 @@ class AsyncLbbClient:
     async def aclose(self) -> None:
         await self._api.aclose()
 
-    close = aclose
+    close = aclose  # async only
 
     async def __aenter__(self) -> "AsyncLbbClient":
         return self

@@ -1,3 +1,4 @@
+# Generated from _async_client.py by scripts/unasync.py; do not edit.
 """The synchronous client, :class:`LbbClient`."""
 
 from __future__ import annotations
@@ -231,11 +232,11 @@ class SandboxFiles:
 
     def read(self, path: str) -> bytes:
         """The bytes of a file."""
-        return self._api.request("GET", f"/v1/sandboxes/{self._id}/files/content", params={"path": path}).content
+        return (self._api.request("GET", f"/v1/sandboxes/{self._id}/files/content", params={"path": path})).content
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The text of a file."""
-        return self.read(path).decode(encoding)
+        return (self.read(path)).decode(encoding)
 
     def list(self, path: str = ".", *, recursive: Optional[bool] = None) -> Page[FileInfo]:
         """The entries of a directory, with type, size, mode and mtime."""
@@ -488,11 +489,15 @@ class Sandbox:
         runs with this one's memory, processes and files as they were, and its isolation,
         limits and template. ``env`` is laid over this sandbox's; ``metadata`` replaces its."""
         body = _core.fork_body(snapshot=snapshot, metadata=metadata, expires_in_seconds=expires_in_seconds, env=env)
-        return Sandbox(self._api, self._api.json("POST", f"/v1/sandboxes/{self.id}/fork", json=body, idempotency_key=idempotency_key))
+        return Sandbox(
+            self._api, self._api.json("POST", f"/v1/sandboxes/{self.id}/fork", json=body, idempotency_key=idempotency_key)
+        )
 
     def snapshots(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Snapshot]:
         """This sandbox's snapshots, newest first."""
-        return page_of(Snapshot, self._api.json("GET", f"/v1/sandboxes/{self.id}/snapshots", params={"limit": limit, "cursor": cursor}))
+        return page_of(
+            Snapshot, self._api.json("GET", f"/v1/sandboxes/{self.id}/snapshots", params={"limit": limit, "cursor": cursor})
+        )
 
     def delete(self) -> None:
         """Destroys the sandbox; its record is kept."""
@@ -518,6 +523,8 @@ def _delete_at_end(sb: Sandbox, error: Optional[BaseException]) -> None:
 
 
 class _Scoped:
+    """What ``Sandboxes.scoped`` answers without a function: ``with`` it for a sandbox that lasts the block."""
+
     def __init__(self, sandboxes: "Sandboxes", spec: Dict[str, Any]) -> None:
         self._sandboxes = sandboxes
         self._spec = spec
@@ -530,6 +537,10 @@ class _Scoped:
     def __exit__(self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         if self._sb is not None:
             _delete_at_end(self._sb, e)
+
+    def call(self, fn: Callable[[Sandbox], T]) -> T:
+        with self as sb:
+            return fn(sb)
 
 
 class Sandboxes:
@@ -617,14 +628,11 @@ class Sandboxes:
             with lbb.sandboxes.scoped() as sb:
                 sb.files.write("data.csv", csv)
 
-        or, as the TypeScript SDK has it, ``lbb.sandboxes.scoped({}, fn)`` calls ``fn(sb)``
-        and answers what it returns.
+        or, as the TypeScript SDK has it, ``lbb.sandboxes.scoped({}, fn)`` calls
+        ``fn(sb)`` and answers what it returns.
         """
         scope = _Scoped(self, _core.sandbox_spec(spec, kwargs))
-        if fn is None:
-            return scope
-        with scope as sb:
-            return fn(sb)
+        return scope if fn is None else scope.call(fn)
 
 
 class Snapshots:
@@ -636,7 +644,9 @@ class Snapshots:
 
     def list(self, sandbox_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Snapshot]:
         """The snapshots of a sandbox, newest first."""
-        return page_of(Snapshot, self._api.json("GET", f"/v1/sandboxes/{sandbox_id}/snapshots", params={"limit": limit, "cursor": cursor}))
+        return page_of(
+            Snapshot, self._api.json("GET", f"/v1/sandboxes/{sandbox_id}/snapshots", params={"limit": limit, "cursor": cursor})
+        )
 
     def get(self, snapshot_id: str) -> Snapshot:
         return Snapshot(self._api.json("GET", f"/v1/snapshots/{snapshot_id}"))
@@ -675,7 +685,7 @@ class Files:
         return File(self._api.json("GET", f"/v1/files/{file_id}"))
 
     def content(self, file_id: str) -> bytes:
-        return self._api.request("GET", f"/v1/files/{file_id}/content").content
+        return (self._api.request("GET", f"/v1/files/{file_id}/content")).content
 
 
 class LbbClient:

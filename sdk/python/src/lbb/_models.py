@@ -8,9 +8,10 @@ wire form back. Each also reads its fields as typed attributes (``run.result``,
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, ClassVar, Dict, Generic, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, overload
 
 R = TypeVar("R", bound="Record")
+T = TypeVar("T")
 
 # Command statuses that are final.
 DONE_STATUSES = frozenset({"succeeded", "failed", "timed_out", "killed", "lost", "oom", "disk_full"})
@@ -54,20 +55,68 @@ def _wrap(v: Any) -> Any:
     return v
 
 
+class _Field(Generic[T]):
+    """A typed attribute of a record: its key's value, or an alias's when the key's is null or
+    ``""``, read through ``convert`` (which also makes the value of a missing field, from ``None``)."""
+
+    def __init__(self, convert: Callable[[Any], T], *aliases: str, doc: Optional[str] = None) -> None:
+        self.convert = convert
+        self.aliases = aliases
+        self.__doc__ = doc
+        self.keys: Tuple[str, ...] = aliases
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.keys = (name, *self.aliases)
+
+    @overload
+    def __get__(self, rec: None, owner: type) -> "_Field[T]": ...
+
+    @overload
+    def __get__(self, rec: Record, owner: type) -> T: ...
+
+    def __get__(self, rec: Optional[Record], owner: type) -> Any:
+        if rec is None:
+            return self
+        v = None
+        for k in self.keys:
+            v = rec.get(k)
+            if v is not None and v != "":
+                break
+        return self.convert(v)
+
+
+def _str(*aliases: str, doc: Optional[str] = None) -> _Field[str]:
+    return _Field(lambda v: "" if v is None else str(v), *aliases, doc=doc)
+
+
+def _int(doc: Optional[str] = None) -> _Field[int]:
+    return _Field(lambda v: int(v or 0), doc=doc)
+
+
+def _bool(doc: Optional[str] = None) -> _Field[bool]:
+    return _Field(bool, doc=doc)
+
+
+def _raw(doc: Optional[str] = None) -> _Field[Any]:
+    """A field read as its JSON value; ``None`` when missing."""
+    return _Field(lambda v: v, doc=doc)
+
+
+def _of(cls: Type[R], doc: Optional[str] = None) -> _Field[Optional[R]]:
+    """A nested record; ``None`` when missing."""
+    return _Field(lambda v: v if isinstance(v, cls) else None, doc=doc)
+
+
+def _output() -> _Field["Output"]:
+    return _Field(lambda v: v if isinstance(v, Output) else Output(v or {}))
+
+
 class Output(Record):
     """What a record keeps of one output stream: its head, its tail and its size in bytes."""
 
-    @property
-    def head(self) -> str:
-        return str(self.get("head", ""))
-
-    @property
-    def tail(self) -> str:
-        return str(self.get("tail", ""))
-
-    @property
-    def bytes(self) -> int:
-        return int(self.get("bytes", 0))
+    head = _str()
+    tail = _str()
+    bytes = _int()
 
     @property
     def truncated(self) -> bool:
@@ -92,128 +141,45 @@ class Output(Record):
         return None
 
 
-class RunResult(Record):
+class _Process(Record):
+    """What a run's answer and a command record share: status, exit, output."""
+
+    _nested = {"stdout": Output, "stderr": Output}
+
+    sandbox = _str()
+    status = _str()
+    ok = _bool("True when the process exited with code 0 (for a run: when run() returned).")
+    exit_code: _Field[Optional[int]] = _raw()
+    result = _raw("What run(input, config) returned, as JSON values.")
+    duration_ms = _int()
+    stdout = _output()
+    stderr = _output()
+
+    @property
+    def done(self) -> bool:
+        return self.status in DONE_STATUSES
+
+
+class RunResult(_Process):
     """The answer of a run: one-call (``sandboxes.run``) or in a sandbox (``sandbox.run``)."""
 
-    _nested = {"stdout": Output, "stderr": Output}
-
-    @property
-    def ok(self) -> bool:
-        """True when run() returned and the process exited with code 0."""
-        return bool(self.get("ok", False))
-
-    @property
-    def result(self) -> Any:
-        """What run(input, config) returned, as JSON values."""
-        return self.get("result")
-
-    @property
-    def command(self) -> str:
-        """The id (``cmd_…``) of the command record of this run."""
-        return str(self.get("command") or self.get("id") or "")
-
-    @property
-    def sandbox(self) -> str:
-        return str(self.get("sandbox", ""))
-
-    @property
-    def isolation(self) -> str:
-        """The isolation the run ran on (``"ns"``, ``"gvisor"``); ``""`` from a server before it."""
-        return str(self.get("isolation") or "")
-
-    @property
-    def status(self) -> str:
-        return str(self.get("status", ""))
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return self.get("exit_code")
-
-    @property
-    def duration_ms(self) -> int:
-        return int(self.get("duration_ms") or 0)
-
-    @property
-    def error(self) -> Optional[str]:
-        return self.get("error")
-
-    @property
-    def stdout(self) -> Output:
-        v = self.get("stdout")
-        return v if isinstance(v, Output) else Output(v or {})
-
-    @property
-    def stderr(self) -> Output:
-        v = self.get("stderr")
-        return v if isinstance(v, Output) else Output(v or {})
-
-    @property
-    def done(self) -> bool:
-        return self.status in DONE_STATUSES
+    command = _str("id", doc="The id (``cmd_…``) of the command record of this run.")
+    isolation = _str(doc='The isolation the run ran on (``"ns"``, ``"gvisor"``); ``""`` from a server before it.')
+    error: _Field[Optional[str]] = _raw()
 
 
-class Command(Record):
+class Command(_Process):
     """A command record: a process or a run() in a sandbox, with its status and output."""
 
-    _nested = {"stdout": Output, "stderr": Output}
-
-    @property
-    def id(self) -> str:
-        return str(self.get("id") or self.get("command") or "")
-
-    @property
-    def sandbox(self) -> str:
-        return str(self.get("sandbox", ""))
-
-    @property
-    def kind(self) -> str:
-        return str(self.get("kind", ""))
-
-    @property
-    def status(self) -> str:
-        return str(self.get("status", ""))
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.get("ok", False))
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return self.get("exit_code")
-
-    @property
-    def result(self) -> Any:
-        return self.get("result")
-
-    @property
-    def duration_ms(self) -> int:
-        return int(self.get("duration_ms") or 0)
-
-    @property
-    def stdout(self) -> Output:
-        v = self.get("stdout")
-        return v if isinstance(v, Output) else Output(v or {})
-
-    @property
-    def stderr(self) -> Output:
-        v = self.get("stderr")
-        return v if isinstance(v, Output) else Output(v or {})
-
-    @property
-    def done(self) -> bool:
-        return self.status in DONE_STATUSES
+    id = _str("command")
+    kind = _str()
 
 
 class ForkedFrom(Record):
     """The sandbox and snapshot a fork started from."""
 
-    @property
-    def sandbox(self) -> str:
-        return str(self.get("sandbox", ""))
-
-    @property
-    def snapshot(self) -> str:
-        return str(self.get("snapshot", ""))
+    sandbox = _str()
+    snapshot = _str()
 
 
 class SandboxRecord(Record):
@@ -221,117 +187,49 @@ class SandboxRecord(Record):
 
     _nested = {"forked_from": ForkedFrom}
 
-    @property
-    def id(self) -> str:
-        return str(self.get("id") or self.get("sandbox") or "")
-
-    @property
-    def status(self) -> str:
-        return str(self.get("status", ""))
-
-    @property
-    def isolation(self) -> str:
-        """The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it."""
-        return str(self.get("isolation") or "")
-
-    @property
-    def paused_at(self) -> Optional[str]:
-        """When it was paused (RFC 3339), only while it is."""
-        return self.get("paused_at") or None
-
-    @property
-    def forked_from(self) -> Optional[ForkedFrom]:
-        """The sandbox and snapshot it was forked from; ``None`` unless it is a fork."""
-        v = self.get("forked_from")
-        return v if isinstance(v, ForkedFrom) else None
+    id = _str("sandbox")
+    status = _str()
+    isolation = _str(doc='The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it.')
+    paused_at: _Field[Optional[str]] = _Field(lambda v: v or None, doc="When it was paused (RFC 3339), only while it is.")
+    forked_from = _of(ForkedFrom, "The sandbox and snapshot it was forked from; ``None`` unless it is a fork.")
 
 
 class Snapshot(Record):
     """A memory snapshot of a running sandbox (``snp_…``): its processes and memory with its
     disk. Forks start from one; it goes with its sandbox."""
 
-    @property
-    def id(self) -> str:
-        return str(self.get("id", ""))
-
-    @property
-    def sandbox(self) -> str:
-        return str(self.get("sandbox", ""))
-
-    @property
-    def isolation(self) -> str:
-        return str(self.get("isolation", ""))
-
-    @property
-    def memory(self) -> bool:
-        """True when it holds processes and memory, not only the disk."""
-        return bool(self.get("memory", False))
-
-    @property
-    def size_bytes(self) -> int:
-        return int(self.get("size_bytes") or 0)
-
-    @property
-    def created_at(self) -> str:
-        return str(self.get("created_at", ""))
-
-    @property
-    def duration_ms(self) -> float:
-        """How long taking it held the sandbox."""
-        return float(self.get("duration_ms") or 0)
-
-    @property
-    def metadata(self) -> Dict[str, str]:
-        return dict(self.get("metadata") or {})
+    id = _str()
+    sandbox = _str()
+    isolation = _str()
+    memory = _bool("True when it holds processes and memory, not only the disk.")
+    size_bytes = _int()
+    created_at = _str()
+    duration_ms = _Field(lambda v: float(v or 0), doc="How long taking it held the sandbox.")
+    metadata = _Field(lambda v: dict(v or {}))
 
 
 class Template(Record):
     """One version of a template (``GET`` adds ``versions``, the list of all of them)."""
 
-    @property
-    def id(self) -> str:
-        return str(self.get("id", ""))
-
-    @property
-    def name(self) -> str:
-        return str(self.get("name", ""))
-
-    @property
-    def version(self) -> int:
-        return int(self.get("version") or 0)
-
-    @property
-    def isolation(self) -> str:
-        """The isolation its runs and sandboxes default to; ``""``: the server default."""
-        return str(self.get("isolation") or "")
+    id = _str()
+    name = _str()
+    version = _int()
+    isolation = _str(doc='The isolation its runs and sandboxes default to; ``""``: the server default.')
 
 
 class FileInfo(Record):
     """An entry of a workspace directory listing."""
 
-    @property
-    def path(self) -> str:
-        return str(self.get("path") or self.get("name") or "")
-
-    @property
-    def type(self) -> str:
-        return str(self.get("type", ""))
-
-    @property
-    def size(self) -> int:
-        return int(self.get("size") or 0)
+    path = _str("name")
+    type = _str()
+    size = _int()
 
 
 class File(Record):
     """A File of the graph: content-addressed, outlives sandboxes, names its origin."""
 
-    @property
-    def id(self) -> str:
-        return str(self.get("id", ""))
-
-    @property
-    def sha256(self) -> str:
-        return str(self.get("sha256", ""))
+    id = _str()
+    sha256 = _str()
 
 
 class Page(List[R]):

@@ -1,0 +1,473 @@
+// Generated from internal/api/openapi.json by scripts/openapi-types.mjs (openapi-typescript); do not edit.
+
+export type paths = Record<string, never>;
+export type webhooks = Record<string, never>;
+export interface components {
+    schemas: {
+        Error: {
+            error: {
+                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, unavailable, method_not_allowed, internal */
+                code: string;
+                message: string;
+                request_id: string;
+            };
+        };
+        /** @description Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded). */
+        Limits: {
+            memory_mib?: number;
+            cpus?: number;
+            pids?: number;
+            disk_mib?: number;
+        };
+        /** @description The head and tail of one output stream and its size in bytes. Env values passed in are masked (***). */
+        Output: {
+            head: string;
+            tail: string;
+            bytes: number;
+            expired?: boolean;
+        };
+        Usage: {
+            /** @description CPU time used */
+            vcpu_ms: number;
+            /** @description memory reserved (limit) over the sandbox's life */
+            gib_ms: number;
+        };
+        TemplateRef: {
+            id: string;
+            name: string;
+            version: number;
+        };
+        Origin: {
+            key?: string;
+            workflow?: string;
+            run?: string;
+            step?: string;
+        };
+        /** @description One call of run(input, config): code or template. */
+        RunBody: {
+            /** @description python: defines run(input, config); node: a top-level or exported run; shell: a script reading $LBB_INPUT and writing $LBB_RESULT */
+            code?: string;
+            /** @description a saved template: name (newest version), name@N (pinned), or a base name */
+            template?: string;
+            /** @description any JSON value */
+            input?: unknown;
+            /** @description merged over the template's config, objects key by key */
+            config?: unknown;
+            /** @enum {string} */
+            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            /**
+             * @description shorthand for base
+             * @enum {string}
+             */
+            language?: "python" | "node" | "shell";
+            /** @description values reach the code, are never stored, and are masked in output */
+            env?: {
+                [key: string]: string;
+            };
+            /** @description isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable */
+            isolation?: string;
+        };
+        /** @description With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels. */
+        CreateSandboxRequest: {
+            run?: components["schemas"]["RunBody"];
+            template?: string;
+            base?: string;
+            limits?: components["schemas"]["Limits"];
+            /** @description isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable. For a one-call run also accepted here beside limits (run.isolation, when given too, must be the same) */
+            isolation?: string;
+            /** @description command timeout (default and cap are the server's) */
+            timeout_ms?: number;
+            /** @description how long to wait before answering 202 with the running command (default: the run's timeout and 30 s more; capped by the server); not part of the idempotency hash */
+            wait_ms?: number;
+            env?: {
+                [key: string]: string;
+            };
+            metadata?: {
+                [key: string]: string;
+            };
+            origin?: {
+                workflow?: string;
+                run?: string;
+                step?: string;
+            };
+            expires_in_seconds?: number;
+        };
+        RunResult: {
+            ok: boolean;
+            /** @description the JSON value run returned; null when it did not */
+            result: unknown;
+            error?: string;
+            command: string;
+            sandbox: string;
+            /** @enum {string} */
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            exit_code: number | null;
+            signal?: string;
+            duration_ms: number;
+            stdout: components["schemas"]["Output"];
+            stderr: components["schemas"]["Output"];
+            base: string;
+            template?: components["schemas"]["TemplateRef"];
+            limits: components["schemas"]["Limits"];
+            /** @description the isolation the run ran on ("ns", "gvisor") */
+            isolation?: string;
+            timeout_ms: number;
+            usage: components["schemas"]["Usage"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            finished_at?: string;
+        };
+        Sandbox: {
+            id: string;
+            graph: string;
+            /** @enum {string} */
+            status: "starting" | "running" | "paused" | "stopped" | "destroyed" | "failed";
+            one_call: boolean;
+            base: string;
+            image?: string;
+            template?: components["schemas"]["TemplateRef"];
+            limits: components["schemas"]["Limits"];
+            /** @description the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default */
+            isolation?: string;
+            env_names?: string[];
+            metadata?: {
+                [key: string]: string;
+            };
+            origin: components["schemas"]["Origin"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            ended_at?: string;
+            /** Format: date-time */
+            expires_at?: string;
+            /**
+             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died)
+             * @enum {string}
+             */
+            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed";
+            error?: string;
+            usage: components["schemas"]["Usage"];
+            /**
+             * Format: date-time
+             * @description when the sandbox was paused; only while it is
+             */
+            paused_at?: string;
+            forked_from?: components["schemas"]["ForkedFrom"];
+        };
+        /** @description Env values and stdin are never stored: only env names and stdin size. */
+        Command: {
+            id: string;
+            graph: string;
+            sandbox: string;
+            /** @enum {string} */
+            kind: "run" | "process";
+            argv?: string[];
+            cwd?: string;
+            stdin_bytes?: number;
+            language?: string;
+            code?: string;
+            /** @description any JSON value */
+            input?: unknown;
+            /** @description any JSON value */
+            config?: unknown;
+            template?: components["schemas"]["TemplateRef"];
+            env_names?: string[];
+            timeout_ms: number;
+            /** @enum {string} */
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            ok: boolean;
+            /** @description any JSON value */
+            result?: unknown;
+            error?: string;
+            exit_code: number | null;
+            signal?: string;
+            stdout: components["schemas"]["Output"];
+            stderr: components["schemas"]["Output"];
+            idempotency_key?: string;
+            origin: components["schemas"]["Origin"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            finished_at?: string;
+            duration_ms: number;
+        };
+        TemplateFile: {
+            /** @description a File of the graph (fil_…) */
+            file: string;
+            /** @description where in /workspace */
+            path: string;
+        };
+        TemplateRequest: {
+            name: string;
+            /** @enum {string} */
+            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            code?: string;
+            limits?: components["schemas"]["Limits"];
+            /** @description isolation this version's runs and sandboxes default to ("ns", "gvisor"); omitted: the server default. Unknown: 400 invalid_request; not available here: 400 isolation_unavailable */
+            isolation?: string;
+            timeout_ms?: number;
+            config?: Record<string, never>;
+            files?: components["schemas"]["TemplateFile"][];
+            description?: string;
+        };
+        /** @description One immutable version of a template. Its id stays the same across versions. */
+        Template: {
+            id: string;
+            graph: string;
+            name: string;
+            version: number;
+            base: string;
+            code?: string;
+            limits: components["schemas"]["Limits"];
+            /** @description isolation this version's runs and sandboxes default to; omitted: the server default */
+            isolation?: string;
+            timeout_ms?: number;
+            config?: Record<string, never>;
+            files?: components["schemas"]["TemplateFile"][];
+            description?: string;
+            /** Format: date-time */
+            created_at: string;
+            created_by?: string;
+        };
+        TemplateVersion: {
+            version: number;
+            /** Format: date-time */
+            created_at: string;
+            created_by?: string;
+            /** @description the version's isolation; omitted: the server default */
+            isolation?: string;
+        };
+        BaseTemplate: {
+            name: string;
+            base: boolean;
+            language: string;
+            image: string;
+            versions: {
+                [key: string]: string;
+            };
+            missing?: string[];
+        };
+        TemplateList: {
+            data: components["schemas"]["Template"][];
+            next_cursor?: string;
+            bases: components["schemas"]["BaseTemplate"][];
+        };
+        Graph: {
+            name: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        KeyRequest: {
+            name?: string;
+            /** @description default [main]; * for every graph; missing graphs are created */
+            graphs?: string[];
+            /** @description default: every scope but admin */
+            scopes?: ("sandboxes:read" | "sandboxes:write" | "sandboxes:delete" | "templates:write" | "files:read" | "files:write" | "admin")[];
+        };
+        Key: {
+            id: string;
+            name: string;
+            prefix: string;
+            graphs: string[];
+            scopes: string[];
+            /** Format: date-time */
+            created_at: string;
+            created_by?: string;
+            /** Format: date-time */
+            revoked_at?: string;
+        };
+        NewKey: components["schemas"]["Key"] & {
+            /** @description shown this once */
+            secret: string;
+        };
+        AuditEntry: {
+            id: string;
+            graph: string;
+            key: string;
+            method: string;
+            route: string;
+            path: string;
+            target?: string;
+            status: number;
+            request_id: string;
+            /** Format: date-time */
+            at: string;
+        };
+        SandboxList: {
+            data: components["schemas"]["Sandbox"][];
+            /** @description pass as cursor for the next page; absent on the last */
+            next_cursor?: string;
+        };
+        CommandList: {
+            data: components["schemas"]["Command"][];
+            /** @description pass as cursor for the next page; absent on the last */
+            next_cursor?: string;
+        };
+        GraphList: {
+            data: components["schemas"]["Graph"][];
+            /** @description pass as cursor for the next page; absent on the last */
+            next_cursor?: string;
+        };
+        KeyList: {
+            data: components["schemas"]["Key"][];
+            /** @description pass as cursor for the next page; absent on the last */
+            next_cursor?: string;
+        };
+        AuditList: {
+            data: components["schemas"]["AuditEntry"][];
+            /** @description pass as cursor for the next page; absent on the last */
+            next_cursor?: string;
+        };
+        ExecRequest: {
+            /** @description the program and its arguments; argv[0] is looked up in PATH */
+            argv: string[];
+            /** @description laid over the sandbox's env; values are masked in output and never stored */
+            env?: {
+                [key: string]: string;
+            };
+            /** @description relative to /workspace or absolute inside it; default /workspace */
+            cwd?: string;
+            /** @description text the process reads on stdin (then end of file, unless stdin_open) */
+            stdin?: string;
+            /** @description bytes the process reads on stdin, base64 */
+            stdin_base64?: string;
+            /** @description keep stdin open for POST /v1/commands/{id}/stdin */
+            stdin_open?: boolean;
+            /** @description how long to wait for the process to end before answering 202 with it running (default 0: answer at once; capped by the server); not part of the idempotency hash */
+            wait_ms?: number;
+            /** @description kill the process when it passes (default and cap are the server's) */
+            timeout_ms?: number;
+        };
+        /** @description run(input, config) in an existing sandbox, with its workspace as the working directory */
+        RunInRequest: {
+            code?: string;
+            /** @description a saved template (name, name@N); its code and config */
+            template?: string;
+            input?: unknown;
+            config?: unknown;
+            /** @description the harness: lbb/python (the sandbox's base by default), lbb/node, lbb/shell */
+            base?: string;
+            language?: string;
+            env?: {
+                [key: string]: string;
+            };
+            timeout_ms?: number;
+            wait_ms?: number;
+        };
+        FileEntry: {
+            /** @description relative to /workspace */
+            path: string;
+            name: string;
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink" | "other";
+            size: number;
+            /** @description octal permission bits, e.g. 0644 */
+            mode?: string;
+            /** Format: date-time */
+            mtime?: string;
+        };
+        ImportedFile: components["schemas"]["FileEntry"] & {
+            sha256: string;
+        };
+        FileEntryList: {
+            data: components["schemas"]["FileEntry"][];
+            next_cursor?: string;
+        };
+        /** @description a File of the graph: content-addressed, outliving sandboxes, naming its origin */
+        File: {
+            id: string;
+            graph: string;
+            sha256: string;
+            size: number;
+            name?: string;
+            origin: {
+                /** @enum {string} */
+                kind: "sandbox" | "upload";
+                sandbox?: string;
+                path?: string;
+                key?: string;
+            };
+            /** Format: date-time */
+            created_at: string;
+        };
+        FileList: {
+            data: components["schemas"]["File"][];
+            next_cursor?: string;
+        };
+        StdinResult: {
+            command: string;
+            /** @description written by this call */
+            bytes: number;
+            /** @description written to the command's stdin in all */
+            total: number;
+            closed: boolean;
+        };
+        KillRequest: {
+            /** @description SIGTERM, TERM, 15…; default SIGKILL */
+            signal?: string;
+        };
+        /** @description the sandbox and snapshot a fork started from */
+        ForkedFrom: {
+            sandbox: string;
+            snapshot: string;
+        };
+        /** @description a saved state of a running sandbox, its memory and processes with its disk, that forks start from; it goes with its sandbox */
+        Snapshot: {
+            /** @description snp_… */
+            id: string;
+            graph: string;
+            /** @description the sandbox it is of */
+            sandbox: string;
+            /** @description the driver the sandbox ran on */
+            isolation: string;
+            /** @description it holds processes and memory, not only the disk */
+            memory: boolean;
+            /** @description bytes it takes on the host's disk */
+            size_bytes: number;
+            /** Format: date-time */
+            created_at: string;
+            /** @description how long taking it held the sandbox */
+            duration_ms: number;
+            metadata: {
+                [key: string]: string;
+            };
+        };
+        SnapshotList: {
+            snapshots: components["schemas"]["Snapshot"][];
+            next_cursor?: string;
+        };
+        SnapshotRequest: {
+            metadata?: {
+                [key: string]: string;
+            };
+        };
+        ForkRequest: {
+            /** @description the snapshot (of this sandbox) to start from; without it a fresh one of the running sandbox is taken, and kept */
+            snapshot?: string;
+            /** @description labels of the fork; without them the source's */
+            metadata?: {
+                [key: string]: string;
+            };
+            /** @description the fork's lifetime (default the server's, capped) */
+            expires_in_seconds?: number;
+            /** @description variables of the fork's commands, over the source's; values are never stored */
+            env?: {
+                [key: string]: string;
+            };
+        };
+    };
+    responses: never;
+    parameters: never;
+    requestBodies: never;
+    headers: never;
+    pathItems: never;
+}
+export type $defs = Record<string, never>;
+export type operations = Record<string, never>;
