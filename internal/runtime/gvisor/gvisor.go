@@ -51,7 +51,7 @@
 //   - The init of a PID namespace is not immune to a SIGKILL from inside, exec needs read
 //     permission, and a non-readable executable does not make a process non-dumpable. So the
 //     agent makes itself non-dumpable (connect mode), and loads a seccomp filter of ours: the
-//     ns driver's deny list (ns/seccomp) plus a signal to PID 1 dropped as Linux drops it,
+//     ns driver's deny list (internal/runtime/seccomp) plus a signal to PID 1 dropped as Linux drops it,
 //     tkill refused (see seccomp.go). runsc's OCI seccomp answers EPERM only, which would
 //     break clone3's fallback. The agent's link in /.lbb goes once it runs (hideAgent).
 //   - The i386 system calls (int 0x80) do not exist in gVisor: they fail with ENOSYS and no

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 )
 
 // RunscVersion is the gVisor module version the driver is written and tested against; keep it
@@ -38,11 +39,11 @@ func (d *Driver) Requirements() []runtime.Requirement {
 		}},
 		{Name: "runsc " + d.cfg.Runsc, Check: func() error { return checkRunsc(d.cfg.Runsc) }},
 		{Name: "cgroups", Check: func() error {
-			m, err := cgroupMounts()
+			m, err := cgroup.Mounts()
 			if err != nil {
 				return err
 			}
-			if cgroupV1(m) {
+			if cgroup.V1(m) {
 				for _, c := range []string{"memory", "cpu", "cpuacct"} {
 					if _, ok := m[c]; !ok {
 						return fmt.Errorf("no %s cgroup controller mounted", c)

@@ -3,12 +3,9 @@
 package gvisor
 
 import (
-	"encoding/binary"
-
 	libseccomp "github.com/elastic/go-seccomp-bpf"
-	"golang.org/x/net/bpf"
 
-	nsseccomp "github.com/littlebigbrain/lbb/internal/runtime/ns/seccomp"
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp"
 )
 
 // The agent's seccomp filter, which every process in the sandbox inherits: the ns driver's
@@ -21,27 +18,19 @@ import (
 // filter of our own rather than the OCI spec's. It is loaded by the agent (connect mode) from
 // /.lbb/seccomp.bpf.
 
-// errnoZero marks the rules that answer 0: the assembler turns a plain errno action into
-// EPERM, so they are written with this errno and rewritten after assembly.
-const errnoZero = 0xfff
-
 // seccompProgram answers the filter as raw BPF (struct sock_filter[], native byte order).
 func seccompProgram() ([]byte, error) {
-	p, info, err := nsseccomp.Policy()
-	if err != nil {
-		return nil, err
-	}
 	pidOne := func(name string) libseccomp.NameWithConditions {
 		return libseccomp.NameWithConditions{Name: name, Conditions: libseccomp.ArgumentConditions{
 			{Argument: 0, Operation: libseccomp.Equal, Value: 1},
 		}}
 	}
-	p.Syscalls = append(p.Syscalls,
+	raw, err := seccomp.Program(
 		libseccomp.SyscallGroup{
 			NamesWithCondtions: []libseccomp.NameWithConditions{
 				pidOne("kill"), pidOne("tgkill"), pidOne("rt_sigqueueinfo"), pidOne("rt_tgsigqueueinfo"),
 			},
-			Action: libseccomp.ActionErrno | errnoZero,
+			Action: seccomp.Succeed,
 		},
 		libseccomp.SyscallGroup{
 			Names:              []string{"tkill"},
@@ -49,30 +38,8 @@ func seccompProgram() ([]byte, error) {
 			Action:             libseccomp.ActionErrno,
 		},
 	)
-	body, err := p.Assemble()
 	if err != nil {
 		return nil, err
 	}
-	for i, in := range body {
-		if r, ok := in.(bpf.RetConstant); ok && r.Val == uint32(libseccomp.ActionErrno|errnoZero) {
-			body[i] = bpf.RetConstant{Val: uint32(libseccomp.ActionErrno)}
-		}
-	}
-	const archOffset = 4 // offsetof(struct seccomp_data, arch)
-	prog := append([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: uint32(libseccomp.ActionKillProcess)},
-	}, body...)
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, 8*len(raw))
-	for _, in := range raw {
-		out = binary.NativeEndian.AppendUint16(out, in.Op)
-		out = append(out, in.Jt, in.Jf)
-		out = binary.NativeEndian.AppendUint32(out, in.K)
-	}
-	return out, nil
+	return seccomp.Encode(raw), nil
 }

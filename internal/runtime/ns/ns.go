@@ -46,7 +46,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 )
 
 // Config configures the driver. Zero fields take the defaults of DefaultConfig.

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 )
 
 // Requirements lists what the host must have for this driver.

@@ -10,6 +10,7 @@
 package seccomp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -82,15 +83,27 @@ func Policy() (libseccomp.Policy, *arch.Info, error) {
 	return p, info, nil
 }
 
-// Program assembles the filter, prefixed with the architecture check.
-func Program() ([]bpf.RawInstruction, error) {
+// Succeed is an action that answers 0 without running the call. The assembler turns a
+// plain errno action into EPERM, so such rules carry this errno and Program rewrites them
+// after assembly.
+const Succeed = libseccomp.ActionErrno | 0xfff
+
+// Program assembles the filter, with the groups of extra after the policy's own and the
+// architecture check before all of them.
+func Program(extra ...libseccomp.SyscallGroup) ([]bpf.RawInstruction, error) {
 	p, info, err := Policy()
 	if err != nil {
 		return nil, err
 	}
+	p.Syscalls = append(p.Syscalls, extra...)
 	body, err := p.Assemble()
 	if err != nil {
 		return nil, err
+	}
+	for i, in := range body {
+		if r, ok := in.(bpf.RetConstant); ok && r.Val == uint32(Succeed) {
+			body[i] = bpf.RetConstant{Val: uint32(libseccomp.ActionErrno)}
+		}
 	}
 	const archOffset = 4 // offsetof(struct seccomp_data, arch)
 	prog := append([]bpf.Instruction{
@@ -99,6 +112,18 @@ func Program() ([]bpf.RawInstruction, error) {
 		bpf.RetConstant{Val: uint32(libseccomp.ActionKillProcess)},
 	}, body...)
 	return bpf.Assemble(prog)
+}
+
+// Encode answers raw as struct sock_filter[] in native byte order: what a process that loads
+// a filter from a file (gVisor's agent) reads.
+func Encode(raw []bpf.RawInstruction) []byte {
+	out := make([]byte, 0, 8*len(raw))
+	for _, in := range raw {
+		out = binary.NativeEndian.AppendUint16(out, in.Op)
+		out = append(out, in.Jt, in.Jf)
+		out = binary.NativeEndian.AppendUint32(out, in.K)
+	}
+	return out
 }
 
 // Load installs the filter on the calling thread only; the caller must hold its OS thread
