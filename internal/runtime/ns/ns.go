@@ -45,8 +45,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
-	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
 // Config configures the driver. Zero fields take the defaults of DefaultConfig.
