@@ -65,10 +65,10 @@
 package gvisor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,7 +82,6 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
@@ -135,9 +134,7 @@ type Driver struct {
 	agent   driverkit.AgentCopy
 	seccomp string // the filter's file, made once
 
-	mu      sync.Mutex
-	running map[string]*sandbox
-	locks   driverkit.Locks
+	sbs driverkit.Sandboxes[*sandbox]
 }
 
 var (
@@ -149,30 +146,16 @@ var (
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
 func New(cfg Config) *Driver {
 	def := DefaultConfig()
-	if cfg.StateDir == "" {
-		cfg.StateDir = def.StateDir
-	}
-	if cfg.Runsc == "" {
-		cfg.Runsc = def.Runsc
-	}
-	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = def.CgroupParent
-	}
+	cfg.StateDir = cmp.Or(cfg.StateDir, def.StateDir)
+	cfg.Runsc = cmp.Or(cfg.Runsc, def.Runsc)
+	cfg.CgroupParent = cmp.Or(cfg.CgroupParent, def.CgroupParent)
 	cfg.Limits = cfg.Limits.Or(def.Limits)
-	if cfg.NoFile == 0 {
-		cfg.NoFile = def.NoFile
-	}
-	if cfg.Platform == "" {
-		cfg.Platform = def.Platform
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = def.Logger
-	}
-	return &Driver{
-		cfg:       cfg,
-		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
-		running:   map[string]*sandbox{},
-	}
+	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
+	cfg.Platform = cmp.Or(cfg.Platform, def.Platform)
+	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
+	d := &Driver{cfg: cfg, templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")}}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger}
+	return d
 }
 
 // Name is "gvisor".
@@ -181,7 +164,7 @@ func (d *Driver) Name() string { return "gvisor" }
 // Config is the driver's configuration, defaults filled in.
 func (d *Driver) Config() Config { return d.cfg }
 
-func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
+func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
 // state is what the driver keeps of a sandbox between calls (and processes).
 type state struct {
@@ -197,27 +180,15 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	unlock := d.locks.Lock(spec.ID)
+	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 	return d.create(ctx, st, "")
 }
 
 func (d *Driver) newState(spec runtime.Spec) (state, error) {
-	if err := driverkit.CheckID(spec.ID); err != nil {
+	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
+	if err != nil {
 		return state{}, err
-	}
-	if !filepath.IsAbs(spec.Image) {
-		return state{}, errdefs.InvalidArgument("image %q: want an absolute directory", spec.Image)
-	}
-	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
-		return state{}, errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
-	}
-	spec.Limits = spec.Limits.Or(d.cfg.Limits)
-	if spec.Hostname == "" {
-		spec.Hostname = "sandbox"
-	}
-	if !driverkit.ValidHostname(spec.Hostname) {
-		return state{}, errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
 	}
 	tok := make([]byte, 32)
 	if _, err := rand.Read(tok); err != nil {
@@ -230,19 +201,8 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 func (d *Driver) create(ctx context.Context, st state, disk string) error {
 	dir := d.dir(st.Spec.ID)
 	var u undo.Stack
-	err := u.Step("state directory", func() error {
-		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
-			return err
-		}
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			if errors.Is(err, os.ErrExist) {
-				return errdefs.Conflict("sandbox %s already exists", st.Spec.ID)
-			}
-			return err
-		}
-		return nil
-	}, func() error { return os.RemoveAll(dir) })
-	if err != nil {
+	if err := u.Step("state directory", func() error { return d.sbs.MakeDir(st.Spec.ID) },
+		func() error { return os.RemoveAll(dir) }); err != nil {
 		return err
 	}
 	if err := u.Step("disk", func() error {
@@ -268,7 +228,7 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 		return err
 	}
 	// state.json comes last: a directory without it is a Create that did not finish.
-	if err := u.Step("state", func() error { return writeJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
+	if err := u.Step("state", func() error { return driverkit.WriteJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
 		return err
 	}
 	u.Release()
@@ -276,28 +236,9 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 	return nil
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 func readState(path, id string) (state, error) {
 	var st state
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return st, driverkit.NotFound(id)
-	}
-	if err != nil {
-		return st, err
-	}
-	return st, json.Unmarshal(b, &st)
+	return st, driverkit.ReadJSON(path, id, &st)
 }
 
 func (d *Driver) readState(id string) (state, error) {
@@ -314,43 +255,13 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 
 // boot starts sandbox id afresh, or from the checkpoint in memDir when it is set.
 func (d *Driver) boot(ctx context.Context, id, memDir string) (runtime.Sandbox, error) {
-	if err := driverkit.CheckID(id); err != nil {
-		return nil, err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	if err := d.reapDead(ctx, id); err != nil {
-		return nil, err
-	}
-	st, err := d.readState(id)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := d.start(ctx, st, memDir)
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
-	}
-	d.mu.Lock()
-	d.running[id] = sb
-	d.mu.Unlock()
-	return sb, nil
-}
-
-// reapDead cleans up after a sandbox of this driver whose Sentry has died; it fails when one
-// still runs.
-func (d *Driver) reapDead(ctx context.Context, id string) error {
-	d.mu.Lock()
-	old := d.running[id]
-	d.mu.Unlock()
-	if old == nil {
-		return nil
-	}
-	select {
-	case <-old.Done():
-		return d.stop(ctx, id)
-	default:
-		return errdefs.Conflict("sandbox %s is already started", id)
-	}
+	return d.sbs.Start(ctx, id, func() (*sandbox, error) {
+		st, err := d.readState(id)
+		if err != nil {
+			return nil, err
+		}
+		return d.start(ctx, st, memDir)
+	})
 }
 
 func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, error) {
@@ -396,7 +307,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		return nil, err
 	}
 	if err := u.Step("bundle", func() error {
-		return writeJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
+		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -495,25 +406,12 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 }
 
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
-func (d *Driver) Stop(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
-		return driverkit.NotFound(id)
-	}
-	return d.stop(ctx, id)
-}
+func (d *Driver) Stop(ctx context.Context, id string) error { return d.sbs.Stop(ctx, id) }
 
 // stop works from whatever is there: a sandbox this driver started, one a previous process
 // started (runsc's state and the mount are found by name), or one that never started.
 func (d *Driver) stop(ctx context.Context, id string) error {
-	d.mu.Lock()
-	sb := d.running[id]
-	delete(d.running, id)
-	d.mu.Unlock()
+	sb, _ := d.sbs.Take(id)
 	var errs []error
 	if sb != nil {
 		sb.guard.stop()
@@ -641,34 +539,10 @@ func waitGone(ctx context.Context, cond func() bool) error {
 }
 
 // Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
-func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	dir := d.dir(id)
-	d.mu.Lock()
-	_, running := d.running[id]
-	d.mu.Unlock()
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && !running && !d.hasRunscState(id) {
-		return nil
-	}
-	if err := d.stop(ctx, id); err != nil {
-		// Never remove a directory something is still mounted under.
-		return fmt.Errorf("destroy: %w", err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("destroy sandbox %s: %w", id, err)
-	}
-	d.cfg.Logger.Debug("sandbox destroyed", "sandbox", id)
-	return nil
-}
+func (d *Driver) Destroy(ctx context.Context, id string) error { return d.sbs.Destroy(ctx, id) }
 
 // List names every sandbox with a state directory, started or not.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	return driverkit.StateDirs(d.cfg.StateDir)
-}
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.sbs.List() }
 
 // Freeze parks every process of a started sandbox (runsc pause: the Sentry stops its tasks).
 func (d *Driver) Freeze(ctx context.Context, id string) error {
@@ -681,14 +555,8 @@ func (d *Driver) Thaw(ctx context.Context, id string) error {
 }
 
 func (d *Driver) pause(ctx context.Context, id, verb string) error {
-	if err := driverkit.CheckID(id); err != nil {
+	if _, err := d.sbs.Started(id); err != nil {
 		return err
-	}
-	d.mu.Lock()
-	_, ok := d.running[id]
-	d.mu.Unlock()
-	if !ok {
-		return errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
 	}
 	if out, err := d.runsc(ctx, id, verb, id); err != nil {
 		return fmt.Errorf("runsc %s %s: %w: %s", verb, id, err, out)
