@@ -12,6 +12,8 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
 // Sandboxes is what a driver keeps of its sandboxes on the host: a state directory each
@@ -101,6 +103,56 @@ func (s *Sandboxes[S]) MakeDir(id string) error {
 	return nil
 }
 
+// Layout is what Create makes of a new sandbox in its state directory.
+type Layout struct {
+	// Disk answers the disk image to copy (sparsely) as disk.img: a formatted template, or a
+	// checkpoint's disk.
+	Disk func() (string, error)
+	// Dirs are made in the state directory, with DirMode.
+	Dirs    []string
+	DirMode os.FileMode
+	// State is written last, as JSON, to StateFile: a directory without it is a Create that
+	// did not finish.
+	StateFile string
+	State     any
+}
+
+// Create makes sandbox id's state directory as l says; on failure nothing stays. The caller
+// holds id's lock.
+func (s *Sandboxes[S]) Create(id string, l Layout) error {
+	dir := s.Path(id)
+	var u undo.Stack
+	if err := u.Step("state directory", func() error { return s.MakeDir(id) },
+		func() error { return os.RemoveAll(dir) }); err != nil {
+		return err
+	}
+	if err := u.Step("disk", func() error {
+		img, err := l.Disk()
+		if err != nil {
+			return err
+		}
+		return hostdisk.CopySparse(img, filepath.Join(dir, "disk.img"))
+	}, nil); err != nil {
+		return err
+	}
+	if err := u.Step("directories", func() error {
+		for _, p := range l.Dirs {
+			if err := os.Mkdir(filepath.Join(dir, p), l.DirMode); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil); err != nil {
+		return err
+	}
+	if err := u.Step("state", func() error { return WriteJSON(filepath.Join(dir, l.StateFile), l.State) }, nil); err != nil {
+		return err
+	}
+	u.Release()
+	s.Log.Debug("sandbox created", append([]any{"sandbox", id}, u.Times...)...)
+	return nil
+}
+
 // ReapDead stops what is left of sandbox id when its init has died; conflict when it still
 // runs. The caller holds id's lock.
 func (s *Sandboxes[S]) ReapDead(ctx context.Context, id string) error {
@@ -174,6 +226,30 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 
 // List names every sandbox with a state directory, started or not.
 func (s *Sandboxes[S]) List() ([]string, error) { return StateDirs(s.Dir) }
+
+// Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
+// loop devices on its disk, and of cgroups (its cgroup directories) those that exist. After
+// Destroy it is empty; the conformance suite and a janitor use it. A driver adds what else
+// it leaves (processes, runsc's state).
+func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
+	var out []string
+	dir := s.Path(id)
+	if _, err := os.Lstat(dir); err == nil {
+		out = append(out, "state directory "+dir)
+	}
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
+	}
+	for _, p := range cgroups {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, "cgroup "+p)
+		}
+	}
+	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
+		out = append(out, "loop device "+l)
+	}
+	return out
+}
 
 // WriteJSON writes v to path as JSON, atomically (a temporary file renamed), readable by the
 // host's root alone.

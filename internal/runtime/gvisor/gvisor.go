@@ -199,41 +199,18 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 
 // create makes the state directory and the disk: a fresh one, or a copy of disk when set.
 func (d *Driver) create(ctx context.Context, st state, disk string) error {
-	dir := d.dir(st.Spec.ID)
-	var u undo.Stack
-	if err := u.Step("state directory", func() error { return d.sbs.MakeDir(st.Spec.ID) },
-		func() error { return os.RemoveAll(dir) }); err != nil {
-		return err
-	}
-	if err := u.Step("disk", func() error {
-		if disk == "" {
-			tmpl, err := d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
-			if err != nil {
-				return err
+	return d.sbs.Create(st.Spec.ID, driverkit.Layout{
+		Disk: func() (string, error) {
+			if disk != "" {
+				return disk, nil
 			}
-			disk = tmpl
-		}
-		return hostdisk.CopySparse(disk, filepath.Join(dir, "disk.img"))
-	}, nil); err != nil {
-		return err
-	}
-	if err := u.Step("directories", func() error {
-		for _, p := range []string{"disk", "bundle"} {
-			if err := os.Mkdir(filepath.Join(dir, p), 0o711); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil); err != nil {
-		return err
-	}
-	// state.json comes last: a directory without it is a Create that did not finish.
-	if err := u.Step("state", func() error { return driverkit.WriteJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
-		return err
-	}
-	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", st.Spec.ID}, u.Times...)...)
-	return nil
+			return d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
+		},
+		Dirs:      []string{"disk", "bundle"},
+		DirMode:   0o711,
+		StateFile: "state.json",
+		State:     st,
+	})
 }
 
 func readState(path, id string) (state, error) {
@@ -602,27 +579,12 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 // Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
 // runsc's state, cgroups, processes and loop devices on its disk. After Destroy it is empty.
 func (d *Driver) Leftovers(id string) []string {
-	var out []string
-	dir := d.dir(id)
-	if _, err := os.Lstat(dir); err == nil {
-		out = append(out, "state directory "+dir)
-	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
-	}
+	out := d.sbs.Leftovers(id, cgroupPaths(d.cfg.CgroupParent, id))
 	if d.hasRunscState(id) {
 		out = append(out, "runsc state of "+id)
 	}
-	for _, p := range cgroupPaths(d.cfg.CgroupParent, id) {
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, "cgroup "+p)
-		}
-	}
 	if pids := d.processes(id); len(pids) > 0 {
 		out = append(out, fmt.Sprintf("processes %v", pids))
-	}
-	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
-		out = append(out, "loop device "+l)
 	}
 	return out
 }

@@ -150,38 +150,13 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 
-	dir := d.dir(spec.ID)
-	var u undo.Stack
-	if err := u.Step("state directory", func() error { return d.sbs.MakeDir(spec.ID) },
-		func() error { return os.RemoveAll(dir) }); err != nil {
-		return err
-	}
-	if err := u.Step("disk", func() error {
-		tmpl, err := d.templates.Get(ctx, spec.Limits.DiskMiB)
-		if err != nil {
-			return err
-		}
-		return hostdisk.CopySparse(tmpl, filepath.Join(dir, "disk.img"))
-	}, nil); err != nil {
-		return err
-	}
-	if err := u.Step("mount points", func() error {
-		for _, p := range []string{"disk", "root"} {
-			if err := os.Mkdir(filepath.Join(dir, p), 0o755); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil); err != nil {
-		return err
-	}
-	// spec.json comes last: a directory without it is a Create that did not finish.
-	if err := u.Step("spec", func() error { return driverkit.WriteJSON(filepath.Join(dir, "spec.json"), spec) }, nil); err != nil {
-		return err
-	}
-	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", spec.ID}, u.Times...)...)
-	return nil
+	return d.sbs.Create(spec.ID, driverkit.Layout{
+		Disk:      func() (string, error) { return d.templates.Get(ctx, spec.Limits.DiskMiB) },
+		Dirs:      []string{"disk", "root"}, // mount points
+		DirMode:   0o755,
+		StateFile: "spec.json",
+		State:     spec,
+	})
 }
 
 func (d *Driver) readSpec(id string) (runtime.Spec, error) {
@@ -640,26 +615,13 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 // cgroups, processes in them and loop devices on its disk. After Destroy it is empty; the
 // conformance suite and a janitor use it.
 func (d *Driver) Leftovers(id string) []string {
-	var out []string
-	dir := d.dir(id)
-	if _, err := os.Lstat(dir); err == nil {
-		out = append(out, "state directory "+dir)
+	cg, err := d.cgroups()
+	if err != nil {
+		return d.sbs.Leftovers(id, nil)
 	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
-	}
-	if cg, err := d.cgroups(); err == nil {
-		for _, p := range cg.Paths(id) {
-			if _, err := os.Stat(p); err == nil {
-				out = append(out, "cgroup "+p)
-			}
-		}
-		if pids, _ := cg.Procs(id); len(pids) > 0 {
-			out = append(out, fmt.Sprintf("processes %v", pids))
-		}
-	}
-	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
-		out = append(out, "loop device "+l)
+	out := d.sbs.Leftovers(id, cg.Paths(id))
+	if pids, _ := cg.Procs(id); len(pids) > 0 {
+		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	return out
 }
