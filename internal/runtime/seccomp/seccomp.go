@@ -2,7 +2,8 @@
 
 // Package seccomp builds and loads the sandbox's system call filter: allow by default, and
 // deny what a sandbox never needs — mounting, namespaces, kernel modules, kexec, bpf, perf,
-// keyrings, ptrace and cross-process memory access, io_uring, clock setting, raw I/O ports.
+// keyrings, ptrace and cross-process memory access, io_uring, clock setting, raw I/O ports,
+// and socket families other than unix, inet, inet6 and netlink routes.
 //
 // The filter is assembled by github.com/elastic/go-seccomp-bpf, with one addition: a call
 // from any architecture other than the native one (on amd64, the i386 ABI reachable via
@@ -78,9 +79,37 @@ func Policy() (libseccomp.Policy, *arch.Info, error) {
 			// clone3 passes its flags in memory that a filter cannot read: answer ENOSYS so that
 			// libc falls back to clone, whose flags are checked above.
 			{Names: []string{"clone3"}, Action: libseccomp.ActionErrno | libseccomp.Action(unix.ENOSYS)},
+			socketFamilies(),
 		},
 	}
 	return p, info, nil
+}
+
+// Families are the socket families a sandbox may open: unix, IPv4, IPv6 (loopback only, in
+// its network namespace), and netlink for route queries (NETLINK_ROUTE: glibc's getaddrinfo
+// asks it which addresses exist). Every other family answers EAFNOSUPPORT, as a kernel
+// without it would: AF_VSOCK above all, which no network namespace separates (it reaches
+// the host and the hypervisor), and AF_PACKET, AF_ALG, AF_XDP and the rest, which a sandbox
+// never needs and whose kernel code is rarely exercised.
+var Families = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+func socketFamilies() libseccomp.SyscallGroup {
+	var other libseccomp.ArgumentConditions // the domain is none of Families
+	for _, f := range Families {
+		other = append(other, libseccomp.Condition{Argument: 0, Operation: libseccomp.NotEqual, Value: f})
+	}
+	return libseccomp.SyscallGroup{
+		NamesWithCondtions: []libseccomp.NameWithConditions{
+			{Name: "socket", Conditions: other},
+			{Name: "socketpair", Conditions: other},
+			// Netlink for routes only: not audit, uevents, netfilter, xfrm…
+			{Name: "socket", Conditions: libseccomp.ArgumentConditions{
+				{Argument: 0, Operation: libseccomp.Equal, Value: unix.AF_NETLINK},
+				{Argument: 2, Operation: libseccomp.NotEqual, Value: unix.NETLINK_ROUTE},
+			}},
+		},
+		Action: libseccomp.ActionErrno | libseccomp.Action(unix.EAFNOSUPPORT),
+	}
 }
 
 // Succeed is an action that answers 0 without running the call. The assembler turns a
