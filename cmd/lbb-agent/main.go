@@ -60,6 +60,22 @@ func reserveThreads(n int) {
 	release.Done()
 }
 
+// ignoreSignals catches, and drops, the signals the agent does not use whose default would
+// end it: as PID 1 it must outlive a process inside that signals it (the seccomp filter
+// drops signals to pid 1, not those sent to its threads' ids). Caught rather than ignored:
+// an ignored signal stays ignored in the processes the agent starts.
+func ignoreSignals() {
+	drop := make(chan os.Signal, 1)
+	signal.Notify(drop, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
+		syscall.SIGVTALRM, syscall.SIGPIPE, syscall.SIGTRAP, syscall.SIGABRT, syscall.SIGSYS, syscall.SIGILL,
+		syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGSTKFLT, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGIO, syscall.SIGPWR)
+	go func() {
+		for range drop {
+		}
+	}()
+}
+
 // options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
 type options struct {
 	fd                            int
@@ -141,6 +157,7 @@ func run() error {
 			srv.Forward(sig.(syscall.Signal))
 		}
 	}()
+	ignoreSignals()
 
 	if o.connect != "" {
 		return serveConnect(srv, o.connect, token, log)

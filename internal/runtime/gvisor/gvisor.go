@@ -50,10 +50,10 @@
 // The Sentry is the boundary, and some Linux behaviours the hostile suite relies on differ:
 //   - The init of a PID namespace is not immune to a SIGKILL from inside, exec needs read
 //     permission, and a non-readable executable does not make a process non-dumpable. So the
-//     agent makes itself non-dumpable (connect mode), and loads a seccomp filter of ours: the
-//     ns driver's deny list (internal/runtime/seccomp) plus a signal to PID 1 dropped as Linux drops it,
-//     tkill refused (see seccomp.go). runsc's OCI seccomp answers EPERM only, which would
-//     break clone3's fallback. The agent's link in /.lbb goes once it runs (hideAgent).
+//     agent makes itself non-dumpable (connect mode), and loads the ns driver's seccomp filter
+//     (internal/runtime/seccomp), which drops signals to PID 1 (see seccomp.go). runsc's OCI
+//     seccomp answers EPERM only, which would break clone3's fallback. The agent's link in
+//     /.lbb goes once it runs (hideAgent).
 //   - The i386 system calls (int 0x80) do not exist in gVisor: they fail with ENOSYS and no
 //     filter sees them.
 //   - /sys has no class/net: an empty, read-only /sys/class/net/lo is mounted.

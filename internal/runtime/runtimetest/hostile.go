@@ -61,6 +61,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("path escapes", e.known("path escapes", e.pathEscapes))
 	t.Run("agent out of reach", e.known("agent out of reach", e.agentOutOfReach))
 	t.Run("socket families", e.known("socket families", e.socketFamilies))
+	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
 
 }
 
@@ -750,5 +751,39 @@ print("pair vsock", pair(40))
 		if !refused[got[name]] {
 			t.Errorf("%s: errno %q, want EAFNOSUPPORT or EPERM", name, got[name])
 		}
+	}
+}
+
+// signalsToInit: a process that signals PID 1 (the agent) — kill -HUP 1 from a script, the
+// agent's threads by their ids, a pidfd of /proc/1 — ends neither the agent nor the sandbox.
+func (e *env) signalsToInit(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	b.ok("for s in HUP QUIT USR1 USR2 TERM INT ALRM PIPE TRAP ABRT; do kill -s $s 1 2>/dev/null; done; sleep 0.5; echo done")
+	b.py(`
+import os, signal, time
+tids = []
+try: tids = [int(t) for t in os.listdir("/proc/1/task")]
+except OSError: pass
+for tid in sorted(set(tids + list(range(2, 40)))):
+    for s in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGTERM):
+        try:
+            if tid != os.getpid(): os.kill(tid, s)
+        except OSError: pass
+try:
+    fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
+    signal.pidfd_send_signal(fd, signal.SIGHUP)
+except (OSError, AttributeError): pass
+time.sleep(0.5)
+`)
+	select {
+	case <-b.sb.Done():
+		t.Fatal("the sandbox ended after signals to its PID 1")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := b.ping(); err != nil {
+		t.Fatalf("the agent does not answer after signals to its PID 1: %v", err)
+	}
+	if out := b.ok("echo alive"); out != "alive\n" {
+		t.Errorf("after signals to PID 1: %q", out)
 	}
 }

@@ -3,7 +3,7 @@
 // Package seccomp builds and loads the sandbox's system call filter: allow by default, and
 // deny what a sandbox never needs — mounting, namespaces, kernel modules, kexec, bpf, perf,
 // keyrings, ptrace and cross-process memory access, io_uring, clock setting, raw I/O ports,
-// and socket families other than unix, inet, inet6 and netlink routes.
+// socket families other than unix, inet, inet6 and netlink routes, and signals to PID 1.
 //
 // The filter is assembled by github.com/elastic/go-seccomp-bpf, with one addition: a call
 // from any architecture other than the native one (on amd64, the i386 ABI reachable via
@@ -82,7 +82,39 @@ func Policy() (libseccomp.Policy, *arch.Info, error) {
 			socketFamilies(),
 		},
 	}
+	p.Syscalls = append(p.Syscalls, signalsToInit()...)
 	return p, info, nil
+}
+
+// signalsToInit keeps processes from signalling PID 1, the agent: a script's kill -HUP 1 would
+// end the sandbox (the agent handles every signal, as a Go program does, so Linux's shield
+// for a namespace's init, which drops the signals it has no handler for, does not hold; and
+// gVisor's init has no such shield at all, not even against SIGKILL). kill, tgkill,
+// rt_sigqueueinfo and rt_tgsigqueueinfo of pid 1 answer success without sending, as Linux
+// does for an init that ignores the signal; tkill, which could name one of the agent's
+// threads, and pidfd_open of pid 1 are refused, and so is pidfd_send_signal, which also
+// takes a descriptor of /proc/1 (callers fall back to kill). The agent also ignores the
+// signals it does not use (cmd/lbb-agent), for those sent to its threads' ids.
+func signalsToInit() []libseccomp.SyscallGroup {
+	pidOne := func(name string) libseccomp.NameWithConditions {
+		return libseccomp.NameWithConditions{Name: name, Conditions: libseccomp.ArgumentConditions{
+			{Argument: 0, Operation: libseccomp.Equal, Value: 1},
+		}}
+	}
+	return []libseccomp.SyscallGroup{
+		{
+			NamesWithCondtions: []libseccomp.NameWithConditions{
+				pidOne("kill"), pidOne("tgkill"), pidOne("rt_sigqueueinfo"), pidOne("rt_tgsigqueueinfo"),
+			},
+			Action: Succeed,
+		},
+		{
+			Names:              []string{"tkill"},
+			NamesWithCondtions: []libseccomp.NameWithConditions{pidOne("pidfd_open")},
+			Action:             libseccomp.ActionErrno,
+		},
+		{Names: []string{"pidfd_send_signal"}, Action: libseccomp.ActionErrno | libseccomp.Action(unix.ENOSYS)},
+	}
 }
 
 // Families are the socket families a sandbox may open: unix, IPv4, IPv6 (loopback only, in
@@ -117,14 +149,12 @@ func socketFamilies() libseccomp.SyscallGroup {
 // after assembly.
 const Succeed = libseccomp.ActionErrno | 0xfff
 
-// Program assembles the filter, with the groups of extra after the policy's own and the
-// architecture check before all of them.
-func Program(extra ...libseccomp.SyscallGroup) ([]bpf.RawInstruction, error) {
+// Program assembles the filter, prefixed with the architecture check.
+func Program() ([]bpf.RawInstruction, error) {
 	p, info, err := Policy()
 	if err != nil {
 		return nil, err
 	}
-	p.Syscalls = append(p.Syscalls, extra...)
 	body, err := p.Assemble()
 	if err != nil {
 		return nil, err
