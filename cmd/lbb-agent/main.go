@@ -79,7 +79,7 @@ func ignoreSignals() {
 // options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
 type options struct {
 	fd                            int
-	connect, seccomp              string
+	connect, seccomp, remove      string
 	workspace, etcDir, path, home string
 	verbose                       bool
 }
@@ -90,6 +90,7 @@ func run() error {
 	fs.IntVar(&o.fd, "fd", 3, "the channel's file descriptor")
 	fs.StringVar(&o.connect, "connect", "", "instead of --fd: connect to this unix socket, again after each disconnection (also LBB_AGENT_CONNECT; see connect.go)")
 	fs.StringVar(&o.seccomp, "seccomp", "", "load this raw BPF program as the seccomp filter of the agent and its processes")
+	fs.StringVar(&o.remove, "remove", "", "remove these files (comma-separated) at start: devices a sandbox must not have that its kernel (gVisor's) always makes")
 	fs.StringVar(&o.workspace, "workspace", agent.Workspace, "the workspace directory")
 	fs.StringVar(&o.etcDir, "etc-dir", "/etc", "where identity writes hostname and machine-id")
 	fs.StringVar(&o.path, "path", guest.DefaultPath, "the default PATH of processes")
@@ -123,6 +124,11 @@ func run() error {
 	if o.seccomp != "" {
 		if err := loadSeccomp(o.seccomp); err != nil {
 			return err
+		}
+	}
+	for _, p := range strings.Split(o.remove, ",") {
+		if err := os.RemoveAll(p); p != "" && err != nil {
+			return fmt.Errorf("remove %s: %w", p, err)
 		}
 	}
 

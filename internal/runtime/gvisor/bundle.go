@@ -62,6 +62,9 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 				"LBB_AGENT_CONNECT=" + agentConnect,
 				"LBB_AGENT_SECCOMP=" + seccompPath,
 				"LBB_AGENT_TOKEN=" + st.Token,
+				// Devices the Sentry always makes and a sandbox never needs: FUSE (a file system
+				// served from inside) and TUN/TAP (a network device of its own).
+				"LBB_AGENT_REMOVE=/dev/fuse,/dev/net",
 			},
 			Cwd: "/",
 			// Every set empty: no capability at all.
@@ -79,7 +82,8 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 		Root:     &specs.Root{Path: spec.Image, Readonly: true},
 		Hostname: spec.Hostname,
 		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
+			// Read-only: nothing in it is the sandbox's to write (/proc/sysrq-trigger above all).
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"ro", "nosuid", "nodev", "noexec"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			// gVisor's sysfs has no class/net: say what is true, lo is the only interface.

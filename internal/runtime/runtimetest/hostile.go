@@ -62,6 +62,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("agent out of reach", e.known("agent out of reach", e.agentOutOfReach))
 	t.Run("socket families", e.known("socket families", e.socketFamilies))
 	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
+	t.Run("devices", e.known("devices", e.devices))
 
 }
 
@@ -785,5 +786,24 @@ time.sleep(0.5)
 	}
 	if out := b.ok("echo alive"); out != "alive\n" {
 		t.Errorf("after signals to PID 1: %q", out)
+	}
+}
+
+// devices: nothing a sandbox never needs is in its /dev — no FUSE (a file system served from
+// inside), no TUN/TAP (a network device of its own) — and /proc/sysrq-trigger, which commands
+// the kernel, cannot be written.
+func (e *env) devices(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	out := b.ok(`for f in /dev/fuse /dev/net/tun /dev/kvm /dev/vsock /dev/vhost-vsock /dev/vhost-net /dev/mem /dev/kmsg /dev/loop-control; do
+  if [ -e "$f" ] || [ -L "$f" ]; then echo "present $f"; fi
+done
+if [ -w /proc/sysrq-trigger ]; then echo "writable /proc/sysrq-trigger"; fi
+if (printf 'h' > /proc/sysrq-trigger) 2>/dev/null; then echo "written /proc/sysrq-trigger"; fi
+ls /dev`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "present ") || strings.HasSuffix(l, "/proc/sysrq-trigger") {
+			t.Errorf("%s (/dev: %s)", l, strings.Join(lines, " "))
+		}
 	}
 }
