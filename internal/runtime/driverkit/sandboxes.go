@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -151,6 +152,36 @@ func (s *Sandboxes[S]) Create(id string, l Layout) error {
 	u.Release()
 	s.Log.Debug("sandbox created", append([]any{"sandbox", id}, u.Times...)...)
 	return nil
+}
+
+// MountDisk is the start step that mounts sandbox id's disk.img on its disk/ directory (see
+// hostdisk.Mount), once no loop device holds the image any more (a Stop by another process
+// may have left one detaching), and unmounts it when a later step fails. It answers the
+// loop device's numbers.
+func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) (major, minor uint32, err error) {
+	img, diskDir := s.Path(id, "disk.img"), s.Path(id, "disk")
+	err = u.Step("mount disk", func() error {
+		if m, _ := hostdisk.MountsUnder(s.Path(id)); len(m) > 0 {
+			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
+		}
+		if err := hostdisk.WaitDetached(ctx, img); err != nil {
+			return err
+		}
+		var err error
+		major, minor, err = hostdisk.Mount(img, diskDir)
+		return err
+	}, func() error {
+		ctx, cancel := UndoContext()
+		defer cancel()
+		return hostdisk.Unmount(ctx, diskDir)
+	})
+	return major, minor, err
+}
+
+// UndoContext is the context of an undo step: it must run even when the step's context is
+// what failed.
+func UndoContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
 // ReapDead stops what is left of sandbox id when its init has died; conflict when it still

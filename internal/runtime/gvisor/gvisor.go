@@ -246,30 +246,15 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
 	var u undo.Stack
-	// Undo steps get their own context: they must run even when ctx is what failed.
-	undoCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 30*time.Second)
-	}
 	if err := u.Step("leftovers", func() error {
 		// A previous process of this driver may have died with the sandbox started.
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		return d.cleanup(ctx, id)
 	}, nil); err != nil {
 		return nil, err
 	}
-	if err := u.Step("mount disk", func() error {
-		img := filepath.Join(dir, "disk.img")
-		if err := diskReleased(ctx, img); err != nil {
-			return err
-		}
-		_, _, err := hostdisk.Mount(img, diskDir)
-		return err
-	}, func() error {
-		ctx, cancel := undoCtx()
-		defer cancel()
-		return hostdisk.Unmount(ctx, diskDir)
-	}); err != nil {
+	if _, _, err := d.sbs.MountDisk(ctx, &u, id); err != nil {
 		return nil, err
 	}
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
@@ -321,7 +306,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		}()
 		return nil
 	}, func() error {
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		err := d.cleanup(ctx, id)
 		_ = cmd.Process.Kill()

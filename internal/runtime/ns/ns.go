@@ -186,33 +186,13 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
 	var u undo.Stack
-	// Undo steps get their own context: they must run even when ctx is what failed.
-	undoCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 10*time.Second)
-	}
-
 	go cg.Warm()
 	var agentBin string
 	if err := u.Step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
 		return nil, err
 	}
-	var major, minor uint32
-	if err := u.Step("mount disk", func() error {
-		if m, _ := hostdisk.MountsUnder(dir); len(m) > 0 {
-			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
-		}
-		var err error
-		// A Stop by another process (before a crash) may have left the device detaching.
-		if err := hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img")); err != nil {
-			return err
-		}
-		major, minor, err = hostdisk.Mount(filepath.Join(dir, "disk.img"), diskDir)
-		return err
-	}, func() error {
-		ctx, cancel := undoCtx()
-		defer cancel()
-		return hostdisk.Unmount(ctx, diskDir)
-	}); err != nil {
+	major, minor, err := d.sbs.MountDisk(ctx, &u, id)
+	if err != nil {
 		return nil, err
 	}
 	if err := u.Step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
@@ -229,7 +209,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 			ReadBPS: io.ReadBPS, WriteBPS: io.WriteBPS, ReadIOPS: io.ReadIOPS, WriteIOPS: io.WriteIOPS}},
 	}
 	if err := u.Step("cgroups", func() error { return cg.Create(id, cgl) }, func() error {
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		return cg.Remove(ctx, id)
 	}); err != nil {
