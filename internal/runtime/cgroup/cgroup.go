@@ -186,23 +186,31 @@ func ReadProcs(dir string) ([]int, error) {
 // Rmdir removes a group directory, retrying while the kernel still counts exiting tasks. A
 // missing directory is no error.
 func Rmdir(ctx context.Context, dir string) error {
-	for delay := 200 * time.Microsecond; ; delay *= 2 {
+	return poll(ctx, "remove "+dir, func() (bool, error) {
 		err := os.Remove(dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+			return true, nil
 		}
-		if !errors.Is(err, errBusy) {
-			return err
+		if errors.Is(err, errBusy) {
+			return false, nil // tasks still exiting
 		}
-		if delay > 50*time.Millisecond {
-			delay = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("remove %s: %w (%w)", dir, err, ctx.Err())
-		case <-time.After(delay):
-		}
+		return false, err
+	})
+}
+
+// remove kills what is left in group name of m and removes its directories.
+func remove(ctx context.Context, m Manager, name string) error {
+	if err := validName(name); err != nil {
+		return err
 	}
+	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, d := range m.Paths(name) {
+		errs = append(errs, Rmdir(ctx, d))
+	}
+	return errors.Join(errs...)
 }
 
 // poll calls f until it reports done, backing off from 100µs to 20ms.

@@ -257,19 +257,7 @@ func (m *v1) Stats(name string) (Stats, error) {
 	return g.Stats()
 }
 
-func (m *v1) Remove(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var errs []error
-	for _, d := range m.Paths(name) {
-		errs = append(errs, Rmdir(ctx, d))
-	}
-	return errors.Join(errs...)
-}
+func (m *v1) Remove(ctx context.Context, name string) error { return remove(ctx, m, name) }
 
 func validName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {

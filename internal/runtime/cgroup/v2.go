@@ -194,15 +194,7 @@ func (m *v2) Stats(name string) (Stats, error) {
 	return Group{CPU: d, Memory: d, Pids: d}.Stats()
 }
 
-func (m *v2) Remove(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return Rmdir(ctx, m.dir(name))
-}
+func (m *v2) Remove(ctx context.Context, name string) error { return remove(ctx, m, name) }
 
 func (m *v2) SetCPUWeight(name string, weight int) error {
 	if err := validName(name); err != nil {
