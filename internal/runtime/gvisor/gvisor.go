@@ -141,6 +141,7 @@ var (
 	_ runtime.Driver       = (*Driver)(nil)
 	_ runtime.Freezer      = (*Driver)(nil)
 	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.InitPIDer    = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.

@@ -109,6 +109,7 @@ var (
 	_ runtime.Freezer     = (*Driver)(nil)
 	_ runtime.Prioritizer = (*Driver)(nil)
 	_ runtime.Renamer     = (*Driver)(nil)
+	_ runtime.InitPIDer   = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
