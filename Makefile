@@ -31,6 +31,7 @@ serve: deps build ## Run the service (builds the images on first start).
 .PHONY: vet
 vet: ## go vet and gofmt.
 	$(GO) vet ./...
+	cd sdk/go && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 .PHONY: test-quick
@@ -40,6 +41,7 @@ test-quick: ## The inner loop: unit tests that need no images (skip privileged s
 .PHONY: test
 test: deps vet images ## Everything: vet, the image, both drivers through the suites, service, MCP and SDK tests.
 	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
+	cd sdk/go && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
 	LBB_BIN=$(CURDIR)/$(BIN)/lbb bash sdk/test.sh all
 
 include sdk/sdk.mk

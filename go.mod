@@ -3,8 +3,10 @@ module github.com/littlebigbrain/lbb
 go 1.26.0
 
 require (
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/jsonschema-go v0.4.3
+	github.com/littlebigbrain/lbb/sdk/go v0.0.0-00010101000000-000000000000
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/oklog/ulid/v2 v2.1.2
@@ -38,3 +40,5 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/littlebigbrain/lbb/sdk/go => ./sdk/go

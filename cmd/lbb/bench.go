@@ -145,7 +145,7 @@ func runBench(args []string) error {
 		if err != nil {
 			return err
 		}
-		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, rootfs: img.Rootfs, bwrap: bwrap,
+		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, rootfs: img.Rootfs, bwrap: bwrap,
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
@@ -172,7 +172,7 @@ func runBench(args []string) error {
 
 type serviceBench struct {
 	c, cold        *lbb.Client // cold: a server with the pool off (nil: skip)
-	url            string
+	url, key       string
 	rootfs, bwrap  string
 	n, burst, idle int
 	sustain        time.Duration
@@ -197,7 +197,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	// Warm runs wait (untimed) for a ready slot: a back-to-back loop would otherwise drain a
 	// pool that refills at about 2 python slots a second on 2 cores.
 	warm := func() {
-		if !bench.WaitPoolReady(ctx, b.url, "python", 1, 10*time.Second) {
+		if !bench.WaitPoolReady(ctx, b.url, b.key, "python", 1, 10*time.Second) {
 			notes = append(notes, "a warm run found no ready python slot within 10 s")
 		}
 	}
@@ -220,7 +220,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	// seed 002 measures it.
 	logf("create + first exec of node -v (%d times)…", n)
 	idle := func() {
-		if !bench.WaitPoolReady(ctx, b.url, "bare", 1, 10*time.Second) {
+		if !bench.WaitPoolReady(ctx, b.url, b.key, "bare", 1, 10*time.Second) {
 			notes = append(notes, "a create found no ready bare slot within 10 s")
 		}
 	}
@@ -396,7 +396,7 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 	var before func()
 	if warm {
 		before = func() {
-			if !bench.WaitPoolReady(ctx, url, "python", 1, 60*time.Second) {
+			if !bench.WaitPoolReady(ctx, url, key, "python", 1, 60*time.Second) {
 				*notes = append(*notes, "gvisor: a warm run found no ready python slot within 60 s")
 			}
 		}

@@ -29,22 +29,6 @@ func (f *clientFlags) client() (*lbb.Client, error) {
 	return lbb.New(lbb.Options{BaseURL: f.url, APIKey: f.apiKey, Graph: f.graph, UserAgent: "lbb-cli"})
 }
 
-// parseInterspersed parses flags that may come before or after the positional arguments.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
 func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")

@@ -4,143 +4,100 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
 func init() {
-	commands["commands"] = command{summary: "Read command records (commands get|list)", run: runCommands}
+	commands["commands"] = command{
+		summary: "Command records and their output",
+		aliases: []string{"command"},
+		footer:  "Every verb takes --url, --api-key, --graph and --json.",
+		verbs: []verb{
+			{name: "get", aliases: []string{"show"}, args: "ID [--wait-ms N]",
+				help: "a command record (waiting up to N ms for it to end)", run: commandsGet},
+			{name: "list", aliases: []string{"ls"}, args: "[--limit N] [--sandbox ID] [--status S]",
+				help: "the newest command records", run: commandsList},
+			{name: "logs", args: "ID [-f] [--stream stdout|stderr|both]",
+				help: "its output (-f: follow it live until it ends, then exit as lbb sandbox exec does:\nwith its exit code, 124 when it timed out)", run: commandsLogs},
+			{name: "kill", args: "ID [--signal SIG]",
+				help: "signal its process group (default SIGKILL)", run: commandsKill},
+		},
+	}
 }
 
-const commandsUsage = `Usage:
-  lbb commands get ID [--wait-ms N]   a command record (waiting up to N ms for it to end)
-  lbb commands list [--limit N] [--sandbox ID] [--status S]   the newest command records
-  lbb commands logs ID [-f] [--stream stdout|stderr|both]      its output (-f: follow it live
-                                      until it ends, then exit with its exit code)
-  lbb commands kill ID [--signal SIG] signal its process group (default SIGKILL)
-Every subcommand takes --url, --api-key, --graph and --json.
-`
+func commandsGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	wait := fs.Int64("wait-ms", 0, "wait up to this long for the command to end")
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
+	if err != nil {
+		return err
+	}
+	cmd, err := c.Commands.Get(ctx, id, *wait)
+	return answer(cf, cmd, err, printCommand)
+}
 
-func runCommands(args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, commandsUsage)
-		return nil
+func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	limit := fs.Int("limit", 20, "how many")
+	sandbox := fs.String("sandbox", "", "only the commands of this sandbox")
+	status := fs.String("status", "", "only commands with this status (running, succeeded, failed, timed_out, killed, lost, oom…)")
+	if err := noArgs(fs, args); err != nil {
+		return err
 	}
-	fs := flag.NewFlagSet("commands "+args[0], flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, commandsUsage) }
-	var cf clientFlags
-	cf.register(fs)
-	ctx := context.Background()
-	switch args[0] {
-	case "get":
-		wait := fs.Int64("wait-ms", 0, "wait up to this long for the command to end")
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return exitError{2, "commands get takes one ID"}
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		cmd, err := c.Commands.Get(ctx, pos[0], *wait)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(cmd)
-		}
-		printCommand(cmd)
-		return nil
-	case "list":
-		limit := fs.Int("limit", 20, "how many")
-		sandbox := fs.String("sandbox", "", "only the commands of this sandbox")
-		status := fs.String("status", "", "only commands with this status")
-		if _, err := parseInterspersed(fs, args[1:]); err != nil {
-			return err
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		var l *lbb.List[lbb.Command]
-		if *sandbox != "" {
-			l, err = c.Sandboxes.Commands(ctx, *sandbox, lbb.ListParams{Limit: *limit, Status: *status})
-		} else {
-			l, err = c.Commands.List(ctx, lbb.ListParams{Limit: *limit, Status: *status})
-		}
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(l)
-		}
-		w := table("COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED")
-		for _, c := range l.Data {
-			exit := "-"
-			if c.ExitCode != nil {
-				exit = fmt.Sprint(*c.ExitCode)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
-		}
-		return w.Flush()
-	case "logs":
-		follow := fs.Bool("f", false, "follow the output live until the command ends")
-		stream := fs.String("stream", "both", "stdout, stderr or both")
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return exitError{2, "commands logs takes one ID"}
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		exit, err := streamOutput(sctx, c, pos[0], *stream, *follow)
-		if err != nil {
-			if sctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if *follow && exit != nil {
-			return exitFor(exit)
-		}
-		return nil
-	case "kill":
-		sig := fs.String("signal", "", "SIGTERM, SIGINT, 15… (default SIGKILL)")
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return exitError{2, "commands kill takes one ID"}
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		cmd, err := c.Commands.Kill(ctx, pos[0], *sig)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(cmd)
-		}
-		printCommand(cmd)
-		return nil
+	c, err := cf.client()
+	if err != nil {
+		return err
 	}
-	fs.Usage()
-	return exitError{2, fmt.Sprintf("unknown subcommand %q", args[0])}
+	var l *lbb.List[lbb.Command]
+	if *sandbox != "" {
+		l, err = c.Sandboxes.Commands(ctx, *sandbox, lbb.ListParams{Limit: *limit, Status: *status})
+	} else {
+		l, err = c.Commands.List(ctx, lbb.ListParams{Limit: *limit, Status: *status})
+	}
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(l)
+	}
+	w := table("COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED")
+	for _, c := range l.Data {
+		exit := "-"
+		if c.ExitCode != nil {
+			exit = fmt.Sprint(*c.ExitCode)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
+	}
+	return w.Flush()
+}
+
+func commandsLogs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	follow := fs.Bool("f", false, "follow the output live until the command ends")
+	stream := fs.String("stream", "both", "stdout, stderr or both")
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
+	if err != nil {
+		return err
+	}
+	out, err := streamOutput(ctx, c, id, *stream, *follow)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if *follow && out.exit != nil {
+		return exitFor(out.exit)
+	}
+	return nil
+}
+
+func commandsKill(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	sig := fs.String("signal", "", "SIGTERM, SIGINT, 15… (default SIGKILL)")
+	id, c, err := oneArgClient(fs, cf, args, "command ID")
+	if err != nil {
+		return err
+	}
+	cmd, err := c.Commands.Kill(ctx, id, *sig)
+	return answer(cf, cmd, err, printCommand)
 }
 
 func printCommand(c *lbb.Command) {

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,201 +17,213 @@ import (
 )
 
 func init() {
-	commands["files"] = command{summary: "Workspace files and Files of the graph (files put|get|ls|rm|mkdir|keep|upload|list|download|import)", run: runFiles}
+	commands["files"] = command{
+		summary: "Workspace files, and Files of the graph (content-addressed; they outlive sandboxes)",
+		aliases: []string{"file"},
+		footer: `Paths are relative to /workspace, or absolute inside it. Every verb takes --url,
+--api-key, --graph and --json; transfers show progress on a terminal.`,
+		verbs: []verb{
+			{name: "put", args: "SANDBOX LOCAL [PATH]", help: "write a workspace file (LOCAL - is stdin; PATH defaults to LOCAL's name)", run: filesPut},
+			{name: "get", args: "SANDBOX PATH [LOCAL]", help: "read a workspace file (to stdout without LOCAL, or LOCAL -)", run: filesGet},
+			{name: "ls", args: "SANDBOX [PATH] [-r]", help: "list a workspace directory (-r: everything beneath it)", run: filesLs},
+			{name: "rm", args: "SANDBOX PATH", help: "remove a file or a directory with what it holds", run: filesRm},
+			{name: "mkdir", args: "SANDBOX PATH", help: "make a directory and its parents", run: filesMkdir},
+			{name: "keep", args: "SANDBOX PATH", help: "keep a workspace file as a File of the graph (its origin recorded)", run: filesKeep},
+			{name: "upload", args: "LOCAL [--name NAME]", help: "upload a File of the graph", run: filesUpload},
+			{name: "list", args: "[--limit N]", help: "the graph's Files", run: filesList},
+			{name: "download", args: "FILE_ID [LOCAL]", help: "a File's bytes (to stdout without LOCAL)", run: filesDownload},
+			{name: "import", args: "SANDBOX PATH SHA256", help: "copy a File of the graph into a workspace", run: filesImport},
+		},
+	}
 }
 
-const filesUsage = `Usage:
-  lbb files put SANDBOX LOCAL [PATH]     write a workspace file (LOCAL - is stdin; PATH defaults to LOCAL's name)
-  lbb files get SANDBOX PATH [LOCAL]     read a workspace file (to stdout without LOCAL, or LOCAL -)
-  lbb files ls SANDBOX [PATH] [-r]       list a workspace directory (-r: everything beneath it)
-  lbb files rm SANDBOX PATH              remove a file or a directory with what it holds
-  lbb files mkdir SANDBOX PATH           make a directory and its parents
-Files of the graph (content-addressed; they outlive sandboxes):
-  lbb files keep SANDBOX PATH            keep a workspace file as a File (its origin recorded)
-  lbb files upload LOCAL [--name NAME]   upload a File
-  lbb files list [--limit N]             the graph's Files
-  lbb files download FILE_ID [LOCAL]     a File's bytes (to stdout without LOCAL)
-  lbb files import SANDBOX PATH SHA256   copy a File into a workspace
-Paths are relative to /workspace, or absolute inside it. Every subcommand takes --url,
---api-key, --graph and --json; transfers show progress on a terminal.
-`
-
-func runFiles(args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, filesUsage)
-		return nil
-	}
-	fs := flag.NewFlagSet("files "+args[0], flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, filesUsage) }
-	var cf clientFlags
-	cf.register(fs)
-	recursive := fs.Bool("r", false, "ls: list everything beneath the directory")
-	name := fs.String("name", "", "upload: the File's name (default the local file's)")
-	limit := fs.Int("limit", 20, "list: how many")
-	pos, err := parseInterspersed(fs, args[1:])
+// filesArgs parses a files verb's flags, checks how many arguments it got and makes the client.
+func filesArgs(fs *flag.FlagSet, cf *clientFlags, args []string, min, max int) ([]string, *lbb.Client, error) {
+	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	nargs := func(min, max int) error {
-		if len(pos) < min || len(pos) > max {
-			fs.Usage()
-			return exitError{2, fmt.Sprintf("files %s: wrong number of arguments", args[0])}
-		}
-		return nil
+	if len(pos) < min || len(pos) > max {
+		return nil, nil, exitError{2, fmt.Sprintf("wrong number of arguments (%s --help says more)", fs.Name())}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c, err := cf.client()
+	return pos, c, err
+}
+
+func filesPut(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 2, 3)
 	if err != nil {
 		return err
 	}
-	switch args[0] {
-	case "put":
-		if err := nargs(2, 3); err != nil {
-			return err
-		}
-		src, size, closeSrc, err := openLocal(pos[1])
-		if err != nil {
-			return err
-		}
-		defer closeSrc()
-		dst := filepath.Base(pos[1])
-		if len(pos) == 3 {
-			dst = pos[2]
-		} else if pos[1] == "-" {
-			return exitError{2, "files put SANDBOX - needs the PATH to write"}
-		}
-		r := progress(src, size, "put "+dst)
-		e, err := c.Files.Write(ctx, pos[0], dst, r)
-		doneProgress(r)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(e)
-		}
-		fmt.Printf("%s\t%d bytes\n", e.Path, e.Size)
-		return nil
-	case "get":
-		if err := nargs(2, 3); err != nil {
-			return err
-		}
-		rc, err := c.Files.Read(ctx, pos[0], pos[1])
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		local := "-"
-		if len(pos) == 3 {
-			local = pos[2]
-		}
-		return saveLocal(rc, local, "get "+path.Base(pos[1]))
-	case "ls":
-		if err := nargs(1, 2); err != nil {
-			return err
-		}
-		p := "."
-		if len(pos) == 2 {
-			p = pos[1]
-		}
-		es, err := c.Files.List(ctx, pos[0], p, *recursive)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(es)
-		}
-		w := table("MODE", "SIZE", "MODIFIED", "TYPE", "PATH")
-		for _, e := range es {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
-		}
-		return w.Flush()
-	case "rm":
-		if err := nargs(2, 2); err != nil {
-			return err
-		}
-		return c.Files.Delete(ctx, pos[0], pos[1])
-	case "mkdir":
-		if err := nargs(2, 2); err != nil {
-			return err
-		}
-		_, err := c.Files.Mkdir(ctx, pos[0], pos[1])
+	src, size, closeSrc, err := openLocal(pos[1])
+	if err != nil {
 		return err
-	case "keep":
-		if err := nargs(2, 2); err != nil {
-			return err
-		}
-		f, err := c.GraphFiles.Keep(ctx, pos[0], pos[1])
-		if err != nil {
-			return err
-		}
-		return printFile(f, cf.json)
-	case "upload":
-		if err := nargs(1, 1); err != nil {
-			return err
-		}
-		src, size, closeSrc, err := openLocal(pos[0])
-		if err != nil {
-			return err
-		}
-		defer closeSrc()
-		n := *name
-		if n == "" && pos[0] != "-" {
-			n = filepath.Base(pos[0])
-		}
-		r := progress(src, size, "upload "+n)
-		f, err := c.GraphFiles.Upload(ctx, n, r)
-		doneProgress(r)
-		if err != nil {
-			return err
-		}
-		return printFile(f, cf.json)
-	case "list":
-		if err := nargs(0, 0); err != nil {
-			return err
-		}
-		l, err := c.GraphFiles.List(ctx, lbb.ListParams{Limit: *limit})
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(l)
-		}
-		w := table("FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED")
-		for _, f := range l.Data {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
-		}
-		return w.Flush()
-	case "download":
-		if err := nargs(1, 2); err != nil {
-			return err
-		}
-		rc, err := c.GraphFiles.Content(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		local := "-"
-		if len(pos) == 2 {
-			local = pos[1]
-		}
-		return saveLocal(rc, local, "download "+pos[0])
-	case "import":
-		if err := nargs(3, 3); err != nil {
-			return err
-		}
-		e, err := c.GraphFiles.Import(ctx, pos[0], pos[1], pos[2])
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(e)
-		}
-		fmt.Printf("%s\t%d bytes\tsha256 %s\n", e.Path, e.Size, e.SHA256)
-		return nil
 	}
-	fs.Usage()
-	return exitError{2, fmt.Sprintf("unknown subcommand %q", args[0])}
+	defer closeSrc()
+	dst := filepath.Base(pos[1])
+	if len(pos) == 3 {
+		dst = pos[2]
+	} else if pos[1] == "-" {
+		return exitError{2, "files put SANDBOX - needs the PATH to write"}
+	}
+	r := progress(src, size, "put "+dst)
+	e, err := c.Files.Write(ctx, pos[0], dst, r)
+	doneProgress(r)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(e)
+	}
+	fmt.Printf("%s\t%d bytes\n", e.Path, e.Size)
+	return nil
+}
+
+func filesGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 2, 3)
+	if err != nil {
+		return err
+	}
+	rc, err := c.Files.Read(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	local := "-"
+	if len(pos) == 3 {
+		local = pos[2]
+	}
+	return saveLocal(rc, local, "get "+path.Base(pos[1]))
+}
+
+func filesLs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	recursive := fs.Bool("r", false, "list everything beneath the directory")
+	pos, c, err := filesArgs(fs, cf, args, 1, 2)
+	if err != nil {
+		return err
+	}
+	p := "."
+	if len(pos) == 2 {
+		p = pos[1]
+	}
+	es, err := c.Files.List(ctx, pos[0], p, *recursive)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(es)
+	}
+	w := table("MODE", "SIZE", "MODIFIED", "TYPE", "PATH")
+	for _, e := range es {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
+	}
+	return w.Flush()
+}
+
+func filesRm(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	return c.Files.Delete(ctx, pos[0], pos[1])
+}
+
+func filesMkdir(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	_, err = c.Files.Mkdir(ctx, pos[0], pos[1])
+	return err
+}
+
+func filesKeep(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	f, err := c.GraphFiles.Keep(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	return printFile(f, cf.json)
+}
+
+func filesUpload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	name := fs.String("name", "", "the File's name (default the local file's)")
+	pos, c, err := filesArgs(fs, cf, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	src, size, closeSrc, err := openLocal(pos[0])
+	if err != nil {
+		return err
+	}
+	defer closeSrc()
+	n := *name
+	if n == "" && pos[0] != "-" {
+		n = filepath.Base(pos[0])
+	}
+	r := progress(src, size, "upload "+n)
+	f, err := c.GraphFiles.Upload(ctx, n, r)
+	doneProgress(r)
+	if err != nil {
+		return err
+	}
+	return printFile(f, cf.json)
+}
+
+func filesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	limit := fs.Int("limit", 20, "how many")
+	_, c, err := filesArgs(fs, cf, args, 0, 0)
+	if err != nil {
+		return err
+	}
+	l, err := c.GraphFiles.List(ctx, lbb.ListParams{Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(l)
+	}
+	w := table("FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED")
+	for _, f := range l.Data {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
+	}
+	return w.Flush()
+}
+
+func filesDownload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 1, 2)
+	if err != nil {
+		return err
+	}
+	rc, err := c.GraphFiles.Content(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	local := "-"
+	if len(pos) == 2 {
+		local = pos[1]
+	}
+	return saveLocal(rc, local, "download "+pos[0])
+}
+
+func filesImport(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	pos, c, err := filesArgs(fs, cf, args, 3, 3)
+	if err != nil {
+		return err
+	}
+	e, err := c.GraphFiles.Import(ctx, pos[0], pos[1], pos[2])
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(e)
+	}
+	fmt.Printf("%s\t%d bytes\tsha256 %s\n", e.Path, e.Size, e.SHA256)
+	return nil
 }
 
 func origin(o lbb.FileOrigin) string {

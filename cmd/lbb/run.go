@@ -28,8 +28,8 @@ exits 1 with its error; --json prints the whole answer (record ids, status, outp
 `
 
 func runRun(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsage); fs.PrintDefaults() }
+	fs := flag.NewFlagSet("lbb run", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var cf clientFlags
 	cf.register(fs)
 	input := fs.String("input", "", "input, as JSON")
@@ -60,33 +60,19 @@ func runRun(args []string) error {
 		}
 	case len(pos) == 0 && *template != "":
 	default:
-		fs.Usage()
-		return exitError{2, "run takes one FILE, or --template"}
+		return exitError{2, "takes one FILE, or --template (lbb run --help says more)"}
 	}
-	if *input != "" {
-		if !json.Valid([]byte(*input)) {
-			return fmt.Errorf("--input is not valid JSON")
-		}
-		p.Input = json.RawMessage(*input)
+	if p.Input, err = jsonFlag("input", *input); err != nil {
+		return err
 	}
-	if *config != "" {
-		if !json.Valid([]byte(*config)) {
-			return fmt.Errorf("--config is not valid JSON")
-		}
-		p.Config = json.RawMessage(*config)
+	if p.Config, err = jsonFlag("config", *config); err != nil {
+		return err
 	}
 	if *memory != 0 || *cpus != 0 {
 		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
 	}
-	if len(env) > 0 {
-		p.Env = map[string]string{}
-		for _, kv := range env {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return fmt.Errorf("--env %q: want NAME=VALUE", kv)
-			}
-			p.Env[k] = v
-		}
+	if p.Env, err = pairs("--env", env); err != nil {
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {

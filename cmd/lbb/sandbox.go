@@ -7,176 +7,163 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
 func init() {
-	commands["sandbox"] = command{summary: "Long-lived sandboxes (sandbox create|list|get|exec|stop|resume|pause|snapshot|fork|snapshots|delete)", run: runSandbox}
+	commands["sandbox"] = command{
+		summary: "Long-lived sandboxes: create one, run commands in it, stop, resume, pause, fork",
+		aliases: []string{"sandboxes"},
+		footer:  "Every verb takes --url, --api-key, --graph and --json.",
+		verbs: []verb{
+			{name: "create", aliases: []string{"new"}, run: sandboxCreate,
+				args: "[--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N] [--env NAME=VALUE]... [--label KEY=VALUE]...",
+				help: "starts a sandbox and prints its id"},
+			{name: "list", aliases: []string{"ls"}, run: sandboxList,
+				args: "[--all | --status S[,S…]] [--label KEY=VALUE]... [--limit N]",
+				help: "the live sandboxes (starting, running, paused, stopped), newest first;\n--all adds the ended ones (destroyed, failed: one-call runs' among them)"},
+			{name: "get", aliases: []string{"show"}, args: "ID", help: "one sandbox", run: sandboxDo((*lbb.SandboxesService).Get)},
+			{name: "exec", run: sandboxExec,
+				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--timeout-ms N] [-i] [--detach] -- ARGV...  (or ID 'SHELL LINE')",
+				help: `runs ARGV (or the line, with bash -c) in the sandbox, streams its output live and
+exits with its exit code; -i sends this terminal's stdin to it; --detach prints the
+command id and returns. A command that runs past its timeout: lbb says "timed out after
+N ms" and exits 124. Output that was not kept (a gap in the stream): lbb says how many
+bytes and exits 125. An error of lbb or the server exits 1, a usage error 2.`},
+			{name: "stop", args: "ID", help: "its processes end, its disk stays", run: sandboxDo((*lbb.SandboxesService).Stop)},
+			{name: "resume", args: "ID", help: "starts again with the same workspace (a paused one: where it was)", run: sandboxDo((*lbb.SandboxesService).Resume)},
+			{name: "pause", args: "ID", help: "parks it: gvisor saves its memory to disk, ns freezes it in RAM", run: sandboxDo((*lbb.SandboxesService).Pause)},
+			{name: "snapshot", args: "ID [--label KEY=VALUE]...", help: "a memory snapshot (gvisor); it runs on; prints the snapshot's id", run: sandboxSnapshot},
+			{name: "fork", args: "ID [--snapshot SNP] [--expires S] [--env NAME=VALUE]... [--label KEY=VALUE]...",
+				help: "a new sandbox from a snapshot of ID (a fresh one without --snapshot); prints its id", run: sandboxFork},
+			{name: "snapshots", args: "ID [--limit N] | --delete SNP", help: "lists ID's snapshots; --delete SNP deletes one", run: sandboxSnapshotList},
+			{name: "delete", aliases: []string{"rm"}, args: "ID", help: "destroys it (the record stays)", run: sandboxDo((*lbb.SandboxesService).Delete)},
+			{name: "bench", args: "[--serve] [--n N] [--file-mib N]", help: "exec round trip, run, create/stop/resume and file throughput", run: sandboxBenchVerb},
+		},
+	}
 }
 
-const sandboxUsage = `Usage:
-  lbb sandbox create [--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N]
-                     [--env NAME=VALUE]... [--label KEY=VALUE]...      prints the new sandbox's id
-  lbb sandbox list [--status S] [--label KEY=VALUE]... [--limit N]
-  lbb sandbox get ID
-  lbb sandbox exec ID [--cwd DIR] [--env NAME=VALUE]... [--timeout-ms N] [-i] [--detach] -- ARGV...
-        runs ARGV in the sandbox, streams its output live and exits with its exit code;
-        -i sends this terminal's stdin to it; --detach prints the command id and returns
-  lbb sandbox stop ID       its processes end, its disk stays
-  lbb sandbox resume ID     starts again with the same workspace (a paused one: where it was)
-  lbb sandbox pause ID      parks it: gvisor saves its memory to disk, ns freezes it in RAM
-  lbb sandbox snapshot ID [--label KEY=VALUE]...   a memory snapshot (gvisor); it runs on
-  lbb sandbox fork ID [--snapshot SNP] [--expires S] [--env NAME=VALUE]... [--label KEY=VALUE]...
-        a new sandbox from a snapshot of ID (a fresh one without --snapshot); prints its id
-  lbb sandbox snapshots ID [--limit N]   lists ID's snapshots; snapshots --delete SNP deletes one
-  lbb sandbox delete ID     destroys it (the record stays)
-  lbb sandbox bench [--serve] exec round trip, run, create/stop/resume and file throughput
-Every subcommand takes --url, --api-key, --graph and --json.
-`
+// liveStatuses are the statuses lbb sandbox list shows by default: sandboxes that are not over.
+var liveStatuses = []string{"starting", "running", "paused", "stopped"}
 
-func runSandbox(args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, sandboxUsage)
-		return nil
+func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
+	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
+	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
+	expires := fs.Int64("expires", 0, "seconds until the sandbox ends (default and cap: the server's)")
+	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
+	cpus := fs.Float64("cpus", 0, "vCPUs")
+	disk := fs.Int64("disk-mib", 0, "workspace disk in MiB")
+	key := fs.String("idempotency-key", "", "a retry with the same key answers the same sandbox")
+	var env, labels multiFlag
+	fs.Var(&env, "env", "NAME=VALUE given to every command (repeatable); values are masked in output")
+	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
+	if err := noArgs(fs, args); err != nil {
+		return err
 	}
-	fs := flag.NewFlagSet("sandbox "+args[0], flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, sandboxUsage) }
-	var cf clientFlags
-	cf.register(fs)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	oneID := func(pos []string) (string, *lbb.Client, error) {
-		if len(pos) != 1 {
-			return "", nil, exitError{2, fmt.Sprintf("sandbox %s takes one sandbox ID", args[0])}
-		}
-		c, err := cf.client()
-		return pos[0], c, err
+	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *expires, IdempotencyKey: *key}
+	if *memory != 0 || *cpus != 0 || *disk != 0 {
+		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus, DiskMiB: *disk}
 	}
-	switch args[0] {
-	case "create":
-		template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
-		base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
-		isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
-		expires := fs.Int64("expires", 0, "seconds until the sandbox ends (default and cap: the server's)")
-		memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-		cpus := fs.Float64("cpus", 0, "vCPUs")
-		disk := fs.Int64("disk-mib", 0, "workspace disk in MiB")
-		key := fs.String("idempotency-key", "", "a retry with the same key answers the same sandbox")
-		var env, labels multiFlag
-		fs.Var(&env, "env", "NAME=VALUE given to every command (repeatable); values are masked in output")
-		fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 0 {
-			return exitError{2, "sandbox create takes no arguments"}
-		}
-		p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *expires, IdempotencyKey: *key}
-		if *memory != 0 || *cpus != 0 || *disk != 0 {
-			p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus, DiskMiB: *disk}
-		}
-		if p.Env, err = pairs("--env", env); err != nil {
-			return err
-		}
-		if p.Metadata, err = pairs("--label", labels); err != nil {
-			return err
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		sb, err := c.Sandboxes.Create(ctx, p)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(sb)
-		}
-		fmt.Println(sb.ID)
-		return nil
-	case "list":
-		status := fs.String("status", "", "only sandboxes with this status (running, stopped, destroyed…)")
-		limit := fs.Int("limit", 20, "how many")
-		var labels multiFlag
-		fs.Var(&labels, "label", "KEY=VALUE: only sandboxes with this metadata (repeatable)")
-		if _, err := parseInterspersed(fs, args[1:]); err != nil {
-			return err
-		}
-		lp := lbb.ListParams{Limit: *limit, Status: *status}
-		var err error
-		if lp.Labels, err = pairs("--label", labels); err != nil {
-			return err
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
+	var err error
+	if p.Env, err = pairs("--env", env); err != nil {
+		return err
+	}
+	if p.Metadata, err = pairs("--label", labels); err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.Sandboxes.Create(ctx, p)
+	return answer(cf, sb, err, func(sb *lbb.Sandbox) { fmt.Println(sb.ID) })
+}
+
+func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	status := fs.String("status", "", "only sandboxes with these statuses, comma-separated (starting, running, paused, stopped, destroyed, failed)")
+	all := fs.Bool("all", false, "every sandbox, ended ones too")
+	limit := fs.Int("limit", 20, "how many")
+	var labels multiFlag
+	fs.Var(&labels, "label", "KEY=VALUE: only sandboxes with this metadata (repeatable)")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	if *all && *status != "" {
+		return exitError{2, "--all and --status: give one"}
+	}
+	lp := lbb.ListParams{Limit: *limit}
+	var err error
+	if lp.Labels, err = pairs("--label", labels); err != nil {
+		return err
+	}
+	statuses := liveStatuses
+	switch {
+	case *all:
+		statuses = []string{""}
+	case *status != "":
+		statuses = strings.Split(*status, ",")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	// The API filters by one status: ask once for each, and keep the newest of them all.
+	var data []lbb.Sandbox
+	for _, st := range statuses {
+		lp.Status = strings.TrimSpace(st)
 		l, err := c.Sandboxes.List(ctx, lp)
 		if err != nil {
 			return err
 		}
-		if cf.json {
-			return printJSON(l)
-		}
-		w := table("SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS")
-		for _, sb := range l.Data {
-			kind := "long-lived"
-			if sb.OneCall {
-				kind = "one-call"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
-				orDash(sb.EndReason), orDash(labelString(sb.Metadata)))
-		}
-		return w.Flush()
-	case "snapshot", "fork", "snapshots":
-		return sandboxSnapshots(ctx, fs, &cf, args[0], args[1:])
-	case "get", "stop", "resume", "pause", "delete":
-		pos, err := parseInterspersed(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		id, c, err := oneID(pos)
-		if err != nil {
-			return err
-		}
-		var sb *lbb.Sandbox
-		switch args[0] {
-		case "get":
-			sb, err = c.Sandboxes.Get(ctx, id)
-		case "stop":
-			sb, err = c.Sandboxes.Stop(ctx, id)
-		case "resume":
-			sb, err = c.Sandboxes.Resume(ctx, id)
-		case "pause":
-			sb, err = c.Sandboxes.Pause(ctx, id)
-		case "delete":
-			sb, err = c.Sandboxes.Delete(ctx, id)
-		}
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return printJSON(sb)
-		}
-		printSandbox(sb)
-		return nil
-	case "exec":
-		return sandboxExec(ctx, fs, &cf, args[1:])
-	case "bench":
-		if sandboxBench == nil {
-			return exitError{2, "sandbox bench runs on Linux"}
-		}
-		return sandboxBench(args[1:])
+		data = append(data, l.Data...)
 	}
-	fs.Usage()
-	return exitError{2, fmt.Sprintf("unknown subcommand %q", args[0])}
+	sort.SliceStable(data, func(i, j int) bool { return data[i].CreatedAt.After(data[j].CreatedAt) })
+	if len(data) > *limit {
+		data = data[:*limit]
+	}
+	if cf.json {
+		return printJSON(lbb.List[lbb.Sandbox]{Data: data})
+	}
+	w := table("SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS")
+	for _, sb := range data {
+		kind := "long-lived"
+		if sb.OneCall {
+			kind = "one-call"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
+			orDash(sb.EndReason), orDash(labelString(sb.Metadata)))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(data) == 0 && !*all && *status == "" {
+		fmt.Fprintln(cliErr, "no live sandboxes (lbb sandbox list --all shows the ended ones too)")
+	}
+	return nil
+}
+
+// sandboxDo serves lbb sandbox get|stop|resume|pause|delete: one call on one sandbox.
+func sandboxDo(call func(*lbb.SandboxesService, context.Context, string) (*lbb.Sandbox, error)) func(context.Context, *flag.FlagSet, *clientFlags, []string) error {
+	return func(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+		id, c, err := oneArgClient(fs, cf, args, "sandbox ID")
+		if err != nil {
+			return err
+		}
+		sb, err := call(c.Sandboxes, ctx, id)
+		return answer(cf, sb, err, printSandbox)
+	}
+}
+
+func sandboxBenchVerb(_ context.Context, _ *flag.FlagSet, _ *clientFlags, args []string) error {
+	if sandboxBench == nil {
+		return exitError{2, "sandbox bench runs on Linux"}
+	}
+	return sandboxBench(args)
 }
 
 func pairs(flagName string, kvs []string) (map[string]string, error) {
@@ -276,7 +263,7 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 		pos = pos[:1]
 	}
 	if len(pos) != 1 || len(argv) == 0 {
-		return exitError{2, "usage: lbb sandbox exec ID [flags] -- ARGV..."}
+		return exitError{2, "usage: lbb sandbox exec ID [flags] -- ARGV... (lbb sandbox exec --help says more)"}
 	}
 	p := lbb.ExecParams{Argv: argv, Cwd: *cwd, TimeoutMs: *timeout, WaitMs: -1, StdinOpen: *interactive}
 	if p.Env, err = pairs("--env", env); err != nil {
@@ -301,26 +288,44 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 		go pumpStdin(c, cmd.ID)
 	}
 	// Ctrl-C interrupts the command, not the streaming: its end still comes.
-	interrupted := make(chan struct{}, 1)
+	streaming := make(chan struct{})
+	defer close(streaming)
 	go func() {
-		<-ctx.Done()
-		interrupted <- struct{}{}
+		select {
+		case <-ctx.Done():
+		case <-streaming: // ended first: nothing to interrupt
+			return
+		}
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c.Commands.Kill(kctx, cmd.ID, "SIGINT")
 	}()
-	exit, err := streamOutput(context.Background(), c, cmd.ID, "both", true)
+	out, err := streamOutput(context.Background(), c, cmd.ID, "both", true)
 	if err != nil {
 		return err
 	}
-	if exit == nil {
+	if out.exit == nil {
 		return errors.New("the output stream ended before the command")
 	}
 	if cf.json {
-		printJSON(exit)
+		printJSON(out.exit)
 	}
-	return exitFor(exit)
+	if out.lost > 0 {
+		// What came is not the command's whole output: a script must not take it for that.
+		msg := fmt.Sprintf("%d bytes of the output of %s were not kept: what was printed is incomplete", out.lost, cmd.ID)
+		if err := exitFor(out.exit); err != nil && err.Error() != "" {
+			msg += "; " + err.Error()
+		}
+		return exitError{exitOutputLost, msg}
+	}
+	return exitFor(out.exit)
 }
+
+// Exit codes of lbb sandbox exec and lbb commands logs -f beside the command's own.
+const (
+	exitTimedOut   = 124 // the command ran past its timeout (as timeout(1) exits)
+	exitOutputLost = 125 // bytes of its output were not kept
+)
 
 // pumpStdin sends stdin to a command until EOF, then closes the command's stdin.
 func pumpStdin(c *lbb.Client, id string) {
@@ -340,43 +345,75 @@ func pumpStdin(c *lbb.Client, id string) {
 	}
 }
 
-// streamOutput copies a command's output to stdout and stderr as it comes and answers its
-// record once it has ended (nil without follow while it runs).
-func streamOutput(ctx context.Context, c *lbb.Client, id, stream string, follow bool) (*lbb.Command, error) {
+// streamed is what streamOutput saw: the command's record once it ended (nil without follow
+// while it runs), and how many bytes of its output did not come (not kept).
+type streamed struct {
+	exit *lbb.Command
+	lost int64
+}
+
+// streamOutput copies a command's output to stdout and stderr as it comes, saying on stderr
+// where bytes were not kept.
+func streamOutput(ctx context.Context, c *lbb.Client, id, stream string, follow bool) (streamed, error) {
 	s, err := c.Commands.Output(ctx, id, stream, follow)
 	if err != nil {
-		return nil, err
+		return streamed{}, err
 	}
 	defer s.Close()
+	var out streamed
 	next := map[string]int64{}
+	gap := func(name string, upTo int64) {
+		if n := upTo - next[name]; n > 0 {
+			fmt.Fprintf(os.Stderr, "\n[lbb: %d bytes of %s were not kept]\n", n, name)
+			out.lost += n
+		}
+	}
 	for s.Next() {
 		ch := s.Chunk()
 		w := io.Writer(os.Stdout)
 		if ch.Stream == "stderr" {
 			w = os.Stderr
 		}
-		if ch.Offset > next[ch.Stream] {
-			fmt.Fprintf(os.Stderr, "\n[lbb: %d bytes of %s were not kept]\n", ch.Offset-next[ch.Stream], ch.Stream)
-		}
+		gap(ch.Stream, ch.Offset)
 		w.Write(ch.Data)
 		next[ch.Stream] = ch.Offset + int64(len(ch.Data))
 	}
-	return s.Exit(), s.Err()
+	out.exit = s.Exit()
+	if e := out.exit; e != nil { // bytes missing at the end are lost too
+		if (stream == "both" || stream == "stdout") && !e.Stdout.Expired {
+			gap("stdout", e.Stdout.Bytes)
+		}
+		if (stream == "both" || stream == "stderr") && !e.Stderr.Expired {
+			gap("stderr", e.Stderr.Bytes)
+		}
+	}
+	return out, s.Err()
 }
 
-// exitFor is how lbb ends after a command: with its exit code, silently.
+// exitFor is how lbb ends after a command: with its exit code, silently, or saying why it
+// ended otherwise.
 func exitFor(cmd *lbb.Command) error {
 	switch {
+	case cmd.Status == lbb.StatusTimedOut:
+		msg := fmt.Sprintf("command %s timed out after %d ms", cmd.ID, cmd.TimeoutMs)
+		if cmd.TimeoutMs <= 0 {
+			msg = fmt.Sprintf("command %s timed out", cmd.ID)
+		}
+		return exitError{exitTimedOut, msg}
 	case cmd.ExitCode != nil && *cmd.ExitCode == 0 && cmd.Status == lbb.StatusSucceeded:
 		return nil
-	case cmd.ExitCode != nil && *cmd.ExitCode != 0:
+	case cmd.ExitCode != nil && *cmd.ExitCode != 0 && cmd.Status == lbb.StatusFailed:
 		return silentExit(*cmd.ExitCode)
 	}
 	msg := fmt.Sprintf("command %s: %s", cmd.ID, cmd.Status)
 	if cmd.Error != "" {
 		msg += ": " + cmd.Error
 	}
-	return exitError{1, msg}
+	code := 1
+	if cmd.ExitCode != nil && *cmd.ExitCode != 0 {
+		code = *cmd.ExitCode
+	}
+	return exitError{code, msg}
 }
 
 // silentExit ends lbb with a code and no message (the command's own code).

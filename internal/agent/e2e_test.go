@@ -26,33 +26,12 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-agent-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if os.Getenv("LBB_AGENT_RACE") != "" { // the agent itself under the race detector
-		build.Args = append(build.Args[:2], append([]string{"-race"}, build.Args[2:]...)...)
-		build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	}
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 type testAgent struct {
 	c   *agent.Client
@@ -863,12 +842,10 @@ func BenchmarkBareForkExec(b *testing.B) {
 }
 
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
+	testkit.RequiresRoot(t) // to mount a small tmpfs
 	ws := t.TempDir()
 	if err := syscall.Mount("tmpfs", ws, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
+		testkit.SkipPrivileged(t, "cannot mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(ws, syscall.MNT_DETACH) })
 	ta := startAgentIn(t, ws)

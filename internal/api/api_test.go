@@ -239,7 +239,7 @@ func TestAuditAndMetrics(t *testing.T) {
 	if strings.Join(routes, ",") != strings.Join(want, ",") {
 		t.Fatalf("audit %v, want %v", routes, want)
 	}
-	m := string(s.do("GET", "/metrics", "", nil, "").body)
+	m := string(s.do("GET", "/metrics", s.admin, nil, "").body)
 	for _, want := range []string{`lbb_runs_total{status="succeeded"} 1`, `lbb_http_requests_total{code="200",method="POST",route="POST /v1/sandboxes"} 1`,
 		"lbb_sandboxes_running 0", "lbb_run_duration_seconds_bucket"} {
 		if !strings.Contains(m, want) {

@@ -27,7 +27,11 @@ func (s *Server) routes() {
 		public = ""
 	)
 	s.handle("GET", "/healthz", public, false, false, s.healthz)
-	s.handle("GET", "/metrics", public, false, false, s.metrics)
+	metricsScope := admin
+	if s.metricsPublic {
+		metricsScope = public
+	}
+	s.handle("GET", "/metrics", metricsScope, false, false, s.metrics)
 	s.handle("GET", "/v1/openapi.json", public, false, false, s.openapi)
 
 	s.handle("POST", "/v1/sandboxes", write, true, true, s.createSandbox)
@@ -266,6 +270,13 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
+	if wait > 0 {
+		release, err := s.streams.acquire(c.caller.Key.ID)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	cmd, err := s.svc.GetCommand(r.Context(), c.caller.Graph, r.PathValue("id"), wait)
 	if err != nil {
 		return err
@@ -365,7 +376,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := decode(body, &req); err != nil {
 		return err
 	}
-	k, err := s.svc.CreateKey(r.Context(), c.caller.Key.ID, req)
+	k, err := s.svc.MintKey(r.Context(), c.caller.Key, req)
 	if err != nil {
 		return err
 	}
@@ -379,7 +390,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	out, next, err := s.svc.Store().ListKeys(r.Context(), p)
+	out, next, err := s.svc.ListKeys(r.Context(), c.caller.Key, p)
 	if err != nil {
 		return err
 	}
@@ -389,7 +400,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.target = r.PathValue("id")
-	k, err := s.svc.RevokeKey(r.Context(), c.target)
+	k, err := s.svc.RevokeKeyAs(r.Context(), c.caller.Key, c.target)
 	if err != nil {
 		return err
 	}
@@ -402,7 +413,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	out, next, err := s.svc.Store().ListAudit(r.Context(), c.caller.Graph, p)
+	out, next, err := s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
 	if err != nil {
 		return err
 	}

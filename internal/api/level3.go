@@ -47,7 +47,8 @@ func (s *Server) level3Routes() {
 	s.handle("GET", "/v1/files", filesR, graph, !audited, s.listGraphFiles)
 	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
 	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
-	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile)
+	// Importing a File into a sandbox reads the File.
+	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile).Also = []string{filesR}
 	s.snapshotRoutes()
 }
 
@@ -379,6 +380,10 @@ func (s *Server) createFile(w http.ResponseWriter, r *http.Request, c *call) err
 	var resp control.Response
 	var err error
 	if q.Has("source_sandbox") || q.Has("source_path") {
+		// Keeping a workspace file as a File reads the sandbox.
+		if !c.caller.Key.HasScope(store.ScopeSandboxesRead) {
+			return errdefs.Forbidden("API key %s lacks the scope %s (keeping a sandbox's file reads it)", c.caller.Key.ID, store.ScopeSandboxesRead)
+		}
 		c.sandbox = q.Get("source_sandbox")
 		resp, err = s.svc.KeepFile(r.Context(), c.caller, q.Get("source_sandbox"), q.Get("source_path"), idemKey(r))
 	} else {

@@ -250,7 +250,9 @@ func TestOpenAPIContract(t *testing.T) {
 	}
 
 	check("healthz", "/healthz", 200, "GET", "/healthz", "", nil, "")
-	check("metrics", "/metrics", 200, "GET", "/metrics", "", nil, "")
+	check("metrics", "/metrics", 200, "GET", "/metrics", admin, nil, "")
+	check("metrics", "/metrics", 401, "GET", "/metrics", "", nil, "")
+	check("metrics", "/metrics", 403, "GET", "/metrics", reader, nil, "")
 	check("openapi", "/v1/openapi.json", 200, "GET", "/v1/openapi.json", "", nil, "")
 
 	const sb = "/v1/sandboxes"

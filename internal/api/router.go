@@ -13,6 +13,9 @@ type Route struct {
 	Pattern string
 	// Scope the key needs; "" for a public route, scopeAny for any valid key.
 	Scope string
+	// Also are further scopes the key needs: a route that reads one kind of record and
+	// writes another needs both.
+	Also []string
 	// Graph says the route needs ?graph=.
 	Graph bool
 	// Audit says the call changes state and goes into the audit trail.

@@ -49,6 +49,9 @@ type Server struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	streams  streamLimiter
+	// metricsPublic serves /metrics without a key (--metrics-public).
+	metricsPublic bool
 }
 
 // New returns the API server.
@@ -59,7 +62,9 @@ func New(o Options) *Server {
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{svc: o.Service, log: o.Log, registry: o.Registry}
+	cfg := o.Service.Config()
+	s := &Server{svc: o.Service, log: o.Log, registry: o.Registry, streams: streamLimiter{max: cfg.MaxStreamsPerKey},
+		metricsPublic: cfg.MetricsPublic}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lbb_http_requests_total", Help: "HTTP requests, by route, method and status code.",
 	}, []string{"route", "method", "code"})
@@ -81,8 +86,10 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
-func (s *Server) handle(method, pattern, scope string, graph, audit bool, h handlerFunc) {
-	s.router.routes = append(s.router.routes, &Route{Method: method, Pattern: pattern, Scope: scope, Graph: graph, Audit: audit, Handler: h})
+func (s *Server) handle(method, pattern, scope string, graph, audit bool, h handlerFunc) *Route {
+	r := &Route{Method: method, Pattern: pattern, Scope: scope, Graph: graph, Audit: audit, Handler: h}
+	s.router.routes = append(s.router.routes, r)
+	return r
 }
 
 // handlerFunc serves one route; an error it returns is written as the error body.
@@ -257,10 +264,16 @@ func (s *Server) authorize(r *http.Request, c *call) error {
 	}
 	if c.route.Graph || graph != "" {
 		c.caller.Graph = graph
-		return s.svc.Authorize(r.Context(), k, graph, scope)
-	}
-	if scope != "" && !k.HasScope(scope) {
+		if err := s.svc.Authorize(r.Context(), k, graph, scope); err != nil {
+			return err
+		}
+	} else if scope != "" && !k.HasScope(scope) {
 		return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, scope)
+	}
+	for _, sc := range c.route.Also {
+		if !k.HasScope(sc) {
+			return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, sc)
+		}
 	}
 	return nil
 }

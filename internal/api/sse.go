@@ -177,6 +177,11 @@ func (s *Server) commandOutput(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
+	release, err := s.streams.acquire(c.caller.Key.ID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	id := r.PathValue("id")
 	out, err := s.svc.CommandOutput(r.Context(), c.caller.Graph, id)
 	if err != nil {

@@ -43,12 +43,12 @@ func OneCallPaced(ctx context.Context, c *lbb.Client, name string, n int, p lbb.
 	return s
 }
 
-// WaitPoolReady polls the server's /metrics until lbb_pool_ready for key is at least want,
-// or d passes.
-func WaitPoolReady(ctx context.Context, baseURL, key string, want int, d time.Duration) bool {
+// WaitPoolReady polls the server's /metrics (with apiKey) until lbb_pool_ready for key is
+// at least want, or d passes.
+func WaitPoolReady(ctx context.Context, baseURL, apiKey, key string, want int, d time.Duration) bool {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) && ctx.Err() == nil {
-		if poolReady(baseURL, key) >= want {
+		if poolReady(baseURL, apiKey, key) >= want {
 			return true
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -56,8 +56,13 @@ func WaitPoolReady(ctx context.Context, baseURL, key string, want int, d time.Du
 	return false
 }
 
-func poolReady(baseURL, key string) int {
-	resp, err := http.Get(baseURL + "/metrics")
+func poolReady(baseURL, apiKey, key string) int {
+	req, err := http.NewRequest("GET", baseURL+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
 	}

@@ -51,8 +51,13 @@ type Config struct {
 	MaxWait     time.Duration
 
 	MaxRunningPerGraph int
-	MaxBodyBytes       int64
-	MaxFileBytes       int64
+	// MaxStreamsPerKey bounds the output streams (SSE) and long-polls one API key holds
+	// open at once.
+	MaxStreamsPerKey int
+	// MetricsPublic serves /metrics without a key; by default it needs an admin key.
+	MetricsPublic bool
+	MaxBodyBytes  int64
+	MaxFileBytes  int64
 	// OutputHeadBytes and OutputTailBytes are how much of each stream a record keeps.
 	OutputHeadBytes int
 	OutputTailBytes int
@@ -94,6 +99,7 @@ func Default() Config {
 		DefaultWait:        60 * time.Second,
 		MaxWait:            5 * time.Minute,
 		MaxRunningPerGraph: 10,
+		MaxStreamsPerKey:   64,
 		MaxBodyBytes:       10 << 20,
 		MaxFileBytes:       100 << 20,
 		OutputHeadBytes:    16 << 10,
@@ -135,6 +141,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DefaultWait, "default-wait", c.DefaultWait, "how long a call waits for its command when it names no wait_ms")
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
 	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running sandboxes per graph")
+	fs.IntVar(&c.MaxStreamsPerKey, "max-streams-per-key", c.MaxStreamsPerKey, "output streams and long-polls one API key may hold open at once")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key (by default it needs an admin key)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body")
 	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", c.MaxFileBytes, "largest file upload")
 	fs.IntVar(&c.OutputHeadBytes, "output-head-bytes", c.OutputHeadBytes, "bytes of the head of each output stream a record keeps")
@@ -235,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRunningPerGraph < 1 {
 		bad("--max-running-per-graph must be at least 1")
+	}
+	if c.MaxStreamsPerKey < 1 {
+		bad("--max-streams-per-key must be at least 1")
 	}
 	if c.MaxBodyBytes < 1<<10 || c.MaxFileBytes < 1<<10 {
 		bad("--max-body-bytes and --max-file-bytes must be at least 1024")

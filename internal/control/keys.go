@@ -172,3 +172,84 @@ func (s *Service) Bootstrap(ctx context.Context, dataDir string) (string, error)
 	}
 	return k.Secret, nil
 }
+
+// Keys manage keys only within themselves: a key sees, mints and revokes keys whose graphs
+// and scopes are within its own, and reads the audit of its own graphs. A graph-limited
+// admin key is an admin of those graphs, not of the server.
+
+// covers reports whether by's graphs and scopes include all of k's.
+func covers(by, k store.Key) bool {
+	for _, g := range k.Graphs {
+		if g == store.AllGraphs && !slices.Contains(by.Graphs, store.AllGraphs) || !by.HasGraph(g) {
+			return false
+		}
+	}
+	for _, sc := range k.Scopes {
+		if !by.HasScope(sc) {
+			return false
+		}
+	}
+	return true
+}
+
+// MintKey makes an API key on behalf of key by (POST /v1/keys): its graphs and scopes must
+// be within by's, and only a key of every graph makes new graphs.
+func (s *Service) MintKey(ctx context.Context, by store.Key, req KeyRequest) (NewKey, error) {
+	want := store.Key{Graphs: req.Graphs, Scopes: req.Scopes}
+	if len(want.Graphs) == 0 {
+		want.Graphs = []string{"main"}
+	}
+	if len(want.Scopes) == 0 {
+		want.Scopes = DefaultScopes
+	}
+	if !covers(by, want) {
+		return NewKey{}, errdefs.Forbidden("API key %s may only make keys within its own graphs (%s) and scopes (%s)",
+			by.ID, strings.Join(by.Graphs, ", "), strings.Join(by.Scopes, ", "))
+	}
+	return s.CreateKey(ctx, by.ID, req)
+}
+
+// ListKeys lists the keys by may see: those within its graphs and scopes.
+func (s *Service) ListKeys(ctx context.Context, by store.Key, p store.Page) ([]store.Key, string, error) {
+	all, next, err := s.st.ListKeys(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	out := all[:0]
+	for _, k := range all {
+		if covers(by, k) {
+			out = append(out, k)
+		}
+	}
+	return out, next, nil
+}
+
+// RevokeKeyAs revokes a key on behalf of key by; a key outside by's graphs and scopes does
+// not exist for it.
+func (s *Service) RevokeKeyAs(ctx context.Context, by store.Key, id string) (store.Key, error) {
+	k, err := s.st.GetKey(ctx, id)
+	if err != nil {
+		return k, err
+	}
+	if !covers(by, k) {
+		return store.Key{}, errdefs.NotFound("key %s not found", id)
+	}
+	return s.RevokeKey(ctx, id)
+}
+
+// ListAudit lists the audit trail of graph ("": every graph) as key by may read it: a key
+// of every graph reads all; another reads only its own graphs, and names one when it has
+// several.
+func (s *Service) ListAudit(ctx context.Context, by store.Key, graph string, p store.Page) ([]store.AuditEntry, string, error) {
+	if !slices.Contains(by.Graphs, store.AllGraphs) {
+		switch {
+		case graph == "" && len(by.Graphs) == 1:
+			graph = by.Graphs[0]
+		case graph == "":
+			return nil, "", errdefs.InvalidArgument("API key %s has several graphs: name one with ?graph= (one of %s)", by.ID, strings.Join(by.Graphs, ", "))
+		case !by.HasGraph(graph):
+			return nil, "", errdefs.NotFound("graph %q not found", graph)
+		}
+	}
+	return s.st.ListAudit(ctx, graph, p)
+}

@@ -2,10 +2,7 @@ package control_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,28 +19,12 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-control-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 type env3 struct {
 	*env

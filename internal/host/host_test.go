@@ -3,10 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // These tests run real runs through the local driver: the real guest agent and harnesses
@@ -23,30 +21,7 @@ import (
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	agentBin = os.Getenv("LBB_AGENT")
-	dir := ""
-	if agentBin == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "lbb-host-test-"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		agentBin = filepath.Join(dir, "lbb-agent")
-		build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 func newHost(t *testing.T) (*host.Host, runtime.Driver) {
 	t.Helper()

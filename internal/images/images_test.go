@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 func TestRecipeHash(t *testing.T) {
@@ -200,9 +202,7 @@ func TestHostMirrorFiles(t *testing.T) {
 }
 
 func TestShiftIDs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("RequiresRoot: chown to another uid needs root")
-	}
+	testkit.RequiresRoot(t) // chown to another uid
 	const base, count = 1_000_000_000, 65536
 	root := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "outside")
@@ -462,12 +462,10 @@ func TestFailedBuildLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fetches node from npm; not in -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("RequiresRoot: building an image needs root")
-	}
+	testkit.RequiresRoot(t) // building an image
 	for _, tool := range []string{"debootstrap", "npm", "chroot"} {
 		if _, err := lookTool(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
+			testkit.SkipPrivileged(t, "building an image needs %s: %v", tool, err)
 		}
 	}
 	dir := t.TempDir()
@@ -497,7 +495,7 @@ func TestCurrentImage(t *testing.T) {
 			t.Skipf("the base image is not built in %s (run `lbb images build`, or make images); skipped in -short", dir)
 		}
 		if os.Geteuid() != 0 {
-			t.Skipf("RequiresRoot: the base image is not built in %s and building it needs root", dir)
+			testkit.SkipPrivileged(t, "the base image is not built in %s and building it needs root (euid 0)", dir)
 		}
 		m, err = Build(context.Background(), Options{Dir: dir, Progress: testWriter{t}})
 	}
@@ -529,9 +527,8 @@ func TestCurrentImage(t *testing.T) {
 		t.Errorf("workspace: %v %v", fi, err)
 	}
 
-	if os.Geteuid() != 0 {
-		t.Skip("RequiresRoot: running programs in the image with chroot")
-	}
+	// Running programs in the image with chroot needs root.
+	testkit.RequiresRoot(t)
 	if _, err := Build(context.Background(), Options{Dir: dir}); err != nil { // cached: mounts it read-only
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -91,7 +92,7 @@ func requireServer(t *testing.T) {
 	}
 	live.once.Do(startLive)
 	if live.skip != "" {
-		t.Skip(live.skip)
+		testkit.SkipPrivileged(t, "%s", live.skip)
 	}
 	if live.err != nil {
 		t.Fatal(live.err)
@@ -192,7 +193,7 @@ func startLive() {
 func requireLevel3(t *testing.T) {
 	t.Helper()
 	if !live.level3 {
-		t.Skip("this lbb serve makes no long-lived sandboxes (Level 3): " + live.level3Why)
+		testkit.SkipPrivileged(t, "this lbb serve makes no long-lived sandboxes (Level 3): %s", live.level3Why)
 	}
 }
 
@@ -579,7 +580,7 @@ func TestE2ESnapshots(t *testing.T) {
 
 	t.Run("gvisor", func(t *testing.T) {
 		if _, err := os.Stat(runscPath); err != nil {
-			t.Skipf("gvisor is not installed (%v): lbb serve offers isolation gvisor only with runsc at %s", err, runscPath)
+			testkit.SkipPrivileged(t, "gvisor is not installed (%v): lbb serve offers isolation gvisor only with runsc at %s", err, runscPath)
 		}
 		id := create("gvisor")
 		if out, isErr := manage(map[string]any{"action": "write_file", "sandbox_id": id, "path": "notes.txt", "content": "before the snapshot\n"}); isErr {

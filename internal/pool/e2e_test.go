@@ -23,7 +23,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
-	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 type nsEnv struct {
@@ -40,11 +40,11 @@ func newNSPool(t testing.TB, min int, edit func(*Options)) *nsEnv {
 	if testing.Short() {
 		t.Skip("starts real sandboxes; skipped in -short mode")
 	}
-	runtimetest.RequiresRoot(t)
-	runtimetest.RequiresUserNS(t)
+	testkit.RequiresRoot(t)
+	testkit.RequiresUserNS(t)
 	img, err := images.Current(images.DefaultDir(""))
 	if err != nil {
-		t.Skipf("no base image: %v", err)
+		testkit.SkipPrivileged(t, "no base image: %v", err)
 	}
 	state := t.TempDir()
 	for d := state; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
@@ -54,7 +54,7 @@ func newNSPool(t testing.TB, min int, edit func(*Options)) *nsEnv {
 	}
 	d := ns.New(ns.Config{StateDir: state, AgentPath: agentBin, CgroupParent: "lbb-pool-test", Logger: testLogger(t)})
 	if err := runtime.CheckRequirements(d); err != nil {
-		t.Skip(err)
+		testkit.SkipPrivileged(t, "%v", err)
 	}
 	o := Options{
 		Driver: d, Log: testLogger(t), Min: min, Tick: time.Hour,
@@ -314,32 +314,37 @@ func loadavg() string {
 	return strings.TrimSpace(string(b))
 }
 
-// TestNSIdleMemory parks slots and logs what each costs the host: its cgroup's memory
-// (RSS and page cache it is charged for), the proportional set size of its processes
-// (shared library pages split between the slots that map them) and the fall of the host's
-// MemAvailable.
-func TestNSIdleMemory(t *testing.T) {
-	n := 6
-	e := newNSPool(t, n, nil)
+// BenchmarkNSIdleMemory parks slots and reports what each costs the host, by key: its
+// cgroup's memory (RSS and page cache it is charged for) and the proportional set size of
+// its processes (shared library pages split between the slots that map them); and, for all,
+// the fall of the host's MemAvailable. Each iteration measures the parked slots again.
+func BenchmarkNSIdleMemory(b *testing.B) {
+	const n = 6
+	e := newNSPool(b, n, nil)
 	before := memAvailable()
-	e.fill(t)
+	e.fill(b)
 	time.Sleep(500 * time.Millisecond)
 	after := memAvailable()
-	for _, ks := range e.p.keys {
-		var cg, pss uint64
-		e.p.mu.Lock()
-		slots := append([]*slot(nil), ks.ready...)
-		e.p.mu.Unlock()
-		for _, s := range slots {
-			st, _ := s.sb.Stats(context.Background())
-			cg += st.MemoryBytes
-			pss += treePSS(s.sb.(initPIDer).InitPID())
+	cg, pss, count := map[string]uint64{}, map[string]uint64{}, map[string]int{}
+	for b.Loop() {
+		for _, ks := range e.p.keys {
+			e.p.mu.Lock()
+			slots := append([]*slot(nil), ks.ready...)
+			e.p.mu.Unlock()
+			name := ks.key.Name
+			cg[name], pss[name], count[name] = 0, 0, len(slots)
+			for _, s := range slots {
+				st, _ := s.sb.Stats(context.Background())
+				cg[name] += st.MemoryBytes
+				pss[name] += treePSS(s.sb.(initPIDer).InitPID())
+			}
 		}
-		t.Logf("%-7s %d parked slots: cgroup memory %.1f MiB/slot, PSS %.1f MiB/slot", ks.key.Name, len(slots),
-			float64(cg)/float64(len(slots))/(1<<20), float64(pss)/float64(len(slots))/(1<<20))
 	}
-	t.Logf("host MemAvailable fell by %.1f MiB for %d slots (%.1f MiB/slot)", float64(before-after)/(1<<20), 2*n,
-		float64(before-after)/float64(2*n)/(1<<20))
+	for name, k := range count {
+		b.ReportMetric(float64(cg[name])/float64(k)/(1<<20), name+"-cgroup-MiB/slot")
+		b.ReportMetric(float64(pss[name])/float64(k)/(1<<20), name+"-PSS-MiB/slot")
+	}
+	b.ReportMetric(float64(int64(before)-int64(after))/float64(2*n)/(1<<20), "MemAvailable-fall-MiB/slot")
 }
 
 func memAvailable() uint64 {

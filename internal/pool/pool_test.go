@@ -26,6 +26,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var agentBin string
@@ -34,29 +35,7 @@ var agentBin string
 // sandbox init, as cmd/lbb is in production.
 func TestMain(m *testing.M) {
 	ns.MaybeInit()
-	agentBin = os.Getenv("LBB_AGENT")
-	dir := ""
-	if agentBin == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "lbb-pool-test-"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Chmod(dir, 0o755) // the ns driver's sandboxes bind-mount it
-		agentBin = filepath.Join(dir, "lbb-agent")
-		build := exec.Command("go", "build", "-trimpath", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
+	testkit.Main(m, &agentBin)
 }
 
 const testImage = "/image-of-the-local-driver" // the local driver runs the host's tree

@@ -38,6 +38,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // suiteLimits are the limits classes the suites create sandboxes with: the pool keeps a key
@@ -71,11 +72,11 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 	if testing.Short() {
 		t.Skip("starts real sandboxes; skipped in -short mode")
 	}
-	runtimetest.RequiresRoot(t)
-	runtimetest.RequiresUserNS(t)
+	testkit.RequiresRoot(t)
+	testkit.RequiresUserNS(t)
 	img, err := images.Current(images.DefaultDir(""))
 	if err != nil {
-		t.Skipf("no base image: %v", err)
+		testkit.SkipPrivileged(t, "no base image: %v", err)
 	}
 	state := t.TempDir()
 	for d := state; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {

@@ -20,14 +20,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // DefaultURL is where a local server listens.
@@ -196,109 +194,48 @@ type request struct {
 	retry bool
 }
 
-// response is what came back.
-type response struct {
-	status   int
-	header   http.Header
-	body     []byte
-	replayed bool
-}
-
-func (c *Client) do(ctx context.Context, r request, out any) (*response, error) {
-	var payload []byte
+// do sends r, its body as JSON, and decodes the JSON answer into out; see raw.
+func (c *Client) do(ctx context.Context, r request, out any) (*http.Response, error) {
+	raw := rawRequest{method: r.method, path: r.path, query: r.query, idemKey: r.idemKey, retry: r.retry}
 	if r.body != nil {
-		var err error
-		if payload, err = json.Marshal(r.body); err != nil {
+		payload, err := json.Marshal(r.body)
+		if err != nil {
 			return nil, fmt.Errorf("lbb: encoding the request: %w", err)
 		}
+		raw.body, raw.contentType = bytes.NewReader(payload), "application/json"
 	}
-	q := url.Values{}
-	for k, v := range r.query {
-		q[k] = v
-	}
-	q.Set("graph", c.graph)
-	u := c.baseURL + r.path + "?" + q.Encode()
-	backoff := 200 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, r, u, payload)
-		retryable := err != nil && ctx.Err() == nil ||
-			err == nil && (resp.status == http.StatusTooManyRequests || resp.status == http.StatusServiceUnavailable || resp.status == http.StatusBadGateway)
-		if r.retry && retryable && attempt < c.maxRetries {
-			wait := backoff
-			if err == nil {
-				if s, perr := strconv.Atoi(resp.header.Get("Retry-After")); perr == nil && s >= 0 {
-					wait = time.Duration(s) * time.Second
-				}
-			}
-			// Spread concurrent retries out a little.
-			wait += time.Duration(time.Now().UnixNano() % int64(100*time.Millisecond))
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if resp.status >= 400 {
-			return resp, decodeError(resp)
-		}
-		if out != nil {
-			if err := json.Unmarshal(resp.body, out); err != nil {
-				return resp, fmt.Errorf("lbb: decoding the answer to %s %s: %w", r.method, r.path, err)
-			}
-		}
-		return resp, nil
-	}
+	return c.rawJSON(ctx, raw, out)
 }
 
-func (c *Client) once(ctx context.Context, r request, u string, payload []byte) (*response, error) {
-	var body io.Reader
-	if payload != nil {
-		body = bytes.NewReader(payload)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
-	if err != nil {
-		return nil, fmt.Errorf("lbb: %w", err)
-	}
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	if r.idemKey != "" {
-		req.Header.Set("Idempotency-Key", r.idemKey)
-	}
-	req.Header.Set("User-Agent", c.userAgent)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("lbb: %s %s: %w", r.method, r.path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("lbb: reading the answer to %s %s: %w", r.method, r.path, err)
-	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b,
-		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+// call sends r and returns its answer, decoded.
+func call[T any](ctx context.Context, c *Client, r request) (*T, error) {
+	var v T
+	_, err := c.do(ctx, r, &v)
+	return &v, err
 }
 
-func decodeError(resp *response) error {
+// get reads a resource; a read is always retried.
+func get[T any](ctx context.Context, c *Client, path string, query url.Values) (*T, error) {
+	return call[T](ctx, c, request{method: http.MethodGet, path: path, query: query, retry: true})
+}
+
+// replayed says the server answered from an earlier call with the same idempotency key.
+func replayed(resp *http.Response) bool {
+	return resp != nil && resp.Header.Get("Idempotent-Replayed") == "true"
+}
+
+func decodeError(status int, body []byte) error {
 	var b struct {
 		Error Error `json:"error"`
 	}
-	if err := json.Unmarshal(resp.body, &b); err != nil || b.Error.Code == "" {
-		msg := strings.TrimSpace(string(resp.body))
+	if err := json.Unmarshal(body, &b); err != nil || b.Error.Code == "" {
+		msg := strings.TrimSpace(string(body))
 		if len(msg) > 200 {
 			msg = msg[:200]
 		}
-		return &Error{StatusCode: resp.status, Code: http.StatusText(resp.status), Message: msg}
+		return &Error{StatusCode: status, Code: http.StatusText(status), Message: msg}
 	}
-	b.Error.StatusCode = resp.status
+	b.Error.StatusCode = status
 	return &b.Error
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -74,15 +73,12 @@ func (s *SandboxesService) Create(ctx context.Context, p CreateParams) (*Sandbox
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: http.MethodPost, path: "/v1/sandboxes", body: p,
+		idemKey: p.IdempotencyKey, retry: true})
 }
 
 func (s *SandboxesService) lifecycle(ctx context.Context, method, path string) (*Sandbox, error) {
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: method, path: path, idemKey: NewIdempotencyKey(), retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: method, path: path, idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // Stop ends every process of a sandbox; its disk stays, for Resume.
@@ -117,52 +113,17 @@ func (s *SandboxesService) Scoped(ctx context.Context, p CreateParams, fn func(s
 	return fn(sb)
 }
 
-// sandboxRunBody is the body of POST /v1/sandboxes/{id}/run.
-type sandboxRunBody struct {
-	runBody
-	TimeoutMs int64 `json:"timeout_ms,omitempty"`
-	WaitMs    int64 `json:"wait_ms"`
-}
-
 // RunIn calls run(input, config) in an existing sandbox, next to its files: code (or a
 // template's code) runs with the sandbox's workspace as its working directory. Limits,
-// Metadata and Origin of p are the sandbox's and are ignored here.
+// Metadata, Origin and Isolation of p are the sandbox's and are ignored here.
 func (s *SandboxesService) RunIn(ctx context.Context, id string, p RunParams) (*Run, error) {
-	input, err := rawJSON(p.Input)
+	r, err := p.prepare()
 	if err != nil {
-		return nil, fmt.Errorf("lbb: input: %w", err)
+		return nil, err
 	}
-	config, err := rawJSON(p.Config)
-	if err != nil {
-		return nil, fmt.Errorf("lbb: config: %w", err)
-	}
-	if p.WaitMs <= 0 {
-		p.WaitMs = 30000
-	}
-	if p.IdempotencyKey == "" {
-		p.IdempotencyKey = NewIdempotencyKey()
-	}
-	body := sandboxRunBody{
-		runBody: runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-			Language: p.Language, Env: p.Env},
-		TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs,
-	}
-	for {
-		var run Run
-		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/run"), body: body,
-			idemKey: p.IdempotencyKey, retry: true}, &run)
-		if err != nil {
-			return nil, err
-		}
-		run.Replayed = run.Replayed || resp.replayed
-		run.IdempotencyKey = p.IdempotencyKey
-		if resp.status != http.StatusAccepted {
-			return &run, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return &run, err
-		}
-	}
+	return s.run(ctx, s.path(id, "/run"), p.IdempotencyKey, runInBody{Code: r.Code, Template: r.Template,
+		Input: r.Input, Config: r.Config, Base: r.Base, Language: r.Language, Env: r.Env,
+		TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs})
 }
 
 // ExecParams start one process in a sandbox.
@@ -208,19 +169,16 @@ func (s *SandboxesService) Exec(ctx context.Context, id string, p ExecParams) (*
 		w = 3_600_000 // the server caps it at its longest wait
 	}
 	body := execBody{ExecParams: p, WaitMs: &w}
-	var cmd Command
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/commands"), body: body,
-		idemKey: p.IdempotencyKey, retry: true}, &cmd)
-	return &cmd, err
+	return call[Command](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/commands"),
+		body: body, idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Kill signals a running command's process group ("SIGTERM", "KILL", "15"; "" is SIGKILL)
 // and returns its record, once it has ended or after a few seconds.
 func (s *CommandsService) Kill(ctx context.Context, id, signal string) (*Command, error) {
-	var c Command
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/commands/" + url.PathEscape(id) + "/kill",
-		body: map[string]string{"signal": signal}, idemKey: NewIdempotencyKey(), retry: true}, &c)
-	return &c, err
+	return call[Command](ctx, s.c, request{method: http.MethodPost,
+		path: "/v1/commands/" + url.PathEscape(id) + "/kill", body: map[string]string{"signal": signal},
+		idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // WriteStdin writes data to the stdin of a command started with StdinOpen; close ends its
@@ -249,21 +207,6 @@ func (s *CommandsService) Output(ctx context.Context, id, stream string, follow 
 		return nil, err
 	}
 	return st, nil
-}
-
-// FileEntry is one entry of a workspace listing.
-type FileEntry struct {
-	// Path is relative to /workspace.
-	Path string `json:"path"`
-	Name string `json:"name"`
-	// Type is "file", "dir", "symlink" or "other".
-	Type string `json:"type"`
-	Size int64  `json:"size"`
-	// Mode is the octal permission bits ("0644").
-	Mode  string    `json:"mode"`
-	MTime time.Time `json:"mtime"`
-	// SHA256 is set on the answer to an import.
-	SHA256 string `json:"sha256,omitempty"`
 }
 
 // FilesService is the files of sandboxes' workspaces: /v1/sandboxes/{id}/files.
@@ -315,34 +258,8 @@ func (s *FilesService) Delete(ctx context.Context, sandboxID, path string) error
 
 // Mkdir makes a directory and its parents; one that exists is fine.
 func (s *FilesService) Mkdir(ctx context.Context, sandboxID, path string) (*FileEntry, error) {
-	var e FileEntry
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
-		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true}, &e)
-	return &e, err
-}
-
-// File is a File of the graph: content-addressed, outliving sandboxes, naming its origin.
-type File struct {
-	ID     string     `json:"id"`
-	Graph  string     `json:"graph"`
-	SHA256 string     `json:"sha256"`
-	Size   int64      `json:"size"`
-	Name   string     `json:"name,omitempty"`
-	Origin FileOrigin `json:"origin"`
-	// CreatedAt is when it was kept or uploaded.
-	CreatedAt time.Time `json:"created_at"`
-	// Replayed says the server answered from an earlier call with the same idempotency key.
-	Replayed bool `json:"-"`
-}
-
-// FileOrigin says where a File came from.
-type FileOrigin struct {
-	// Kind is "sandbox" (kept from a workspace) or "upload".
-	Kind    string `json:"kind"`
-	Sandbox string `json:"sandbox,omitempty"`
-	Path    string `json:"path,omitempty"`
-	// Key is the API key that kept or uploaded it.
-	Key string `json:"key,omitempty"`
+	return call[FileEntry](ctx, s.c, request{method: http.MethodPost, path: s.path(sandboxID, "/mkdir"),
+		query: url.Values{"path": {path}}, idemKey: NewIdempotencyKey(), retry: true})
 }
 
 // GraphFilesService is Files of the graph: /v1/files.
@@ -355,9 +272,7 @@ func (s *GraphFilesService) Keep(ctx context.Context, sandboxID, path string, op
 	var f File
 	resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/files",
 		query: url.Values{"source_sandbox": {sandboxID}, "source_path": {path}}, idemKey: o.idemKey, retry: true}, &f)
-	if resp != nil {
-		f.Replayed = resp.replayed
-	}
+	f.Replayed = replayed(resp)
 	return &f, err
 }
 
@@ -371,24 +286,18 @@ func (s *GraphFilesService) Upload(ctx context.Context, name string, r io.Reader
 	var f File
 	resp, err := s.c.rawJSON(ctx, rawRequest{method: http.MethodPost, path: "/v1/files", query: q, body: r,
 		contentType: "application/octet-stream", idemKey: o.idemKey, retry: true}, &f)
-	if resp != nil {
-		f.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
-	}
+	f.Replayed = replayed(resp)
 	return &f, err
 }
 
 // List lists the graph's Files, newest first.
 func (s *GraphFilesService) List(ctx context.Context, p ListParams) (*List[File], error) {
-	var l List[File]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[File]](ctx, s.c, "/v1/files", p.query())
 }
 
 // Get returns a File's record.
 func (s *GraphFilesService) Get(ctx context.Context, id string) (*File, error) {
-	var f File
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/files/" + url.PathEscape(id), retry: true}, &f)
-	return &f, err
+	return get[File](ctx, s.c, "/v1/files/"+url.PathEscape(id), nil)
 }
 
 // Content streams a File's bytes. The caller closes the reader.
@@ -403,8 +312,6 @@ func (s *GraphFilesService) Content(ctx context.Context, id string) (io.ReadClos
 // Import copies the File of the graph with this sha256 into a sandbox's workspace at path.
 func (s *GraphFilesService) Import(ctx context.Context, sandboxID, path, sha256 string, opts ...CallOption) (*FileEntry, error) {
 	o := applyOptions(opts)
-	var e FileEntry
-	_, err := s.c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/files/content",
-		query: url.Values{"sandbox": {sandboxID}, "path": {path}, "source_sha256": {sha256}}, idemKey: o.idemKey, retry: true}, &e)
-	return &e, err
+	return call[FileEntry](ctx, s.c, request{method: http.MethodPut, path: "/v1/sandboxes/files/content",
+		query: url.Values{"sandbox": {sandboxID}, "path": {path}, "source_sha256": {sha256}}, idemKey: o.idemKey, retry: true})
 }

@@ -41,27 +41,6 @@ type RunParams struct {
 	IdempotencyKey string
 }
 
-type runBody struct {
-	Code     string            `json:"code,omitempty"`
-	Template string            `json:"template,omitempty"`
-	Input    json.RawMessage   `json:"input,omitempty"`
-	Config   json.RawMessage   `json:"config,omitempty"`
-	Base     string            `json:"base,omitempty"`
-	Language string            `json:"language,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	// Isolation is for one-call runs only.
-	Isolation string `json:"isolation,omitempty"`
-}
-
-type createBody struct {
-	Run       *runBody          `json:"run,omitempty"`
-	Limits    *Limits           `json:"limits,omitempty"`
-	TimeoutMs int64             `json:"timeout_ms,omitempty"`
-	WaitMs    int64             `json:"wait_ms"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Origin    *Origin           `json:"origin,omitempty"`
-}
-
 func rawJSON(v any) (json.RawMessage, error) {
 	switch x := v.(type) {
 	case nil:
@@ -72,17 +51,15 @@ func rawJSON(v any) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-// Run runs code once in a sandbox of its own and returns its result and the ids of its
-// records. A run that raises is not an error: Run.OK is false and the traceback is in
-// Run.Stderr.
-func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
+// prepare fills in p's defaults and returns its code, input and config as the API takes them.
+func (p *RunParams) prepare() (runBody, error) {
 	input, err := rawJSON(p.Input)
 	if err != nil {
-		return nil, fmt.Errorf("lbb: input: %w", err)
+		return runBody{}, fmt.Errorf("lbb: input: %w", err)
 	}
 	config, err := rawJSON(p.Config)
 	if err != nil {
-		return nil, fmt.Errorf("lbb: config: %w", err)
+		return runBody{}, fmt.Errorf("lbb: config: %w", err)
 	}
 	if p.WaitMs <= 0 {
 		p.WaitMs = 30000
@@ -90,22 +67,34 @@ func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	body := createBody{
-		Run: &runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-			Language: p.Language, Env: p.Env, Isolation: p.Isolation},
-		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin,
+	return runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
+		Language: p.Language, Env: p.Env, Isolation: p.Isolation}, nil
+}
+
+// Run runs code once in a sandbox of its own and returns its result and the ids of its
+// records. A run that raises is not an error: Run.OK is false and the traceback is in
+// Run.Stderr.
+func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
+	run, err := p.prepare()
+	if err != nil {
+		return nil, err
 	}
+	return s.run(ctx, "/v1/sandboxes", p.IdempotencyKey, createBody{Run: &run,
+		Limits: p.Limits, TimeoutMs: p.TimeoutMs, WaitMs: p.WaitMs, Metadata: p.Metadata, Origin: p.Origin})
+}
+
+// run posts a run under its idempotency key until it has ended: on a 202 (still running)
+// the same call with the same key waits again, and never runs the code twice.
+func (s *SandboxesService) run(ctx context.Context, path, key string, body any) (*Run, error) {
 	for {
 		var run Run
-		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", body: body,
-			idemKey: p.IdempotencyKey, retry: true}, &run)
+		resp, err := s.c.do(ctx, request{method: http.MethodPost, path: path, body: body, idemKey: key, retry: true}, &run)
 		if err != nil {
 			return nil, err
 		}
-		run.Replayed = run.Replayed || resp.replayed
-		run.IdempotencyKey = p.IdempotencyKey
-		// 202: still running. The same call with the same key waits again, never runs twice.
-		if resp.status != http.StatusAccepted {
+		run.Replayed = run.Replayed || replayed(resp)
+		run.IdempotencyKey = key
+		if resp.StatusCode != http.StatusAccepted {
 			return &run, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -116,23 +105,17 @@ func (s *SandboxesService) Run(ctx context.Context, p RunParams) (*Run, error) {
 
 // Get returns a sandbox record.
 func (s *SandboxesService) Get(ctx context.Context, id string) (*Sandbox, error) {
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id), retry: true}, &sb)
-	return &sb, err
+	return get[Sandbox](ctx, s.c, "/v1/sandboxes/"+url.PathEscape(id), nil)
 }
 
 // List lists sandbox records, newest first.
 func (s *SandboxesService) List(ctx context.Context, p ListParams) (*List[Sandbox], error) {
-	var l List[Sandbox]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Sandbox]](ctx, s.c, "/v1/sandboxes", p.query())
 }
 
 // Commands lists the command records of a sandbox.
 func (s *SandboxesService) Commands(ctx context.Context, id string, p ListParams) (*List[Command], error) {
-	var l List[Command]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/commands", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Command]](ctx, s.c, "/v1/sandboxes/"+url.PathEscape(id)+"/commands", p.query())
 }
 
 // CommandsService is /v1/commands.
@@ -145,16 +128,12 @@ func (s *CommandsService) Get(ctx context.Context, id string, waitMs int64) (*Co
 	if waitMs > 0 {
 		q.Set("wait_ms", strconv.FormatInt(waitMs, 10))
 	}
-	var c Command
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands/" + url.PathEscape(id), query: q, retry: true}, &c)
-	return &c, err
+	return get[Command](ctx, s.c, "/v1/commands/"+url.PathEscape(id), q)
 }
 
 // List lists command records, newest first.
 func (s *CommandsService) List(ctx context.Context, p ListParams) (*List[Command], error) {
-	var l List[Command]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/commands", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Command]](ctx, s.c, "/v1/commands", p.query())
 }
 
 // TemplatesService is /v1/sandboxes/templates.
@@ -177,30 +156,22 @@ type TemplateParams struct {
 
 // Create saves a new version of a template and returns it.
 func (s *TemplatesService) Create(ctx context.Context, p TemplateParams) (*Template, error) {
-	var t Template
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/templates", body: p}, &t)
-	return &t, err
+	return call[Template](ctx, s.c, request{method: http.MethodPost, path: "/v1/sandboxes/templates", body: p})
 }
 
 // List lists the graph's templates and the base templates.
 func (s *TemplatesService) List(ctx context.Context, p ListParams) (*TemplateList, error) {
-	var l TemplateList
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[TemplateList](ctx, s.c, "/v1/sandboxes/templates", p.query())
 }
 
 // Get returns a template ("name" for the newest version, "name@N" for one) with its history.
 func (s *TemplatesService) Get(ctx context.Context, ref string) (*Template, error) {
-	var t Template
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + ref, retry: true}, &t)
-	return &t, err
+	return get[Template](ctx, s.c, "/v1/sandboxes/templates/"+ref, nil)
 }
 
 // Base returns a base template (lbb/python, lbb/node, lbb/shell) with its image versions.
 func (s *TemplatesService) Base(ctx context.Context, name string) (*BaseTemplate, error) {
-	var b BaseTemplate
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/templates/" + name, retry: true}, &b)
-	return &b, err
+	return get[BaseTemplate](ctx, s.c, "/v1/sandboxes/templates/"+name, nil)
 }
 
 // KeysService is /v1/keys (admin).
@@ -215,23 +186,17 @@ type KeyParams struct {
 
 // Create makes a key; its Secret is shown this once.
 func (s *KeysService) Create(ctx context.Context, p KeyParams) (*Key, error) {
-	var k Key
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: "/v1/keys", body: p}, &k)
-	return &k, err
+	return call[Key](ctx, s.c, request{method: http.MethodPost, path: "/v1/keys", body: p})
 }
 
 // List lists keys, newest first.
 func (s *KeysService) List(ctx context.Context, p ListParams) (*List[Key], error) {
-	var l List[Key]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/keys", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[Key]](ctx, s.c, "/v1/keys", p.query())
 }
 
 // Revoke revokes a key at once.
 func (s *KeysService) Revoke(ctx context.Context, id string) (*Key, error) {
-	var k Key
-	_, err := s.c.do(ctx, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: true}, &k)
-	return &k, err
+	return call[Key](ctx, s.c, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id), retry: true})
 }
 
 // AuditService is /v1/audit (admin).
@@ -239,7 +204,5 @@ type AuditService struct{ c *Client }
 
 // List lists the audit trail of the client's graph, newest first.
 func (s *AuditService) List(ctx context.Context, p ListParams) (*List[AuditEntry], error) {
-	var l List[AuditEntry]
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: "/v1/audit", query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[List[AuditEntry]](ctx, s.c, "/v1/audit", p.query())
 }

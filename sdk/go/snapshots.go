@@ -4,31 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"time"
 )
 
 // Pause, snapshots and forks of long-lived sandboxes.
-
-// Snapshot is a saved state of a running sandbox, its memory and processes with its disk,
-// that forks start from. It goes with its sandbox.
-type Snapshot struct {
-	ID        string `json:"id"`
-	Graph     string `json:"graph"`
-	Sandbox   string `json:"sandbox"`
-	Isolation string `json:"isolation"`
-	// Memory says it holds processes and memory, not only the disk.
-	Memory     bool              `json:"memory"`
-	SizeBytes  int64             `json:"size_bytes"`
-	CreatedAt  time.Time         `json:"created_at"`
-	DurationMs float64           `json:"duration_ms"`
-	Metadata   map[string]string `json:"metadata"`
-}
-
-// ForkedFrom names the sandbox and snapshot a fork started from.
-type ForkedFrom struct {
-	Sandbox  string `json:"sandbox"`
-	Snapshot string `json:"snapshot"`
-}
 
 // SnapshotRequest is what Snapshot takes.
 type SnapshotRequest struct {
@@ -52,12 +30,6 @@ type ForkRequest struct {
 	IdempotencyKey string `json:"-"`
 }
 
-// SnapshotList is one page of a sandbox's snapshots, newest first.
-type SnapshotList struct {
-	Snapshots  []Snapshot `json:"snapshots"`
-	NextCursor string     `json:"next_cursor,omitempty"`
-}
-
 // Pause parks a running sandbox: on gvisor its memory and processes are saved to disk and
 // its RAM freed (it stays paused across a server restart); on ns the freezer holds them in
 // RAM. Resume wakes it where it was. A sandbox with a command running answers 409
@@ -72,10 +44,9 @@ func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRe
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var snap Snapshot
 	// Retried under its key: a retry answers the snapshot the first attempt took.
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/snapshot"), body: p, idemKey: p.IdempotencyKey, retry: true}, &snap)
-	return &snap, err
+	return call[Snapshot](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/snapshot"),
+		body: p, idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
@@ -84,28 +55,22 @@ func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	var sb Sandbox
-	_, err := s.c.do(ctx, request{method: http.MethodPost, path: s.path(id, "/fork"), body: p, idemKey: p.IdempotencyKey, retry: true}, &sb)
-	return &sb, err
+	return call[Sandbox](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/fork"), body: p,
+		idemKey: p.IdempotencyKey, retry: true})
 }
 
 // Snapshots lists a sandbox's snapshots, newest first.
 func (s *SandboxesService) Snapshots(ctx context.Context, id string, p ListParams) (*SnapshotList, error) {
-	var l SnapshotList
-	_, err := s.c.do(ctx, request{method: http.MethodGet, path: s.path(id, "/snapshots"), query: p.query(), retry: true}, &l)
-	return &l, err
+	return get[SnapshotList](ctx, s.c, s.path(id, "/snapshots"), p.query())
 }
 
 // GetSnapshot returns a snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var snap Snapshot
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
-	return &snap, err
+	return get[Snapshot](ctx, c, "/v1/snapshots/"+url.PathEscape(id), nil)
 }
 
 // DeleteSnapshot removes a snapshot and its bytes; forks made from it run on.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var snap Snapshot
-	_, err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/snapshots/" + url.PathEscape(id), retry: true}, &snap)
-	return &snap, err
+	return call[Snapshot](ctx, c, request{method: http.MethodDelete,
+		path: "/v1/snapshots/" + url.PathEscape(id), retry: true})
 }

@@ -85,6 +85,8 @@ func (c *Client) raw(ctx context.Context, r rawRequest) (*http.Response, error) 
 				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 				resp.Body.Close()
 			}
+			// Spread concurrent retries out a little.
+			wait += time.Duration(time.Now().UnixNano() % int64(100*time.Millisecond))
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
@@ -99,7 +101,7 @@ func (c *Client) raw(ctx context.Context, r rawRequest) (*http.Response, error) 
 		if resp.StatusCode >= 400 {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			return nil, decodeError(&response{status: resp.StatusCode, header: resp.Header, body: b})
+			return nil, decodeError(resp.StatusCode, b)
 		}
 		return resp, nil
 	}

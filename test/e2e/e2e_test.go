@@ -306,7 +306,7 @@ func TestService(t *testing.T) {
 			t.Fatalf("openapi.json: %d", r.status)
 		}
 		h := s.call("GET", "/healthz", "-", nil, "")
-		m := s.call("GET", "/metrics", "-", nil, "")
+		m := s.call("GET", "/metrics", "", nil, "")
 		if h.status != 200 || m.status != 200 || !strings.Contains(string(m.body), `lbb_runs_total{status="succeeded"}`) {
 			t.Fatalf("healthz %d, metrics %d", h.status, m.status)
 		}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // kernelCode answers the kernel the code sees: gVisor's Sentry reports its own release and
@@ -106,7 +107,7 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("on the default the code sees kernel %q, want the host's %q", defK.Release, host)
 		}
 		if noGvisor != "" {
-			t.Skip(noGvisor)
+			testkit.SkipPrivileged(t, "%s", noGvisor)
 		}
 		t0 := time.Now()
 		gvK, gvRec := runKernel(t, s, "kern-gvisor", map[string]any{"run": map[string]any{"code": kernelCode, "isolation": "gvisor"}})
@@ -119,7 +120,7 @@ func TestIsolation(t *testing.T) {
 
 	t.Run("warm gvisor", func(t *testing.T) {
 		if noGvisor != "" {
-			t.Skip(noGvisor)
+			testkit.SkipPrivileged(t, "%s", noGvisor)
 		}
 		// The server keeps gvisor slots (--pool-gvisor-min, default 1) beside ns's: once one
 		// is parked, a one-call gvisor run takes it.
@@ -145,7 +146,7 @@ func TestIsolation(t *testing.T) {
 
 	t.Run("template", func(t *testing.T) {
 		if noGvisor != "" {
-			t.Skip(noGvisor)
+			testkit.SkipPrivileged(t, "%s", noGvisor)
 		}
 		r := s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil,
 			jsonBody(t, map[string]any{"name": "kernel", "code": kernelCode, "isolation": "gvisor"}))
@@ -169,7 +170,7 @@ func TestIsolation(t *testing.T) {
 
 	t.Run("level 3 gvisor", func(t *testing.T) {
 		if noGvisor != "" {
-			t.Skip(noGvisor)
+			testkit.SkipPrivileged(t, "%s", noGvisor)
 		}
 		r := s.call("POST", "/v1/sandboxes?graph=main", "", nil, `{"isolation": "gvisor", "expires_in_seconds": 300}`)
 		if r.status != 201 {
@@ -221,7 +222,7 @@ func TestIsolation(t *testing.T) {
 
 	t.Run("CLI", func(t *testing.T) {
 		if noGvisor != "" {
-			t.Skip(noGvisor)
+			testkit.SkipPrivileged(t, "%s", noGvisor)
 		}
 		file := filepath.Join(t.TempDir(), "kernel.py")
 		if err := os.WriteFile(file, []byte(kernelCode), 0o644); err != nil {
@@ -290,7 +291,7 @@ func TestIsolation(t *testing.T) {
 func TestIsolationRestart(t *testing.T) {
 	if _, why := runsc(); why != "" {
 		requireEnv(t)
-		t.Skip(why)
+		testkit.SkipPrivileged(t, "%s", why)
 	}
 	s := startServer(t, "--pool-min", "1", "--pool-max", "2")
 	host := hostRelease(t)
@@ -340,7 +341,7 @@ func TestIsolationRestart(t *testing.T) {
 // metric reads one sample of the server's /metrics (0 when absent).
 func metric(t *testing.T, s *server, sample string) float64 {
 	t.Helper()
-	r := s.call("GET", "/metrics", "-", nil, "")
+	r := s.call("GET", "/metrics", "", nil, "")
 	for _, line := range strings.Split(string(r.body), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)

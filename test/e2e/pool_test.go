@@ -24,7 +24,7 @@ import (
 // labels ("key", "bare", …).
 func (s *server) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	r := s.call("GET", "/metrics", "-", nil, "")
+	r := s.call("GET", "/metrics", "", nil, "")
 	if r.status != 200 {
 		t.Fatalf("/metrics: %d", r.status)
 	}

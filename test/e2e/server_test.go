@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var (
@@ -34,39 +35,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() != 0 {
-			skipWhy = "the ns driver needs root (euid 0)"
-			return m.Run()
-		}
-		imagesDir = images.DefaultDir("")
-		if _, err := images.Current(imagesDir); err != nil {
-			skipWhy = fmt.Sprintf("no base image in %s: run `make images` (%v)", imagesDir, err)
-			return m.Run()
-		}
-		lbbBin = os.Getenv("LBB_BIN")
-		if lbbBin == "" {
-			dir, err := os.MkdirTemp("", "lbb-e2e-bin-")
-			if err != nil {
+	imagesDir = images.DefaultDir("")
+	if os.Geteuid() != 0 {
+		skipWhy = "the ns driver needs root (euid 0)"
+	} else if _, err := images.Current(imagesDir); err != nil {
+		skipWhy = fmt.Sprintf("no base image in %s: run `make images` (%v)", imagesDir, err)
+	} else if lbbBin = os.Getenv("LBB_BIN"); lbbBin == "" {
+		// lbb finds lbb-agent next to itself.
+		for _, pkg := range []string{"github.com/littlebigbrain/lbb/cmd/lbb-agent", "github.com/littlebigbrain/lbb/cmd/lbb"} {
+			if lbbBin, err = testkit.Build(pkg); err != nil {
 				fmt.Fprintln(os.Stderr, err)
-				return 1
+				os.Exit(1)
 			}
-			defer os.RemoveAll(dir)
-			for _, b := range []struct{ out, pkg string }{{"lbb", "./cmd/lbb"}, {"lbb-agent", "./cmd/lbb-agent"}} {
-				cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-				cmd.Dir = "../.."
-				cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-				cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-				if err := cmd.Run(); err != nil {
-					fmt.Fprintln(os.Stderr, "building", b.pkg, err)
-					return 1
-				}
-			}
-			lbbBin = filepath.Join(dir, "lbb")
 		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	}
+	testkit.Main(m, nil)
 }
 
 func requireEnv(t *testing.T) {
@@ -75,7 +58,7 @@ func requireEnv(t *testing.T) {
 		t.Skip("-short skips the end-to-end tests (they need root and the base image)")
 	}
 	if skipWhy != "" {
-		t.Skip(skipWhy)
+		testkit.SkipPrivileged(t, "%s", skipWhy)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -117,7 +118,7 @@ func requireGvisor(t *testing.T) {
 	t.Helper()
 	requireEnv(t)
 	if _, why := runsc(); why != "" {
-		t.Skip("memory snapshots need gvisor: " + why)
+		testkit.SkipPrivileged(t, "memory snapshots need gvisor: %s", why)
 	}
 }
 

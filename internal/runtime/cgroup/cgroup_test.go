@@ -13,16 +13,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 func TestLifecycle(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups")
-	}
+	testkit.RequiresRoot(t) // it creates cgroups
 	parent := fmt.Sprintf("lbb-test-%d", os.Getpid())
 	m, err := Detect("", parent)
 	if err != nil {
-		t.Skipf("no usable cgroups: %v", err)
+		testkit.SkipPrivileged(t, "no usable cgroups: %v", err)
 	}
 	t.Cleanup(func() {
 		for _, p := range m.Paths("x") {
@@ -115,7 +115,7 @@ func TestDetectV2(t *testing.T) {
 	root := "/sys/fs/cgroup/unified"
 	if !isCgroup2(root) {
 		if !isCgroup2("/sys/fs/cgroup") {
-			t.Skip("no cgroup2 mount")
+			testkit.SkipPrivileged(t, "no cgroup2 mount")
 		}
 		root = "/sys/fs/cgroup"
 	}

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,15 +17,10 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if agentDir != "" {
-		os.RemoveAll(agentDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // runscPath is $LBB_RUNSC, else where scripts/install-runsc.sh puts it.
 func runscPath() string {
@@ -43,12 +36,8 @@ func requires(t testing.TB) {
 	if testing.Short() {
 		t.Skip("the runtime suites start real sandboxes; skipped in -short mode")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the gvisor driver needs root (euid 0)")
-	}
-	if _, err := os.Stat(runscPath()); err != nil {
-		t.Skip("runsc not installed: run scripts/install-runsc.sh")
-	}
+	testkit.RequiresRoot(t)
+	testkit.RequiresRunsc(t, runscPath())
 }
 
 // newConfig is a driver configuration on a fresh state directory.
@@ -56,7 +45,7 @@ func newConfig(t testing.TB) gvisor.Config {
 	return gvisor.Config{
 		StateDir:     traversableTempDir(t),
 		Runsc:        runscPath(),
-		AgentPath:    agentBinary(t),
+		AgentPath:    testkit.Agent(t),
 		CgroupParent: "lbb-gvisor-test",
 		DebugLogDir:  os.Getenv("LBB_RUNSC_DEBUG_DIR"),
 		Logger:       testLogger(t),
@@ -71,36 +60,6 @@ func TestRuntime(t *testing.T) {
 		HostFiles: []string{cfg.AgentPath, cfg.Runsc, filepath.Join(cfg.StateDir, ".agent", "*"),
 			filepath.Join(cfg.StateDir, ".seccomp", "*")},
 	})
-}
-
-var (
-	agentOnce sync.Once
-	agentDir  string
-	agentPath string
-	agentErr  error
-)
-
-// agentBinary is $LBB_AGENT, or the agent built (static) once for this test binary.
-func agentBinary(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("LBB_AGENT"); p != "" {
-		return p
-	}
-	agentOnce.Do(func() {
-		if agentDir, agentErr = os.MkdirTemp("", "lbb-agent-"); agentErr != nil {
-			return
-		}
-		agentPath = filepath.Join(agentDir, "lbb-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentPath, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("build lbb-agent: %v", agentErr)
-	}
-	return agentPath
 }
 
 // traversableTempDir is a fresh state directory whose ancestors the sandbox's ids can search

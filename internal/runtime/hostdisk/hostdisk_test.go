@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,9 +49,7 @@ func TestCopySparse(t *testing.T) {
 // WaitDetached watches the one device Mount attached: it waits while that device still
 // holds the image and returns once autoclear has detached it after the unmount.
 func TestMountWaitDetached(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop-mounting needs root")
-	}
+	testkit.RequiresRoot(t) // loop-mounting
 	ctx := context.Background()
 	dir := t.TempDir()
 	img := filepath.Join(dir, "disk.img")

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,29 +14,12 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-local-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 func connect(t *testing.T, sb runtime.Sandbox) *agent.Client {
 	t.Helper()

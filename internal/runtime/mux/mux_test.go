@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -17,29 +13,12 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-mux-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
 
 // freezing is a local driver that can also freeze (it counts the calls): a second kind of
 // driver, so that routing to an ability is seen to reach the right one.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // The child side of TestHardening: harden this thread, then exec a shell that probes.
@@ -34,9 +36,7 @@ func init() {
 // root: the child gets its own user namespace (as root does, it starts with capabilities
 // there).
 func TestHardening(t *testing.T) {
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err != nil || strings.TrimSpace(string(b)) == "0" {
-		t.Skip("needs user namespaces")
-	}
+	testkit.RequiresUserNS(t)
 	if landlockABI() == 0 {
 		t.Log("no Landlock on this kernel: the write checks below are skipped")
 	}

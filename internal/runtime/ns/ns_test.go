@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,63 +15,28 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // TestMain lets this test binary be the sandbox init, as cmd/lbb is in production.
 func TestMain(m *testing.M) {
 	ns.MaybeInit()
-	code := m.Run()
-	if agentDir != "" {
-		os.RemoveAll(agentDir)
-	}
-	os.Exit(code)
+	testkit.Main(m, nil)
 }
 
 func TestRuntime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the runtime suites start real sandboxes; skipped in -short mode")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the ns driver needs root (euid 0); rootless mode is not supported")
-	}
-	runtimetest.RequiresUserNS(t)
-	agentBin := agentBinary(t)
+	testkit.RequiresRoot(t) // rootless mode is not supported
+	testkit.RequiresUserNS(t)
+	agentBin := testkit.Agent(t)
 	stateDir := traversableTempDir(t)
 	cfg := ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: testLogger(t)}
 	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return ns.New(cfg) }, runtimetest.Options{
 		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(id) },
 		HostFiles: []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
 	})
-}
-
-var (
-	agentOnce sync.Once
-	agentDir  string
-	agentPath string
-	agentErr  error
-)
-
-// agentBinary is $LBB_AGENT, or the agent built (static) once for this test binary.
-func agentBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LBB_AGENT"); p != "" {
-		return p
-	}
-	agentOnce.Do(func() {
-		if agentDir, agentErr = os.MkdirTemp("", "lbb-agent-"); agentErr != nil {
-			return
-		}
-		agentPath = filepath.Join(agentDir, "lbb-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentPath, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("build lbb-agent: %v", agentErr)
-	}
-	return agentPath
 }
 
 // traversableTempDir is a fresh state directory whose ancestors the sandbox's ids can search
@@ -98,9 +61,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // BenchmarkCreateStartExec measures a cold sandbox: create, start, the first exec of
 // /bin/true, then destroy (reported separately).
 func BenchmarkCreateStartExec(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the ns driver needs root (euid 0)")
-	}
+	testkit.RequiresRoot(b)
 	img := runtimetest.FindImage(b)
 	stateDir, err := os.MkdirTemp("", "lbb-bench-")
 	if err != nil {
@@ -108,13 +69,10 @@ func BenchmarkCreateStartExec(b *testing.B) {
 	}
 	defer os.RemoveAll(stateDir)
 	os.Chmod(stateDir, 0o711)
-	agentBin := os.Getenv("LBB_AGENT")
-	if agentBin == "" {
-		b.Skip("set LBB_AGENT to a static lbb-agent")
-	}
+	agentBin := testkit.Agent(b)
 	d := ns.New(ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: benchLogger()})
 	if err := runtime.CheckRequirements(d); err != nil {
-		b.Skip(err)
+		testkit.SkipPrivileged(b, "%v", err)
 	}
 	ctx := context.Background()
 	var create, start, first, destroy time.Duration

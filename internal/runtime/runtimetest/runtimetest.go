@@ -7,7 +7,8 @@
 //	}
 //
 // The suites need a built base image (`make images`) and whatever the driver requires (for
-// ns: root); they skip, saying why, when either is missing, and in -short mode.
+// ns: root); they skip, saying why, when either is missing (fail, under the CI switch: see
+// internal/testkit), and in -short mode.
 package runtimetest
 
 import (
@@ -16,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -25,6 +25,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // Options tune the suites for a driver.
@@ -55,7 +56,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver, opts Options
 	}
 	d := newDriver(t)
 	if err := runtime.CheckRequirements(d); err != nil {
-		t.Skipf("skipping the runtime suites: %v", err)
+		testkit.SkipPrivileged(t, "the runtime suites cannot run: %v", err)
 	}
 	e := &env{d: d, opts: opts, newDriver: newDriver}
 	t.Run("conformance", e.conformance)
@@ -63,7 +64,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver, opts Options
 }
 
 // FindImage answers the rootfs of the built base image ($LBB_IMAGES_DIR, else
-// /var/lib/lbb/images), or skips the test when none is built.
+// /var/lib/lbb/images), or skips the test when none is built (testkit.SkipPrivileged).
 func FindImage(t testing.TB) string {
 	t.Helper()
 	dir := images.DefaultDir("")
@@ -72,26 +73,9 @@ func FindImage(t testing.TB) string {
 	}
 	list, err := images.List(dir)
 	if err != nil || len(list) == 0 {
-		t.Skipf("no base image in %s (run `make images`): %v", dir, err)
+		testkit.SkipPrivileged(t, "no base image in %s (run `make images`): %v", dir, err)
 	}
 	return list[0].Rootfs
-}
-
-// RequiresRoot skips a test that needs root, saying so.
-func RequiresRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (euid 0)")
-	}
-}
-
-// RequiresUserNS skips a test when this process cannot make a user namespace.
-func RequiresUserNS(t testing.TB) {
-	t.Helper()
-	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
-	if err != nil || strings.TrimSpace(string(b)) == "0" {
-		t.Skip("needs user namespaces (user.max_user_namespaces > 0)")
-	}
 }
 
 type env struct {

@@ -1,21 +1,13 @@
-package lbb_test
+package sdkgo_test
 
 import (
 	"context"
 	"io"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/littlebigbrain/lbb/internal/api"
-	"github.com/littlebigbrain/lbb/internal/blobs"
-	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	"github.com/littlebigbrain/lbb/internal/runtime"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -24,30 +16,9 @@ import (
 // is tested end to end on gvisor).
 func TestSnapshots(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
-	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
-	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
-	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := server{driver: func(stateDir string) runtime.Driver {
+		return controltest.NewCheckpointing(agentBin, stateDir)
+	}}.start(t)
 
 	sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{ExpiresInSeconds: 60})
 	if err != nil {

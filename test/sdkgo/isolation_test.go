@@ -1,4 +1,4 @@
-package lbb_test
+package sdkgo_test
 
 import (
 	"context"

@@ -1,50 +1,13 @@
-package lbb_test
+package sdkgo_test
 
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/littlebigbrain/lbb/internal/api"
 	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
-	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
-
-// The SDK against the real API server and control plane, with the control plane's fake
-// runner (the end-to-end tests run the SDK against the real runtime).
-func newClient(t *testing.T, tweak func(*config.Config)) (*lbb.Client, *controltest.Runner) {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	r := controltest.New()
-	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
-	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
-	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, r
-}
 
 func TestRun(t *testing.T) {
 	c, r := newClient(t, nil)
@@ -146,20 +109,5 @@ func TestTemplatesAndKeys(t *testing.T) {
 	audit, err := c.Audit.List(ctx, lbb.ListParams{})
 	if err != nil || len(audit.Data) < 4 {
 		t.Fatalf("%+v %v", audit, err)
-	}
-}
-
-func TestOutputString(t *testing.T) {
-	for _, tc := range []struct {
-		o    lbb.Output
-		want string
-	}{
-		{lbb.Output{Head: "abc", Bytes: 3}, "abc"},
-		{lbb.Output{Head: "abc", Tail: "def", Bytes: 6}, "abcdef"},
-		{lbb.Output{Head: "abc", Tail: "xyz", Bytes: 100}, "abc\n…\nxyz"},
-	} {
-		if got := tc.o.String(); got != tc.want {
-			t.Errorf("%+v: %q, want %q", tc.o, got, tc.want)
-		}
 	}
 }

@@ -1,80 +1,14 @@
-package lbb_test
+package sdkgo_test
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/littlebigbrain/lbb/internal/api"
 	"github.com/littlebigbrain/lbb/internal/blobs"
-	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
-	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
-	"github.com/littlebigbrain/lbb/internal/runtime/local"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
-
-var agentBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lbb-sdk-go-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin = filepath.Join(dir, "lbb-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "github.com/littlebigbrain/lbb/cmd/lbb-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lbb-agent:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// newLevel3Client serves Level 3 on the local driver (real processes and files, no
-// isolation), which needs no root.
-func newLevel3Client(t *testing.T) *lbb.Client {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
-	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
-	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
-	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 func TestLevel3(t *testing.T) {
 	c := newLevel3Client(t)

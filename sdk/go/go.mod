@@ -1,0 +1,3 @@
+module github.com/littlebigbrain/lbb/sdk/go
+
+go 1.24.0
