@@ -60,10 +60,26 @@ func reserveThreads(n int) {
 	release.Done()
 }
 
+// ignoreSignals catches, and drops, the signals the agent does not use whose default would
+// end it: as PID 1 it must outlive a process inside that signals it (the seccomp filter
+// drops signals to pid 1, not those sent to its threads' ids). Caught rather than ignored:
+// an ignored signal stays ignored in the processes the agent starts.
+func ignoreSignals() {
+	drop := make(chan os.Signal, 1)
+	signal.Notify(drop, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
+		syscall.SIGVTALRM, syscall.SIGPIPE, syscall.SIGTRAP, syscall.SIGABRT, syscall.SIGSYS, syscall.SIGILL,
+		syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGSTKFLT, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGIO, syscall.SIGPWR)
+	go func() {
+		for range drop {
+		}
+	}()
+}
+
 // options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
 type options struct {
 	fd                            int
-	connect, seccomp              string
+	connect, seccomp, remove      string
 	workspace, etcDir, path, home string
 	verbose                       bool
 }
@@ -74,6 +90,7 @@ func run() error {
 	fs.IntVar(&o.fd, "fd", 3, "the channel's file descriptor")
 	fs.StringVar(&o.connect, "connect", "", "instead of --fd: connect to this unix socket, again after each disconnection (also LBB_AGENT_CONNECT; see connect.go)")
 	fs.StringVar(&o.seccomp, "seccomp", "", "load this raw BPF program as the seccomp filter of the agent and its processes")
+	fs.StringVar(&o.remove, "remove", "", "remove these files (comma-separated) at start: devices a sandbox must not have that its kernel (gVisor's) always makes")
 	fs.StringVar(&o.workspace, "workspace", agent.Workspace, "the workspace directory")
 	fs.StringVar(&o.etcDir, "etc-dir", "/etc", "where identity writes hostname and machine-id")
 	fs.StringVar(&o.path, "path", guest.DefaultPath, "the default PATH of processes")
@@ -109,6 +126,11 @@ func run() error {
 			return err
 		}
 	}
+	for _, p := range strings.Split(o.remove, ",") {
+		if err := os.RemoveAll(p); p != "" && err != nil {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
 
 	// The fd channel becomes a net.Conn on a close-on-exec duplicate; then every inherited
 	// descriptor above stderr is marked close-on-exec, so that no process the agent starts
@@ -141,6 +163,7 @@ func run() error {
 			srv.Forward(sig.(syscall.Signal))
 		}
 	}()
+	ignoreSignals()
 
 	if o.connect != "" {
 		return serveConnect(srv, o.connect, token, log)

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Build makes the image of the current recipe in o.Dir and answers its manifest. When the
@@ -183,19 +185,14 @@ func mountReadOnly(rootfs string, w io.Writer) {
 
 // isReadOnlyMount tells whether path is a mount point mounted read-only.
 func isReadOnlyMount(path string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	infos, err := mountinfo.GetMounts(func(mi *mountinfo.Info) (skip, stop bool) {
+		return mi.Mountpoint != path, false
+	})
+	if err != nil || len(infos) == 0 {
 		return false
 	}
-	ro := false
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) >= 6 && unescapeMount(f[4]) == path {
-			// The last mount on a path is the one seen there.
-			ro = slices.Contains(strings.Split(f[5], ","), "ro")
-		}
-	}
-	return ro
+	// The last mount on a path is the one seen there.
+	return slices.Contains(strings.Split(infos[len(infos)-1].Options, ","), "ro")
 }
 
 // builder carries one build's state from step to step.
@@ -793,43 +790,16 @@ func mountsUnder(path string) ([]string, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(abs))
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == abs || strings.HasPrefix(mp, abs+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(infos))
+	for _, mi := range infos {
+		out = append(out, mi.Mountpoint)
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // diskUsage is the bytes of disk the tree holds (blocks, each hard-linked file once), as du.

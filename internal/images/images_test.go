@@ -434,15 +434,6 @@ I: Base system installed successfully.
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b\011c`); got != "/a b\tc" {
-		t.Errorf("unescapeMount = %q", got)
-	}
-	if got := unescapeMount(`/plain`); got != "/plain" {
-		t.Errorf("unescapeMount = %q", got)
-	}
-}
-
 func TestLockDir(t *testing.T) {
 	dir := t.TempDir()
 	unlock, err := lockDir(context.Background(), dir, &bytes.Buffer{})

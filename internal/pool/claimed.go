@@ -23,7 +23,7 @@ func (c *claimedSandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 
 // InitPID is the underlying sandbox's, or 0 when its driver does not tell.
 func (c *claimedSandbox) InitPID() int {
-	if p, ok := c.Sandbox.(initPIDer); ok {
+	if p, ok := c.Sandbox.(runtime.InitPIDer); ok {
 		return p.InitPID()
 	}
 	return 0
@@ -35,3 +35,6 @@ func sub(a, b uint64) uint64 {
 	}
 	return a - b
 }
+
+// initPIDer is runtime.InitPIDer, as the pool's tests name it.
+type initPIDer = runtime.InitPIDer

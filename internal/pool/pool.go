@@ -461,7 +461,7 @@ func (p *Pool) take(ctx context.Context, spec runtime.Spec, t0 time.Time) (*slot
 // match lists the keys that can serve spec, best first: the exact one, then a bare slot of
 // the same image and limits (a started sandbox, whatever it runs).
 func (p *Pool) match(spec runtime.Spec, lang string) []*keyState {
-	if spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename(p.o.Driver) {
+	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
 	}
 	var exact, bare *keyState
@@ -523,7 +523,11 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	default:
 	}
 	if spec.Hostname != "" && spec.Hostname != p.o.Hostname {
-		if err := setHostname(s.sb, spec.Hostname); err != nil {
+		r, ok := p.o.Driver.(runtime.Renamer)
+		if !ok {
+			return errors.New("hostname: the driver cannot rename a sandbox")
+		}
+		if err := r.SetHostname(ctx, s.id, spec.Hostname); err != nil {
 			return fmt.Errorf("hostname: %w", err)
 		}
 	}

@@ -136,6 +136,19 @@ const (
 	BackgroundCPUWeight = 2
 )
 
+// Renamer is an optional ability: give a started sandbox another hostname, from the host (the
+// agent inside cannot: it holds no capability). A warm pool renames a slot made under its
+// default hostname for a claim that asks for another.
+type Renamer interface {
+	SetHostname(ctx context.Context, id, name string) error
+}
+
+// InitPIDer is an optional ability of a started Sandbox: the host pid of the process whose
+// end is the sandbox's (the agent for ns, the Sentry for gvisor). Tests signal and measure it.
+type InitPIDer interface {
+	InitPID() int
+}
+
 // Checkpointer is an optional ability: save a started sandbox whole (memory, processes, the
 // agent, the disk) and start it again from what was saved, as itself or as a new sandbox.
 //

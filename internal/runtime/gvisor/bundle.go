@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -34,95 +35,23 @@ const (
 	agentConnect = lbbDir + "/chan/" + agentSocket
 )
 
-// The OCI runtime spec, the part of it runsc reads here.
-type (
-	ociSpec struct {
-		Version  string     `json:"ociVersion"`
-		Process  ociProcess `json:"process"`
-		Root     ociRoot    `json:"root"`
-		Hostname string     `json:"hostname"`
-		Mounts   []ociMount `json:"mounts"`
-		Linux    ociLinux   `json:"linux"`
-	}
-	ociProcess struct {
-		User            ociUser     `json:"user"`
-		Args            []string    `json:"args"`
-		Env             []string    `json:"env"`
-		Cwd             string      `json:"cwd"`
-		Capabilities    ociCaps     `json:"capabilities"`
-		Rlimits         []ociRlimit `json:"rlimits"`
-		NoNewPrivileges bool        `json:"noNewPrivileges"`
-	}
-	ociUser struct {
-		UID uint32 `json:"uid"`
-		GID uint32 `json:"gid"`
-	}
-	ociCaps struct {
-		Bounding    []string `json:"bounding"`
-		Effective   []string `json:"effective"`
-		Inheritable []string `json:"inheritable"`
-		Permitted   []string `json:"permitted"`
-		Ambient     []string `json:"ambient"`
-	}
-	ociRlimit struct {
-		Type string `json:"type"`
-		Hard uint64 `json:"hard"`
-		Soft uint64 `json:"soft"`
-	}
-	ociRoot struct {
-		Path     string `json:"path"`
-		Readonly bool   `json:"readonly"`
-	}
-	ociMount struct {
-		Destination string   `json:"destination"`
-		Type        string   `json:"type"`
-		Source      string   `json:"source"`
-		Options     []string `json:"options,omitempty"`
-	}
-	ociLinux struct {
-		UIDMappings []ociIDMap     `json:"uidMappings"`
-		GIDMappings []ociIDMap     `json:"gidMappings"`
-		Namespaces  []ociNamespace `json:"namespaces"`
-		CgroupsPath string         `json:"cgroupsPath"`
-		Resources   ociResources   `json:"resources"`
-	}
-	ociIDMap struct {
-		ContainerID uint32 `json:"containerID"`
-		HostID      uint32 `json:"hostID"`
-		Size        uint32 `json:"size"`
-	}
-	ociNamespace struct {
-		Type string `json:"type"`
-	}
-	ociResources struct {
-		Memory *ociMemory `json:"memory,omitempty"`
-		CPU    *ociCPU    `json:"cpu,omitempty"`
-	}
-	ociMemory struct {
-		Limit int64 `json:"limit"`
-	}
-	ociCPU struct {
-		Quota  int64  `json:"quota"`
-		Period uint64 `json:"period"`
-	}
-)
-
 const cpuPeriod = 100_000 // µs
 
 // ociSpec is the sandbox's OCI spec: the image read-only, the disk and the /.lbb directory
 // bound in, the agent as the init, no capabilities, limits.
-func (d *Driver) ociSpec(st state, dir string) ociSpec {
+func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 	spec := st.Spec
 	lim := spec.Limits
 	disk := filepath.Join(dir, "disk")
 	tmp := fmt.Sprintf("size=%dm", lim.TmpMiB)
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	rw := []string{"rbind", "rw", "nosuid", "nodev"}
-	idmap := []ociIDMap{{ContainerID: 0, HostID: runtime.IDBase, Size: runtime.IDCount}}
-	return ociSpec{
-		Version: "1.0.2",
-		Process: ociProcess{
-			User: ociUser{UID: 0, GID: 0},
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: runtime.IDBase, Size: runtime.IDCount}}
+	rlimit := func(typ string, n uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: n, Soft: n} }
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
 			Args: []string{agentPath},
 			Env: []string{
 				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -133,23 +62,28 @@ func (d *Driver) ociSpec(st state, dir string) ociSpec {
 				"LBB_AGENT_CONNECT=" + agentConnect,
 				"LBB_AGENT_SECCOMP=" + seccompPath,
 				"LBB_AGENT_TOKEN=" + st.Token,
+				// Devices the Sentry always makes and a sandbox never needs: FUSE (a file system
+				// served from inside) and TUN/TAP (a network device of its own).
+				"LBB_AGENT_REMOVE=/dev/fuse,/dev/net",
 			},
-			Cwd:          "/",
-			Capabilities: ociCaps{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}},
-			Rlimits: []ociRlimit{
-				{Type: "RLIMIT_NOFILE", Hard: d.cfg.NoFile, Soft: d.cfg.NoFile},
+			Cwd: "/",
+			// Every set empty: no capability at all.
+			Capabilities: &specs.LinuxCapabilities{},
+			Rlimits: []specs.POSIXRlimit{
+				rlimit("RLIMIT_NOFILE", d.cfg.NoFile),
 				// Tasks (threads included) of the sandbox's root, the agent's among them.
-				{Type: "RLIMIT_NPROC", Hard: uint64(lim.Pids), Soft: uint64(lim.Pids)},
-				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+				rlimit("RLIMIT_NPROC", uint64(lim.Pids)),
+				rlimit("RLIMIT_CORE", 0),
 				// No file outgrows the disk, not even a sparse one.
-				{Type: "RLIMIT_FSIZE", Hard: uint64(lim.DiskMiB) << 20, Soft: uint64(lim.DiskMiB) << 20},
+				rlimit("RLIMIT_FSIZE", uint64(lim.DiskMiB)<<20),
 			},
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: spec.Image, Readonly: true},
+		Root:     &specs.Root{Path: spec.Image, Readonly: true},
 		Hostname: spec.Hostname,
-		Mounts: []ociMount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
+		Mounts: []specs.Mount{
+			// Read-only: nothing in it is the sandbox's to write (/proc/sysrq-trigger above all).
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"ro", "nosuid", "nodev", "noexec"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			// gVisor's sysfs has no class/net: say what is true, lo is the only interface.
@@ -168,19 +102,21 @@ func (d *Driver) ociSpec(st state, dir string) ociSpec {
 			{Destination: "/etc/machine-id", Type: "bind", Source: filepath.Join(disk, machineIDFile),
 				Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 		},
-		Linux: ociLinux{
+		Linux: &specs.Linux{
 			UIDMappings: idmap,
 			GIDMappings: idmap,
-			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"},
-				{Type: "mount"}, {Type: "user"}},
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.UserNamespace}},
 			CgroupsPath: "/" + d.cfg.CgroupParent + "/" + spec.ID,
-			Resources: ociResources{
-				Memory: &ociMemory{Limit: lim.MemoryMiB << 20},
-				CPU:    &ociCPU{Quota: int64(lim.CPUs * cpuPeriod), Period: cpuPeriod},
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: ptr(lim.MemoryMiB << 20)},
+				CPU:    &specs.LinuxCPU{Quota: ptr(int64(lim.CPUs * cpuPeriod)), Period: ptr(uint64(cpuPeriod))},
 			},
 		},
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // prepareLbbDir (re)makes <dir>/lbb, mounted read-only at /.lbb: the agent, the seccomp
 // filter (both hard links to the driver's copies), and chan/ for the agent's socket.

@@ -30,13 +30,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := driverkit.CheckID(id); err != nil {
 		return err
 	}
-	unlock := d.locks.Lock(id)
+	unlock := d.sbs.Lock(id)
 	defer unlock()
-	d.mu.Lock()
-	sb := d.running[id]
-	d.mu.Unlock()
-	if sb == nil {
-		return errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
+	if _, err := d.sbs.Started(id); err != nil {
+		return err
 	}
 	st, err := d.readState(id)
 	if err != nil {
@@ -60,7 +57,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := hostdisk.CopySparse(filepath.Join(d.dir(id), "disk.img"), filepath.Join(dir, "disk.img")); err != nil {
 		return fmt.Errorf("checkpoint disk: %w", err)
 	}
-	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
+	if err := driverkit.WriteJSON(filepath.Join(dir, "state.json"), st); err != nil {
 		return err
 	}
 	d.cfg.Logger.Debug("sandbox checkpointed", "sandbox", id, "save", t1.Sub(t0), "disk", time.Since(t1))
@@ -91,18 +88,15 @@ func (d *Driver) Restore(ctx context.Context, id, dir string) (runtime.Sandbox, 
 // given its disk and its agent's token.
 func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 	id := st.Spec.ID
-	unlock := d.locks.Lock(id)
+	unlock := d.sbs.Lock(id)
 	defer unlock()
 	if _, err := os.Stat(filepath.Join(d.dir(id), "state.json")); errors.Is(err, os.ErrNotExist) {
 		return d.create(ctx, st, disk)
 	}
-	if err := d.reapDead(ctx, id); err != nil {
+	if err := d.sbs.ReapDead(ctx, id); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	_, running := d.running[id]
-	d.mu.Unlock()
-	if running {
+	if _, running := d.sbs.Get(id); running {
 		return errdefs.Conflict("sandbox %s is started: stop it before restoring it", id)
 	}
 	if err := d.cleanup(ctx, id); err != nil {
@@ -116,5 +110,5 @@ func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 	if err := os.Rename(img+".restore", img); err != nil {
 		return err
 	}
-	return writeJSON(filepath.Join(d.dir(id), "state.json"), st)
+	return driverkit.WriteJSON(filepath.Join(d.dir(id), "state.json"), st)
 }

@@ -50,10 +50,10 @@
 // The Sentry is the boundary, and some Linux behaviours the hostile suite relies on differ:
 //   - The init of a PID namespace is not immune to a SIGKILL from inside, exec needs read
 //     permission, and a non-readable executable does not make a process non-dumpable. So the
-//     agent makes itself non-dumpable (connect mode), and loads a seccomp filter of ours: the
-//     ns driver's deny list (ns/seccomp) plus a signal to PID 1 dropped as Linux drops it,
-//     tkill refused (see seccomp.go). runsc's OCI seccomp answers EPERM only, which would
-//     break clone3's fallback. The agent's link in /.lbb goes once it runs (hideAgent).
+//     agent makes itself non-dumpable (connect mode), and loads the ns driver's seccomp filter
+//     (internal/runtime/seccomp), which drops signals to PID 1 (see seccomp.go). runsc's OCI
+//     seccomp answers EPERM only, which would break clone3's fallback. The agent's link in
+//     /.lbb goes once it runs (hideAgent).
 //   - The i386 system calls (int 0x80) do not exist in gVisor: they fail with ENOSYS and no
 //     filter sees them.
 //   - /sys has no class/net: an empty, read-only /sys/class/net/lo is mounted.
@@ -65,10 +65,10 @@
 package gvisor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,7 +82,6 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
@@ -135,44 +134,29 @@ type Driver struct {
 	agent   driverkit.AgentCopy
 	seccomp string // the filter's file, made once
 
-	mu      sync.Mutex
-	running map[string]*sandbox
-	locks   driverkit.Locks
+	sbs driverkit.Sandboxes[*sandbox]
 }
 
 var (
 	_ runtime.Driver       = (*Driver)(nil)
 	_ runtime.Freezer      = (*Driver)(nil)
 	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.InitPIDer    = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
 func New(cfg Config) *Driver {
 	def := DefaultConfig()
-	if cfg.StateDir == "" {
-		cfg.StateDir = def.StateDir
-	}
-	if cfg.Runsc == "" {
-		cfg.Runsc = def.Runsc
-	}
-	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = def.CgroupParent
-	}
+	cfg.StateDir = cmp.Or(cfg.StateDir, def.StateDir)
+	cfg.Runsc = cmp.Or(cfg.Runsc, def.Runsc)
+	cfg.CgroupParent = cmp.Or(cfg.CgroupParent, def.CgroupParent)
 	cfg.Limits = cfg.Limits.Or(def.Limits)
-	if cfg.NoFile == 0 {
-		cfg.NoFile = def.NoFile
-	}
-	if cfg.Platform == "" {
-		cfg.Platform = def.Platform
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = def.Logger
-	}
-	return &Driver{
-		cfg:       cfg,
-		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
-		running:   map[string]*sandbox{},
-	}
+	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
+	cfg.Platform = cmp.Or(cfg.Platform, def.Platform)
+	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
+	d := &Driver{cfg: cfg, templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")}}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger}
+	return d
 }
 
 // Name is "gvisor".
@@ -181,7 +165,7 @@ func (d *Driver) Name() string { return "gvisor" }
 // Config is the driver's configuration, defaults filled in.
 func (d *Driver) Config() Config { return d.cfg }
 
-func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
+func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
 // state is what the driver keeps of a sandbox between calls (and processes).
 type state struct {
@@ -197,27 +181,15 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	unlock := d.locks.Lock(spec.ID)
+	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 	return d.create(ctx, st, "")
 }
 
 func (d *Driver) newState(spec runtime.Spec) (state, error) {
-	if err := driverkit.CheckID(spec.ID); err != nil {
+	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
+	if err != nil {
 		return state{}, err
-	}
-	if !filepath.IsAbs(spec.Image) {
-		return state{}, errdefs.InvalidArgument("image %q: want an absolute directory", spec.Image)
-	}
-	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
-		return state{}, errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
-	}
-	spec.Limits = spec.Limits.Or(d.cfg.Limits)
-	if spec.Hostname == "" {
-		spec.Hostname = "sandbox"
-	}
-	if !driverkit.ValidHostname(spec.Hostname) {
-		return state{}, errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
 	}
 	tok := make([]byte, 32)
 	if _, err := rand.Read(tok); err != nil {
@@ -228,76 +200,23 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 
 // create makes the state directory and the disk: a fresh one, or a copy of disk when set.
 func (d *Driver) create(ctx context.Context, st state, disk string) error {
-	dir := d.dir(st.Spec.ID)
-	var u undo.Stack
-	err := u.Step("state directory", func() error {
-		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
-			return err
-		}
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			if errors.Is(err, os.ErrExist) {
-				return errdefs.Conflict("sandbox %s already exists", st.Spec.ID)
+	return d.sbs.Create(st.Spec.ID, driverkit.Layout{
+		Disk: func() (string, error) {
+			if disk != "" {
+				return disk, nil
 			}
-			return err
-		}
-		return nil
-	}, func() error { return os.RemoveAll(dir) })
-	if err != nil {
-		return err
-	}
-	if err := u.Step("disk", func() error {
-		if disk == "" {
-			tmpl, err := d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
-			if err != nil {
-				return err
-			}
-			disk = tmpl
-		}
-		return hostdisk.CopySparse(disk, filepath.Join(dir, "disk.img"))
-	}, nil); err != nil {
-		return err
-	}
-	if err := u.Step("directories", func() error {
-		for _, p := range []string{"disk", "bundle"} {
-			if err := os.Mkdir(filepath.Join(dir, p), 0o711); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil); err != nil {
-		return err
-	}
-	// state.json comes last: a directory without it is a Create that did not finish.
-	if err := u.Step("state", func() error { return writeJSON(filepath.Join(dir, "state.json"), st) }, nil); err != nil {
-		return err
-	}
-	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", st.Spec.ID}, u.Times...)...)
-	return nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+			return d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
+		},
+		Dirs:      []string{"disk", "bundle"},
+		DirMode:   0o711,
+		StateFile: "state.json",
+		State:     st,
+	})
 }
 
 func readState(path, id string) (state, error) {
 	var st state
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return st, driverkit.NotFound(id)
-	}
-	if err != nil {
-		return st, err
-	}
-	return st, json.Unmarshal(b, &st)
+	return st, driverkit.ReadJSON(path, id, &st)
 }
 
 func (d *Driver) readState(id string) (state, error) {
@@ -314,43 +233,13 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 
 // boot starts sandbox id afresh, or from the checkpoint in memDir when it is set.
 func (d *Driver) boot(ctx context.Context, id, memDir string) (runtime.Sandbox, error) {
-	if err := driverkit.CheckID(id); err != nil {
-		return nil, err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	if err := d.reapDead(ctx, id); err != nil {
-		return nil, err
-	}
-	st, err := d.readState(id)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := d.start(ctx, st, memDir)
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
-	}
-	d.mu.Lock()
-	d.running[id] = sb
-	d.mu.Unlock()
-	return sb, nil
-}
-
-// reapDead cleans up after a sandbox of this driver whose Sentry has died; it fails when one
-// still runs.
-func (d *Driver) reapDead(ctx context.Context, id string) error {
-	d.mu.Lock()
-	old := d.running[id]
-	d.mu.Unlock()
-	if old == nil {
-		return nil
-	}
-	select {
-	case <-old.Done():
-		return d.stop(ctx, id)
-	default:
-		return errdefs.Conflict("sandbox %s is already started", id)
-	}
+	return d.sbs.Start(ctx, id, func() (*sandbox, error) {
+		st, err := d.readState(id)
+		if err != nil {
+			return nil, err
+		}
+		return d.start(ctx, st, memDir)
+	})
 }
 
 func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, error) {
@@ -358,30 +247,15 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
 	var u undo.Stack
-	// Undo steps get their own context: they must run even when ctx is what failed.
-	undoCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 30*time.Second)
-	}
 	if err := u.Step("leftovers", func() error {
 		// A previous process of this driver may have died with the sandbox started.
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		return d.cleanup(ctx, id)
 	}, nil); err != nil {
 		return nil, err
 	}
-	if err := u.Step("mount disk", func() error {
-		img := filepath.Join(dir, "disk.img")
-		if err := diskReleased(ctx, img); err != nil {
-			return err
-		}
-		_, _, err := hostdisk.Mount(img, diskDir)
-		return err
-	}, func() error {
-		ctx, cancel := undoCtx()
-		defer cancel()
-		return hostdisk.Unmount(ctx, diskDir)
-	}); err != nil {
+	if _, _, err := d.sbs.MountDisk(ctx, &u, id); err != nil {
 		return nil, err
 	}
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
@@ -396,7 +270,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		return nil, err
 	}
 	if err := u.Step("bundle", func() error {
-		return writeJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
+		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -433,7 +307,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		}()
 		return nil
 	}, func() error {
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		err := d.cleanup(ctx, id)
 		_ = cmd.Process.Kill()
@@ -495,25 +369,12 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 }
 
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
-func (d *Driver) Stop(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
-		return driverkit.NotFound(id)
-	}
-	return d.stop(ctx, id)
-}
+func (d *Driver) Stop(ctx context.Context, id string) error { return d.sbs.Stop(ctx, id) }
 
 // stop works from whatever is there: a sandbox this driver started, one a previous process
 // started (runsc's state and the mount are found by name), or one that never started.
 func (d *Driver) stop(ctx context.Context, id string) error {
-	d.mu.Lock()
-	sb := d.running[id]
-	delete(d.running, id)
-	d.mu.Unlock()
+	sb, _ := d.sbs.Take(id)
 	var errs []error
 	if sb != nil {
 		sb.guard.stop()
@@ -641,34 +502,10 @@ func waitGone(ctx context.Context, cond func() bool) error {
 }
 
 // Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
-func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	dir := d.dir(id)
-	d.mu.Lock()
-	_, running := d.running[id]
-	d.mu.Unlock()
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && !running && !d.hasRunscState(id) {
-		return nil
-	}
-	if err := d.stop(ctx, id); err != nil {
-		// Never remove a directory something is still mounted under.
-		return fmt.Errorf("destroy: %w", err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("destroy sandbox %s: %w", id, err)
-	}
-	d.cfg.Logger.Debug("sandbox destroyed", "sandbox", id)
-	return nil
-}
+func (d *Driver) Destroy(ctx context.Context, id string) error { return d.sbs.Destroy(ctx, id) }
 
 // List names every sandbox with a state directory, started or not.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	return driverkit.StateDirs(d.cfg.StateDir)
-}
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.sbs.List() }
 
 // Freeze parks every process of a started sandbox (runsc pause: the Sentry stops its tasks).
 func (d *Driver) Freeze(ctx context.Context, id string) error {
@@ -681,14 +518,8 @@ func (d *Driver) Thaw(ctx context.Context, id string) error {
 }
 
 func (d *Driver) pause(ctx context.Context, id, verb string) error {
-	if err := driverkit.CheckID(id); err != nil {
+	if _, err := d.sbs.Started(id); err != nil {
 		return err
-	}
-	d.mu.Lock()
-	_, ok := d.running[id]
-	d.mu.Unlock()
-	if !ok {
-		return errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
 	}
 	if out, err := d.runsc(ctx, id, verb, id); err != nil {
 		return fmt.Errorf("runsc %s %s: %w: %s", verb, id, err, out)
@@ -734,27 +565,12 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 // Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
 // runsc's state, cgroups, processes and loop devices on its disk. After Destroy it is empty.
 func (d *Driver) Leftovers(id string) []string {
-	var out []string
-	dir := d.dir(id)
-	if _, err := os.Lstat(dir); err == nil {
-		out = append(out, "state directory "+dir)
-	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
-	}
+	out := d.sbs.Leftovers(id, cgroupPaths(d.cfg.CgroupParent, id))
 	if d.hasRunscState(id) {
 		out = append(out, "runsc state of "+id)
 	}
-	for _, p := range cgroupPaths(d.cfg.CgroupParent, id) {
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, "cgroup "+p)
-		}
-	}
 	if pids := d.processes(id); len(pids) > 0 {
 		out = append(out, fmt.Sprintf("processes %v", pids))
-	}
-	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
-		out = append(out, "loop device "+l)
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,24 +98,9 @@ func (d *Driver) guardMemory(id string, limit int64) (*memGuard, error) {
 		d.cfg.Logger.Debug("cgroup v2: no memory guard; an OOM kills the sandbox", "sandbox", id)
 		return nil, nil
 	}
-	if err := os.WriteFile(filepath.Join(dir, "memory.oom_control"), []byte("1"), 0); err != nil {
-		return nil, fmt.Errorf("memory.oom_control: %w", err)
-	}
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	efd, err := cgroup.WatchOOM(dir)
 	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
-	}
-	efd := os.NewFile(uintptr(fd), "oom-eventfd")
-	ctl, err := os.Open(filepath.Join(dir, "memory.oom_control"))
-	if err != nil {
-		efd.Close()
 		return nil, err
-	}
-	err = os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(fmt.Sprintf("%d %d", fd, ctl.Fd())), 0)
-	ctl.Close()
-	if err != nil {
-		efd.Close()
-		return nil, fmt.Errorf("cgroup.event_control: %w", err)
 	}
 	g := &memGuard{efd: efd, stopped: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -156,7 +141,7 @@ func (d *Driver) handleOOM(g *memGuard, id, dir string, limit int64) {
 	}
 	lifted := false // the limit is above limit: a round's victims have not freed enough yet
 	for round := 0; round < oomRounds; round++ {
-		if stopped() || (!lifted && !underOOM(dir)) {
+		if stopped() || (!lifted && !cgroup.UnderOOM(dir)) {
 			return
 		}
 		// Park the application, then give the Sentry room to answer. When the victims of
@@ -170,7 +155,7 @@ func (d *Driver) handleOOM(g *memGuard, id, dir string, limit int64) {
 		if !lifted {
 			lift = limit + oomHeadroom
 		}
-		if err := setLimit(dir, lift); err != nil {
+		if err := cgroup.SetMemoryLimit(dir, lift); err != nil {
 			log.Warn("memory guard: lift limit", "err", err)
 		}
 		if err := app.waitFrozen(ctx); err != nil {
@@ -191,15 +176,15 @@ func (d *Driver) handleOOM(g *memGuard, id, dir string, limit int64) {
 		// The kernel takes the limit back only once the usage is below it: try until the
 		// victims' memory is back, or others have taken it (then the next round kills again).
 		lifted = !retryLimit(dir, limit, time.Second, stopped)
-		if !lifted && !underOOM(dir) {
+		if !lifted && !cgroup.UnderOOM(dir) {
 			return
 		}
 	}
-	if !stopped() && (lifted || underOOM(dir)) {
+	if !stopped() && (lifted || cgroup.UnderOOM(dir)) {
 		log.Warn("memory guard: killing did not free enough memory; the kernel's OOM killer ends the sandbox")
-		_ = os.WriteFile(filepath.Join(dir, "memory.oom_control"), []byte("0"), 0)
+		_ = cgroup.GiveUpOOM(dir)
 		// Lowering the limit fails while the usage is above it: it is the kernel's job now.
-		_ = setLimit(dir, limit)
+		_ = cgroup.SetMemoryLimit(dir, limit)
 	}
 }
 
@@ -260,33 +245,19 @@ func pickVictims(ps []runscProcess, tried map[int]bool, all bool) []int {
 	return []int{cands[0].PID}
 }
 
-func underOOM(dir string) bool {
-	v, err := cgroup.ReadKey(filepath.Join(dir, "memory.oom_control"), "under_oom")
-	return err == nil && v == 1
-}
-
-func usage(dir string) uint64 {
-	v, _ := cgroup.ReadUint(filepath.Join(dir, "memory.usage_in_bytes"))
-	return v
-}
-
-func setLimit(dir string, limit int64) error {
-	return os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0)
-}
-
 // retryLimit sets the limit to limit, trying again for d while the kernel refuses (EBUSY:
 // the usage is above it); it reports whether the limit is set.
 func retryLimit(dir string, limit int64, d time.Duration, stopped func() bool) bool {
 	deadline := time.Now().Add(d)
 	for {
-		err := setLimit(dir, limit)
+		err := cgroup.SetMemoryLimit(dir, limit)
 		if err == nil {
 			return true
 		}
 		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || stopped() {
 			return false
 		}
-		if usage(dir) >= uint64(limit) {
+		if cgroup.MemoryUsage(dir) >= uint64(limit) {
 			// Asking while the usage is above makes the kernel reclaim in vain first.
 			time.Sleep(pollInterval)
 		}
@@ -305,7 +276,7 @@ const appCgroup = "lbb-oom"
 // freezeApp moves the host processes of sandbox id that run its code into a child freezer
 // cgroup and freezes it. The Sentry, the gofer and runsc stay where they are.
 func (d *Driver) freezeApp(id string) (*appFreezer, error) {
-	m, err := cgroupMounts()
+	m, err := cgroup.Mounts()
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +294,7 @@ func (d *Driver) freezeApp(id string) (*appFreezer, error) {
 	for _, p := range d.processes(id) {
 		own[p.pid] = true
 	}
-	pids, err := readPids(filepath.Join(mem, d.cfg.CgroupParent, id, "cgroup.procs"))
+	pids, err := cgroup.ReadProcs(filepath.Join(mem, d.cfg.CgroupParent, id))
 	if err != nil {
 		return a, err
 	}
@@ -345,7 +316,7 @@ func (d *Driver) freezeApp(id string) (*appFreezer, error) {
 	}
 	var errs []error
 	for _, pid := range stubs {
-		if err := writeFile(filepath.Join(a.dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := cgroup.MovePID(a.dir, pid); err != nil {
 			errs = append(errs, fmt.Errorf("move %d: %w", pid, err))
 		}
 	}
@@ -358,7 +329,7 @@ func (d *Driver) freezeApp(id string) (*appFreezer, error) {
 // thawLeftApp thaws and removes a freezer child cgroup the guard left behind (it was stopped
 // while the application was parked): frozen processes cannot even die.
 func (d *Driver) thawLeftApp(ctx context.Context, id string) error {
-	m, err := cgroupMounts()
+	m, err := cgroup.Mounts()
 	if err != nil {
 		return err
 	}
@@ -408,13 +379,13 @@ func (a *appFreezer) thaw(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
-		pids, err := readPids(filepath.Join(a.dir, "cgroup.procs"))
+		pids, err := cgroup.ReadProcs(a.dir)
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
 		for _, pid := range pids {
-			if err := writeFile(filepath.Join(a.parent, "cgroup.procs"), strconv.Itoa(pid)); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := cgroup.MovePID(a.parent, pid); err != nil {
 				errs = append(errs, fmt.Errorf("move %d back: %w", pid, err))
 			}
 		}
@@ -461,20 +432,6 @@ func wchanKnown(pids []int) bool {
 		}
 	}
 	return false
-}
-
-func readPids(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
 }
 
 // writeFile writes s to a cgroup file in one write.

@@ -5,7 +5,6 @@
 package hostdisk
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -222,31 +222,15 @@ func Unmount(ctx context.Context, target string) error {
 
 // MountsUnder lists the mount points at or below dir in this mount namespace.
 func MountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(filepath.Clean(dir)))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := UnescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(infos))
+	for _, mi := range infos {
+		out = append(out, mi.Mountpoint)
 	}
-	return out, sc.Err()
-}
-
-// UnescapeMount undoes mountinfo's octal escapes of a path.
-func UnescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+	return out, nil
 }
 
 // WaitDetached waits until no loop device is backed by img. The kernel detaches an

@@ -60,7 +60,10 @@ type Driver struct {
 	running map[string]*sandbox
 }
 
-var _ runtime.Driver = (*Driver)(nil)
+var (
+	_ runtime.Driver    = (*Driver)(nil)
+	_ runtime.InitPIDer = (*sandbox)(nil)
+)
 
 // New makes a local driver.
 func New(opts Options) *Driver {

@@ -50,6 +50,8 @@ var (
 	_ runtime.Driver       = (*Driver)(nil)
 	_ runtime.Freezer      = (*Driver)(nil)
 	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.Prioritizer  = (*Driver)(nil)
+	_ runtime.Renamer      = (*Driver)(nil)
 )
 
 // New returns a Driver over o.Drivers.
@@ -184,43 +186,12 @@ func (d *Driver) Runtime(id string) (string, error) {
 	return name, err
 }
 
-// Freeze parks the sandbox's processes, when its driver can (runtime.Freezer); else an
-// errdefs not_supported error.
-func (d *Driver) Freeze(ctx context.Context, id string) error {
-	name, drv, err := d.route(ctx, id)
-	if err != nil {
-		return err
-	}
-	f, ok := drv.(runtime.Freezer)
-	if !ok {
-		return notSupported("freezing", id, name)
-	}
-	return f.Freeze(ctx, id)
-}
-
-// Thaw wakes a frozen sandbox (see Freeze).
-func (d *Driver) Thaw(ctx context.Context, id string) error {
-	name, drv, err := d.route(ctx, id)
-	if err != nil {
-		return err
-	}
-	f, ok := drv.(runtime.Freezer)
-	if !ok {
-		return notSupported("thawing", id, name)
-	}
-	return f.Thaw(ctx, id)
-}
-
 // Checkpoint saves the sandbox into dir, when its driver can (runtime.Checkpointer); else an
 // errdefs not_supported error.
 func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
-	name, drv, err := d.route(ctx, id)
+	name, c, err := ability[runtime.Checkpointer](ctx, d, id, "checkpoints")
 	if err != nil {
 		return err
-	}
-	c, ok := drv.(runtime.Checkpointer)
-	if !ok {
-		return notSupported("checkpoints", id, name)
 	}
 	if err := c.Checkpoint(ctx, id, dir); err != nil {
 		return err

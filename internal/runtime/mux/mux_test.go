@@ -230,9 +230,11 @@ func TestNotSupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, err := range map[string]error{
-		"Freeze":     e.m.Freeze(ctx, "sbx_ns1"),
-		"Thaw":       e.m.Thaw(ctx, "sbx_ns1"),
-		"Checkpoint": e.m.Checkpoint(ctx, "sbx_ns1", t.TempDir()),
+		"Freeze":       e.m.Freeze(ctx, "sbx_ns1"),
+		"Thaw":         e.m.Thaw(ctx, "sbx_ns1"),
+		"Checkpoint":   e.m.Checkpoint(ctx, "sbx_ns1", t.TempDir()),
+		"SetCPUWeight": e.m.SetCPUWeight(ctx, "sbx_ns1", runtime.DefaultCPUWeight),
+		"SetHostname":  e.m.SetHostname(ctx, "sbx_ns1", "box"),
 	} {
 		if !errdefs.IsConflict(err) || errdefs.CodeOf(err) != errdefs.CodeNotSupported {
 			t.Errorf("%s on driver a: %v (code %s), want a conflict not_supported", what, err, errdefs.CodeOf(err))

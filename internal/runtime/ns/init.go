@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/seccomp"
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp"
 )
 
 // The sandbox init is this same binary, re-executed by Start with initArg as argv[1] inside

@@ -22,6 +22,7 @@
 package ns
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,8 +46,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
 )
 
 // Config configures the driver. Zero fields take the defaults of DefaultConfig.
@@ -100,40 +101,29 @@ type Driver struct {
 
 	agent driverkit.AgentCopy
 
-	mu      sync.Mutex
-	running map[string]*sandbox
-	locks   driverkit.Locks
+	sbs driverkit.Sandboxes[*sandbox]
 }
 
 var (
-	_ runtime.Driver  = (*Driver)(nil)
-	_ runtime.Freezer = (*Driver)(nil)
+	_ runtime.Driver      = (*Driver)(nil)
+	_ runtime.Freezer     = (*Driver)(nil)
+	_ runtime.Prioritizer = (*Driver)(nil)
+	_ runtime.Renamer     = (*Driver)(nil)
+	_ runtime.InitPIDer   = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
 func New(cfg Config) *Driver {
 	def := DefaultConfig()
-	if cfg.StateDir == "" {
-		cfg.StateDir = def.StateDir
-	}
-	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = def.CgroupParent
-	}
+	cfg.StateDir = cmp.Or(cfg.StateDir, def.StateDir)
+	cfg.CgroupParent = cmp.Or(cfg.CgroupParent, def.CgroupParent)
 	cfg.Limits = cfg.Limits.Or(def.Limits)
-	if cfg.IO == (IOLimits{}) {
-		cfg.IO = def.IO
-	}
-	if cfg.NoFile == 0 {
-		cfg.NoFile = def.NoFile
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = def.Logger
-	}
-	return &Driver{
-		cfg:       cfg,
-		templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")},
-		running:   map[string]*sandbox{},
-	}
+	cfg.IO = cmp.Or(cfg.IO, def.IO)
+	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
+	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
+	d := &Driver{cfg: cfg, templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")}}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Log: cfg.Logger}
+	return d
 }
 
 // Name is "ns".
@@ -147,104 +137,32 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 	return d.cg, d.cgErr
 }
 
-func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, id) }
+func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
 // Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
-	if err := driverkit.CheckID(spec.ID); err != nil {
+	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
+	if err != nil {
 		return err
-	}
-	if !filepath.IsAbs(spec.Image) {
-		return errdefs.InvalidArgument("image %q: want an absolute directory", spec.Image)
 	}
 	if strings.ContainsAny(spec.Image, ",:\n") {
 		return errdefs.InvalidArgument("image %q: overlayfs cannot take ',' or ':' in a path", spec.Image)
 	}
-	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
-		return errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
-	}
-	spec.Limits = spec.Limits.Or(d.cfg.Limits)
-	if spec.Hostname == "" {
-		spec.Hostname = "sandbox"
-	}
-	if !driverkit.ValidHostname(spec.Hostname) {
-		return errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", spec.Hostname)
-	}
-	unlock := d.locks.Lock(spec.ID)
+	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 
-	dir := d.dir(spec.ID)
-	var u undo.Stack
-	// The state directories are traversable (0711) by the sandbox's ids: the init, running as
-	// the sandbox's root, reaches its overlay mount point and upper layer through them.
-	err := u.Step("state directory", func() error {
-		if err := os.MkdirAll(d.cfg.StateDir, 0o711); err != nil {
-			return err
-		}
-		if err := os.Chmod(d.cfg.StateDir, 0o711); err != nil {
-			return err
-		}
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			if errors.Is(err, os.ErrExist) {
-				return errdefs.Conflict("sandbox %s already exists", spec.ID)
-			}
-			return err
-		}
-		return nil
-	}, func() error { return os.RemoveAll(dir) })
-	if err != nil {
-		return err
-	}
-	if err := u.Step("disk", func() error {
-		tmpl, err := d.templates.Get(ctx, spec.Limits.DiskMiB)
-		if err != nil {
-			return err
-		}
-		return hostdisk.CopySparse(tmpl, filepath.Join(dir, "disk.img"))
-	}, nil); err != nil {
-		return err
-	}
-	if err := u.Step("mount points", func() error {
-		for _, p := range []string{"disk", "root"} {
-			if err := os.Mkdir(filepath.Join(dir, p), 0o755); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil); err != nil {
-		return err
-	}
-	// spec.json comes last: a directory without it is a Create that did not finish.
-	if err := u.Step("spec", func() error { return writeJSON(filepath.Join(dir, "spec.json"), spec) }, nil); err != nil {
-		return err
-	}
-	u.Release()
-	d.cfg.Logger.Debug("sandbox created", append([]any{"sandbox", spec.ID}, u.Times...)...)
-	return nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return d.sbs.Create(spec.ID, driverkit.Layout{
+		Disk:      func() (string, error) { return d.templates.Get(ctx, spec.Limits.DiskMiB) },
+		Dirs:      []string{"disk", "root"}, // mount points
+		DirMode:   0o755,
+		StateFile: "spec.json",
+		State:     spec,
+	})
 }
 
 func (d *Driver) readSpec(id string) (runtime.Spec, error) {
 	var spec runtime.Spec
-	b, err := os.ReadFile(filepath.Join(d.dir(id), "spec.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return spec, driverkit.NotFound(id)
-	}
-	if err != nil {
-		return spec, err
-	}
-	return spec, json.Unmarshal(b, &spec)
+	return spec, driverkit.ReadJSON(filepath.Join(d.dir(id), "spec.json"), id, &spec)
 }
 
 // agentReadyTimeout bounds how long Start waits for a started agent to speak.
@@ -252,74 +170,30 @@ const agentReadyTimeout = 30 * time.Second
 
 // Start boots the sandbox and returns once the agent speaks on the channel.
 func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) {
-	if err := driverkit.CheckID(id); err != nil {
-		return nil, err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	d.mu.Lock()
-	old := d.running[id]
-	d.mu.Unlock()
-	if old != nil {
-		select {
-		case <-old.Done():
-			// Its agent died: clean up what is left before starting afresh.
-			if err := d.stop(ctx, id); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, errdefs.Conflict("sandbox %s is already started", id)
+	return d.sbs.Start(ctx, id, func() (*sandbox, error) {
+		spec, err := d.readSpec(id)
+		if err != nil {
+			return nil, err
 		}
-	}
-	spec, err := d.readSpec(id)
-	if err != nil {
-		return nil, err
-	}
-	cg, err := d.cgroups()
-	if err != nil {
-		return nil, errdefs.Wrap(errdefs.ClassUnavailable, "", err)
-	}
-	sb, err := d.start(ctx, spec, cg)
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
-	}
-	d.mu.Lock()
-	d.running[id] = sb
-	d.mu.Unlock()
-	return sb, nil
+		cg, err := d.cgroups()
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.ClassUnavailable, "", err)
+		}
+		return d.start(ctx, spec, cg)
+	})
 }
 
 func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager) (*sandbox, error) {
 	id, dir := spec.ID, d.dir(spec.ID)
 	diskDir := filepath.Join(dir, "disk")
 	var u undo.Stack
-	// Undo steps get their own context: they must run even when ctx is what failed.
-	undoCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), 10*time.Second)
-	}
-
 	go cg.Warm()
 	var agentBin string
 	if err := u.Step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
 		return nil, err
 	}
-	var major, minor uint32
-	if err := u.Step("mount disk", func() error {
-		if m, _ := hostdisk.MountsUnder(dir); len(m) > 0 {
-			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
-		}
-		var err error
-		// A Stop by another process (before a crash) may have left the device detaching.
-		if err := hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img")); err != nil {
-			return err
-		}
-		major, minor, err = hostdisk.Mount(filepath.Join(dir, "disk.img"), diskDir)
-		return err
-	}, func() error {
-		ctx, cancel := undoCtx()
-		defer cancel()
-		return hostdisk.Unmount(ctx, diskDir)
-	}); err != nil {
+	major, minor, err := d.sbs.MountDisk(ctx, &u, id)
+	if err != nil {
 		return nil, err
 	}
 	if err := u.Step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
@@ -336,7 +210,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 			ReadBPS: io.ReadBPS, WriteBPS: io.WriteBPS, ReadIOPS: io.ReadIOPS, WriteIOPS: io.WriteIOPS}},
 	}
 	if err := u.Step("cgroups", func() error { return cg.Create(id, cgl) }, func() error {
-		ctx, cancel := undoCtx()
+		ctx, cancel := driverkit.UndoContext()
 		defer cancel()
 		return cg.Remove(ctx, id)
 	}); err != nil {
@@ -600,26 +474,12 @@ func (p *initPipes) waitExec(ctx context.Context, proc *os.Process) error {
 }
 
 // Stop ends every process of the sandbox and unmounts its disk; the disk stays.
-func (d *Driver) Stop(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
-		return driverkit.NotFound(id)
-	}
-	return d.stop(ctx, id)
-}
+func (d *Driver) Stop(ctx context.Context, id string) error { return d.sbs.Stop(ctx, id) }
 
 // stop works from whatever is there: a sandbox this driver started, one a previous process
 // started (its cgroups and mount are found by name), or one that never started.
 func (d *Driver) stop(ctx context.Context, id string) error {
-	d.mu.Lock()
-	sb := d.running[id]
-	delete(d.running, id)
-	d.mu.Unlock()
-
+	sb, _ := d.sbs.Take(id)
 	var errs []error
 	t0 := time.Now()
 	if sb != nil {
@@ -666,34 +526,10 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 }
 
 // Destroy stops the sandbox and removes its state and disk. A missing sandbox is no error.
-func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if err := driverkit.CheckID(id); err != nil {
-		return err
-	}
-	unlock := d.locks.Lock(id)
-	defer unlock()
-	dir := d.dir(id)
-	d.mu.Lock()
-	_, running := d.running[id]
-	d.mu.Unlock()
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && !running {
-		return nil
-	}
-	if err := d.stop(ctx, id); err != nil {
-		// Never remove a directory something is still mounted under.
-		return fmt.Errorf("destroy: %w", err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("destroy sandbox %s: %w", id, err)
-	}
-	d.cfg.Logger.Debug("sandbox destroyed", "sandbox", id)
-	return nil
-}
+func (d *Driver) Destroy(ctx context.Context, id string) error { return d.sbs.Destroy(ctx, id) }
 
 // List names every sandbox with a state directory, started or not.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	return driverkit.StateDirs(d.cfg.StateDir)
-}
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.sbs.List() }
 
 // Freeze parks every process of a started sandbox (the freezer cgroup).
 func (d *Driver) Freeze(ctx context.Context, id string) error {
@@ -729,14 +565,8 @@ func (d *Driver) SetCPUWeight(ctx context.Context, id string, weight int) error 
 // startedCgroups answers the cgroup manager for a sandbox this driver started; conflict
 // for one it did not.
 func (d *Driver) startedCgroups(id string) (cgroup.Manager, error) {
-	if err := driverkit.CheckID(id); err != nil {
+	if _, err := d.sbs.Started(id); err != nil {
 		return nil, err
-	}
-	d.mu.Lock()
-	_, ok := d.running[id]
-	d.mu.Unlock()
-	if !ok {
-		return nil, errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
 	}
 	return d.cgroups()
 }
@@ -759,39 +589,20 @@ func (s *sandbox) InitPID() int { return s.cmd.Process.Pid }
 
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	st, err := s.cg.Stats(s.id)
-	return runtime.Stats{
-		CPUNanos:       st.CPUNanos,
-		MemoryBytes:    st.MemoryBytes,
-		MemoryMaxBytes: st.MemoryMaxBytes,
-		OOMKills:       st.OOMKills,
-		Pids:           st.Pids,
-	}, err
+	return runtime.Stats(st), err
 }
 
 // Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
 // cgroups, processes in them and loop devices on its disk. After Destroy it is empty; the
 // conformance suite and a janitor use it.
 func (d *Driver) Leftovers(id string) []string {
-	var out []string
-	dir := d.dir(id)
-	if _, err := os.Lstat(dir); err == nil {
-		out = append(out, "state directory "+dir)
+	cg, err := d.cgroups()
+	if err != nil {
+		return d.sbs.Leftovers(id, nil)
 	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
-	}
-	if cg, err := d.cgroups(); err == nil {
-		for _, p := range cg.Paths(id) {
-			if _, err := os.Stat(p); err == nil {
-				out = append(out, "cgroup "+p)
-			}
-		}
-		if pids, _ := cg.Procs(id); len(pids) > 0 {
-			out = append(out, fmt.Sprintf("processes %v", pids))
-		}
-	}
-	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
-		out = append(out, "loop device "+l)
+	out := d.sbs.Leftovers(id, cg.Paths(id))
+	if pids, _ := cg.Procs(id); len(pids) > 0 {
+		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	return out
 }

@@ -3,17 +3,16 @@
 package ns
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
 // Requirements lists what the host must have for this driver.
@@ -25,13 +24,8 @@ import (
 // could hand a subtree to a user).
 func (d *Driver) Requirements() []runtime.Requirement {
 	return []runtime.Requirement{
-		{Name: "root", Check: func() error {
-			if os.Geteuid() != 0 {
-				return errors.New("the ns driver needs root (euid 0): it maps each sandbox onto a 65536-id host range, " +
-					"mounts a loop-device disk per sandbox and writes cgroup limits; rootless mode is not supported yet")
-			}
-			return nil
-		}},
+		driverkit.NeedRoot("the ns driver needs root (euid 0): it maps each sandbox onto a 65536-id host range, " +
+			"mounts a loop-device disk per sandbox and writes cgroup limits; rootless mode is not supported yet"),
 		{Name: "user namespaces", Check: func() error {
 			b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
 			if err != nil {
@@ -42,70 +36,19 @@ func (d *Driver) Requirements() []runtime.Requirement {
 			}
 			return nil
 		}},
-		{Name: "overlayfs", Check: func() error { return needFilesystem("overlay") }},
-		{Name: "ext4 and loop devices", Check: func() error {
-			if err := needFilesystem("ext4"); err != nil {
-				return err
-			}
-			if _, err := os.Stat("/dev/loop-control"); err != nil {
-				return fmt.Errorf("no /dev/loop-control (modprobe loop): %w", err)
-			}
-			if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-				return errors.New("mkfs.ext4 not found: install e2fsprogs")
-			}
-			return nil
-		}},
+		{Name: "overlayfs", Check: func() error { return driverkit.NeedFilesystem("overlay") }},
+		driverkit.NeedLoopDisks(),
 		{Name: "cgroups", Check: func() error {
-			m, err := cgroup.Detect("", d.cfg.CgroupParent)
-			if err != nil {
+			if _, err := cgroup.Detect("", d.cfg.CgroupParent); err != nil {
 				return fmt.Errorf("need controllers %s (and freezer on v1): %w", strings.Join(cgroup.Required, ", "), err)
 			}
-			_ = m
 			return nil
 		}},
-		{Name: "agent", Check: func() error { return checkStatic(d.cfg.AgentPath) }},
+		{Name: "agent", Check: func() error {
+			return driverkit.CheckStatic(d.cfg.AgentPath, "agent binary", driverkit.AgentHint)
+		}},
 		{Name: "state directory", Check: func() error { return checkSearchable(d.cfg.StateDir) }},
 	}
-}
-
-func needFilesystem(name string) error {
-	b, err := os.ReadFile("/proc/filesystems")
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && f[len(f)-1] == name {
-			return nil
-		}
-	}
-	return fmt.Errorf("the kernel has no %s file system (try: modprobe %s)", name, name)
-}
-
-// checkStatic requires an executable ELF without an interpreter: the image may have no libc
-// that matches, and nothing of the host's is mounted in.
-func checkStatic(path string) error {
-	if path == "" {
-		return errors.New("no agent binary configured (build it: CGO_ENABLED=0 go build ./cmd/lbb-agent)")
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("agent binary: %w", err)
-	}
-	if fi.Mode()&0o111 == 0 || !fi.Mode().IsRegular() {
-		return fmt.Errorf("agent binary %s is not an executable file (mode %v)", path, fi.Mode())
-	}
-	f, err := elf.Open(path)
-	if err != nil {
-		return fmt.Errorf("agent binary %s: %w", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("agent binary %s is dynamically linked; build it with CGO_ENABLED=0", path)
-		}
-	}
-	return nil
 }
 
 // checkSearchable requires every existing ancestor of dir to be searchable by others: a

@@ -60,6 +60,9 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("descriptors and cwd", e.known("descriptors and cwd", e.descriptors))
 	t.Run("path escapes", e.known("path escapes", e.pathEscapes))
 	t.Run("agent out of reach", e.known("agent out of reach", e.agentOutOfReach))
+	t.Run("socket families", e.known("socket families", e.socketFamilies))
+	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
+	t.Run("devices", e.known("devices", e.devices))
 
 }
 
@@ -699,5 +702,108 @@ func (e *env) pathEscapes(t *testing.T) {
 	defer cancel()
 	if ents, err := b.c.List(ctx, "", false); err != nil || len(ents) == 0 {
 		t.Errorf("the workspace itself still lists: %v %v", ents, err)
+	}
+}
+
+// socketFamilies: only the families a sandbox needs open a socket (unix, IPv4, IPv6, and
+// netlink for route queries). The others reach past the network namespace (AF_VSOCK to the
+// host or hypervisor) or into little-used kernel code (AF_ALG, AF_XDP, AF_PACKET…).
+func (e *env) socketFamilies(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	r := b.py(`
+import socket, errno
+def attempt(family, type_, proto=0):
+    try:
+        socket.socket(family, type_, proto).close(); return 0
+    except OSError as e:
+        return e.errno
+def pair(family):
+    try:
+        a, b = socket.socketpair(family, socket.SOCK_STREAM); a.close(); b.close(); return 0
+    except OSError as e:
+        return e.errno
+S, D, R = socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW
+for name, fam, typ, proto in [
+    ("unix", 1, S, 0), ("inet", 2, S, 0), ("inet6", 10, S, 0), ("netlink route", 16, R, 0),
+    ("vsock", 40, S, 0), ("packet", 17, R, 0), ("alg", 38, 5, 0), ("xdp", 44, R, 0),
+    ("key", 15, R, 2), ("appletalk", 5, D, 0), ("x25", 9, 5, 0), ("rds", 21, 5, 0),
+    ("can", 29, R, 1), ("tipc", 30, 5, 0), ("bluetooth", 31, R, 0), ("kcm", 41, D, 0),
+    ("qipcrtr", 42, D, 0), ("smc", 43, S, 0), ("mctp", 45, D, 0),
+    ("netlink audit", 16, R, 9), ("netlink uevent", 16, D, 15),
+]:
+    print(name, attempt(fam, typ, proto))
+print("pair unix", pair(1))
+print("pair vsock", pair(40))
+`)
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if i := strings.LastIndex(line, " "); i > 0 {
+			got[line[:i]] = line[i+1:]
+		}
+	}
+	for _, name := range []string{"unix", "inet", "inet6", "netlink route", "pair unix"} {
+		if got[name] != "0" {
+			t.Errorf("%s: errno %q, want it to open\n%v", name, got[name], r)
+		}
+	}
+	refused := map[string]bool{fmt.Sprint(int(unix.EAFNOSUPPORT)): true, fmt.Sprint(int(unix.EPERM)): true}
+	for _, name := range []string{"vsock", "packet", "alg", "xdp", "key", "appletalk", "x25", "rds", "can", "tipc",
+		"bluetooth", "kcm", "qipcrtr", "smc", "mctp", "netlink audit", "netlink uevent", "pair vsock"} {
+		if !refused[got[name]] {
+			t.Errorf("%s: errno %q, want EAFNOSUPPORT or EPERM", name, got[name])
+		}
+	}
+}
+
+// signalsToInit: a process that signals PID 1 (the agent) — kill -HUP 1 from a script, the
+// agent's threads by their ids, a pidfd of /proc/1 — ends neither the agent nor the sandbox.
+func (e *env) signalsToInit(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	b.ok("for s in HUP QUIT USR1 USR2 TERM INT ALRM PIPE TRAP ABRT; do kill -s $s 1 2>/dev/null; done; sleep 0.5; echo done")
+	b.py(`
+import os, signal, time
+tids = []
+try: tids = [int(t) for t in os.listdir("/proc/1/task")]
+except OSError: pass
+for tid in sorted(set(tids + list(range(2, 40)))):
+    for s in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGTERM):
+        try:
+            if tid != os.getpid(): os.kill(tid, s)
+        except OSError: pass
+try:
+    fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
+    signal.pidfd_send_signal(fd, signal.SIGHUP)
+except (OSError, AttributeError): pass
+time.sleep(0.5)
+`)
+	select {
+	case <-b.sb.Done():
+		t.Fatal("the sandbox ended after signals to its PID 1")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := b.ping(); err != nil {
+		t.Fatalf("the agent does not answer after signals to its PID 1: %v", err)
+	}
+	if out := b.ok("echo alive"); out != "alive\n" {
+		t.Errorf("after signals to PID 1: %q", out)
+	}
+}
+
+// devices: nothing a sandbox never needs is in its /dev — no FUSE (a file system served from
+// inside), no TUN/TAP (a network device of its own) — and /proc/sysrq-trigger, which commands
+// the kernel, cannot be written.
+func (e *env) devices(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	out := b.ok(`for f in /dev/fuse /dev/net/tun /dev/kvm /dev/vsock /dev/vhost-vsock /dev/vhost-net /dev/mem /dev/kmsg /dev/loop-control; do
+  if [ -e "$f" ] || [ -L "$f" ]; then echo "present $f"; fi
+done
+if [ -w /proc/sysrq-trigger ]; then echo "writable /proc/sysrq-trigger"; fi
+if (printf 'h' > /proc/sysrq-trigger) 2>/dev/null; then echo "written /proc/sysrq-trigger"; fi
+ls /dev`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "present ") || strings.HasSuffix(l, "/proc/sysrq-trigger") {
+			t.Errorf("%s (/dev: %s)", l, strings.Join(lines, " "))
+		}
 	}
 }

@@ -102,9 +102,6 @@ type box struct {
 	pid int // the init's host pid, when the driver tells
 }
 
-// initPIDer is how a driver's sandbox tells the host pid of its init (optional).
-type initPIDer interface{ InitPID() int }
-
 func (e *env) create(t *testing.T, lim runtime.Limits) string {
 	t.Helper()
 	id := newID("")
@@ -136,7 +133,7 @@ func (e *env) start(t *testing.T, id string) *box {
 		t.Fatalf("client: %v", err)
 	}
 	b := &box{t: t, e: e, id: id, sb: sb, c: c, ctx: ctx}
-	if p, ok := sb.(initPIDer); ok {
+	if p, ok := sb.(runtime.InitPIDer); ok {
 		b.pid = p.InitPID()
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)

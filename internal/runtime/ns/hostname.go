@@ -1,40 +1,31 @@
 //go:build linux
 
-package pool
+package ns
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	goruntime "runtime"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
-// The agent cannot rename its sandbox (it has no CAP_SYS_ADMIN, and Landlock keeps /etc
-// read-only), so a claim that asks for another hostname than the slot was made with renames
-// the sandbox's uts namespace from the host: one OS thread joins it, sets the name and goes
-// back. It needs a sandbox that names its init's host pid (InitPID, which the ns driver's
-// sandboxes have) and privilege over its user namespace (root on the host).
-
-type initPIDer interface{ InitPID() int }
-
-var errNoRename = errors.New("the driver's sandboxes cannot be renamed from the host")
-
-// canRename says whether claims may ask for a hostname: the driver's sandboxes have their
-// own uts namespace the host can enter (the ns driver's, with the server run as root).
-func canRename(d runtime.Driver) bool {
-	return d != nil && d.Name() == "ns" && os.Geteuid() == 0
-}
-
-func setHostname(sb runtime.Sandbox, name string) error {
-	ip, ok := sb.(initPIDer)
-	if !ok {
-		return errNoRename
+// SetHostname renames started sandbox id (runtime.Renamer). The agent cannot (it has no
+// CAP_SYS_ADMIN, and Landlock keeps /etc read-only), so the host does it: one OS thread
+// joins the sandbox's uts namespace, sets the name and goes back. That needs privilege over
+// the sandbox's user namespace, which the driver's root has.
+func (d *Driver) SetHostname(ctx context.Context, id, name string) error {
+	if err := driverkit.CheckHostname(name); err != nil {
+		return err
 	}
-	target := fmt.Sprintf("/proc/%d/ns/uts", ip.InitPID())
+	sb, err := d.sbs.Started(id)
+	if err != nil {
+		return err
+	}
+	target := fmt.Sprintf("/proc/%d/ns/uts", sb.InitPID())
 	var st, self unix.Stat_t
 	if err := unix.Stat(target, &st); err != nil {
 		return err
@@ -44,7 +35,7 @@ func setHostname(sb runtime.Sandbox, name string) error {
 	}
 	if st.Ino == self.Ino && st.Dev == self.Dev {
 		// The sandbox shares the host's uts namespace: renaming it would rename the host.
-		return errNoRename
+		return errors.New("the sandbox shares the host's uts namespace")
 	}
 	done := make(chan error, 1)
 	go func() {

@@ -141,7 +141,7 @@ func (m *v2) Add(name string, pid int) error {
 }
 
 func (m *v2) Procs(name string) ([]int, error) {
-	pids, err := readProcs(m.dir(name))
+	pids, err := ReadProcs(m.dir(name))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -191,37 +191,10 @@ func (m *v2) Kill(ctx context.Context, name string) error {
 
 func (m *v2) Stats(name string) (Stats, error) {
 	d := m.dir(name)
-	var s Stats
-	var errs []error
-	if v, err := ReadKey(filepath.Join(d, "cpu.stat"), "usage_usec"); err == nil {
-		s.CPUNanos = v * 1000
-	} else {
-		errs = append(errs, err)
-	}
-	var err error
-	if s.MemoryBytes, err = ReadUint(filepath.Join(d, "memory.current")); err != nil {
-		errs = append(errs, err)
-	}
-	// memory.peak appeared in Linux 5.19; older kernels report no peak.
-	s.MemoryMaxBytes, _ = ReadUint(filepath.Join(d, "memory.peak"))
-	if s.Pids, err = ReadUint(filepath.Join(d, "pids.current")); err != nil {
-		errs = append(errs, err)
-	}
-	if s.OOMKills, err = ReadKey(filepath.Join(d, "memory.events"), "oom_kill"); err != nil {
-		errs = append(errs, err)
-	}
-	return s, errors.Join(errs...)
+	return Group{CPU: d, Memory: d, Pids: d}.Stats()
 }
 
-func (m *v2) Remove(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return rmdir(ctx, m.dir(name))
-}
+func (m *v2) Remove(ctx context.Context, name string) error { return remove(ctx, m, name) }
 
 func (m *v2) SetCPUWeight(name string, weight int) error {
 	if err := validName(name); err != nil {

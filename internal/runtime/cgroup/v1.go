@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ type v1 struct {
 }
 
 func newV1(parent string) (*v1, error) {
-	mounts, err := v1Mounts()
+	mounts, err := Mounts()
 	if err != nil {
 		return nil, err
 	}
@@ -56,38 +55,6 @@ func newV1(parent string) (*v1, error) {
 		return nil, fmt.Errorf("cgroup v1: no freezer hierarchy mounted: %w", ErrUnavailable)
 	}
 	return m, nil
-}
-
-// v1Mounts maps each v1 controller to where its hierarchy is mounted.
-func v1Mounts() (map[string]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 || qf[0] != "cgroup" || pf[3] != "/" {
-			continue
-		}
-		for _, opt := range strings.Split(qf[2], ",") {
-			if _, dup := out[opt]; !dup {
-				out[opt] = unescapeMount(pf[4])
-			}
-		}
-	}
-	return out, sc.Err()
-}
-
-func unescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 func (m *v1) Version() int { return 1 }
@@ -199,7 +166,7 @@ func (m *v1) Procs(name string) ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, d := range m.Paths(name) {
-		pids, err := readProcs(d)
+		pids, err := ReadProcs(d)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -283,43 +250,14 @@ func (m *v1) killLoop(ctx context.Context, name string) error {
 }
 
 func (m *v1) Stats(name string) (Stats, error) {
-	var s Stats
-	var errs []error
-	get := func(dst *uint64, ctl, file string) {
-		v, err := ReadUint(filepath.Join(m.dir(ctl, name), file))
-		if err != nil {
-			errs = append(errs, err)
-		}
-		*dst = v
-	}
+	g := Group{V1: true, Memory: m.dir("memory", name), Pids: m.dir("pids", name)}
 	if _, ok := m.mounts["cpuacct"]; ok {
-		get(&s.CPUNanos, "cpuacct", "cpuacct.usage")
+		g.CPU = m.dir("cpuacct", name)
 	}
-	get(&s.MemoryBytes, "memory", "memory.usage_in_bytes")
-	get(&s.MemoryMaxBytes, "memory", "memory.max_usage_in_bytes")
-	get(&s.Pids, "pids", "pids.current")
-	// oom_kill appeared in memory.oom_control in Linux 4.13.
-	if v, err := ReadKey(filepath.Join(m.dir("memory", name), "memory.oom_control"), "oom_kill"); err == nil {
-		s.OOMKills = v
-	} else {
-		errs = append(errs, err)
-	}
-	return s, errors.Join(errs...)
+	return g.Stats()
 }
 
-func (m *v1) Remove(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var errs []error
-	for _, d := range m.Paths(name) {
-		errs = append(errs, rmdir(ctx, d))
-	}
-	return errors.Join(errs...)
-}
+func (m *v1) Remove(ctx context.Context, name string) error { return remove(ctx, m, name) }
 
 func validName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Limits bounds one group. Zero fields are left unlimited.
@@ -91,6 +93,45 @@ func Detect(root, parent string) (Manager, error) {
 	return newV1(parent)
 }
 
+// Mounts answers where the hierarchies are mounted: each cgroup v1 controller's (and named
+// hierarchy's, as "name=…"), and the v2 hierarchy's as "". Co-mounted controllers
+// ("cpu,cpuacct") share one.
+func Mounts() (map[string]string, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, mi := range infos {
+		if mi.Root != "/" {
+			continue // a subtree bound elsewhere: not the hierarchy's root
+		}
+		if mi.FSType == "cgroup2" {
+			if _, ok := out[""]; !ok {
+				out[""] = mi.Mountpoint
+			}
+			continue
+		}
+		for _, opt := range strings.Split(mi.VFSOptions, ",") {
+			switch opt {
+			case "rw", "ro", "clone_children", "xattr", "noprefix":
+				continue
+			}
+			if _, ok := out[opt]; !ok && !strings.HasPrefix(opt, "release_agent=") {
+				out[opt] = mi.Mountpoint
+			}
+		}
+	}
+	return out, nil
+}
+
+// V1 reports whether m (from Mounts) has the cgroup v1 memory controller: the host is run
+// with v1 hierarchies.
+func V1(m map[string]string) bool {
+	_, ok := m["memory"]
+	return ok
+}
+
 func writeFile(dir, name, value string) error {
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(value), 0); err != nil {
@@ -127,7 +168,8 @@ func ReadKey(path, key string) (uint64, error) {
 	return 0, fmt.Errorf("%s: no %q", path, key)
 }
 
-func readProcs(dir string) ([]int, error) {
+// ReadProcs lists the processes in the group at dir.
+func ReadProcs(dir string) ([]int, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
@@ -141,25 +183,34 @@ func readProcs(dir string) ([]int, error) {
 	return pids, nil
 }
 
-// rmdir removes a group directory, retrying while the kernel still counts exiting tasks.
-func rmdir(ctx context.Context, dir string) error {
-	for delay := 200 * time.Microsecond; ; delay *= 2 {
+// Rmdir removes a group directory, retrying while the kernel still counts exiting tasks. A
+// missing directory is no error.
+func Rmdir(ctx context.Context, dir string) error {
+	return poll(ctx, "remove "+dir, func() (bool, error) {
 		err := os.Remove(dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+			return true, nil
 		}
-		if !errors.Is(err, errBusy) {
-			return err
+		if errors.Is(err, errBusy) {
+			return false, nil // tasks still exiting
 		}
-		if delay > 50*time.Millisecond {
-			delay = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("remove %s: %w (%w)", dir, err, ctx.Err())
-		case <-time.After(delay):
-		}
+		return false, err
+	})
+}
+
+// remove kills what is left in group name of m and removes its directories.
+func remove(ctx context.Context, m Manager, name string) error {
+	if err := validName(name); err != nil {
+		return err
 	}
+	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, d := range m.Paths(name) {
+		errs = append(errs, Rmdir(ctx, d))
+	}
+	return errors.Join(errs...)
 }
 
 // poll calls f until it reports done, backing off from 100µs to 20ms.

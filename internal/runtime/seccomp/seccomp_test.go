@@ -39,6 +39,16 @@ func TestMain(m *testing.M) {
 		probe("bpf", unix.SYS_BPF)
 		probe("ptrace", unix.SYS_PTRACE, unix.PTRACE_ATTACH, 1)
 		probe("getpid", unix.SYS_GETPID)
+		probe("tkill_1", unix.SYS_TKILL, 1, 0)
+		probe("pidfd_open_1", unix.SYS_PIDFD_OPEN, 1, 0)
+		probe("pidfd_send_signal", unix.SYS_PIDFD_SEND_SIGNAL, ^uintptr(0), 0, 0, 0)
+		probe("socket_vsock", unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM)
+		probe("socket_alg", unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET)
+		probe("socket_netlink_audit", unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT)
+		probe("socketpair_vsock", unix.SYS_SOCKETPAIR, unix.AF_VSOCK, unix.SOCK_STREAM)
+		probe("socket_unix", unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM)
+		probe("socket_inet6", unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM)
+		probe("socket_netlink_route", unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -66,10 +76,13 @@ func TestFilter(t *testing.T) {
 		k, v, _ := strings.Cut(line, "=")
 		got[k] = v
 	}
-	eperm, enosys := fmt.Sprint(int(unix.EPERM)), fmt.Sprint(int(unix.ENOSYS))
+	eperm, enosys, eafnosupport := fmt.Sprint(int(unix.EPERM)), fmt.Sprint(int(unix.ENOSYS)), fmt.Sprint(int(unix.EAFNOSUPPORT))
 	for name, want := range map[string]string{
 		"mount": eperm, "unshare_user": eperm, "unshare_files": "0", "clone3": enosys,
 		"keyctl": eperm, "bpf": eperm, "ptrace": eperm, "getpid": "0",
+		"socket_vsock": eafnosupport, "socket_alg": eafnosupport, "socket_netlink_audit": eafnosupport,
+		"socketpair_vsock": eafnosupport, "socket_unix": "0", "socket_inet6": "0", "socket_netlink_route": "0",
+		"tkill_1": eperm, "pidfd_open_1": eperm, "pidfd_send_signal": enosys,
 	} {
 		if got[name] != want {
 			t.Errorf("%s: errno %s, want %s", name, got[name], want)

@@ -1,0 +1,339 @@
+package driverkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+	"github.com/littlebigbrain/lbb/internal/runtime/undo"
+)
+
+// Sandboxes is what a driver keeps of its sandboxes on the host: a state directory each
+// under Dir, the per-sandbox locks of the lifecycle calls, and the started ones. It runs the
+// parts of Start, Stop, Destroy and List that every driver does the same way around the
+// driver's own steps.
+type Sandboxes[S runtime.Sandbox] struct {
+	// Dir holds one directory per sandbox.
+	Dir string
+	// Halt is the driver's stop, called with the sandbox's lock held: it ends whatever runs
+	// of sandbox id and unmounts its disk, from whatever is there (a sandbox this process
+	// started, one a previous process started, one that never started). It removes id from
+	// the started ones first (Take).
+	Halt func(ctx context.Context, id string) error
+	// Held, when set, reports whether the driver holds something of id besides its state
+	// directory and the started ones (runsc's state): Destroy then has work to do.
+	Held func(id string) bool
+	Log  *slog.Logger
+
+	locks   Locks
+	mu      sync.Mutex
+	started map[string]S
+}
+
+// Path is a file of sandbox id's state directory (the directory itself without elem).
+func (s *Sandboxes[S]) Path(id string, elem ...string) string {
+	return filepath.Join(append([]string{s.Dir, id}, elem...)...)
+}
+
+// Lock takes id's lifecycle lock and returns what releases it.
+func (s *Sandboxes[S]) Lock(id string) (unlock func()) { return s.locks.Lock(id) }
+
+// Get answers started sandbox id.
+func (s *Sandboxes[S]) Get(id string) (S, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.started[id]
+	return sb, ok
+}
+
+// Take forgets started sandbox id and answers it.
+func (s *Sandboxes[S]) Take(id string) (S, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.started[id]
+	delete(s.started, id)
+	return sb, ok
+}
+
+func (s *Sandboxes[S]) put(id string, sb S) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started == nil {
+		s.started = map[string]S{}
+	}
+	s.started[id] = sb
+}
+
+// Started answers sandbox id when this driver started it; conflict when it did not.
+func (s *Sandboxes[S]) Started(id string) (S, error) {
+	if err := CheckID(id); err != nil {
+		var zero S
+		return zero, err
+	}
+	sb, ok := s.Get(id)
+	if !ok {
+		return sb, errdefs.Wrap(errdefs.ClassConflict, "", fmt.Errorf("sandbox %s is not started here", id))
+	}
+	return sb, nil
+}
+
+// MakeDir makes sandbox id's state directory, traversable (0711) by the sandbox's ids, which
+// reach their mount points through it; conflict when it exists.
+func (s *Sandboxes[S]) MakeDir(id string) error {
+	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(s.Dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(s.Path(id), 0o711); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errdefs.Conflict("sandbox %s already exists", id)
+		}
+		return err
+	}
+	return nil
+}
+
+// Layout is what Create makes of a new sandbox in its state directory.
+type Layout struct {
+	// Disk answers the disk image to copy (sparsely) as disk.img: a formatted template, or a
+	// checkpoint's disk.
+	Disk func() (string, error)
+	// Dirs are made in the state directory, with DirMode.
+	Dirs    []string
+	DirMode os.FileMode
+	// State is written last, as JSON, to StateFile: a directory without it is a Create that
+	// did not finish.
+	StateFile string
+	State     any
+}
+
+// Create makes sandbox id's state directory as l says; on failure nothing stays. The caller
+// holds id's lock.
+func (s *Sandboxes[S]) Create(id string, l Layout) error {
+	dir := s.Path(id)
+	var u undo.Stack
+	if err := u.Step("state directory", func() error { return s.MakeDir(id) },
+		func() error { return os.RemoveAll(dir) }); err != nil {
+		return err
+	}
+	if err := u.Step("disk", func() error {
+		img, err := l.Disk()
+		if err != nil {
+			return err
+		}
+		return hostdisk.CopySparse(img, filepath.Join(dir, "disk.img"))
+	}, nil); err != nil {
+		return err
+	}
+	if err := u.Step("directories", func() error {
+		for _, p := range l.Dirs {
+			if err := os.Mkdir(filepath.Join(dir, p), l.DirMode); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil); err != nil {
+		return err
+	}
+	if err := u.Step("state", func() error { return WriteJSON(filepath.Join(dir, l.StateFile), l.State) }, nil); err != nil {
+		return err
+	}
+	u.Release()
+	s.Log.Debug("sandbox created", append([]any{"sandbox", id}, u.Times...)...)
+	return nil
+}
+
+// MountDisk is the start step that mounts sandbox id's disk.img on its disk/ directory (see
+// hostdisk.Mount), once no loop device holds the image any more (a Stop by another process
+// may have left one detaching), and unmounts it when a later step fails. It answers the
+// loop device's numbers.
+func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) (major, minor uint32, err error) {
+	img, diskDir := s.Path(id, "disk.img"), s.Path(id, "disk")
+	err = u.Step("mount disk", func() error {
+		if m, _ := hostdisk.MountsUnder(s.Path(id)); len(m) > 0 {
+			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
+		}
+		if err := hostdisk.WaitDetached(ctx, img); err != nil {
+			return err
+		}
+		var err error
+		major, minor, err = hostdisk.Mount(img, diskDir)
+		return err
+	}, func() error {
+		ctx, cancel := UndoContext()
+		defer cancel()
+		return hostdisk.Unmount(ctx, diskDir)
+	})
+	return major, minor, err
+}
+
+// UndoContext is the context of an undo step: it must run even when the step's context is
+// what failed.
+func UndoContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+// ReapDead stops what is left of sandbox id when its init has died; conflict when it still
+// runs. The caller holds id's lock.
+func (s *Sandboxes[S]) ReapDead(ctx context.Context, id string) error {
+	old, ok := s.Get(id)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-old.Done():
+		return s.Halt(ctx, id)
+	default:
+		return errdefs.Conflict("sandbox %s is already started", id)
+	}
+}
+
+// Start boots sandbox id with start, under its lock, once what a dead init left is gone, and
+// keeps it among the started ones.
+func (s *Sandboxes[S]) Start(ctx context.Context, id string, start func() (S, error)) (S, error) {
+	var zero S
+	if err := CheckID(id); err != nil {
+		return zero, err
+	}
+	unlock := s.Lock(id)
+	defer unlock()
+	if err := s.ReapDead(ctx, id); err != nil {
+		return zero, err
+	}
+	sb, err := start()
+	if err != nil {
+		return zero, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	s.put(id, sb)
+	return sb, nil
+}
+
+// Stop ends every process of sandbox id and unmounts its disk (Halt); the disk stays.
+func (s *Sandboxes[S]) Stop(ctx context.Context, id string) error {
+	if err := CheckID(id); err != nil {
+		return err
+	}
+	unlock := s.Lock(id)
+	defer unlock()
+	if _, err := os.Stat(s.Path(id)); errors.Is(err, os.ErrNotExist) {
+		return NotFound(id)
+	}
+	return s.Halt(ctx, id)
+}
+
+// Destroy stops sandbox id and removes its state and disk. A missing sandbox is no error.
+func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
+	if err := CheckID(id); err != nil {
+		return err
+	}
+	unlock := s.Lock(id)
+	defer unlock()
+	dir := s.Path(id)
+	_, running := s.Get(id)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && !running && (s.Held == nil || !s.Held(id)) {
+		return nil
+	}
+	if err := s.Halt(ctx, id); err != nil {
+		// Never remove a directory something is still mounted under.
+		return fmt.Errorf("destroy: %w", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	s.Log.Debug("sandbox destroyed", "sandbox", id)
+	return nil
+}
+
+// List names every sandbox with a state directory, started or not.
+func (s *Sandboxes[S]) List() ([]string, error) { return StateDirs(s.Dir) }
+
+// Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
+// loop devices on its disk, and of cgroups (its cgroup directories) those that exist. After
+// Destroy it is empty; the conformance suite and a janitor use it. A driver adds what else
+// it leaves (processes, runsc's state).
+func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
+	var out []string
+	dir := s.Path(id)
+	if _, err := os.Lstat(dir); err == nil {
+		out = append(out, "state directory "+dir)
+	}
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
+	}
+	for _, p := range cgroups {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, "cgroup "+p)
+		}
+	}
+	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
+		out = append(out, "loop device "+l)
+	}
+	return out
+}
+
+// WriteJSON writes v to path as JSON, atomically (a temporary file renamed), readable by the
+// host's root alone.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadJSON reads path, a state file of sandbox id, into v; a missing file is NotFound(id).
+func ReadJSON(path, id string, v any) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return NotFound(id)
+	}
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// CheckSpec checks what every driver needs of a spec (an id, an image directory, a hostname)
+// and fills in its defaults: limits from def, the hostname "sandbox".
+func CheckSpec(spec runtime.Spec, def runtime.Limits) (runtime.Spec, error) {
+	if err := CheckID(spec.ID); err != nil {
+		return spec, err
+	}
+	if !filepath.IsAbs(spec.Image) {
+		return spec, errdefs.InvalidArgument("image %q: want an absolute directory", spec.Image)
+	}
+	if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
+		return spec, errdefs.InvalidArgument("image %q is not a directory: %v", spec.Image, err)
+	}
+	spec.Limits = spec.Limits.Or(def)
+	if spec.Hostname == "" {
+		spec.Hostname = "sandbox"
+	}
+	if err := CheckHostname(spec.Hostname); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+// CheckHostname refuses a name that cannot be a sandbox's hostname.
+func CheckHostname(name string) error {
+	if !ValidHostname(name) {
+		return errdefs.InvalidArgument("hostname %q: want 1-63 letters, digits, '-' or '.'", name)
+	}
+	return nil
+}
