@@ -235,6 +235,8 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             created_by?: string;
+            /** @description the template's history, newest first; only in the answer to GET /v1/sandboxes/templates/{name} */
+            versions?: components["schemas"]["TemplateVersion"][];
         };
         TemplateVersion: {
             version: number;
@@ -282,6 +284,8 @@ export interface components {
             created_by?: string;
             /** Format: date-time */
             revoked_at?: string;
+            /** @description the secret, only in the answer to POST /v1/keys (see NewKey) */
+            secret?: string;
         };
         NewKey: components["schemas"]["Key"] & {
             /** @description shown this once */
@@ -372,6 +376,8 @@ export interface components {
             mode?: string;
             /** Format: date-time */
             mtime?: string;
+            /** @description the content's SHA-256; only in the answer to an import (see ImportedFile) */
+            sha256?: string;
         };
         ImportedFile: components["schemas"]["FileEntry"] & {
             sha256: string;
