@@ -115,6 +115,19 @@ func addUsage(sb *store.Sandbox, u store.Usage) {
 	sb.Usage.GiBMs += u.GiBMs
 }
 
+// commandsRunning counts the commands running in a sandbox.
+func (s *Service) commandsRunning(sandboxID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, inf := range s.inflight {
+		if inf.sandbox == sandboxID {
+			n++
+		}
+	}
+	return n
+}
+
 // waitCommands waits until the commands that ran in a sandbox that ended have their records.
 func (s *Service) waitCommands(sandboxID string) {
 	s.mu.Lock()

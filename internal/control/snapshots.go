@@ -360,8 +360,14 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 		if ended(src) {
 			return Response{}, errdefs.Conflict("sandbox %s is %s", id, src.Status)
 		}
-		if req.Snapshot == "" && src.Status != store.SandboxRunning {
-			return Response{}, errdefs.Conflict("sandbox %s is %s; only a running sandbox can be forked", id, src.Status)
+		if req.Snapshot == "" {
+			if src.Status != store.SandboxRunning {
+				return Response{}, errdefs.Conflict("sandbox %s is %s; only a running sandbox can be forked", id, src.Status)
+			}
+			if n := s.commandsRunning(id); n > 0 {
+				return Response{}, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+					"sandbox %s has %d command(s) running; wait for them or kill them, then be forked", id, n)
+			}
 		}
 		if err := s.checkCap(ctx, s.st, c.Graph); err != nil {
 			return Response{}, err

@@ -44,6 +44,8 @@ type sandbox struct {
 	env    map[string]string
 	cmds   map[string]*command
 	expiry *time.Timer
+	// expired says its expiry passed: it ends for that.
+	expired bool
 }
 
 // live is a started sandbox and its agent.
@@ -372,7 +374,13 @@ func (h *Local) Destroy(ctx context.Context, id string) (store.Usage, error) {
 	s.ops.Lock()
 	defer s.ops.Unlock()
 	defer h.forget(id)
-	u, _ := h.stopLive(ctx, s, errors.New("the sandbox was deleted"))
+	cause := errors.New("the sandbox was deleted")
+	s.mu.Lock()
+	if s.expired {
+		cause = errors.New("the sandbox expired")
+	}
+	s.mu.Unlock()
+	u, _ := h.stopLive(ctx, s, cause)
 	h.thaw(ctx, id)
 	var err error
 	if derr := h.driver.Destroy(ctx, id); derr != nil && !errors.Is(derr, runtime.ErrNotFound) {
@@ -409,7 +417,12 @@ func (h *Local) SetExpiry(ctx context.Context, id string, at time.Time) error {
 		s.expiry = nil
 	}
 	if !at.IsZero() {
-		s.expiry = time.AfterFunc(max(time.Until(at), 0), func() { h.emit(Event{Kind: EventExpired, Sandbox: id}) })
+		s.expiry = time.AfterFunc(max(time.Until(at), 0), func() {
+			s.mu.Lock()
+			s.expired = true
+			s.mu.Unlock()
+			h.emit(Event{Kind: EventExpired, Sandbox: id})
+		})
 	}
 	return nil
 }

@@ -88,7 +88,12 @@ func (f *fake) Release(ctx context.Context, sandboxID string) (hostagent.Ending,
 	return hostagent.Ending{At: time.Now()}, nil
 }
 
-func (f *fake) Reap(ctx context.Context, keep []string) ([]string, error) { return f.r.Reap(ctx, keep) }
+// Reap reaps the runner's Held sandboxes, then what the real host agent holds.
+func (f *fake) Reap(ctx context.Context, keep []string) ([]string, error) {
+	reaped, _ := f.r.Reap(ctx, keep)
+	more, err := f.Host.Reap(ctx, keep)
+	return append(reaped, more...), err
+}
 
 func (f *fake) Run(ctx context.Context, req hostagent.RunRequest) (hostagent.RunResult, error) {
 	return f.r.Run(ctx, req)
