@@ -273,8 +273,9 @@ func TestNSLatency(t *testing.T) {
 			}
 			time.Sleep(settle)
 			t0 := time.Now()
-			ok, out := OneCall(context.Background(), e.d, e.p, e.image, nsLimits, lang, code, json.RawMessage(input), time.Minute)
+			ok, out, release := OneCall(context.Background(), e.d, e.p, e.image, nsLimits, lang, code, json.RawMessage(input), time.Minute)
 			ds = append(ds, time.Since(t0))
+			release()
 			if !ok {
 				t.Fatalf("%s: %s", name, out)
 			}
