@@ -16,7 +16,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
@@ -52,14 +52,14 @@ func (o server) start(t *testing.T) (*lbb.Client, *controltest.Runner) {
 		o.tweak(&cfg)
 	}
 	r := controltest.New()
-	opts := control.Options{Store: st, Runner: r, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}}
+	opts := control.Options{Store: st, Host: r.On(nil), Config: cfg, Image: control.Image{ID: "img"}}
 	if o.driver != nil {
 		bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		opts.Blobs = bs
-		opts.Sandboxes = host.New(host.Options{Driver: o.driver(filepath.Join(dir, "sandboxes"))})
+		opts.Host = r.On(hostagent.NewLocal(hostagent.Options{Driver: o.driver(filepath.Join(dir, "sandboxes")), Rootfs: "/", Blobs: bs, DataDir: dir}))
 	}
 	svc := control.New(opts)
 	secret, err := svc.Bootstrap(ctx, dir)
