@@ -102,7 +102,9 @@ func (f *fake) Create(ctx context.Context, req hostagent.CreateRequest) (hostage
 func (f *fake) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostagent.Sandbox, error) {
 	return sandbox, f.rec("Resume", req)
 }
-func (f *fake) Stop(ctx context.Context, id string) (store.Usage, error) { return usage, f.rec("Stop", id) }
+func (f *fake) Stop(ctx context.Context, id string) (store.Usage, error) {
+	return usage, f.rec("Stop", id)
+}
 func (f *fake) Destroy(ctx context.Context, id string) (store.Usage, error) {
 	return usage, f.rec("Destroy", id)
 }
@@ -112,11 +114,15 @@ func (f *fake) Pause(ctx context.Context, id string) (hostagent.Paused, error) {
 func (f *fake) Snapshot(ctx context.Context, id, snapshotID string) (hostagent.SnapshotInfo, error) {
 	return snapshot, f.rec("Snapshot", id, snapshotID)
 }
-func (f *fake) DeleteSnapshot(ctx context.Context, id string) error { return f.rec("DeleteSnapshot", id) }
+func (f *fake) DeleteSnapshot(ctx context.Context, id string) error {
+	return f.rec("DeleteSnapshot", id)
+}
 func (f *fake) Fork(ctx context.Context, req hostagent.ForkRequest) (hostagent.Sandbox, error) {
 	return sandbox, f.rec("Fork", req)
 }
-func (f *fake) Usage(ctx context.Context, id string) (store.Usage, error) { return usage, f.rec("Usage", id) }
+func (f *fake) Usage(ctx context.Context, id string) (store.Usage, error) {
+	return usage, f.rec("Usage", id)
+}
 func (f *fake) SetExpiry(ctx context.Context, id string, at time.Time) error {
 	return f.rec("SetExpiry", id, at)
 }
@@ -309,7 +315,9 @@ var calls = []struct {
 	{"Exec", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.Exec(ctx, execReq) }, []any{execReq}, nil},
 	{"Exec", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.Exec(ctx, execRun) }, []any{execRun}, nil},
 	{"Wait", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Wait(ctx, "cmd_2") }, []any{"cmd_2"}, end},
-	{"Signal", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.Signal(ctx, "cmd_2", "SIGTERM") },
+	{"Signal", func(ctx context.Context, h hostagent.Host) (any, error) {
+		return nil, h.Signal(ctx, "cmd_2", "SIGTERM")
+	},
 		[]any{"cmd_2", "SIGTERM"}, nil},
 	{"WriteStdin", func(ctx context.Context, h hostagent.Host) (any, error) {
 		return h.WriteStdin(ctx, "cmd_2", strings.NewReader("hello"), true)
@@ -334,7 +342,9 @@ var calls = []struct {
 		[]any{"sbx_2", "a"}, entry},
 	{"ListFiles", func(ctx context.Context, h hostagent.Host) (any, error) { return h.ListFiles(ctx, "sbx_2", "a", true) },
 		[]any{"sbx_2", "a", true}, []hostagent.FileEntry{entry, entry}},
-	{"RemoveFile", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.RemoveFile(ctx, "sbx_2", "a", true) },
+	{"RemoveFile", func(ctx context.Context, h hostagent.Host) (any, error) {
+		return nil, h.RemoveFile(ctx, "sbx_2", "a", true)
+	},
 		[]any{"sbx_2", "a", true}, nil},
 	{"MakeDir", func(ctx context.Context, h hostagent.Host) (any, error) { return h.MakeDir(ctx, "sbx_2", "d") },
 		[]any{"sbx_2", "d"}, entry},
