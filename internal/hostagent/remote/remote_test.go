@@ -449,11 +449,7 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	cancel()
-	select {
-	case <-f.canceled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server's Events went on after the client's context ended")
-	}
+	await(t, f.canceled, "the server's Events went on after the client's context ended")
 	select {
 	case _, ok := <-ch:
 		if ok {
@@ -464,6 +460,16 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// await fails the test unless ch closes within 10 s.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
 // TestCancel: ending a call's context ends the server's call.
 func TestCancel(t *testing.T) {
 	f := &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
@@ -471,17 +477,9 @@ func TestCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { _, err := c.Wait(ctx, "cmd_1"); done <- err }()
-	select {
-	case <-f.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait did not reach the server")
-	}
+	await(t, f.entered, "Wait did not reach the server")
 	cancel()
-	select {
-	case <-f.canceled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server's Wait went on after the client's context ended")
-	}
+	await(t, f.canceled, "the server's Wait went on after the client's context ended")
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait answered %v, want context.Canceled", err)
 	}
