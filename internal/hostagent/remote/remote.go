@@ -109,9 +109,13 @@ func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000, SendPingTimeout: 30 * time.Second},
+		Handler:   h,
+		Protocols: &p,
+		// A stream whose handler reads no more (a command that reads no stdin) holds its
+		// window of the connection's; a large connection window keeps it from stalling the
+		// other calls (each stream's stays at 1 MiB, what it may hold in memory).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000, MaxReceiveBufferPerConnection: 256 << 20,
+			SendPingTimeout: 30 * time.Second},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -35,9 +35,11 @@ type fake struct {
 
 	// open is the content OpenFile answers ("content" when nil).
 	open func() io.ReadCloser
-	// block makes Wait wait for its context to end, then report it on canceled.
+	// entered makes Wait wait for its context to end, then report it on canceled.
 	entered, canceled chan struct{}
-	events            []hostagent.Event
+	// stall makes WriteStdin read nothing until its context ends.
+	stall  bool
+	events []hostagent.Event
 }
 
 func (f *fake) rec(name string, args ...any) error {
@@ -140,6 +142,10 @@ func (f *fake) Signal(ctx context.Context, id, signal string) error {
 	return f.rec("Signal", id, signal)
 }
 func (f *fake) WriteStdin(ctx context.Context, id string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
+	if f.stall {
+		<-ctx.Done()
+		return hostagent.StdinResult{}, ctx.Err()
+	}
 	sum, n, err := digest(r)
 	if err != nil {
 		return hostagent.StdinResult{}, err
@@ -622,6 +628,26 @@ func TestLargeFiles(t *testing.T) {
 	if peak > most {
 		t.Errorf("OpenFile: the heap rose by %d MiB", peak>>20)
 	}
+}
+
+// TestStalledStream: a command that reads no stdin holds up no other call's upload on the
+// same connection.
+func TestStalledStream(t *testing.T) {
+	c, _ := serve(t, &fake{stall: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range 4 {
+		go c.WriteStdin(ctx, "cmd_1", &pattern{size: 8 << 20}, false)
+	}
+	time.Sleep(500 * time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := c.WriteFile(ctx, "sbx_1", "f", &pattern{size: 8 << 20}); err != nil {
+			t.Error(err)
+		}
+	}()
+	await(t, done, "a stalled stdin held up a file upload")
 }
 
 // failAfter reads n bytes of a pattern, then fails with err.
