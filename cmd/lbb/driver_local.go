@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/littlebigbrain/lbb/internal/config"
-	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -34,11 +34,11 @@ func init() {
 			return d, runtime.CheckRequirements(d)
 		},
 		// The host's own root when no base image is built: the other drivers cannot run then.
-		image: func(ctx context.Context, cfg config.Config) (control.Image, error) {
+		image: func(ctx context.Context, cfg config.Config) (baseImage, error) {
 			if m, err := images.Current(cfg.ImagesDir); err == nil {
-				return control.Image{ID: m.ID, Rootfs: m.Rootfs, Versions: m.Versions, Missing: m.Missing}, nil
+				return imageOf(m), nil
 			}
-			return control.Image{ID: "host", Rootfs: "/"}, nil
+			return baseImage{Image: hostagent.Image{ID: "host"}, Rootfs: "/"}, nil
 		},
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/mcp"
 	"github.com/littlebigbrain/lbb/internal/pool"
@@ -43,9 +43,19 @@ type runtimeFactory struct {
 	// open makes the driver and checks what it needs of this host (runtime.CheckRequirements).
 	open func(cfg config.Config, log *slog.Logger) (runtime.Driver, error)
 	// image finds the base image, building it when missing; the default driver's is used.
-	image func(ctx context.Context, cfg config.Config) (control.Image, error)
+	image func(ctx context.Context, cfg config.Config) (baseImage, error)
 	// onlyDefault, when set, says why the driver is offered only as the default.
 	onlyDefault string
+}
+
+// baseImage is the base image: what records name, and the root filesystem sandboxes run on.
+type baseImage struct {
+	hostagent.Image
+	Rootfs string
+}
+
+func imageOf(m images.Manifest) baseImage {
+	return baseImage{Image: hostagent.Image{ID: m.ID, Versions: m.Versions, Missing: m.Missing}, Rootfs: m.Rootfs}
 }
 
 // runtimes are the drivers lbb serve can run on; each registers itself in init.
@@ -86,11 +96,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer unlock()
 
-	driver, image, iso, err := openRuntimes(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-
 	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
 	if err != nil {
 		return err
@@ -103,27 +108,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// The warm pool serves one-call runs; it starts building only after Recover, which
-	// destroys every driver sandbox that no record claims.
-	var provider host.Provider
-	var warm *pool.Pool
-	if cfg.Pool {
-		keys := poolKeys(cfg, image, driver)
-		warm, err = pool.New(pool.Options{
-			Driver: driver,
-			Keys:   keys,
-			Min:    cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
-			NoFreeze:   !canFreeze(driver, keys),
-			Registerer: reg, Log: log.With("part", "pool"),
-		})
-		if err != nil {
-			return err
-		}
-		provider = warm
+	hst, warm, image, iso, err := openHost(ctx, cfg, log, reg, bs)
+	if err != nil {
+		return err
 	}
-	hst := host.New(host.Options{Driver: driver, Provider: provider, Log: log})
 	svc := control.New(control.Options{
-		Store: st, Runner: hst, Sandboxes: hst, Blobs: bs, Image: image, Isolation: iso,
+		Store: st, Host: hst, Blobs: bs, Image: control.Image(image.Image), Isolation: iso,
 		Config: cfg, Log: log, Registerer: reg,
 	})
 	rec, err := svc.Recover(ctx)
@@ -199,6 +189,36 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return nil
 }
 
+// openHost opens the drivers and the warm pool (unless --pool=false) and makes the host agent
+// of this machine on them. The pool starts building only when started (after Recover, which
+// destroys every driver sandbox that no record claims).
+func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store) (*hostagent.Local, *pool.Pool, baseImage, control.Isolation, error) {
+	driver, image, iso, err := openRuntimes(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, image, iso, err
+	}
+	var warm *pool.Pool
+	if cfg.Pool {
+		keys := poolKeys(cfg, image, driver)
+		warm, err = pool.New(pool.Options{
+			Driver: driver,
+			Keys:   keys,
+			Min:    cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
+			NoFreeze:   !canFreeze(driver, keys),
+			Registerer: reg, Log: log.With("part", "pool"),
+		})
+		if err != nil {
+			return nil, nil, image, iso, err
+		}
+	}
+	hst := hostagent.NewLocal(hostagent.Options{
+		Driver: driver, Pool: warm, Rootfs: image.Rootfs, Image: image.Image,
+		Default: iso.Default, Offered: iso.Available, Unavailable: iso.Unavailable,
+		Blobs: bs, DataDir: cfg.DataDir, Log: log.With("part", "hostagent"),
+	})
+	return hst, warm, image, iso, nil
+}
+
 // prepareDataDir makes the data directory. Others may traverse it but not list it: the
 // sandboxes' own user ids must reach their state under it. What is secret in it (the store,
 // the admin key) is 0600.
@@ -237,7 +257,7 @@ func lockDataDir(dir string) (func(), error) {
 // openRuntimes makes the default driver (--runtime; its failure is the server's) and every
 // other registered driver this host can run, and routes between them. The ones it cannot
 // run are logged and answered, with why, to calls that name them.
-func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mux.Driver, control.Image, control.Isolation, error) {
+func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mux.Driver, baseImage, control.Isolation, error) {
 	names := make([]string, 0, len(runtimes))
 	for n := range runtimes {
 		names = append(names, n)
@@ -246,15 +266,15 @@ func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mu
 	iso := control.Isolation{Default: cfg.Runtime, Unavailable: map[string]string{}}
 	factory, ok := runtimes[cfg.Runtime]
 	if !ok {
-		return nil, control.Image{}, iso, fmt.Errorf("--runtime %q: this lbb has %s", cfg.Runtime, strings.Join(names, ", "))
+		return nil, baseImage{}, iso, fmt.Errorf("--runtime %q: this lbb has %s", cfg.Runtime, strings.Join(names, ", "))
 	}
 	def, err := factory.open(cfg, log)
 	if err != nil {
-		return nil, control.Image{}, iso, err
+		return nil, baseImage{}, iso, err
 	}
 	image, err := factory.image(ctx, cfg)
 	if err != nil {
-		return nil, control.Image{}, iso, err
+		return nil, baseImage{}, iso, err
 	}
 	drivers := map[string]runtime.Driver{cfg.Runtime: def}
 	for _, name := range names {
@@ -278,7 +298,7 @@ func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mu
 	}
 	m, err := mux.New(mux.Options{Default: cfg.Runtime, Drivers: drivers})
 	if err != nil {
-		return nil, control.Image{}, iso, err
+		return nil, baseImage{}, iso, err
 	}
 	iso.Available = m.Names()
 	log.Info("isolation", "default", cfg.Runtime, "available", iso.Available)
@@ -291,7 +311,7 @@ func openRuntimes(ctx context.Context, cfg config.Config, log *slog.Logger) (*mu
 // poolKeys are the warm pool's keys: the default keys on the default driver, and, when
 // gvisor is offered beside another default, the same kinds on gvisor, --pool-gvisor-min deep,
 // so that one-call gvisor runs can start warm too.
-func poolKeys(cfg config.Config, image control.Image, m *mux.Driver) []pool.Key {
+func poolKeys(cfg config.Config, image baseImage, m *mux.Driver) []pool.Key {
 	var keys []pool.Key
 	for _, k := range pool.DefaultKeys(image.Rootfs, defaultLimits(cfg)) {
 		k.Runtime = cfg.Runtime
@@ -323,10 +343,10 @@ func canFreeze(m *mux.Driver, keys []pool.Key) bool {
 }
 
 // buildImage finds the base image, building it (with progress on stderr) when missing.
-func buildImage(ctx context.Context, cfg config.Config) (control.Image, error) {
+func buildImage(ctx context.Context, cfg config.Config) (baseImage, error) {
 	m, err := images.Build(ctx, images.Options{Dir: cfg.ImagesDir, Mirror: cfg.Mirror, Progress: os.Stderr})
 	if err != nil {
-		return control.Image{}, fmt.Errorf("base image: %w", err)
+		return baseImage{}, fmt.Errorf("base image: %w", err)
 	}
-	return control.Image{ID: m.ID, Rootfs: m.Rootfs, Versions: m.Versions, Missing: m.Missing}, nil
+	return imageOf(m), nil
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
@@ -58,9 +58,9 @@ func newServer(t testing.TB, tweak func(*config.Config)) *server {
 	}
 	// The local driver, with a fake freezer and checkpoint (pause, snapshot and fork).
 	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
-	svc := control.New(control.Options{Store: st, Runner: r, Sandboxes: host.New(host.Options{Driver: drv}), Blobs: bs,
+	svc := control.New(control.Options{Store: st, Host: r.On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})), Blobs: bs,
 		Config: cfg, Registerer: reg,
-		Image: control.Image{ID: "img1", Rootfs: "/", Versions: map[string]string{"python": "3.13.5"}}})
+		Image: control.Image{ID: "img1", Versions: map[string]string{"python": "3.13.5"}}})
 	admin, err := svc.Bootstrap(bg, dir)
 	if err != nil {
 		t.Fatal(err)

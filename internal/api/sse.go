@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -194,9 +193,8 @@ func (s *Server) commandOutput(w http.ResponseWriter, r *http.Request, c *call) 
 	sw.next["stdout"], sw.next["stderr"] = parseLastEventID(r.Header.Get("Last-Event-ID"))
 	ctx := r.Context()
 
-	if out.Stdout != nil {
-		caps := map[string]*output.Capture{"stdout": out.Stdout, "stderr": out.Stderr}
-		s.followLive(ctx, sw, streams, caps, follow)
+	if out.Live {
+		s.followLive(ctx, sw, streams, id, follow)
 		if !follow {
 			if cmd, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id); err == nil && store.CommandDone(cmd.Status) {
 				s.exitEvent(sw, cmd)
@@ -265,9 +263,9 @@ func (s *Server) recordChunks(sw *sseWriter, streams []string, cmd store.Command
 	}
 }
 
-// followLive sends the captures' bytes: until each stream ends with follow, else what is
-// there now.
-func (s *Server) followLive(ctx context.Context, sw *sseWriter, streams []string, caps map[string]*output.Capture, follow bool) {
+// followLive sends a running command's output (control.Service.ReadOutput): until each
+// stream ends with follow, else what is there now.
+func (s *Server) followLive(ctx context.Context, sw *sseWriter, streams []string, commandID string, follow bool) {
 	type piece struct {
 		stream string
 		off    int64
@@ -277,18 +275,16 @@ func (s *Server) followLive(ctx context.Context, sw *sseWriter, streams []string
 	ch := make(chan piece, 16)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	max := 64 << 10
+	if !follow {
+		max = -1 // what is there now, without waiting
+	}
 	for _, st := range streams {
-		c := caps[st]
 		off := sw.next[st]
-		limit := c.Bytes()
 		go func() {
 			for {
-				if !follow && off >= limit {
-					ch <- piece{stream: st, end: true}
-					return
-				}
-				start, data, err := c.Next(fctx, off, 64<<10)
-				if err != nil {
+				start, data, err := s.svc.ReadOutput(fctx, commandID, st, off, max)
+				if err != nil || !follow && len(data) == 0 {
 					select {
 					case ch <- piece{stream: st, end: true}:
 					case <-fctx.Done():

@@ -4,20 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
-	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
 )
@@ -43,25 +36,6 @@ type RunInRequest struct {
 	RunBody
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
 	WaitMs    *int64 `json:"wait_ms,omitempty"`
-}
-
-// liveCommand is a command running in a long-lived sandbox.
-type liveCommand struct {
-	id, graph, sandbox string
-	stdout, stderr     *output.Capture
-	done               chan struct{}
-	killed             atomic.Bool
-
-	stdinMu    sync.Mutex
-	stdin      *io.PipeWriter // nil unless stdin_open
-	stdinBytes atomic.Int64
-	live       *host.Live
-}
-
-func (s *Service) lookupCommand(id string) *liveCommand {
-	s.lmu.Lock()
-	defer s.lmu.Unlock()
-	return s.cmds[id]
 }
 
 // Exec starts a process in a running sandbox (at most once for (graph, idemKey)) and
@@ -103,17 +77,11 @@ func (s *Service) Exec(ctx context.Context, c Caller, sandboxID string, req Exec
 		Argv: req.Argv, Cwd: req.Cwd, StdinBytes: int64(len(stdin)), EnvNames: sortedKeys(req.Env),
 		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
 		Origin: store.Origin{Key: c.Key.ID}}
-	spec := host.ExecSpec{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout}
-	var pw *io.PipeWriter
-	switch {
-	case req.StdinOpen:
-		var pr *io.PipeReader
-		pr, pw = io.Pipe()
-		spec.Stdin = pr
-	case len(stdin) > 0 || req.Stdin != nil:
-		spec.Stdin = strings.NewReader(string(stdin))
+	spec := hostagent.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout, Env: req.Env, StdinOpen: req.StdinOpen}
+	if len(stdin) > 0 || req.Stdin != nil {
+		spec.Stdin = append([]byte{}, stdin...)
 	}
-	return s.startCommand(ctx, c, sandboxID, cmd, spec, req.Env, stdin, pw, RouteExec, idemKey, reqHash, wait)
+	return s.startCommand(ctx, c, sandboxID, cmd, spec, RouteExec, idemKey, reqHash, wait)
 }
 
 // RunIn calls run(input, config) in a running sandbox, next to its files. It answers like a
@@ -176,8 +144,9 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		Language: base.Language, Code: code, Input: input, Config: config, Template: ref, EnvNames: sortedKeys(r.Env),
 		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
 		Origin: store.Origin{Key: c.Key.ID}}
-	spec := host.ExecSpec{Run: &agent.RunRequest{Language: base.Language, Code: code, Input: input, Config: config}, Timeout: timeout}
-	return s.startCommand(ctx, c, sandboxID, cmd, spec, r.Env, nil, nil, RouteRunIn, idemKey, reqHash, wait)
+	spec := hostagent.ExecRequest{Run: &hostagent.RunCall{Language: base.Language, Code: code, Input: input, Config: config},
+		Timeout: timeout, Env: r.Env}
+	return s.startCommand(ctx, c, sandboxID, cmd, spec, RouteRunIn, idemKey, reqHash, wait)
 }
 
 // commandWait is how long a call that starts a command waits for it: wait_ms, or without it
@@ -214,21 +183,16 @@ func (s *Service) replayCommand(ctx context.Context, c Caller, idemKey, reqHash 
 
 // startCommand reserves the key and the command record, starts the command on the running
 // sandbox and waits up to wait for it.
-func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, cmd store.Command, spec host.ExecSpec,
-	cmdEnv map[string]string, stdin []byte, stdinPipe *io.PipeWriter, route, idemKey, reqHash string, wait time.Duration) (Response, error) {
-	sb, ls, err := s.sandboxFor(ctx, c.Graph, sandboxID)
+func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, cmd store.Command, spec hostagent.ExecRequest,
+	route, idemKey, reqHash string, wait time.Duration) (Response, error) {
+	sb, hs, err := s.sandboxFor(ctx, c.Graph, sandboxID)
 	if err != nil {
 		return Response{}, err
 	}
 	if sb.OneCall {
 		return Response{}, errdefs.Conflict("sandbox %s is a one-call run's; create a sandbox to run commands in", sandboxID)
 	}
-	var live *host.Live
-	var sbCtx context.Context
-	if ls != nil {
-		live, sbCtx = ls.running()
-	}
-	if live == nil || sb.Status != store.SandboxRunning {
+	if hs == nil || sb.Status != store.SandboxRunning {
 		return Response{}, errdefs.Conflict("sandbox %s is %s; commands run in a running sandbox (resume a stopped one)", sandboxID, sb.Status)
 	}
 	if err := s.begin(); err != nil {
@@ -267,84 +231,76 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		return s.replay(ctx, c, *existing, reqHash, wait)
 	}
 
-	ls.mu.Lock()
-	env := map[string]string{}
-	for k, v := range ls.env {
-		env[k] = v
-	}
-	ls.mu.Unlock()
-	for k, v := range cmdEnv {
-		env[k] = v
-	}
-	lc := &liveCommand{id: cmd.ID, graph: c.Graph, sandbox: sandboxID, done: make(chan struct{}), stdin: stdinPipe, live: live,
-		stdout: output.NewCapture(s.cfg.OutputHeadBytes, s.cfg.OutputTailBytes),
-		stderr: output.NewCapture(s.cfg.OutputHeadBytes, s.cfg.OutputTailBytes)}
-	lc.stdinBytes.Store(int64(len(stdin)))
-	spec.CommandID, spec.Env, spec.Secrets = cmd.ID, env, host.Secrets(env)
-	spec.Stdout, spec.Stderr, spec.Killed = lc.stdout, lc.stderr, lc.killed.Load
-	started := make(chan struct{})
-	spec.Started = sync.OnceFunc(func() { close(started) })
-	inf := &inflight{done: make(chan struct{})}
+	spec.SandboxID, spec.CommandID = sandboxID, cmd.ID
+	spec.HeadBytes, spec.TailBytes = s.cfg.OutputHeadBytes, s.cfg.OutputTailBytes
+	inf := &inflight{done: make(chan struct{}), sandbox: sandboxID}
 	s.mu.Lock()
 	s.inflight[cmd.ID] = inf
 	s.mu.Unlock()
-	s.lmu.Lock()
-	s.cmds[cmd.ID] = lc
-	s.lmu.Unlock()
-	ls.mu.Lock()
-	ls.cmds[cmd.ID] = lc
-	ls.mu.Unlock()
-	if stdinPipe != nil && len(stdin) > 0 {
-		go func() {
-			lc.stdinMu.Lock()
-			defer lc.stdinMu.Unlock()
-			stdinPipe.Write(stdin)
-		}()
-	}
 	s.metrics.running.Inc()
 	audit, tm := pendingAudit(ctx), timing.From(ctx)
+	rctx := timing.With(context.Background(), tm)
+	endRun := timing.Start(rctx, "run")
+	// Answer once the process runs, so that a kill or stdin that follows reaches it.
+	var end *hostagent.CommandEnd
+	if err := s.host.Exec(ctx, spec); err != nil {
+		t := time.Now()
+		end = &hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
+	}
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(timing.With(sbCtx, tm), ls, lc, cmd, spec, inf, audit)
+		s.runCommand(rctx, cmd, end, inf, audit, endRun)
 	}()
-	// Answer once the process runs, so that a kill or stdin that follows reaches it.
-	select {
-	case <-started:
-	case <-inf.done:
-	case <-ctx.Done():
-	}
 	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
 }
 
-// runCommand runs a command to its end and records how it ended.
-// The call's audit entry, when still pending, is written with the end (one commit).
-func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveCommand, cmd store.Command, spec host.ExecSpec, inf *inflight, audit *PendingAudit) {
+// runCommand waits for a command's end and records it. The call's audit entry, when still
+// pending, is written with the end (one commit). A command still running when the server
+// ends its runs is killed.
+func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostagent.CommandEnd, inf *inflight, audit *PendingAudit, endRun func()) {
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
-	endRun := timing.Start(ctx, "run")
-	out := lc.live.Exec(ctx, spec)
+	if end == nil {
+		waited := make(chan struct{})
+		go func() {
+			select {
+			case <-s.runCtx.Done():
+				kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				s.host.Signal(kctx, cmd.ID, "")
+			case <-waited:
+			}
+		}()
+		out, err := s.host.Wait(context.Background(), cmd.ID)
+		close(waited)
+		if err != nil {
+			t := time.Now()
+			out = hostagent.CommandEnd{Status: store.CommandLost, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
+		}
+		end = &out
+	}
+	out := *end
 	endRun()
 	s.metrics.running.Dec()
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
-	if lc.stdin != nil {
-		lc.stdin.CloseWithError(errors.New("the command has ended"))
-	}
 	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
 	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
-	cmd.StdinBytes = lc.stdinBytes.Load()
-	if !out.CommandStarted.IsZero() {
-		st := out.CommandStarted.UTC().Truncate(time.Millisecond)
+	if out.StdinBytes > 0 {
+		cmd.StdinBytes = out.StdinBytes
+	}
+	if !out.Started.IsZero() {
+		st := out.Started.UTC().Truncate(time.Millisecond)
 		cmd.StartedAt = &st
 	}
 	fin := s.now()
-	if !out.CommandEnded.IsZero() {
-		fin = out.CommandEnded.UTC().Truncate(time.Millisecond)
+	if !out.Ended.IsZero() {
+		fin = out.Ended.UTC().Truncate(time.Millisecond)
 	}
 	cmd.FinishedAt = &fin
 	if cmd.StartedAt != nil {
 		cmd.DurationMs = fin.Sub(*cmd.StartedAt).Milliseconds()
 	}
-	if out.Err != nil {
-		log.Warn("command ended by an infrastructure failure", "status", out.Status, "err", out.Err)
+	if out.Infrastructure != "" {
+		log.Warn("command ended by an infrastructure failure", "status", out.Status, "err", out.Infrastructure)
 	}
 	var resp Response
 	var err error
@@ -392,14 +348,17 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 	s.mu.Lock()
 	delete(s.inflight, cmd.ID)
 	s.mu.Unlock()
-	s.lmu.Lock()
-	delete(s.cmds, cmd.ID)
-	s.lmu.Unlock()
-	ls.mu.Lock()
-	delete(ls.cmds, cmd.ID)
-	ls.mu.Unlock()
-	close(lc.done)
 	close(inf.done)
+}
+
+// liveCommand answers the inflight entry of a command of a long-lived sandbox running here.
+func (s *Service) liveCommand(id string) *inflight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inf := s.inflight[id]; inf != nil && inf.sandbox != "" {
+		return inf
+	}
+	return nil
 }
 
 // KillCommand signals a running command's process group ("" is SIGKILL) and answers its
@@ -410,23 +369,18 @@ func (s *Service) KillCommand(ctx context.Context, graph, id, signal string) (st
 	if err != nil || store.CommandDone(cmd.Status) {
 		return cmd, err
 	}
-	lc := s.lookupCommand(id)
-	if lc == nil || lc.graph != graph {
+	inf := s.liveCommand(id)
+	if inf == nil {
 		return cmd, errdefs.Conflict("command %s is not running on this server", id)
 	}
-	lc.killed.Store(true)
-	if err := lc.live.Signal(ctx, id, signal); err != nil {
-		if !agent.IsCode(err, agent.CodeNotFound) {
-			return cmd, agentError(err)
+	if err := s.host.Signal(ctx, id, signal); err != nil {
+		if !errdefs.IsNotFound(err) {
+			return cmd, err
 		}
 		// It ended meanwhile: its record is on its way.
-		select {
-		case <-lc.done:
-		case <-time.After(5 * time.Second):
-		}
 	}
 	select {
-	case <-lc.done:
+	case <-inf.done:
 	case <-time.After(5 * time.Second):
 	case <-ctx.Done():
 		return cmd, ctx.Err()
@@ -451,98 +405,43 @@ func (s *Service) WriteStdin(ctx context.Context, graph, id string, r io.Reader,
 		return StdinResult{}, err
 	}
 	res := StdinResult{Command: id}
-	lc := s.lookupCommand(id)
-	if store.CommandDone(cmd.Status) || lc == nil || lc.graph != graph {
+	if store.CommandDone(cmd.Status) || s.liveCommand(id) == nil {
 		return res, errdefs.Conflict("command %s is %s; stdin takes writes while it runs", id, cmd.Status)
 	}
-	if lc.stdin == nil {
-		return res, errdefs.Conflict("command %s was started without stdin_open", id)
+	w, err := s.host.WriteStdin(ctx, id, r, close)
+	res.Bytes, res.Total, res.Closed = w.Bytes, w.Total, w.Closed
+	if errdefs.IsNotFound(err) {
+		return res, errdefs.Conflict("command %s has ended or its stdin is closed", id)
 	}
-	lc.stdinMu.Lock()
-	defer lc.stdinMu.Unlock()
-	n, err := io.Copy(countingWriter{lc.stdin, &lc.stdinBytes}, ctxReader{ctx, r})
-	res.Bytes = n
-	if err != nil {
-		if errors.Is(err, io.ErrClosedPipe) || strings.Contains(err.Error(), "has ended") {
-			return res, errdefs.Conflict("command %s has ended or its stdin is closed", id)
-		}
-		return res, err
-	}
-	if close {
-		lc.stdin.Close()
-		res.Closed = true
-	}
-	res.Total = lc.stdinBytes.Load()
-	return res, nil
+	return res, err
 }
 
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-// CommandOutput is what a reader of a command's output follows: the live captures of a
-// command running here, or else its record (head and tail) alone.
+// CommandOutput is what a reader of a command's output follows: a command running here
+// (Live: ReadOutput follows its output), or else its record (head and tail) alone.
 type CommandOutput struct {
 	Command store.Command
-	// Stdout and Stderr are nil unless the command runs in this process.
-	Stdout, Stderr *output.Capture
-	// Done is closed when the command has ended (nil unless it runs here).
+	// Live says the command runs in this server's host agent.
+	Live bool
+	// Done is closed when the command has ended and has its record (nil unless Live).
 	Done <-chan struct{}
 }
 
 // CommandOutput finds a command's output.
 func (s *Service) CommandOutput(ctx context.Context, graph, id string) (CommandOutput, error) {
-	lc := s.lookupCommand(id)
+	inf := s.liveCommand(id)
 	cmd, err := s.st.GetCommand(ctx, graph, id)
 	if err != nil {
 		return CommandOutput{}, err
 	}
 	out := CommandOutput{Command: cmd}
-	if lc != nil && lc.graph == graph && !store.CommandDone(cmd.Status) {
-		out.Stdout, out.Stderr, out.Done = lc.stdout, lc.stderr, lc.done
+	if inf != nil && !store.CommandDone(cmd.Status) {
+		out.Live, out.Done = true, inf.done
 	}
 	return out, nil
 }
 
-// agentError classifies an error of the guest agent for the API.
-func agentError(err error) error {
-	var ae *agent.Error
-	if !errors.As(err, &ae) {
-		return err
-	}
-	msg := ae.Message
-	switch ae.Code {
-	case agent.CodePathOutside:
-		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodePathOutsideWorkspace, "%s", msg)
-	case agent.CodeNotFound:
-		return errdefs.New(errdefs.ClassNotFound, "", "%s", msg)
-	case agent.CodeIsDir, agent.CodeNotDir, agent.CodeInvalid, agent.CodeNotSupported:
-		return errdefs.New(errdefs.ClassInvalidArgument, ae.Code, "%s", msg)
-	case agent.CodeExists, agent.CodeNotEmpty:
-		return errdefs.New(errdefs.ClassConflict, ae.Code, "%s", msg)
-	case agent.CodeDiskFull:
-		return errdefs.New(errdefs.ClassPayloadTooLarge, "disk_full", "%s", msg)
-	case agent.CodePermission:
-		return errdefs.New(errdefs.ClassForbidden, ae.Code, "%s", msg)
-	}
-	return fmt.Errorf("the sandbox's agent: %w", err)
+// ReadOutput is a follower's cursor on the output of a command running here (stream "stdout"
+// or "stderr"), as hostagent.Host.ReadOutput.
+func (s *Service) ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (int64, []byte, error) {
+	return s.host.ReadOutput(ctx, commandID, stream, off, max)
 }

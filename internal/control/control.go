@@ -1,8 +1,8 @@
 // Package control is lbb's control plane: it turns API calls into records and runs. It
-// reserves idempotency keys before any code runs, resolves templates and limits, starts runs
-// on a Runner (the host layer), writes what happened into the store, waits for commands,
-// recovers after a crash, enforces retention and drains on shutdown. It knows no HTTP and no
-// driver.
+// reserves idempotency keys before any code runs, resolves templates and limits, asks the
+// host agent (hostagent.Host) for sandboxes and commands, writes what happened into the
+// store, waits for commands, recovers after a crash, enforces retention and drains on
+// shutdown. It knows no driver; docs/architecture.md draws the layers.
 package control
 
 import (
@@ -17,33 +17,22 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
-// Runner runs code in sandboxes: the host layer.
-type Runner interface {
-	// RunOnce runs spec in a sandbox of its own and destroys it. It always answers an
-	// outcome; infrastructure failures are folded into it.
-	RunOnce(ctx context.Context, spec host.RunSpec) host.Outcome
-	// Reap destroys every sandbox the runtime holds that keep does not claim.
-	Reap(ctx context.Context, keep func(id string) bool) ([]string, error)
-}
-
-// Image is the base image sandboxes run on.
+// Image is the base image sandboxes run on (what records and base templates name).
 type Image struct {
 	ID       string
-	Rootfs   string
 	Versions map[string]string
 	Missing  []string
 }
 
 // Options configure a Service.
 type Options struct {
-	Store  store.Store
-	Runner Runner
-	// Sandboxes runs long-lived sandboxes (Level 3); without it only one-call runs are served.
-	Sandboxes SandboxHost
+	Store store.Store
+	// Host is the host agent that runs every sandbox.
+	Host hostagent.Host
 	// Blobs keeps the bytes of Files of the graph; without it there are no Files.
 	Blobs  blobs.Store
 	Image  Image
@@ -59,16 +48,15 @@ type Options struct {
 
 // Service is the control plane.
 type Service struct {
-	st        store.Store
-	runner    Runner
-	sandboxes SandboxHost
-	blobs     blobs.Store
-	image     Image
-	iso       Isolation
-	cfg       config.Config
-	log       *slog.Logger
-	now       func() time.Time
-	metrics   *metrics
+	st      store.Store
+	host    hostagent.Host
+	blobs   blobs.Store
+	image   Image
+	iso     Isolation
+	cfg     config.Config
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
 
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
@@ -81,11 +69,11 @@ type Service struct {
 	janitorStop chan struct{}
 	janitorDone chan struct{}
 
-	// lmu guards the long-lived sandboxes held (running or stopped) and the commands
-	// running in them.
-	lmu   sync.Mutex
-	lives map[string]*liveSandbox
-	cmds  map[string]*liveCommand
+	// lmu guards the long-lived sandboxes held (running or stopped).
+	lmu  sync.Mutex
+	held map[string]*heldSandbox
+
+	stopEvents context.CancelFunc
 }
 
 // New returns a Service. Call Recover before serving and Shutdown at the end.
@@ -97,16 +85,17 @@ func New(o Options) *Service {
 		o.Now = time.Now
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Service{
-		st: o.Store, runner: o.Runner, sandboxes: o.Sandboxes, blobs: o.Blobs, image: o.Image, cfg: o.Config, log: o.Log,
+	s := &Service{
+		st: o.Store, host: o.Host, blobs: o.Blobs, image: o.Image, cfg: o.Config, log: o.Log,
 		iso:     o.Isolation.withDefaults(o.Config.Runtime),
 		now:     func() time.Time { return o.Now().UTC().Truncate(time.Millisecond) },
 		metrics: newMetrics(o.Registerer),
 		runCtx:  ctx, cancelRuns: func() { cancel(errShutdown) },
 		inflight: map[string]*inflight{},
-		lives:    map[string]*liveSandbox{},
-		cmds:     map[string]*liveCommand{},
+		held:     map[string]*heldSandbox{},
 	}
+	s.watchEvents()
+	return s
 }
 
 // errShutdown is why commands still running at the end of the grace period end.
@@ -149,6 +138,7 @@ func (s *Service) Running() int {
 // server_shutdown), so that resume finds their workspaces after a restart. It returns when
 // every run has been recorded or ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
+	defer s.stopEvents()
 	defer s.stopAllLive(context.WithoutCancel(ctx), store.EndServerShutdown)
 	s.mu.Lock()
 	s.draining = true

@@ -48,8 +48,8 @@ func setupOn(t *testing.T, dir string, st store.Store, r *controltest.Runner, tw
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg,
-		Image: control.Image{ID: "img1", Rootfs: "/", Versions: map[string]string{"python": "3.13.5", "node": "24.1.0"}}})
+	svc := control.New(control.Options{Store: st, Host: r.On(nil), Config: cfg,
+		Image: control.Image{ID: "img1", Versions: map[string]string{"python": "3.13.5", "node": "24.1.0"}}})
 	t.Cleanup(func() { svc.Shutdown(context.Background()) })
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {

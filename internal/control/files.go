@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"strings"
-	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -23,160 +21,70 @@ import (
 // records of one graph: another graph's File is not_found, whoever holds the same bytes.
 
 // FileEntry is one entry of a workspace listing (the agent's).
-type FileEntry = agent.FileEntry
+type FileEntry = hostagent.FileEntry
 
 // ImportedFile is the answer to an import: the workspace entry and the bytes' digest.
 type ImportedFile struct {
-	agent.FileEntry
+	FileEntry
 	SHA256 string `json:"sha256"`
 }
 
-// agentFor answers the agent of a running long-lived sandbox of graph.
-func (s *Service) agentFor(ctx context.Context, graph, id string) (*agent.Client, error) {
-	if err := s.level3(); err != nil {
-		return nil, err
-	}
-	sb, ls, err := s.sandboxFor(ctx, graph, id)
+// workspace checks that a long-lived sandbox of graph runs here, so that its files are
+// reachable.
+func (s *Service) workspace(ctx context.Context, graph, id string) error {
+	sb, hs, err := s.sandboxFor(ctx, graph, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if sb.OneCall {
-		return nil, errdefs.Conflict("sandbox %s is a one-call run's; its workspace ended with its run", id)
+		return errdefs.Conflict("sandbox %s is a one-call run's; its workspace ended with its run", id)
 	}
-	var live *host.Live
-	if ls != nil {
-		live, _ = ls.running()
+	if hs == nil || sb.Status != store.SandboxRunning {
+		return errdefs.Conflict("sandbox %s is %s; its files are reachable while it runs (resume a stopped one)", id, sb.Status)
 	}
-	if live == nil || sb.Status != store.SandboxRunning {
-		return nil, errdefs.Conflict("sandbox %s is %s; its files are reachable while it runs (resume a stopped one)", id, sb.Status)
-	}
-	return live.Agent, nil
+	return nil
 }
 
 // WriteFile streams r into a workspace file, replacing it whole once r ends.
 func (s *Service) WriteFile(ctx context.Context, graph, sandboxID, p string, r io.Reader) (FileEntry, error) {
-	ag, err := s.agentFor(ctx, graph, sandboxID)
-	if err != nil {
+	if err := s.workspace(ctx, graph, sandboxID); err != nil {
 		return FileEntry{}, err
 	}
-	if err := ag.WriteFile(ctx, p, 0, r); err != nil {
-		return FileEntry{}, agentError(err)
-	}
-	return s.statFile(ctx, ag, p)
-}
-
-func (s *Service) statFile(ctx context.Context, ag *agent.Client, p string) (FileEntry, error) {
-	es, err := ag.List(ctx, p, false)
-	if err != nil {
-		return FileEntry{}, agentError(err)
-	}
-	rel := workspaceRel(p)
-	for _, e := range es {
-		if e.Path == rel {
-			return e, nil
-		}
-	}
-	return FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeFile}, nil
-}
-
-// workspaceRel is how the agent names path p: relative to /workspace, cleaned.
-func workspaceRel(p string) string {
-	if strings.HasPrefix(p, "/") {
-		p = strings.TrimPrefix(p, agent.Workspace)
-	}
-	rel := strings.TrimPrefix(path.Clean("/"+p), "/")
-	if rel == "" {
-		return "."
-	}
-	return rel
+	return s.host.WriteFile(ctx, sandboxID, p, r)
 }
 
 // OpenFile streams a workspace file and answers its entry (Size is -1 when unknown: a
 // symlink read through). A directory is is_directory. The caller closes the reader.
 func (s *Service) OpenFile(ctx context.Context, graph, sandboxID, p string) (FileEntry, io.ReadCloser, error) {
-	ag, err := s.agentFor(ctx, graph, sandboxID)
-	if err != nil {
+	if err := s.workspace(ctx, graph, sandboxID); err != nil {
 		return FileEntry{}, nil, err
 	}
-	es, err := ag.List(ctx, p, false)
-	if err != nil {
-		return FileEntry{}, nil, agentError(err)
-	}
-	rel := workspaceRel(p)
-	e := FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeDir, Size: -1}
-	if len(es) == 1 && es[0].Path == rel {
-		e = es[0]
-	}
-	switch e.Type {
-	case agent.TypeDir:
-		return FileEntry{}, nil, errdefs.New(errdefs.ClassInvalidArgument, agent.CodeIsDir, "%s is a directory; list it, or read its files", p)
-	case agent.TypeSymlink:
-		e.Size = -1
-	}
-	rc, err := ag.ReadFile(ctx, p)
-	if err != nil {
-		return FileEntry{}, nil, agentError(err)
-	}
-	// The size the listing said may be stale (the file replaced since): the download
-	// announces what the agent opened.
-	e.Size = rc.Size
-	return e, rc, nil
+	return s.host.OpenFile(ctx, sandboxID, p)
 }
 
 // ListFiles lists a workspace directory (recursive: everything beneath it).
 func (s *Service) ListFiles(ctx context.Context, graph, sandboxID, p string, recursive bool) ([]FileEntry, error) {
-	ag, err := s.agentFor(ctx, graph, sandboxID)
-	if err != nil {
+	if err := s.workspace(ctx, graph, sandboxID); err != nil {
 		return nil, err
 	}
-	if p == "" {
-		p = "."
-	}
-	es, err := ag.List(ctx, p, recursive)
-	if err != nil {
-		return nil, agentError(err)
-	}
-	return es, nil
+	return s.host.ListFiles(ctx, sandboxID, p, recursive)
 }
 
 // RemoveFile removes a workspace file, symlink or directory (a directory that is not empty
 // only with recursive).
 func (s *Service) RemoveFile(ctx context.Context, graph, sandboxID, p string, recursive bool) error {
-	ag, err := s.agentFor(ctx, graph, sandboxID)
-	if err != nil {
+	if err := s.workspace(ctx, graph, sandboxID); err != nil {
 		return err
 	}
-	if err := ag.Remove(ctx, p, recursive); err != nil {
-		return agentError(err)
-	}
-	return nil
+	return s.host.RemoveFile(ctx, sandboxID, p, recursive)
 }
 
 // MakeDir makes a workspace directory and its parents.
 func (s *Service) MakeDir(ctx context.Context, graph, sandboxID, p string) (FileEntry, error) {
-	ag, err := s.agentFor(ctx, graph, sandboxID)
-	if err != nil {
+	if err := s.workspace(ctx, graph, sandboxID); err != nil {
 		return FileEntry{}, err
 	}
-	if err := ag.Mkdir(ctx, p); err != nil {
-		return FileEntry{}, agentError(err)
-	}
-	return s.statDir(ctx, ag, workspaceRel(p))
-}
-
-// statDir answers a directory's own entry: listing it gives its contents, so look it up
-// in its parent.
-func (s *Service) statDir(ctx context.Context, ag *agent.Client, rel string) (FileEntry, error) {
-	es, err := ag.List(ctx, path.Dir(rel), false)
-	if err != nil {
-		return FileEntry{}, agentError(err)
-	}
-	for _, e := range es {
-		if e.Path == rel {
-			return e, nil
-		}
-	}
-	return FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeDir, Mode: "0755", MTime: s.now().Format(time.RFC3339)}, nil
+	return s.host.MakeDir(ctx, sandboxID, p)
 }
 
 func (s *Service) blobStore() (blobs.Store, error) {
@@ -317,26 +225,21 @@ func (s *Service) resolveFile(ctx context.Context, graph, ref string) (store.Fil
 	return store.File{}, errdefs.InvalidArgument("file %q: want a File id (fil_…) or its sha256", ref)
 }
 
-// templateFiles resolves a template's Files into what a sandbox start copies.
-func (s *Service) templateFiles(ctx context.Context, graph string, tfs []store.TemplateFile) ([]host.WorkspaceFile, error) {
+// templateFiles resolves a template's Files into what a sandbox start copies from the blobs.
+func (s *Service) templateFiles(ctx context.Context, graph string, tfs []store.TemplateFile) ([]hostagent.File, error) {
 	if len(tfs) == 0 {
 		return nil, nil
 	}
-	bs, err := s.blobStore()
-	if err != nil {
+	if _, err := s.blobStore(); err != nil {
 		return nil, err
 	}
-	out := make([]host.WorkspaceFile, 0, len(tfs))
+	out := make([]hostagent.File, 0, len(tfs))
 	for _, tf := range tfs {
 		f, err := s.resolveFile(ctx, graph, tf.File)
 		if err != nil {
 			return nil, fmt.Errorf("the template's file %s: %w", tf.File, err)
 		}
-		sha := f.SHA256
-		out = append(out, host.WorkspaceFile{Path: tf.Path, Open: func(ctx context.Context) (io.ReadCloser, error) {
-			rc, _, err := bs.Open(ctx, sha)
-			return rc, err
-		}})
+		out = append(out, hostagent.File{Path: tf.Path, SHA256: f.SHA256})
 	}
 	return out, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
@@ -71,9 +71,9 @@ func setupIsolation(t *testing.T, iso control.Isolation) *isoEnv {
 	}
 	cfg := config.Default()
 	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
-	hst := host.New(host.Options{Driver: m})
-	svc := control.New(control.Options{Store: st, Runner: hst, Sandboxes: hst, Config: cfg, Isolation: iso,
-		Image: control.Image{ID: "img1", Rootfs: "/"}})
+	hst := hostagent.NewLocal(hostagent.Options{Driver: m, Rootfs: "/", Default: iso.Default, Offered: iso.Available, DataDir: dir})
+	svc := control.New(control.Options{Store: st, Host: hst, Config: cfg, Isolation: iso,
+		Image: control.Image{ID: "img1"}})
 	t.Cleanup(func() { svc.Shutdown(ctx) })
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -74,8 +74,8 @@ func setup3On(t *testing.T, dir string, st store.Store, tweak func(*config.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1", Rootfs: "/"}})
+	svc := control.New(control.Options{Store: st, Host: controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})),
+		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
 	t.Cleanup(func() { svc.Shutdown(ctx) })
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {

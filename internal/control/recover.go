@@ -91,7 +91,7 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 		return rec, fmt.Errorf("recover: %w", err)
 	}
 	for _, sb := range live {
-		if !sb.OneCall && s.sandboxes != nil {
+		if !sb.OneCall {
 			continue // recoverLongLived stopped it
 		}
 		sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
@@ -132,10 +132,23 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 	for _, sb := range paused {
 		keep[sb.ID] = !sb.OneCall && sb.PauseMode == store.PauseCheckpoint
 	}
-	if _, err := s.sweepSnapshots(ctx, true); err != nil {
+	if _, err := s.sweepSnapshots(ctx); err != nil {
 		return rec, fmt.Errorf("recover: snapshots: %w", err)
 	}
-	rec.Reaped, err = s.runner.Reap(ctx, func(id string) bool { return keep[id] })
+	// The snapshots of the sandboxes that stay are kept too; any other snapshot files go.
+	var kept []string
+	for _, sb := range append(stopped, paused...) {
+		if !keep[sb.ID] {
+			continue
+		}
+		kept = append(kept, sb.ID)
+		snaps, err := s.allSnapshots(ctx, sb.Graph, sb.ID)
+		if err != nil {
+			return rec, fmt.Errorf("recover: snapshots: %w", err)
+		}
+		kept = append(kept, snaps...)
+	}
+	rec.Reaped, err = s.host.Reap(ctx, kept)
 	s.metrics.reaped.Add(float64(len(rec.Reaped)))
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)
@@ -225,7 +238,7 @@ func (s *Service) Sweep(ctx context.Context) (Swept, error) {
 			break
 		}
 	}
-	if _, err := s.sweepSnapshots(ctx, false); err != nil {
+	if _, err := s.sweepSnapshots(ctx); err != nil {
 		return sw, fmt.Errorf("janitor: removing snapshots: %w", err)
 	}
 	for {

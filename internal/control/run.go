@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/images"
-	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
 )
@@ -101,19 +100,21 @@ type plan struct {
 	idemKey  string
 	reqHash  string
 	language string
-	files    []host.WorkspaceFile
-	// claim is the sandbox acquired while the reservation committed (host.Claim), or nil.
-	claim *host.Claim
+	files    []hostagent.File
+	// claimed says the host agent acquires the sandbox while the reservation commits.
+	claimed bool
 	// audit is the call's audit entry, written with the run's end when still pending then.
 	audit *PendingAudit
 	// timings are the call's phases (its Server-Timing header), or nil.
 	timings *timing.Timings
 }
 
-// inflight is a run this process is executing.
+// inflight is a run or command this process is executing.
 type inflight struct {
 	done chan struct{}
 	resp Response
+	// sandbox is the long-lived sandbox a command runs in ("" for a one-call run).
+	sandbox string
 }
 
 // Run runs code once for (graph, idemKey): the first call reserves the key durably and runs;
@@ -156,16 +157,18 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		return Response{}, err
 	}
 	// The sandbox is claimed while the reservation commits; no code runs in it before the
-	// reservation is durable (launch hands it over only after).
-	if cl, ok := s.runner.(claimer); ok {
-		p.claim = cl.Claim(timing.With(s.runCtx, p.timings), s.runSpec(p))
+	// reservation is durable (launch runs it only after).
+	if err := s.host.Claim(timing.With(s.runCtx, p.timings), s.runSpec(p)); err != nil {
+		s.log.Warn("claiming a run's sandbox ahead", "sandbox", p.sandbox.ID, "err", err)
+	} else {
+		p.claimed = true
 	}
 	endReserve := timing.Start(ctx, "reserve")
 	existing, err := s.reserve(ctx, p)
 	endReserve()
 	if err != nil || existing != nil {
-		if p.claim != nil {
-			p.claim.Cancel()
+		if p.claimed {
+			s.host.Unclaim(context.WithoutCancel(ctx), p.sandbox.ID)
 		}
 		s.runs.Done()
 		if err != nil {
@@ -321,15 +324,16 @@ func (s *Service) launch(p *plan) *inflight {
 func (s *Service) execute(p *plan, inf *inflight) {
 	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
 	t0 := time.Now()
-	spec := s.runSpec(p)
-	spec.Claim = p.claim
-	recorded := make(chan struct{})
-	spec.ReleaseAfter = recorded
-	out := s.runner.RunOnce(timing.With(s.runCtx, p.timings), spec)
+	out, err := s.host.Run(timing.With(s.runCtx, p.timings), s.runSpec(p))
+	if err != nil {
+		// The host agent could not say how the run ended (one in another process is gone).
+		out = hostagent.RunResult{EndReason: store.EndFailed,
+			CommandEnd: hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error()}}
+	}
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	s.metrics.runDuration.WithLabelValues(out.Status).Observe(time.Since(t0).Seconds())
-	if out.Err != nil {
-		log.Warn("run ended by an infrastructure failure", "status", out.Status, "err", out.Err)
+	if out.Infrastructure != "" {
+		log.Warn("run ended by an infrastructure failure", "status", out.Status, "err", out.Infrastructure)
 	}
 
 	// The run's end is recorded and answered while the host destroys the sandbox: the
@@ -378,29 +382,27 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	delete(s.inflight, p.command.ID)
 	s.mu.Unlock()
 	close(inf.done)
-	close(recorded)
 
-	end := <-out.Ended
+	// The sandbox is destroyed once the run is recorded and answered, so that its teardown
+	// does not compete with them.
+	end, err := s.host.Release(ctx, p.sandbox.ID)
+	if err != nil {
+		end.Error = err.Error()
+	}
 	s.metrics.running.Dec()
-	if end.Err != nil {
-		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Err.Error()
+	if end.Error != "" {
+		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Error
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			log.Error("recording a failed destroy", "err", err)
 		}
 	}
 }
 
-// claimer is a Runner that can acquire a run's sandbox ahead of it (host.Host).
-type claimer interface {
-	Claim(ctx context.Context, spec host.RunSpec) *host.Claim
-}
-
-// runSpec is what the host needs to run p.
-func (s *Service) runSpec(p *plan) host.RunSpec {
-	return host.RunSpec{
-		SandboxID: p.sandbox.ID, CommandID: p.command.ID, Image: s.image.Rootfs,
-		Limits: runtime.Limits{MemoryMiB: p.sandbox.Limits.MemoryMiB, CPUs: p.sandbox.Limits.CPUs,
-			Pids: p.sandbox.Limits.Pids, DiskMiB: p.sandbox.Limits.DiskMiB},
+// runSpec is what the host agent needs to run p.
+func (s *Service) runSpec(p *plan) hostagent.RunRequest {
+	return hostagent.RunRequest{
+		SandboxID: p.sandbox.ID, CommandID: p.command.ID,
+		Limits:   runtimeLimits(p.sandbox.Limits),
 		Runtime:  p.sandbox.Isolation,
 		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
@@ -409,15 +411,15 @@ func (s *Service) runSpec(p *plan) host.RunSpec {
 }
 
 // applyOutcome writes how a run's command ended into its records; the sandbox is still up.
-func applyOutcome(cmd *store.Command, sb *store.Sandbox, out host.Outcome) {
+func applyOutcome(cmd *store.Command, sb *store.Sandbox, out hostagent.RunResult) {
 	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
 	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	if !out.CommandStarted.IsZero() {
-		st := out.CommandStarted.UTC().Truncate(time.Millisecond)
-		fin := out.CommandEnded.UTC().Truncate(time.Millisecond)
+	if !out.Started.IsZero() {
+		st := out.Started.UTC().Truncate(time.Millisecond)
+		fin := out.Ended.UTC().Truncate(time.Millisecond)
 		cmd.StartedAt, cmd.FinishedAt = &st, &fin
-		cmd.DurationMs = out.CommandEnded.Sub(out.CommandStarted).Milliseconds()
+		cmd.DurationMs = out.Ended.Sub(out.Started).Milliseconds()
 	} else {
 		cmd.FinishedAt = &now
 	}
@@ -429,8 +431,8 @@ func applyOutcome(cmd *store.Command, sb *store.Sandbox, out host.Outcome) {
 }
 
 // endSandbox ends a run's sandbox record with its run.
-func endSandbox(sb *store.Sandbox, out host.Outcome) {
-	at := out.CommandEnded
+func endSandbox(sb *store.Sandbox, out hostagent.RunResult) {
+	at := out.Ended
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -439,8 +441,8 @@ func endSandbox(sb *store.Sandbox, out host.Outcome) {
 	sb.Status = store.SandboxDestroyed
 	if out.EndReason == store.EndFailed {
 		sb.Status = store.SandboxFailed
-		if out.Err != nil {
-			sb.Error = out.Err.Error()
+		if out.Infrastructure != "" {
+			sb.Error = out.Infrastructure
 		}
 	}
 }
@@ -515,7 +517,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	var tplTimeout int64
 	var tplIsolation string
 	var ref *store.TemplateRef
-	var files []host.WorkspaceFile
+	var files []hostagent.File
 	if tpl != nil {
 		tplConfig, tplLimits, tplTimeout, tplIsolation = tpl.Config, &tpl.Limits, tpl.TimeoutMs, tpl.Isolation
 		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -11,7 +10,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -19,9 +18,9 @@ import (
 
 // Long-lived sandboxes (Level 3): created without a run, they live until deleted or until
 // they expire. Stop ends their processes and keeps their disk; resume starts them again on
-// the same workspace. The control plane holds each one that has not ended (running or
-// stopped) in memory, with its expiry timer, its env (whose values are never stored) and
-// the commands running in it.
+// the same workspace. The control plane keeps their records and knows which it holds; the
+// host agent holds each one's live state, its expiry timer, its env (whose values are never
+// stored) and the commands running in it.
 //
 // After a crash or a restart, a sandbox that was running is stopped with its disk kept
 // (end_reason server_restart) so that resume brings its workspace back; the commands that
@@ -29,74 +28,123 @@ import (
 // them (commands can pass env of their own). A sandbox whose expiry passed while the server
 // was down is destroyed at start.
 
-// SandboxHost is what long-lived sandboxes need of the host layer.
-type SandboxHost interface {
-	StartSandbox(ctx context.Context, spec host.SandboxSpec) (*host.Live, error)
-	StopSandbox(ctx context.Context, id string) error
-	DestroySandbox(ctx context.Context, id string) error
-}
-
-// liveSandbox is a long-lived sandbox that has not ended.
-type liveSandbox struct {
+// heldSandbox is a long-lived sandbox this control plane holds (it has not ended). ops
+// serializes the changes of its record (create, stop, resume, pause, snapshot, delete,
+// expire); the host agent holds its live state.
+type heldSandbox struct {
 	id, graph string
-	// ops serializes lifecycle changes (create, stop, resume, delete, expire).
-	ops sync.Mutex
-
-	mu sync.Mutex
-	// live is the started sandbox; nil while stopped.
-	live *host.Live
-	// ctx is the commands' context while it runs; cancel ends them with a cause.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	env    map[string]string
-	cmds   map[string]*liveCommand
-	expiry *time.Timer
-	// frozen is the sandbox's Live while the freezer parks it (paused, PauseFreeze).
-	frozen *host.Live
-	// startedAt and usage meter the life so far: usage of the runs before this one.
-	usage store.Usage
+	ops       sync.Mutex
 }
 
-func (ls *liveSandbox) running() (*host.Live, context.Context) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.live, ls.ctx
-}
-
-func (s *Service) lookupLive(id string) *liveSandbox {
+func (s *Service) lookupHeld(id string) *heldSandbox {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	return s.lives[id]
+	return s.held[id]
 }
 
-func (s *Service) addLive(ls *liveSandbox) {
+func (s *Service) addHeld(id, graph string) *heldSandbox {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	s.lives[ls.id] = ls
+	hs := &heldSandbox{id: id, graph: graph}
+	s.held[id] = hs
+	return hs
 }
 
-func (s *Service) removeLive(id string) {
+func (s *Service) removeHeld(id string) {
 	s.lmu.Lock()
-	ls := s.lives[id]
-	delete(s.lives, id)
-	s.lmu.Unlock()
-	if ls != nil {
-		ls.mu.Lock()
-		if ls.expiry != nil {
-			ls.expiry.Stop()
+	defer s.lmu.Unlock()
+	delete(s.held, id)
+}
+
+// watchEvents follows the host agent's events until Shutdown: a sandbox whose init died is
+// recorded stopped, one whose expiry passed is ended.
+func (s *Service) watchEvents() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopEvents = cancel
+	if s.host == nil {
+		return
+	}
+	go func() {
+		for ctx.Err() == nil {
+			ch, err := s.host.Events(ctx)
+			if err != nil {
+				s.log.Warn("following the host agent's events", "err", err)
+				select {
+				case <-time.After(time.Second):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			for e := range ch {
+				go s.onEvent(e)
+			}
 		}
-		ls.mu.Unlock()
+	}()
+}
+
+func (s *Service) onEvent(e hostagent.Event) {
+	hs := s.lookupHeld(e.Sandbox)
+	if hs == nil {
+		return
+	}
+	switch e.Kind {
+	case hostagent.EventExpired:
+		s.expire(hs.graph, hs.id)
+	case hostagent.EventDied:
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		hs.ops.Lock()
+		defer hs.ops.Unlock()
+		sb, err := s.st.GetSandbox(ctx, hs.graph, hs.id)
+		if err != nil || sb.Status != store.SandboxRunning {
+			return
+		}
+		s.waitCommands(hs.id)
+		addUsage(&sb, e.Usage)
+		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, e.Error
+		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+			s.log.Error("recording a dead sandbox", "sandbox", hs.id, "err", err)
+		}
+		s.log.Warn("sandbox ended by itself; stopped", "graph", hs.graph, "sandbox", hs.id)
 	}
 }
 
-// scheduleExpiry ends the sandbox at its expiry.
-func (s *Service) scheduleExpiry(ls *liveSandbox, at time.Time) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.expiry != nil {
-		ls.expiry.Stop()
+// addUsage folds a life's usage into the sandbox's.
+func addUsage(sb *store.Sandbox, u store.Usage) {
+	sb.Usage.VCPUMs += u.VCPUMs
+	sb.Usage.GiBMs += u.GiBMs
+}
+
+// commandsRunning counts the commands running in a sandbox.
+func (s *Service) commandsRunning(sandboxID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, inf := range s.inflight {
+		if inf.sandbox == sandboxID {
+			n++
+		}
 	}
-	ls.expiry = time.AfterFunc(max(time.Until(at), 0), func() { s.expire(ls.graph, ls.id) })
+	return n
+}
+
+// waitCommands waits until the commands that ran in a sandbox that ended have their records.
+func (s *Service) waitCommands(sandboxID string) {
+	s.mu.Lock()
+	var dones []chan struct{}
+	for _, inf := range s.inflight {
+		if inf.sandbox == sandboxID {
+			dones = append(dones, inf.done)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range dones {
+		select {
+		case <-d:
+		case <-time.After(30 * time.Second):
+			s.log.Error("a command did not end with its sandbox", "sandbox", sandboxID)
+		}
+	}
 }
 
 func (s *Service) expire(graph, id string) {
@@ -109,19 +157,9 @@ func (s *Service) expire(graph, id string) {
 	s.log.Info("sandbox expired", "graph", graph, "sandbox", id)
 }
 
-func (s *Service) level3() error {
-	if s.sandboxes == nil {
-		return errdefs.Unavailable("this server runs one-call runs only: it has no host for long-lived sandboxes")
-	}
-	return nil
-}
-
 // CreateSandbox starts a long-lived sandbox (POST /v1/sandboxes without run) and answers
 // 201 with its record. With an Idempotency-Key a retry answers the same sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest, idemKey, reqHash string) (Response, error) {
-	if err := s.level3(); err != nil {
-		return Response{}, err
-	}
 	if err := checkKey(idemKey); err != nil {
 		return Response{}, err
 	}
@@ -145,7 +183,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		}
 		sb.ExpiresAt = &exp
 		// The sandbox starts before its record exists: a warm pool hands over a started
-		// sandbox under its own id (host.SandboxSpec.Warm), and the record takes that id, so
+		// sandbox under its own id (hostagent.CreateRequest.Warm), and the record takes that id, so
 		// that the driver knows the sandbox by its record's id for stop, resume and reaping.
 		// A graph at its cap starts nothing (the check is repeated with the insert, which
 		// settles a race by destroying the sandbox). A crash before the insert leaves a
@@ -153,8 +191,8 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		if err := s.checkCap(ctx, s.st, c.Graph); err != nil {
 			return Response{}, err
 		}
-		live, err := s.sandboxes.StartSandbox(ctx, host.SandboxSpec{ID: sb.ID, Image: s.image.Rootfs, Limits: runtimeLimits(sb.Limits),
-			Runtime: sb.Isolation, Create: true, Warm: true, Files: files})
+		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
+			Runtime: sb.Isolation, Warm: true, Files: files, Env: env})
 		if err != nil {
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -164,8 +202,8 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			s.log.Warn("sandbox failed to start", "graph", sb.Graph, "sandbox", sb.ID, "err", err)
 			return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not start: %w", sb.ID, err))
 		}
-		sb.ID = live.ID
-		if err := s.admit(ctx, &sb, live, env, exp); err != nil {
+		sb.ID = started.ID
+		if err := s.admit(ctx, &sb, started, exp); err != nil {
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
@@ -175,7 +213,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 
 // planSandbox validates a create request: its base or template, limits, lifetime, env and
 // metadata, and the template's Files.
-func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) (store.Sandbox, map[string]string, []host.WorkspaceFile, error) {
+func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) (store.Sandbox, map[string]string, []hostagent.File, error) {
 	var zero store.Sandbox
 	if req.TimeoutMs != 0 {
 		return zero, nil, nil, errdefs.InvalidArgument("timeout_ms is for runs and commands; a sandbox has expires_in_seconds")
@@ -215,7 +253,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	var tplLimits *store.Limits
 	var tplIsolation string
 	var ref *store.TemplateRef
-	var files []host.WorkspaceFile
+	var files []hostagent.File
 	if tpl != nil {
 		tplLimits, tplIsolation = &tpl.Limits, tpl.Isolation
 		ref = &store.TemplateRef{ID: tpl.ID, Name: tpl.Name, Version: tpl.Version}
@@ -253,10 +291,9 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 }
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
-// transaction, and holds it live with its expiry. A sandbox that gets no record is
-// destroyed.
-func (s *Service) admit(ctx context.Context, sb *store.Sandbox, live *host.Live, env map[string]string, exp time.Time) error {
-	at := live.StartedAt.UTC().Truncate(time.Millisecond)
+// transaction, holds it and arms its expiry. A sandbox that gets no record is destroyed.
+func (s *Service) admit(ctx context.Context, sb *store.Sandbox, started hostagent.Sandbox, exp time.Time) error {
+	at := started.StartedAt.UTC().Truncate(time.Millisecond)
 	sb.Status, sb.StartedAt = store.SandboxRunning, &at
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
 		if err := s.checkCap(ctx, q, sb.Graph); err != nil {
@@ -265,20 +302,17 @@ func (s *Service) admit(ctx context.Context, sb *store.Sandbox, live *host.Live,
 		return q.CreateSandbox(ctx, *sb)
 	})
 	if err != nil {
-		live.Close()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if derr := s.sandboxes.DestroySandbox(dctx, live.ID); derr != nil {
-			s.log.Error("destroying a sandbox that got no record", "sandbox", live.ID, "err", derr)
+		if _, derr := s.host.Destroy(dctx, started.ID); derr != nil {
+			s.log.Error("destroying a sandbox that got no record", "sandbox", started.ID, "err", derr)
 		}
 		return err
 	}
-	ls := &liveSandbox{id: sb.ID, graph: sb.Graph, env: env, cmds: map[string]*liveCommand{}}
-	ls.ops.Lock()
-	defer ls.ops.Unlock()
-	s.addLive(ls)
-	s.setRunning(ls, live)
-	s.scheduleExpiry(ls, exp)
+	s.addHeld(sb.ID, sb.Graph)
+	if err := s.host.SetExpiry(ctx, sb.ID, exp); err != nil {
+		s.log.Error("arming a sandbox's expiry", "sandbox", sb.ID, "err", err)
+	}
 	return nil
 }
 
@@ -320,98 +354,17 @@ func (s *Service) checkCap(ctx context.Context, q store.Queries, graph string) e
 	return nil
 }
 
-// setRunning binds a started sandbox to its record in memory and watches it: a sandbox whose
-// init dies by itself is stopped (disk kept) and its record says why.
-func (s *Service) setRunning(ls *liveSandbox, live *host.Live) {
-	ctx, cancel := context.WithCancelCause(s.runCtx)
-	ls.mu.Lock()
-	ls.live, ls.ctx, ls.cancel = live, ctx, cancel
-	ls.mu.Unlock()
-	go func() {
-		select {
-		case <-live.Sandbox.Done():
-		case <-ctx.Done():
-			return
-		}
-		ls.mu.Lock()
-		same := ls.live == live
-		ls.mu.Unlock()
-		if !same || ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("sandbox ended by itself; stopping it", "graph", ls.graph, "sandbox", ls.id)
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		ls.ops.Lock()
-		defer ls.ops.Unlock()
-		ls.mu.Lock()
-		same = ls.live == live
-		ls.mu.Unlock()
-		if !same {
-			return
-		}
-		sb, err := s.st.GetSandbox(sctx, ls.graph, ls.id)
-		if err != nil {
-			s.log.Error("stopping a dead sandbox", "sandbox", ls.id, "err", err)
-			return
-		}
-		s.stopLive(sctx, ls, &sb, errors.New("the sandbox's init process exited"))
-		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, "the sandbox's init process exited (out of memory?); resume starts it again"
-		if err := s.st.UpdateSandbox(sctx, sb); err != nil {
-			s.log.Error("recording a dead sandbox", "sandbox", ls.id, "err", err)
-		}
-	}()
-}
-
-// stopLive ends a running sandbox's commands and processes and keeps its disk; it adds the
-// run's usage to sb. The caller holds ls.ops.
-func (s *Service) stopLive(ctx context.Context, ls *liveSandbox, sb *store.Sandbox, cause error) {
-	ls.mu.Lock()
-	live, cancel := ls.live, ls.cancel
-	cmds := make([]*liveCommand, 0, len(ls.cmds))
-	for _, c := range ls.cmds {
-		cmds = append(cmds, c)
-	}
-	ls.mu.Unlock()
-	if live == nil {
-		return
-	}
-	usage := live.Usage(ctx)
-	if cancel != nil {
-		cancel(cause)
-	}
-	if err := s.sandboxes.StopSandbox(ctx, ls.id); err != nil {
-		s.log.Error("stopping a sandbox", "sandbox", ls.id, "err", err)
-		sb.Error = err.Error()
-	}
-	live.Close()
-	// The commands end with their sandbox; wait until each has its record.
-	for _, c := range cmds {
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			s.log.Error("a command did not end with its sandbox", "sandbox", ls.id, "command", c.id)
-		}
-	}
-	ls.mu.Lock()
-	ls.live, ls.ctx, ls.cancel = nil, nil, nil
-	ls.usage.VCPUMs += usage.VCPUMs
-	ls.usage.GiBMs += usage.GiBMs
-	sb.Usage = ls.usage
-	ls.mu.Unlock()
-}
-
-// sandboxFor reads a long-lived sandbox's record and its state in memory.
-func (s *Service) sandboxFor(ctx context.Context, graph, id string) (store.Sandbox, *liveSandbox, error) {
+// sandboxFor reads a long-lived sandbox's record and whether this server holds it.
+func (s *Service) sandboxFor(ctx context.Context, graph, id string) (store.Sandbox, *heldSandbox, error) {
 	sb, err := s.st.GetSandbox(ctx, graph, id)
 	if err != nil {
 		return sb, nil, err
 	}
-	ls := s.lookupLive(id)
-	if ls != nil && ls.graph != graph {
+	hs := s.lookupHeld(id)
+	if hs != nil && hs.graph != graph {
 		return sb, nil, errdefs.NotFound("sandbox %s not found", id)
 	}
-	return sb, ls, nil
+	return sb, hs, nil
 }
 
 func ended(sb store.Sandbox) bool {
@@ -420,8 +373,8 @@ func ended(sb store.Sandbox) bool {
 
 // heldSandbox reads a long-lived sandbox that this server holds, or says why it cannot be
 // changed (one-call, ended, not held).
-func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (store.Sandbox, *liveSandbox, error) {
-	sb, ls, err := s.sandboxFor(ctx, graph, id)
+func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (store.Sandbox, *heldSandbox, error) {
+	sb, hs, err := s.sandboxFor(ctx, graph, id)
 	if err != nil {
 		return sb, nil, err
 	}
@@ -431,24 +384,34 @@ func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (stor
 	if ended(sb) {
 		return sb, nil, errdefs.Conflict("sandbox %s is %s", id, sb.Status)
 	}
-	if ls == nil {
+	if hs == nil {
 		return sb, nil, errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
 	}
-	return sb, ls, nil
+	return sb, hs, nil
+}
+
+// stopHost stops a sandbox on the host agent (a paused one is thawed or its checkpoint
+// dropped first), waits for its commands' records and folds the life's usage into sb.
+func (s *Service) stopHost(ctx context.Context, sb *store.Sandbox) {
+	u, err := s.host.Stop(ctx, sb.ID)
+	if err != nil {
+		s.log.Error("stopping a sandbox", "sandbox", sb.ID, "err", err)
+		sb.Error = err.Error()
+	}
+	s.waitCommands(sb.ID)
+	addUsage(sb, u)
+	sb.PausedAt, sb.PauseMode = nil, ""
 }
 
 // StopSandbox ends a sandbox's processes and keeps its disk. Stopping a stopped sandbox is
 // no error.
 func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
-	if err := s.level3(); err != nil {
-		return store.Sandbox{}, err
-	}
-	sb, ls, err := s.heldSandbox(ctx, graph, id, "stop")
+	sb, hs, err := s.heldSandbox(ctx, graph, id, "stop")
 	if err != nil {
 		return sb, err
 	}
-	ls.ops.Lock()
-	defer ls.ops.Unlock()
+	hs.ops.Lock()
+	defer hs.ops.Unlock()
 	if sb, err = s.st.GetSandbox(ctx, graph, id); err != nil || sb.Status != store.SandboxRunning && sb.Status != store.SandboxPaused {
 		if err == nil && ended(sb) {
 			err = errdefs.Conflict("sandbox %s is %s", id, sb.Status)
@@ -456,14 +419,7 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 		return sb, err
 	}
 	wctx := context.WithoutCancel(ctx)
-	if sb.Status == store.SandboxPaused {
-		// A frozen one is thawed to end; a checkpoint (its memory) is dropped.
-		s.unpause(wctx, ls, &sb)
-		if err := s.sandboxes.StopSandbox(wctx, id); err != nil {
-			sb.Error = err.Error()
-		}
-	}
-	s.stopLive(wctx, ls, &sb, errors.New("the sandbox was stopped"))
+	s.stopHost(wctx, &sb)
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
@@ -472,13 +428,10 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 	return sb, nil
 }
 
-// ResumeSandbox starts a stopped sandbox again on its disk. Resuming a running sandbox is no
-// error.
+// ResumeSandbox starts a stopped sandbox again on its disk, or wakes a paused one. Resuming a
+// running sandbox is no error.
 func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
-	if err := s.level3(); err != nil {
-		return store.Sandbox{}, err
-	}
-	sb, ls, err := s.heldSandbox(ctx, graph, id, "resume")
+	sb, hs, err := s.heldSandbox(ctx, graph, id, "resume")
 	if err != nil {
 		return sb, err
 	}
@@ -486,8 +439,8 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return sb, err
 	}
 	defer s.runs.Done()
-	ls.ops.Lock()
-	defer ls.ops.Unlock()
+	hs.ops.Lock()
+	defer hs.ops.Unlock()
 	wctx := context.WithoutCancel(ctx)
 	var prev store.Sandbox
 	err = s.st.WithTx(wctx, func(q store.Queries) error {
@@ -511,23 +464,21 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		}
 		return sb, err
 	}
-	if prev.Status == store.SandboxPaused {
-		return s.resumePaused(wctx, ls, sb, prev)
-	}
-	live, err := s.sandboxes.StartSandbox(wctx, host.SandboxSpec{ID: id, Image: s.image.Rootfs, Limits: runtimeLimits(sb.Limits)})
+	t0 := time.Now()
+	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation})
 	if err != nil {
+		// A paused sandbox stays paused, so that a retry may wake it.
 		prev.Error = "resume failed: " + err.Error()
 		if uerr := s.st.UpdateSandbox(wctx, prev); uerr != nil {
 			s.log.Error("recording a failed resume", "sandbox", id, "err", uerr)
 		}
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
-	s.setRunning(ls, live)
-	sb.Status, sb.EndReason, sb.Error = store.SandboxRunning, "", ""
+	sb.Status, sb.PausedAt, sb.PauseMode, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", "", ""
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
-	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id)
+	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id, "from", prev.Status, "mode", prev.PauseMode, "ms", msSince(t0))
 	return sb, nil
 }
 
@@ -544,21 +495,18 @@ func (s *Service) DeleteSandbox(ctx context.Context, graph, id string) (store.Sa
 	if sb.OneCall {
 		return sb, errdefs.Conflict("sandbox %s is running a one-call run; it ends with its run", id)
 	}
-	if err := s.level3(); err != nil {
-		return sb, err
-	}
 	return s.endSandbox(context.WithoutCancel(ctx), graph, id, store.EndDeleted)
 }
 
 // endSandbox destroys a long-lived sandbox for reason (deleted, expired).
 func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (store.Sandbox, error) {
-	ls := s.lookupLive(id)
-	if ls != nil {
-		if ls.graph != graph {
+	hs := s.lookupHeld(id)
+	if hs != nil {
+		if hs.graph != graph {
 			return store.Sandbox{}, errdefs.NotFound("sandbox %s not found", id)
 		}
-		ls.ops.Lock()
-		defer ls.ops.Unlock()
+		hs.ops.Lock()
+		defer hs.ops.Unlock()
 	}
 	sb, err := s.st.GetSandbox(ctx, graph, id)
 	if err != nil {
@@ -567,22 +515,18 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	if ended(sb) {
 		return sb, nil
 	}
-	if ls != nil {
-		cause := errors.New("the sandbox was deleted")
-		if reason == store.EndExpired {
-			cause = errors.New("the sandbox expired")
-		}
-		s.unpause(ctx, ls, &sb)
-		s.stopLive(ctx, ls, &sb, cause)
-	}
 	if err := s.dropSnapshots(ctx, graph, id); err != nil {
 		s.log.Error("removing a sandbox's snapshots", "sandbox", id, "err", err)
 	}
-	if err := s.sandboxes.DestroySandbox(ctx, id); err != nil {
+	u, err := s.host.Destroy(ctx, id)
+	if err != nil {
 		sb.Error = err.Error()
 	}
-	s.removeLive(id)
+	s.waitCommands(id)
+	addUsage(&sb, u)
+	s.removeHeld(id)
 	now := s.now()
+	sb.PausedAt, sb.PauseMode = nil, ""
 	sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, reason, &now
 	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 		return sb, err
@@ -591,44 +535,33 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	return sb, nil
 }
 
-// stopAllLive stops every running long-lived sandbox (their disks stay) for reason: the
-// server is shutting down.
+// stopAllLive stops every running (or frozen) long-lived sandbox (their disks stay) for
+// reason: the server is shutting down.
 func (s *Service) stopAllLive(ctx context.Context, reason string) {
 	s.lmu.Lock()
-	all := make([]*liveSandbox, 0, len(s.lives))
-	for _, ls := range s.lives {
-		all = append(all, ls)
+	all := make([]*heldSandbox, 0, len(s.held))
+	for _, hs := range s.held {
+		all = append(all, hs)
 	}
 	s.lmu.Unlock()
 	var wg sync.WaitGroup
-	for _, ls := range all {
-		ls.mu.Lock()
-		held := ls.live != nil || ls.frozen != nil // a frozen one ends as a running one does
-		ls.mu.Unlock()
-		if !held {
-			continue
-		}
+	for _, hs := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ls.ops.Lock()
-			defer ls.ops.Unlock()
-			sb, err := s.st.GetSandbox(ctx, ls.graph, ls.id)
+			hs.ops.Lock()
+			defer hs.ops.Unlock()
+			sb, err := s.st.GetSandbox(ctx, hs.graph, hs.id)
+			// A frozen one ends as a running one does; a checkpointed one stays paused.
 			if err != nil || sb.Status != store.SandboxRunning && sb.PauseMode != store.PauseFreeze {
 				return
 			}
-			if sb.Status == store.SandboxPaused {
-				s.unpause(ctx, ls, &sb)
-				if err := s.sandboxes.StopSandbox(ctx, sb.ID); err != nil {
-					sb.Error = err.Error()
-				}
-			}
-			s.stopLive(ctx, ls, &sb, errors.New("the server shut down"))
+			s.stopHost(ctx, &sb)
 			sb.Status, sb.EndReason = store.SandboxStopped, reason
 			if err := s.st.UpdateSandbox(ctx, sb); err != nil {
-				s.log.Error("recording a stopped sandbox", "sandbox", ls.id, "err", err)
+				s.log.Error("recording a stopped sandbox", "sandbox", hs.id, "err", err)
 			}
-			s.log.Info("sandbox stopped for shutdown", "graph", ls.graph, "sandbox", ls.id)
+			s.log.Info("sandbox stopped for shutdown", "graph", hs.graph, "sandbox", hs.id)
 		}()
 	}
 	wg.Wait()
@@ -638,9 +571,6 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 // disk kept, end reason server_restart), one that was starting failed, and one whose expiry
 // passed is destroyed. Those that remain are held again, with their expiry timers.
 func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
-	if s.sandboxes == nil {
-		return nil
-	}
 	all, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
 	if err != nil {
 		return err
@@ -652,17 +582,17 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		}
 		switch {
 		case sb.ExpiresAt != nil && !sb.ExpiresAt.After(now):
-			s.unpause(ctx, nil, &sb)
-			if err := s.sandboxes.DestroySandbox(ctx, sb.ID); err != nil {
+			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
 				sb.Error = err.Error()
 			}
 			if err := s.dropSnapshots(ctx, sb.Graph, sb.ID); err != nil {
 				s.log.Error("removing a sandbox's snapshots", "sandbox", sb.ID, "err", err)
 			}
+			sb.PausedAt, sb.PauseMode = nil, ""
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
 			rec.Expired = append(rec.Expired, sb.ID)
 		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
-			if err := s.sandboxes.DestroySandbox(ctx, sb.ID); err != nil {
+			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
 				sb.Error = err.Error()
 			}
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxFailed, store.EndLost, &now
@@ -676,17 +606,19 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 				// and resume restores it.
 				sb.Status = store.SandboxPaused
 			} else if sb.Status != store.SandboxStopped {
-				s.unpause(ctx, nil, &sb) // a frozen one ends like a running one
-				if err := s.sandboxes.StopSandbox(ctx, sb.ID); err != nil {
+				// A frozen one ends like a running one.
+				if _, err := s.host.Stop(ctx, sb.ID); err != nil {
 					sb.Error = err.Error()
 				}
+				sb.PausedAt, sb.PauseMode = nil, ""
 				sb.Status, sb.EndReason = store.SandboxStopped, store.EndServerRestart
 				rec.Stopped = append(rec.Stopped, sb.ID)
 			}
-			ls := &liveSandbox{id: sb.ID, graph: sb.Graph, cmds: map[string]*liveCommand{}, usage: sb.Usage}
-			s.addLive(ls)
+			s.addHeld(sb.ID, sb.Graph)
 			if sb.ExpiresAt != nil {
-				s.scheduleExpiry(ls, *sb.ExpiresAt)
+				if err := s.host.SetExpiry(ctx, sb.ID, *sb.ExpiresAt); err != nil {
+					s.log.Error("arming a sandbox's expiry", "sandbox", sb.ID, "err", err)
+				}
 			}
 		}
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
@@ -700,19 +632,19 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 // expireDue ends the held sandboxes whose expiry passed (a backstop for their timers).
 func (s *Service) expireDue() {
 	s.lmu.Lock()
-	var due []*liveSandbox
-	for _, ls := range s.lives {
-		due = append(due, ls)
+	var due []*heldSandbox
+	for _, hs := range s.held {
+		due = append(due, hs)
 	}
 	s.lmu.Unlock()
 	sort.Slice(due, func(i, j int) bool { return due[i].id < due[j].id })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	now := s.now()
-	for _, ls := range due {
-		sb, err := s.st.GetSandbox(ctx, ls.graph, ls.id)
+	for _, hs := range due {
+		sb, err := s.st.GetSandbox(ctx, hs.graph, hs.id)
 		if err == nil && sb.ExpiresAt != nil && sb.ExpiresAt.Before(now.Add(-5*time.Second)) && !ended(sb) {
-			s.expire(ls.graph, ls.id)
+			s.expire(hs.graph, hs.id)
 		}
 	}
 }

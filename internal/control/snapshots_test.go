@@ -15,7 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -47,8 +47,8 @@ func setupSnap(t *testing.T, dir string, st store.Store, drv runtime.Driver, twe
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1", Rootfs: "/"}})
+	svc := control.New(control.Options{Store: st, Host: controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})),
+		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
 	t.Cleanup(func() { svc.Shutdown(ctx) })
 	if _, err := svc.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestSnapshotsAndForks(t *testing.T) {
 	if err != nil || !ids.Valid(ids.Snapshot, snap.ID) || snap.SandboxID != src.ID || !snap.Memory || snap.SizeBytes <= 0 || snap.Metadata["step"] != "1" {
 		t.Fatalf("snapshot: %+v %v", snap, err)
 	}
-	snapDir := filepath.Join(e.dir, "snapshots", "main", snap.ID)
+	snapDir := filepath.Join(e.dir, "snapshots", snap.ID)
 	if !exists(snapDir) {
 		t.Fatalf("no snapshot in %s", snapDir)
 	}
@@ -219,7 +219,7 @@ func TestSnapshotsAndForks(t *testing.T) {
 	if _, err := e.svc.DeleteSandbox(ctx, "main", src.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.dir, "snapshots", "main")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "snapshots")); len(ents) != 0 {
 		t.Fatalf("the deleted sandbox's snapshot dirs stay: %v", ents)
 	}
 	if _, err := e.svc.GetSnapshot(ctx, "main", snap.ID); !errdefs.IsNotFound(err) {
@@ -233,7 +233,7 @@ func TestSnapshotsAndForks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.DeleteSnapshot(ctx, "main", s3.ID); err != nil || exists(filepath.Join(e.dir, "snapshots", "main", s3.ID)) {
+	if _, err := e.svc.DeleteSnapshot(ctx, "main", s3.ID); err != nil || exists(filepath.Join(e.dir, "snapshots", s3.ID)) {
 		t.Fatalf("delete snapshot: %v", err)
 	}
 	if _, err := e.svc.DeleteSnapshot(ctx, "main", s3.ID); !errdefs.IsNotFound(err) {
@@ -329,7 +329,7 @@ func TestRecoverPaused(t *testing.T) {
 	}
 	// What a crash can leave: a snapshot dir without a record, a checkpoint nobody claims, and
 	// a frozen sandbox (its record says so).
-	for _, d := range []string{filepath.Join(dir, "snapshots", "main", ids.New(ids.Snapshot)), filepath.Join(dir, "paused", ids.New(ids.Sandbox))} {
+	for _, d := range []string{filepath.Join(dir, "snapshots", ids.New(ids.Snapshot)), filepath.Join(dir, "paused", ids.New(ids.Sandbox))} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestRecoverPaused(t *testing.T) {
 	if got.Status != store.SandboxStopped || got.EndReason != store.EndServerRestart || got.PauseMode != "" || got.PausedAt != nil {
 		t.Fatalf("a frozen sandbox after a restart: %+v", got)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, "snapshots", "main")); len(ents) != 1 || ents[0].Name() != snap.ID {
+	if ents, _ := os.ReadDir(filepath.Join(dir, "snapshots")); len(ents) != 1 || ents[0].Name() != snap.ID {
 		t.Fatalf("snapshot dirs after a restart: %v, want only %s", ents, snap.ID)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "paused")); len(ents) != 1 || ents[0].Name() != saved.ID {
@@ -374,7 +374,7 @@ func TestRecoverPaused(t *testing.T) {
 	if _, err := e2.svc.DeleteSandbox(ctx, "main", snapped.ID); err != nil {
 		t.Fatal(err)
 	}
-	if exists(filepath.Join(dir, "snapshots", "main", snap.ID)) {
+	if exists(filepath.Join(dir, "snapshots", snap.ID)) {
 		t.Fatal("a deleted sandbox's snapshot dir stays")
 	}
 }
@@ -388,7 +388,7 @@ func TestSweepSnapshots(t *testing.T) {
 	if err := e.st.CreateSnapshot(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	d := filepath.Join(e.dir, "snapshots", "main", gone.ID)
+	d := filepath.Join(e.dir, "snapshots", gone.ID)
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -43,8 +43,8 @@ func setupWarm(t *testing.T, dir string, st store.Store, start bool, tweak func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := host.New(host.Options{Driver: drv, Provider: p})
-	svc := control.New(control.Options{Store: st, Runner: h, Sandboxes: h, Blobs: bs, Config: cfg, Image: control.Image{ID: "img1", Rootfs: "/"}})
+	h := hostagent.NewLocal(hostagent.Options{Driver: drv, Pool: p, Rootfs: "/", Blobs: bs, DataDir: dir})
+	svc := control.New(control.Options{Store: st, Host: h, Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
 	t.Cleanup(func() { svc.Shutdown(ctx) })
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {

@@ -54,8 +54,8 @@ type Host interface {
 	// paused one is thawed or its checkpoint dropped first. It answers the usage of the life
 	// that ended. Stopping a stopped sandbox is no error.
 	Stop(ctx context.Context, id string) (store.Usage, error)
-	// Destroy ends a sandbox in any state and removes its disk, checkpoint and snapshots.
-	// An unknown id is no error.
+	// Destroy ends a sandbox in any state and removes its disk and checkpoint (its snapshots
+	// go by DeleteSnapshot). An unknown id is no error.
 	Destroy(ctx context.Context, id string) (store.Usage, error)
 	// Pause parks a running sandbox with no command running: a checkpoint with memory where
 	// its driver can (RAM freed, survives a restart), else the freezer.
@@ -86,8 +86,9 @@ type Host interface {
 	WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (StdinResult, error)
 	// ReadOutput is a follower's cursor on a running command's output (stream "stdout" or
 	// "stderr"): kept bytes from offset off on, at most max (0: any), waiting while there are
-	// none yet; start > off says the bytes between were not kept. At the end of the stream
-	// it answers io.EOF; a command that is not running here is errdefs NotFound.
+	// none yet; start > off says the bytes between were not kept. With max < 0 it does not
+	// wait: it answers what is kept now (no data when there is none yet). At the end of the
+	// stream it answers io.EOF; a command that is not running here is errdefs NotFound.
 	ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (start int64, data []byte, err error)
 
 	// Files in a running sandbox's workspace (paths relative to /workspace or absolute in it).
@@ -102,6 +103,7 @@ type Host interface {
 	Sandboxes(ctx context.Context) ([]string, error)
 	// Reap destroys every sandbox the machine holds that keep does not name, and answers their
 	// ids: a restarted control plane calls it so that nothing a crash left behind stays.
+	// Checkpoints and snapshots whose ids keep does not name go too.
 	Reap(ctx context.Context, keep []string) ([]string, error)
 	// Events delivers what happened to sandboxes by themselves (their init died, their expiry
 	// passed) until ctx ends. One subscriber at a time.
@@ -223,6 +225,8 @@ type Paused struct {
 type SnapshotInfo struct {
 	ID    string `json:"id"`
 	Bytes int64  `json:"bytes"`
+	// Usage is that of the source's life the snapshot ended (it runs on restored).
+	Usage store.Usage `json:"usage"`
 	// Sandbox is the source as it runs on after the snapshot.
 	Sandbox Sandbox `json:"sandbox"`
 }

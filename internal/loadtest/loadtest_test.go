@@ -30,7 +30,7 @@ func TestRunCounts(t *testing.T) {
 	cfg := config.Default()
 	cfg.DataDir, cfg.MaxRunningPerGraph, cfg.ShutdownGrace = dir, 5, 100*time.Millisecond
 	r := controltest.New()
-	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg})
+	svc := control.New(control.Options{Store: st, Host: r.On(nil), Config: cfg})
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -98,7 +97,7 @@ func (e *nsEnv) fill(t testing.TB) {
 }
 
 // runIn runs code in the lease and returns the result; the run must succeed.
-func runIn(t testing.TB, l *host.Lease, lang, code, input string) json.RawMessage {
+func runIn(t testing.TB, l *Lease, lang, code, input string) json.RawMessage {
 	t.Helper()
 	p, err := l.Agent.Run(context.Background(), agent.RunRequest{Language: lang, Code: code, Input: json.RawMessage(input), TimeoutMs: 60000})
 	if err != nil {
@@ -126,7 +125,7 @@ func TestNSWarmPython(t *testing.T) {
 	// Two slots pre-started identically, claimed one after the other.
 	var results []map[string]any
 	for range 2 {
-		l, err := e.p.Acquire(ctx, e.spec())
+		l, err := e.p.Acquire(ctx, Request{Spec: e.spec(), Language: agent.LangPython})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +148,7 @@ func TestNSWarmPython(t *testing.T) {
 	if err := e.p.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l, err := e.p.Acquire(ctx, e.spec())
+	l, err := e.p.Acquire(ctx, Request{Spec: e.spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +168,7 @@ func TestNSWarmPython(t *testing.T) {
 func TestNSWarmPandas(t *testing.T) {
 	e := newNSPool(t, 1, func(o *Options) { o.Keys = o.Keys[:1] })
 	e.fill(t)
-	l, err := e.p.Acquire(context.Background(), e.spec())
+	l, err := e.p.Acquire(context.Background(), Request{Spec: e.spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func TestNSWarmPandas(t *testing.T) {
 func TestNSWarmNode(t *testing.T) {
 	e := newNSPool(t, 1, func(o *Options) { o.Keys = o.Keys[1:] })
 	e.fill(t)
-	l, err := e.p.Acquire(WithLanguage(context.Background(), "node"), e.spec())
+	l, err := e.p.Acquire(context.Background(), Request{Spec: e.spec(), Language: "node"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +199,7 @@ func TestNSHostname(t *testing.T) {
 	sp := e.spec()
 	sp.Hostname = "claimed-host"
 	hostBefore, _ := os.Hostname()
-	l, err := e.p.Acquire(context.Background(), sp)
+	l, err := e.p.Acquire(context.Background(), Request{Spec: sp, Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,13 +233,13 @@ func TestNSLatency(t *testing.T) {
 		settle, _ = time.ParseDuration(s)
 	}
 	e := newNSPool(t, 1, nil)
-	cold := &host.Cold{Driver: e.d}
+	cold := &Cold{Driver: e.d}
 	const sum = "def run(input, config):\n    return sum(input)"
 	const pandas = "import pandas as pd\ndef run(input, config):\n    return pd.DataFrame(input).sum()"
 	pandasIn := `[{"a":1,"b":2},{"a":3,"b":4}]`
 	e.fill(t)
 	const nodeSum = "function run(input) { return input.reduce((a, b) => a + b, 0); }"
-	measure := func(name string, prov host.Provider, lang, code, input string, refill bool) []time.Duration {
+	measure := func(name string, prov Provider, lang, code, input string, refill bool) []time.Duration {
 		var ds []time.Duration
 		for range n {
 			if refill {
@@ -250,7 +249,7 @@ func TestNSLatency(t *testing.T) {
 				time.Sleep(settle) // let the build's processes settle
 			}
 			t0 := time.Now()
-			l, err := prov.Acquire(WithLanguage(context.Background(), lang), e.spec())
+			l, err := prov.Acquire(context.Background(), Request{Spec: e.spec(), Language: lang})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,32 +264,7 @@ func TestNSLatency(t *testing.T) {
 		t.Logf("%-22s p50 %7.2f ms  p90 %7.2f ms  min %7.2f ms  (n=%d)", name, ms(ds[len(ds)/2]), ms(ds[len(ds)*9/10]), ms(ds[0]), n)
 		return ds
 	}
-	// The same through host.RunOnce, the path one-call runs take (stats, output capture).
-	h := host.New(host.Options{Driver: e.d, Provider: e.p})
-	hostRun := func(name, lang, code, input string) time.Duration {
-		var ds []time.Duration
-		for range n {
-			if err := e.p.WaitReady(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(settle)
-			t0 := time.Now()
-			out := h.RunOnce(WithLanguage(context.Background(), lang), host.RunSpec{SandboxID: ids.New(ids.Sandbox), CommandID: ids.New(ids.Command),
-				Image: e.image, Limits: nsLimits, Language: lang, Code: code, Input: json.RawMessage(input),
-				Timeout: time.Minute, HeadBytes: 1 << 10, TailBytes: 1 << 10})
-			ds = append(ds, time.Since(t0))
-			if !out.OK {
-				t.Fatalf("%s: %+v", name, out)
-			}
-			<-out.Ended
-		}
-		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		t.Logf("%-22s p50 %7.2f ms  p90 %7.2f ms  min %7.2f ms  (n=%d)", name, ms(ds[len(ds)/2]), ms(ds[len(ds)*9/10]), ms(ds[0]), n)
-		return ds[n/2]
-	}
 	t.Logf("load average before: %s", loadavg())
-	hostRun("RunOnce python, warm", "python", sum, "[1,2,3]")
-	hostRun("RunOnce pandas, warm", "python", pandas, pandasIn)
 	wSum := measure("python sum, warm", e.p, "python", sum, "[1,2,3]", true)
 	wPandas := measure("pandas, warm", e.p, "python", pandas, pandasIn, true)
 	wNode := measure("node sum, warm", e.p, "node", nodeSum, "[1,2,3]", true)

@@ -1,12 +1,11 @@
 package pool_test
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
@@ -30,12 +29,12 @@ func Example() {
 		return
 	}
 	defer p.Close()
-	h := host.New(host.Options{Driver: driver, Provider: p, Log: log})
-	_ = h // control.New(control.Options{Runner: h, …})
+	h := hostagent.NewLocal(hostagent.Options{Driver: driver, Pool: p, Rootfs: rootfs, Log: log})
+	_ = h // control.New(control.Options{Host: h, …})
 	if err := recover(); err != nil {
 		return
 	}
 	p.Start()
-	// Each one-call run says what it runs, so that it claims the right slot:
-	_ = pool.WithLanguage(context.Background(), "node") // → h.RunOnce(ctx, spec)
+	// Each one-call run says what it runs (hostagent.RunRequest.Language), so that it claims
+	// the right slot: h.Run(ctx, req) → p.Acquire(ctx, pool.Request{Spec: …, Language: "node"}).
 }

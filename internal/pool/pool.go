@@ -1,4 +1,4 @@
-// Package pool is lbb's warm pool: a host.Provider that hands out sandboxes it made before
+// Package pool is lbb's warm pool: a Provider that hands out sandboxes it made before
 // anyone asked. For each Key (an image, a run language and a limits class) it keeps a target
 // number of ready slots: created and started through the runtime driver, the guest agent
 // connected and answering, for python and node an interpreter pre-started with the harness
@@ -49,7 +49,6 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
@@ -79,13 +78,10 @@ type Key struct {
 // Options configure a Pool.
 type Options struct {
 	Driver runtime.Driver
-	// Cold serves what the pool cannot; nil means a host.Cold on Driver.
-	Cold host.Provider
+	// Cold serves what the pool cannot; nil means a Cold on Driver.
+	Cold Provider
 	// Keys are the kinds of slots to keep ready. Without keys every claim is cold.
 	Keys []Key
-	// DefaultLanguage is the language of a claim whose context names none (WithLanguage);
-	// default agent.LangPython.
-	DefaultLanguage string
 	// Min and Max are the default depth bounds of a key (default 2 and 8).
 	Min, Max int
 	// Refill is how many slots are built at once (default 1).
@@ -184,12 +180,8 @@ func New(o Options) (*Pool, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.Cold == nil {
-		o.Cold = &host.Cold{Driver: o.Driver, Log: o.Log}
+		o.Cold = &Cold{Driver: o.Driver, Log: o.Log}
 	}
-	if o.DefaultLanguage == "" {
-		o.DefaultLanguage = agent.LangPython
-	}
-	o.DefaultLanguage = normLanguage(o.DefaultLanguage)
 	if o.Min <= 0 {
 		o.Min = 2
 	}
@@ -290,21 +282,6 @@ func normLanguage(lang string) string {
 	return ""
 }
 
-// WithLanguage says what a claim made with ctx will run: agent.LangPython or agent.LangNode
-// (or an alias) takes a slot with that interpreter pre-started; anything else ("", shell)
-// takes a bare slot. Without it a claim takes Options.DefaultLanguage. host.Host says it
-// for every run.
-func WithLanguage(ctx context.Context, language string) context.Context {
-	return host.WithLanguage(ctx, language)
-}
-
-func (p *Pool) languageOf(ctx context.Context) string {
-	if l, ok := host.LanguageOf(ctx); ok {
-		return normLanguage(l)
-	}
-	return p.o.DefaultLanguage
-}
-
 // Start begins building slots. Call it once the service has reaped what a crash left behind.
 func (p *Pool) Start() {
 	p.mu.Lock()
@@ -365,11 +342,11 @@ func (p *Pool) kick() {
 	}
 }
 
-// Acquire hands out a ready slot for spec, or a cold sandbox when the pool has none.
-func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
+// Acquire hands out a ready slot for req, or a cold sandbox when the pool has none.
+func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	t0 := time.Now()
 	defer p.claimStarted()() // refill waits while this claim, cold or warm, is in flight
-	s, err := p.take(ctx, spec, t0)
+	s, err := p.take(ctx, req, t0)
 	if err != nil {
 		return nil, err
 	}
@@ -379,12 +356,12 @@ func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, err
 		p.mu.Unlock()
 		// StartedAt is the claim: the sandbox's life (and its metered usage) is the
 		// claimant's from here.
-		return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+		return NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
 			defer p.released()
 			return p.destroy(ctx, s)
 		}), nil
 	}
-	lease, err := p.o.Cold.Acquire(ctx, spec)
+	lease, err := p.o.Cold.Acquire(ctx, req)
 	p.m.claimSeconds.WithLabelValues("cold").Observe(time.Since(t0).Seconds())
 	if err != nil {
 		return nil, err
@@ -392,7 +369,7 @@ func (p *Pool) Acquire(ctx context.Context, spec runtime.Spec) (*host.Lease, err
 	p.mu.Lock()
 	p.leases++
 	p.mu.Unlock()
-	return host.NewLease(lease.Sandbox, lease.Agent, lease.StartedAt, func(ctx context.Context) error {
+	return NewLease(lease.Sandbox, lease.Agent, lease.StartedAt, func(ctx context.Context) error {
 		defer p.released()
 		return lease.Release(ctx)
 	}), nil
@@ -416,10 +393,10 @@ func (p *Pool) claimStarted() func() {
 // fails its claim; nil when none is ready, and the claim counts as cold. Either way the
 // claim is counted in its key's demand and in the metrics (a warm claim's latency from t0;
 // a cold one's is the caller's to observe).
-func (p *Pool) take(ctx context.Context, spec runtime.Spec, t0 time.Time) (*slot, error) {
-	lang := p.languageOf(ctx)
+func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, error) {
+	spec := req.Spec
 	p.mu.Lock()
-	cands := p.match(spec, lang)
+	cands := p.match(spec, normLanguage(req.Language))
 	if len(cands) > 0 {
 		cands[0].claims++ // demand, whether it is met warm or not
 	}
@@ -461,7 +438,7 @@ func (p *Pool) take(ctx context.Context, spec runtime.Spec, t0 time.Time) (*slot
 // match lists the keys that can serve spec, best first: the exact one, then a bare slot of
 // the same image and limits (a started sandbox, whatever it runs).
 func (p *Pool) match(spec runtime.Spec, lang string) []*keyState {
-	if spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename(p.o.Driver) {
+	if spec.Hostname != "" && spec.Hostname != p.o.Hostname && !p.canRename() {
 		return nil
 	}
 	var exact, bare *keyState
@@ -523,7 +500,7 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	default:
 	}
 	if spec.Hostname != "" && spec.Hostname != p.o.Hostname {
-		if err := setHostname(s.sb, spec.Hostname); err != nil {
+		if err := p.setHostname(ctx, s, spec.Hostname); err != nil {
 			return fmt.Errorf("hostname: %w", err)
 		}
 	}
@@ -540,20 +517,20 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	return nil
 }
 
-// Handover hands a ready slot for spec over for good, thawed and with fresh identity: the
+// Handover hands a ready slot for req over for good, thawed and with fresh identity: the
 // caller owns the driver sandbox Lease.Sandbox.ID() names (an ids.Sandbox id the pool chose;
-// spec.ID is not used) and stops, starts and destroys it through the driver; the pool
-// forgets it. Lease.Release destroys it, for a caller that cannot take it after all. The
-// claim's language is WithLanguage's, as for Acquire; a long-lived sandbox asks for "" (a
-// bare slot). When no slot is ready for spec Handover answers nil, nil at once: the caller
-// creates the sandbox itself, under an id of its own (the claim counts as cold).
-func (p *Pool) Handover(ctx context.Context, spec runtime.Spec) (*host.Lease, error) {
+// req.Spec.ID is not used) and stops, starts and destroys it through the driver; the pool
+// forgets it. Lease.Release destroys it, for a caller that cannot take it after all. A
+// long-lived sandbox asks for language "" (a bare slot). When no slot is ready for req
+// Handover answers nil, nil at once: the caller creates the sandbox itself, under an id of
+// its own (the claim counts as cold).
+func (p *Pool) Handover(ctx context.Context, req Request) (*Lease, error) {
 	defer p.claimStarted()()
-	s, err := p.take(ctx, spec, time.Now())
+	s, err := p.take(ctx, req, time.Now())
 	if s == nil || err != nil {
 		return nil, err
 	}
-	return host.NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+	return NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
 		return p.destroy(ctx, s)
 	}), nil
 }
@@ -876,4 +853,20 @@ func (p *Pool) WaitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// canRename says whether claims may ask for another hostname than the slots': the driver
+// renames its sandboxes (runtime.Renamer), or the older rename from the host applies.
+func (p *Pool) canRename() bool {
+	if _, ok := p.o.Driver.(runtime.Renamer); ok {
+		return true
+	}
+	return canRename(p.o.Driver)
+}
+
+func (p *Pool) setHostname(ctx context.Context, s *slot, name string) error {
+	if r, ok := p.o.Driver.(runtime.Renamer); ok {
+		return r.SetHostname(ctx, s.id, name)
+	}
+	return setHostname(s.sb, name)
 }

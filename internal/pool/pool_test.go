@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -134,7 +133,7 @@ func spec() runtime.Spec {
 const isWarmPy = "import sys\ndef run(input, config):\n    return {'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0'), 'sum': sum(input)}"
 
 // runWarm runs isWarmPy in the lease and says whether it ran in a pre-started interpreter.
-func runWarm(t *testing.T, l *host.Lease) bool {
+func runWarm(t *testing.T, l *Lease) bool {
 	t.Helper()
 	p, err := l.Agent.Run(ctxT(t), agent.RunRequest{Language: agent.LangPython, Code: isWarmPy, Input: json.RawMessage("[1,2,3]")})
 	if err != nil {
@@ -192,7 +191,7 @@ func TestClaimWarm(t *testing.T) {
 	e := newPool(t, nil)
 	e.fill(t)
 	sp := spec()
-	l, err := e.p.Acquire(ctxT(t), sp)
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: sp, Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +233,7 @@ func TestEmptyPoolGoesCold(t *testing.T) {
 	e := newPool(t, nil) // never started: empty
 	sp := spec()
 	t0 := time.Now()
-	l, err := e.p.Acquire(ctxT(t), sp)
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: sp, Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,21 +259,18 @@ func TestOtherSpecsGoCold(t *testing.T) {
 	ctx := ctxT(t)
 	other := testLimits
 	other.MemoryMiB = 1024
-	cases := map[string]struct {
-		ctx  context.Context
-		spec runtime.Spec
-	}{
-		"limits":   {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: other}},
-		"image":    {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: "/another", Limits: testLimits}},
-		"language": {WithLanguage(ctx, "node"), spec()},
-		"hostname": {ctx, runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: testLimits, Hostname: "other"}},
+	cases := map[string]Request{
+		"limits":   {Spec: runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: other}, Language: agent.LangPython},
+		"image":    {Spec: runtime.Spec{ID: ids.New(ids.Sandbox), Image: "/another", Limits: testLimits}, Language: agent.LangPython},
+		"language": {Spec: spec(), Language: "node"},
+		"hostname": {Spec: runtime.Spec{ID: ids.New(ids.Sandbox), Image: testImage, Limits: testLimits, Hostname: "other"}, Language: agent.LangPython},
 	}
 	for name, c := range cases {
-		l, err := e.p.Acquire(c.ctx, c.spec)
+		l, err := e.p.Acquire(ctx, c)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if l.Sandbox.ID() != c.spec.ID {
+		if l.Sandbox.ID() != c.Spec.ID {
 			t.Errorf("%s: served from the pool (%s), want cold", name, l.Sandbox.ID())
 		}
 		l.Release(ctx)
@@ -283,7 +279,7 @@ func TestOtherSpecsGoCold(t *testing.T) {
 		t.Errorf("the pool was touched: %+v", st)
 	}
 	// An alias of the default language is served warm.
-	l, err := e.p.Acquire(WithLanguage(ctx, "python3"), spec())
+	l, err := e.p.Acquire(ctx, Request{Spec: spec(), Language: "python3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,13 +296,13 @@ func TestNeverHandedOutTwice(t *testing.T) {
 	const n = 12
 	var mu sync.Mutex
 	seen := map[string]int{}
-	var leases []*host.Lease
+	var leases []*Lease
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := e.p.Acquire(ctxT(t), spec())
+			l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 			if err != nil {
 				t.Error(err)
 				return
@@ -343,7 +339,7 @@ func TestCloseDestroysParked(t *testing.T) {
 	if len(held) != 3 {
 		t.Fatalf("driver holds %v, want 3 slots", held)
 	}
-	l, err := e.p.Acquire(ctxT(t), spec())
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +356,7 @@ func TestCloseDestroysParked(t *testing.T) {
 	}
 	l.Release(ctxT(t))
 	sp := spec()
-	l2, err := e.p.Acquire(ctxT(t), sp)
+	l2, err := e.p.Acquire(ctxT(t), Request{Spec: sp, Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +372,7 @@ func TestRefillAfterClaims(t *testing.T) {
 	e.fill(t)
 	first := map[string]bool{}
 	for range 2 {
-		l, err := e.p.Acquire(ctxT(t), spec())
+		l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +383,7 @@ func TestRefillAfterClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		l, err := e.p.Acquire(ctxT(t), spec())
+		l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +404,7 @@ func TestBusyPausesRefill(t *testing.T) {
 	requirePython(t)
 	e := newPool(t, func(o *Options) { o.Min = 1; o.BusyLeases = 1 })
 	e.fill(t)
-	l, err := e.p.Acquire(ctxT(t), spec())
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +436,7 @@ func TestEndedSlotIsReplaced(t *testing.T) {
 	if err := e.p.WaitReady(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	l, err := e.p.Acquire(ctxT(t), spec())
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +456,7 @@ func TestBareSlots(t *testing.T) {
 		t.Errorf("default key name %q", name)
 	}
 	// A claim of any language takes a bare slot of its image and limits.
-	l, err := e.p.Acquire(WithLanguage(ctxT(t), "shell"), spec())
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: "shell"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +549,7 @@ func TestHandover(t *testing.T) {
 		o.Keys = append(o.Keys, Key{Name: "bare", Image: testImage, Limits: testLimits})
 	})
 	ctx := ctxT(t)
-	if l, err := e.p.Handover(WithLanguage(ctx, ""), spec()); l != nil || err != nil {
+	if l, err := e.p.Handover(ctx, Request{Spec: spec(), Language: ""}); l != nil || err != nil {
 		t.Fatalf("handover from an empty pool: %v %v", l, err)
 	}
 	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "bare", "path", "cold"); got != 1 {
@@ -562,7 +558,7 @@ func TestHandover(t *testing.T) {
 	e.fill(t)
 	ready, _ := e.d.List(ctx)
 	sp := spec()
-	l, err := e.p.Handover(WithLanguage(ctx, ""), sp)
+	l, err := e.p.Handover(ctx, Request{Spec: sp, Language: ""})
 	if err != nil || l == nil {
 		t.Fatalf("handover: %v %v", l, err)
 	}
@@ -663,7 +659,7 @@ func TestSlotsBuildInBackground(t *testing.T) {
 	if len(parked) < 2 {
 		t.Fatalf("weights set for %v, want both ready slots", parked)
 	}
-	l, err := e.p.Acquire(ctxT(t), spec())
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func (s *suiteDriver) Start(ctx context.Context, id string) (runtime.Sandbox, er
 		return s.session(id, sb)
 	}
 	for {
-		l, err := s.st.p.Handover(WithLanguage(ctx, s.st.lang), spec)
+		l, err := s.st.p.Handover(ctx, Request{Spec: spec, Language: s.st.lang})
 		if err != nil {
 			return nil, err
 		}

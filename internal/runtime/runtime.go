@@ -122,6 +122,12 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Renamer is an optional ability: give a started sandbox another hostname (a warm pool's
+// slot, claimed by a spec that asks for one).
+type Renamer interface {
+	SetHostname(ctx context.Context, id, name string) error
+}
+
 // Prioritizer is an optional ability: weigh a sandbox's claim on contended CPU against the
 // others'. A warm pool builds its slots at a low weight, so that building never slows the
 // sandboxes that run work, and gives a slot the normal weight when it is claimed.

@@ -32,7 +32,7 @@ func newClient(t *testing.T, tweak func(*config.Config)) (*lbb.Client, *controlt
 		tweak(&cfg)
 	}
 	r := controltest.New()
-	svc := control.New(control.Options{Store: st, Runner: r, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
+	svc := control.New(control.Options{Store: st, Host: r.On(nil), Config: cfg, Image: control.Image{ID: "img"}})
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -36,8 +36,8 @@ func TestSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
-	svc := control.New(control.Options{Store: st, Runner: controltest.New(), Sandboxes: host.New(host.Options{Driver: drv}),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img", Rootfs: "/"}})
+	svc := control.New(control.Options{Store: st, Host: controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})),
+		Blobs: bs, Config: cfg, Image: control.Image{ID: "img"}})
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -82,7 +81,7 @@ func TestPool(t *testing.T) {
 	var results []map[string]any
 	for i := range 2 {
 		t1 := time.Now()
-		l, err := p.Acquire(ctx, spec())
+		l, err := p.Acquire(ctx, pool.Request{Spec: spec(), Language: agent.LangPython})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +135,7 @@ func runscStatus(t *testing.T, d *gvisor.Driver, id string) string {
 	return st.Status
 }
 
-func poolRun(t *testing.T, l *host.Lease, code, input string) json.RawMessage {
+func poolRun(t *testing.T, l *pool.Lease, code, input string) json.RawMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

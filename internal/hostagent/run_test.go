@@ -1,4 +1,4 @@
-package host_test
+package hostagent_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -48,10 +48,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newHost(t *testing.T) (*host.Host, runtime.Driver) {
+func newHost(t *testing.T) (*hostagent.Local, runtime.Driver) {
 	t.Helper()
 	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir()})
-	return host.New(host.Options{Driver: d}), d
+	return hostagent.NewLocal(hostagent.Options{Driver: d, Rootfs: "/", DataDir: t.TempDir()}), d
 }
 
 func requirePython(t *testing.T) {
@@ -61,8 +61,8 @@ func requirePython(t *testing.T) {
 	}
 }
 
-func spec(code, input string) host.RunSpec {
-	return host.RunSpec{SandboxID: ids.New(ids.Sandbox), CommandID: ids.New(ids.Command), Image: "/",
+func spec(code, input string) hostagent.RunRequest {
+	return hostagent.RunRequest{SandboxID: ids.New(ids.Sandbox), CommandID: ids.New(ids.Command),
 		Limits: runtime.Limits{MemoryMiB: 512}, Language: "python", Code: code, Input: json.RawMessage(input),
 		Config: json.RawMessage(`{}`), Timeout: 20 * time.Second, HeadBytes: 64, TailBytes: 64}
 }
@@ -73,48 +73,48 @@ func TestRunOnce(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
-		spec   host.RunSpec
+		spec   hostagent.RunRequest
 		status string
-		check  func(t *testing.T, out host.Outcome)
+		check  func(t *testing.T, out hostagent.RunResult)
 	}{
-		{"sum", spec("def run(input, config):\n    return sum(input)", "[1,2,3]"), store.CommandSucceeded, func(t *testing.T, out host.Outcome) {
+		{"sum", spec("def run(input, config):\n    return sum(input)", "[1,2,3]"), store.CommandSucceeded, func(t *testing.T, out hostagent.RunResult) {
 			if !out.OK || string(out.Result) != "6" || out.ExitCode == nil || *out.ExitCode != 0 {
 				t.Fatalf("%+v", out)
 			}
 		}},
-		{"raise", spec("def run(input, config):\n    raise ValueError('boom')", "null"), store.CommandFailed, func(t *testing.T, out host.Outcome) {
+		{"raise", spec("def run(input, config):\n    raise ValueError('boom')", "null"), store.CommandFailed, func(t *testing.T, out hostagent.RunResult) {
 			if all := out.Stderr.Head + out.Stderr.Tail; out.OK || !strings.Contains(all, "Traceback") || !strings.Contains(all, "ValueError: boom") {
 				t.Fatalf("%+v", out)
 			}
 		}},
-		{"head and tail", spec("def run(input, config):\n    for i in range(1000):\n        print(f'line {i:04d}')", "null"), store.CommandSucceeded, func(t *testing.T, out host.Outcome) {
+		{"head and tail", spec("def run(input, config):\n    for i in range(1000):\n        print(f'line {i:04d}')", "null"), store.CommandSucceeded, func(t *testing.T, out hostagent.RunResult) {
 			if out.Stdout.Bytes != 10000 || !strings.HasPrefix(out.Stdout.Head, "line 0000") || !strings.HasSuffix(out.Stdout.Tail, "line 0999\n") || len(out.Stdout.Head) > 64 {
 				t.Fatalf("stdout %+v", out.Stdout)
 			}
 		}},
-		{"env masked", func() host.RunSpec {
+		{"env masked", func() hostagent.RunRequest {
 			s := spec("import os\ndef run(input, config):\n    print('token is', os.environ['TOKEN'])\n    raise RuntimeError(os.environ['TOKEN'])", "null")
 			s.Env = map[string]string{"TOKEN": "s3cr3t-value"}
 			return s
-		}(), store.CommandFailed, func(t *testing.T, out host.Outcome) {
+		}(), store.CommandFailed, func(t *testing.T, out hostagent.RunResult) {
 			b, _ := json.Marshal(out)
 			if strings.Contains(string(b), "s3cr3t") || !strings.Contains(out.Stdout.Head, "token is ***") {
 				t.Fatalf("secret shows: %s", b)
 			}
 		}},
-		{"timeout", func() host.RunSpec {
+		{"timeout", func() hostagent.RunRequest {
 			s := spec("import time\ndef run(input, config):\n    time.sleep(30)", "null")
 			s.Timeout = 500 * time.Millisecond
 			return s
 		}(), store.CommandTimedOut, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := h.RunOnce(ctx, tc.spec)
+			out := run(t, h, ctx, tc.spec)
 			if out.Status != tc.status {
 				t.Fatalf("status %s, want %s: %+v", out.Status, tc.status, out)
 			}
-			end := <-out.Ended
-			if out.EndReason != store.EndRunFinished || out.SandboxStarted.IsZero() || end.At.Before(out.CommandEnded) || end.Err != nil {
+			end := release(t, h, tc.spec)
+			if out.EndReason != store.EndRunFinished || out.SandboxStarted.IsZero() || end.At.Before(out.Ended) || end.Error != "" {
 				t.Fatalf("sandbox life: %+v %+v", out, end)
 			}
 			if tc.check != nil {
@@ -133,8 +133,9 @@ func TestRunOnceCancelled(t *testing.T) {
 	h, d := newHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	out := h.RunOnce(ctx, spec("import time\ndef run(input, config):\n    time.sleep(30)", "null"))
-	<-out.Ended
+	s := spec("import time\ndef run(input, config):\n    time.sleep(30)", "null")
+	out := run(t, h, ctx, s)
+	release(t, h, s)
 	if out.Status != store.CommandKilled || out.EndReason != store.EndServerShutdown {
 		t.Fatalf("%s %s", out.Status, out.EndReason)
 	}
@@ -145,10 +146,11 @@ func TestRunOnceCancelled(t *testing.T) {
 
 func TestRunOnceStartFailure(t *testing.T) {
 	d := local.New(local.Options{AgentPath: "/nonexistent/lbb-agent", StateDir: t.TempDir()})
-	h := host.New(host.Options{Driver: d})
-	out := h.RunOnce(context.Background(), spec("x", "null"))
-	<-out.Ended
-	if out.Status != store.CommandFailed || out.EndReason != store.EndFailed || out.Err == nil {
+	h := hostagent.NewLocal(hostagent.Options{Driver: d, Rootfs: "/"})
+	s := spec("x", "null")
+	out := run(t, h, context.Background(), s)
+	release(t, h, s)
+	if out.Status != store.CommandFailed || out.EndReason != store.EndFailed || out.Infrastructure == "" {
 		t.Fatalf("%+v", out)
 	}
 	if held, _ := d.List(context.Background()); len(held) != 0 {
@@ -168,7 +170,7 @@ func TestReap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reaped, err := h.Reap(ctx, func(id string) bool { return id == keep })
+	reaped, err := h.Reap(ctx, []string{keep})
 	if err != nil || len(reaped) != 1 || reaped[0] != drop {
 		t.Fatalf("reaped %v %v", reaped, err)
 	}
@@ -185,22 +187,33 @@ func TestClaim(t *testing.T) {
 	h, d := newHost(t)
 	ctx := context.Background()
 	s := spec("def run(input, config):\n    return sum(input)", "[1,2,3]")
-	s.Claim = h.Claim(ctx, s)
-	out := h.RunOnce(ctx, s)
+	if err := h.Claim(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, h, ctx, s)
 	if out.Status != store.CommandSucceeded || string(out.Result) != "6" {
 		t.Fatalf("run on a claimed sandbox: %+v", out)
 	}
-	if end := <-out.Ended; end.Err != nil {
-		t.Fatal(end.Err)
+	if end := release(t, h, s); end.Error != "" {
+		t.Fatal(end.Error)
 	}
 
 	unused := spec("def run(input, config):\n    return 1", "null")
-	cl := h.Claim(ctx, unused)
-	<-host.ClaimDone(cl)
-	if held, err := d.List(ctx); err != nil || len(held) != 1 || held[0] != unused.SandboxID {
-		t.Fatalf("a claimed sandbox: %v %v", held, err)
+	if err := h.Claim(ctx, unused); err != nil {
+		t.Fatal(err)
 	}
-	cl.Cancel()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		held, err := d.List(ctx)
+		if err == nil && len(held) == 1 && held[0] == unused.SandboxID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a claimed sandbox: %v %v", held, err)
+		}
+	}
+	if err := h.Unclaim(ctx, unused.SandboxID); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		held, err := d.List(ctx)
@@ -215,4 +228,22 @@ func TestClaim(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func run(t *testing.T, h *hostagent.Local, ctx context.Context, req hostagent.RunRequest) hostagent.RunResult {
+	t.Helper()
+	out, err := h.Run(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func release(t *testing.T, h *hostagent.Local, req hostagent.RunRequest) hostagent.Ending {
+	t.Helper()
+	end, err := h.Release(context.Background(), req.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return end
 }

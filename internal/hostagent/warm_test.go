@@ -1,4 +1,4 @@
-package host_test
+package hostagent_test
 
 import (
 	"bytes"
@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/ids"
-	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -31,22 +31,26 @@ func TestStartSandboxWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	h := host.New(host.Options{Driver: d, Provider: p})
-	files := []host.WorkspaceFile{{Path: "from/template.txt", Open: func(context.Context) (io.ReadCloser, error) {
-		return io.NopCloser(strings.NewReader("template file")), nil
-	}}}
+	bs, err := blobs.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := bs.Put(ctx, strings.NewReader("template file"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostagent.NewLocal(hostagent.Options{Driver: d, Pool: p, Rootfs: "/", Blobs: bs, DataDir: t.TempDir()})
+	files := []hostagent.File{{Path: "from/template.txt", SHA256: blob.SHA256}}
 
-	// Empty pool: cold, under the caller's id.
 	coldID := ids.New(ids.Sandbox)
-	live, err := h.StartSandbox(ctx, host.SandboxSpec{ID: coldID, Image: "/", Limits: lim, Create: true, Warm: true, Files: files})
+	live, err := h.Create(ctx, hostagent.CreateRequest{ID: coldID, Limits: lim, Warm: true, Files: files})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if live.ID != coldID {
 		t.Errorf("cold sandbox %s, want %s", live.ID, coldID)
 	}
-	live.Close()
-	if err := h.DestroySandbox(ctx, coldID); err != nil {
+	if _, err := h.Destroy(ctx, coldID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -56,16 +60,16 @@ func TestStartSandboxWarm(t *testing.T) {
 	}
 	parked, _ := d.List(ctx)
 	want := ids.New(ids.Sandbox)
-	live, err = h.StartSandbox(ctx, host.SandboxSpec{ID: want, Image: "/", Limits: lim, Create: true, Warm: true, Files: files})
+	live, err = h.Create(ctx, hostagent.CreateRequest{ID: want, Limits: lim, Warm: true, Files: files})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live.ID == want || !slices.Contains(parked, live.ID) || live.Sandbox.ID() != live.ID {
-		t.Fatalf("warm sandbox %s (driver %s); parked were %v", live.ID, live.Sandbox.ID(), parked)
+	if live.ID == want || !slices.Contains(parked, live.ID) {
+		t.Fatalf("warm sandbox %s; parked were %v", live.ID, parked)
 	}
-	read := func(l *host.Live) string {
+	read := func(p string) string {
 		t.Helper()
-		r, err := l.Agent.ReadFile(ctx, "from/template.txt")
+		_, r, err := h.OpenFile(ctx, live.ID, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,39 +77,33 @@ func TestStartSandboxWarm(t *testing.T) {
 		b, _ := io.ReadAll(r)
 		return string(b)
 	}
-	if got := read(live); got != "template file" {
+	if got := read("from/template.txt"); got != "template file" {
 		t.Errorf("template file: %q", got)
 	}
-	out := live.Exec(ctx, host.ExecSpec{CommandID: ids.New(ids.Command), Argv: []string{"sh", "-c", "echo made > made.txt"},
-		Timeout: 10 * time.Second, Stdout: capture(), Stderr: capture()})
-	if !out.OK {
-		t.Fatalf("exec: %+v", out)
-	}
-	live.Close()
-	if err := h.StopSandbox(ctx, live.ID); err != nil {
+	cmd := ids.New(ids.Command)
+	if err := h.Exec(ctx, hostagent.ExecRequest{SandboxID: live.ID, CommandID: cmd, Argv: []string{"sh", "-c", "echo made > made.txt"},
+		Timeout: 10 * time.Second, HeadBytes: 1 << 10, TailBytes: 1 << 10}); err != nil {
 		t.Fatal(err)
 	}
-	resumed, err := h.StartSandbox(ctx, host.SandboxSpec{ID: live.ID, Image: "/", Limits: lim})
-	if err != nil {
+	out, err := h.Wait(ctx, cmd)
+	if err != nil || !out.OK {
+		t.Fatalf("exec: %+v %v", out, err)
+	}
+	if _, err := h.Stop(ctx, live.ID); err != nil {
 		t.Fatal(err)
 	}
-	r, err := resumed.Agent.ReadFile(ctx, "made.txt")
-	if err != nil {
+	if _, err := h.Resume(ctx, hostagent.ResumeRequest{ID: live.ID, Limits: lim}); err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	b.ReadFrom(r)
-	r.Close()
-	if b.String() != "made\n" || read(resumed) != "template file" {
+	b.WriteString(read("made.txt"))
+	if b.String() != "made\n" || read("from/template.txt") != "template file" {
 		t.Errorf("after resume: %q", b.String())
 	}
-	resumed.Close()
-	if err := h.DestroySandbox(ctx, live.ID); err != nil {
+	if _, err := h.Destroy(ctx, live.ID); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := d.List(ctx); slices.Contains(held, live.ID) {
 		t.Errorf("the driver still holds %s after destroy", live.ID)
 	}
 }
-
-func capture() *output.Capture { return output.NewCapture(1<<10, 1<<10) }

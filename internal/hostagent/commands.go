@@ -1,0 +1,235 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/output"
+)
+
+// endedKept is how long an ended command's output stays readable (ReadOutput) after Wait
+// has answered its end, for followers still reading it.
+const endedKept = time.Minute
+
+// command is a command running in a long-lived sandbox.
+type command struct {
+	id, sandbox    string
+	stdout, stderr *output.Capture
+	done           chan struct{}
+	end            CommandEnd
+	killed         atomic.Bool
+	agent          *agent.Client
+
+	stdinMu    sync.Mutex
+	stdin      *io.PipeWriter // nil unless StdinOpen
+	stdinBytes atomic.Int64
+}
+
+func (h *Local) lookupCommand(id string) (*command, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.commands[id]
+	if c == nil {
+		return nil, errdefs.NotFound("command %s is not running on this host", id)
+	}
+	return c, nil
+}
+
+// Exec starts a command in a running sandbox and answers once its process runs (or could
+// not start: Wait then says why).
+func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
+	s, l, sctx, err := h.running(req.SandboxID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	env := maps.Clone(s.env)
+	s.mu.Unlock()
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, req.Env)
+	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), agent: l.agent,
+		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
+	c.stdinBytes.Store(int64(len(req.Stdin)))
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load}
+	if req.Run != nil {
+		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
+			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
+	} else {
+		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
+		switch {
+		case req.StdinOpen:
+			pr, pw := io.Pipe()
+			c.stdin, e.stdin = pw, pr
+			if len(req.Stdin) > 0 {
+				go func() {
+					c.stdinMu.Lock()
+					defer c.stdinMu.Unlock()
+					pw.Write(req.Stdin)
+				}()
+			}
+		case req.Stdin != nil:
+			e.stdin = strings.NewReader(string(req.Stdin))
+		}
+	}
+	started := make(chan struct{})
+	e.started = sync.OnceFunc(func() { close(started) })
+	h.mu.Lock()
+	h.commands[c.id] = c
+	h.mu.Unlock()
+	s.mu.Lock()
+	s.cmds[c.id] = c
+	s.mu.Unlock()
+	log := h.log.With("sandbox", req.SandboxID, "command", req.CommandID)
+	secrets := Secrets(env)
+	go func() {
+		out := h.execute(sctx, l.sb, l.agent, e, c.stdout, c.stderr, secrets, log)
+		if c.stdin != nil {
+			c.stdin.CloseWithError(errors.New("the command has ended"))
+		}
+		c.end = out.CommandEnd
+		c.end.StdinBytes = c.stdinBytes.Load()
+		s.mu.Lock()
+		delete(s.cmds, c.id)
+		s.mu.Unlock()
+		close(c.done)
+	}()
+	select {
+	case <-started:
+	case <-c.done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// Wait answers how a command ended, once it has. Its output stays readable for a while.
+func (h *Local) Wait(ctx context.Context, commandID string) (CommandEnd, error) {
+	c, err := h.lookupCommand(commandID)
+	if err != nil {
+		return CommandEnd{}, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return CommandEnd{}, ctx.Err()
+	}
+	time.AfterFunc(endedKept, func() {
+		h.mu.Lock()
+		if h.commands[commandID] == c {
+			delete(h.commands, commandID)
+		}
+		h.mu.Unlock()
+	})
+	return c.end, nil
+}
+
+// Signal signals a running command's process group ("" is SIGKILL).
+func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
+	c, err := h.lookupCommand(commandID)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return errdefs.NotFound("command %s has ended", commandID)
+	default:
+	}
+	c.killed.Store(true)
+	if err := c.agent.Signal(ctx, commandID, signal); err != nil {
+		return agentError(err)
+	}
+	return nil
+}
+
+// WriteStdin streams r to a command started with StdinOpen, and closes its stdin when close
+// is set.
+func (h *Local) WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (StdinResult, error) {
+	var res StdinResult
+	c, err := h.lookupCommand(commandID)
+	if err != nil {
+		return res, err
+	}
+	select {
+	case <-c.done:
+		return res, errdefs.Conflict("command %s has ended; stdin takes writes while it runs", commandID)
+	default:
+	}
+	if c.stdin == nil {
+		return res, errdefs.Conflict("command %s was started without stdin_open", commandID)
+	}
+	c.stdinMu.Lock()
+	defer c.stdinMu.Unlock()
+	n, err := io.Copy(countingWriter{c.stdin, &c.stdinBytes}, ctxReader{ctx, r})
+	res.Bytes = n
+	if err != nil {
+		if errors.Is(err, io.ErrClosedPipe) || strings.Contains(err.Error(), "has ended") {
+			return res, errdefs.Conflict("command %s has ended or its stdin is closed", commandID)
+		}
+		return res, err
+	}
+	if close {
+		c.stdin.Close()
+		res.Closed = true
+	}
+	res.Total = c.stdinBytes.Load()
+	return res, nil
+}
+
+// ReadOutput is a follower's cursor on a command's output. With max < 0 it does not wait: it
+// answers what is kept from off on now, no data when there is none yet.
+func (h *Local) ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (int64, []byte, error) {
+	c, err := h.lookupCommand(commandID)
+	if err != nil {
+		return off, nil, err
+	}
+	capt := c.stdout
+	switch stream {
+	case "stdout":
+	case "stderr":
+		capt = c.stderr
+	default:
+		return off, nil, errdefs.InvalidArgument("stream must be stdout or stderr")
+	}
+	if max < 0 {
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		start, data, err := capt.Next(done, off, 0)
+		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			return off, nil, nil
+		}
+		return start, data, err
+	}
+	return capt.Next(ctx, off, max)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

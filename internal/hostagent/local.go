@@ -1,0 +1,181 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+)
+
+// Options configure a Local host agent.
+type Options struct {
+	Driver runtime.Driver
+	// Pool is the warm pool one-call runs and (Warm) creates take sandboxes from; nil starts
+	// every sandbox cold.
+	Pool *pool.Pool
+	// Rootfs is the base image's root filesystem directory; Image describes it.
+	Rootfs string
+	Image  Image
+	// Default is the driver a sandbox that names none runs on; Offered and Unavailable are
+	// what Info answers (Offered defaults to Default alone).
+	Default     string
+	Offered     []string
+	Unavailable map[string]string
+	// Blobs holds the bytes of template Files (File.SHA256).
+	Blobs blobs.Store
+	// DataDir holds checkpoints (<DataDir>/paused/<sandbox>) and snapshots
+	// (<DataDir>/snapshots/<snapshot>).
+	DataDir string
+	Log     *slog.Logger
+}
+
+// Local is the host agent in the server's own process.
+type Local struct {
+	driver   runtime.Driver
+	provider pool.Provider
+	pool     *pool.Pool
+	rootfs   string
+	info     Info
+	blobs    blobs.Store
+	dataDir  string
+	log      *slog.Logger
+	// backstop is how long past a command's timeout the host waits for the agent to report it
+	// before it gives up on it.
+	backstop time.Duration
+
+	events chan Event
+
+	mu        sync.Mutex
+	runs      map[string]*oneCall // one-call runs' sandboxes, by sandbox id
+	sandboxes map[string]*sandbox // long-lived sandboxes, by id
+	commands  map[string]*command // commands of long-lived sandboxes, by id
+}
+
+var _ Host = (*Local)(nil)
+
+// NewLocal returns a host agent on o.Driver.
+func NewLocal(o Options) *Local {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &Local{driver: o.Driver, pool: o.Pool, rootfs: o.Rootfs, blobs: o.Blobs, dataDir: o.DataDir, log: o.Log,
+		backstop: 10 * time.Second, events: make(chan Event, 64),
+		runs: map[string]*oneCall{}, sandboxes: map[string]*sandbox{}, commands: map[string]*command{}}
+	h.provider = &pool.Cold{Driver: o.Driver, Log: o.Log}
+	if o.Pool != nil {
+		h.provider = o.Pool
+	}
+	if o.Default == "" && o.Driver != nil {
+		o.Default = o.Driver.Name()
+	}
+	offered := slices.Clone(o.Offered)
+	if !slices.Contains(offered, o.Default) {
+		offered = append(offered, o.Default)
+	}
+	slices.Sort(offered)
+	h.info = Info{Default: o.Default, Offered: offered, Unavailable: o.Unavailable, Image: o.Image}
+	return h
+}
+
+// Driver returns the driver the host agent runs sandboxes on.
+func (h *Local) Driver() runtime.Driver { return h.driver }
+
+// Info describes the machine.
+func (h *Local) Info(context.Context) (Info, error) { return h.info, nil }
+
+// Sandboxes lists every sandbox the driver holds or the host agent keeps state for.
+func (h *Local) Sandboxes(ctx context.Context) ([]string, error) {
+	held, err := h.driver.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hostagent: listing sandboxes: %w", err)
+	}
+	h.mu.Lock()
+	for id := range h.sandboxes {
+		held = append(held, id)
+	}
+	h.mu.Unlock()
+	slices.Sort(held)
+	return slices.Compact(held), nil
+}
+
+// Reap destroys every sandbox the driver holds that keep does not name, and removes the
+// checkpoints and snapshots keep does not name (snapshot ids go in keep beside sandbox ids).
+func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
+	held, err := h.driver.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hostagent: listing sandboxes: %w", err)
+	}
+	kept := map[string]bool{}
+	for _, id := range keep {
+		kept[id] = true
+	}
+	var reaped []string
+	var errs []error
+	for _, id := range held {
+		if kept[id] {
+			continue
+		}
+		if err := h.driver.Destroy(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("destroying %s: %w", id, err))
+			continue
+		}
+		h.forget(id)
+		h.log.Info("reaped sandbox", "sandbox", id)
+		reaped = append(reaped, id)
+	}
+	if h.dataDir != "" {
+		for _, dir := range []string{"paused", "snapshots"} {
+			ents, _ := os.ReadDir(filepath.Join(h.dataDir, dir))
+			for _, e := range ents {
+				if !kept[e.Name()] {
+					h.log.Warn("removing a checkpoint or snapshot nothing claims", "dir", filepath.Join(h.dataDir, dir, e.Name()))
+					os.RemoveAll(filepath.Join(h.dataDir, dir, e.Name()))
+				}
+			}
+		}
+	}
+	return reaped, errors.Join(errs...)
+}
+
+// Events delivers what happened to sandboxes by themselves until ctx ends.
+func (h *Local) Events(ctx context.Context) (<-chan Event, error) {
+	out := make(chan Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case e := <-h.events:
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (h *Local) emit(e Event) {
+	e.At = time.Now().UTC()
+	select {
+	case h.events <- e:
+	default:
+		go func() { h.events <- e }()
+	}
+}
+
+// notHere is the error for a sandbox the host agent holds no state for.
+func notHere(id string) error { return errdefs.NotFound("sandbox %s is not on this host", id) }

@@ -1,0 +1,331 @@
+package hostagent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/output"
+	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
+)
+
+// oneCall is the sandbox of a one-call run: claimed (acquiring in the background), then run
+// in, then held until Release destroys it.
+type oneCall struct {
+	id     string
+	limits runtime.Limits
+	log    *slog.Logger
+	// done is closed once the sandbox is acquired (lease) or failed to be (err).
+	done  chan struct{}
+	lease *pool.Lease
+	err   error
+
+	// set by Run
+	ran      bool
+	started  time.Time
+	cpuNanos uint64
+	release  *time.Timer
+}
+
+// Claim starts acquiring req's sandbox in the background.
+func (h *Local) Claim(ctx context.Context, req RunRequest) error {
+	oc := h.newOneCall(req)
+	h.mu.Lock()
+	if _, ok := h.runs[req.SandboxID]; ok {
+		h.mu.Unlock()
+		return nil
+	}
+	h.runs[req.SandboxID] = oc
+	h.mu.Unlock()
+	go func() {
+		defer close(oc.done)
+		defer timing.Start(ctx, "claim")()
+		oc.lease, oc.err = h.provider.Acquire(ctx, h.poolRequest(req))
+	}()
+	return nil
+}
+
+func (h *Local) newOneCall(req RunRequest) *oneCall {
+	return &oneCall{id: req.SandboxID, limits: req.Limits, done: make(chan struct{}), log: h.log.With("sandbox", req.SandboxID)}
+}
+
+func (h *Local) poolRequest(req RunRequest) pool.Request {
+	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime},
+		Language: req.Language}
+}
+
+// Unclaim destroys a claimed sandbox once it is acquired; it returns at once.
+func (h *Local) Unclaim(ctx context.Context, sandboxID string) error {
+	h.mu.Lock()
+	oc := h.runs[sandboxID]
+	delete(h.runs, sandboxID)
+	h.mu.Unlock()
+	if oc == nil {
+		return nil
+	}
+	go func() {
+		<-oc.done
+		if oc.lease == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := oc.lease.Release(ctx); err != nil {
+			oc.log.Error("destroying an unused claimed sandbox", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Run runs req in its claimed sandbox, or acquires one, and answers once the command has
+// ended. Cancelling ctx ends the run (status killed, end reason server_shutdown). The
+// sandbox is held until Release (at most a minute).
+func (h *Local) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	log := h.log.With("sandbox", req.SandboxID, "command", req.CommandID)
+	secrets := Secrets(req.Env)
+	h.mu.Lock()
+	oc := h.runs[req.SandboxID]
+	if oc == nil {
+		oc = h.newOneCall(req)
+		h.runs[req.SandboxID] = oc
+		h.mu.Unlock()
+		func() {
+			defer close(oc.done)
+			oc.lease, oc.err = h.provider.Acquire(ctx, h.poolRequest(req))
+		}()
+	} else {
+		h.mu.Unlock()
+	}
+	res := h.runIn(ctx, oc, req, log, secrets)
+	res.Error = MaskString(res.Error, secrets)
+	res.Infrastructure = MaskString(res.Infrastructure, secrets)
+	h.mu.Lock()
+	oc.ran = true
+	oc.started, oc.cpuNanos = res.SandboxStarted, res.cpuNanos
+	oc.release = time.AfterFunc(time.Minute, func() { h.Release(context.Background(), req.SandboxID) })
+	h.mu.Unlock()
+	end := res.Ended
+	if end.IsZero() {
+		end = time.Now()
+	}
+	res.Usage = usage(res.cpuNanos, req.Limits, res.SandboxStarted, end)
+	return res.RunResult, nil
+}
+
+type runOutcome struct {
+	RunResult
+	cpuNanos uint64
+}
+
+// runIn waits for the sandbox and runs the command in it.
+func (h *Local) runIn(ctx context.Context, oc *oneCall, req RunRequest, log *slog.Logger, secrets []string) (out runOutcome) {
+	out.EndReason = store.EndRunFinished
+	fail := func(status, reason string, err error) runOutcome {
+		out.Status, out.EndReason, out.Infrastructure, out.Error = status, reason, err.Error(), err.Error()
+		return out
+	}
+	var err error
+	select {
+	case <-oc.done:
+		err = oc.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the sandbox started: %w", err))
+		}
+		return fail(store.CommandFailed, store.EndFailed, err)
+	}
+	lease := oc.lease
+	out.SandboxStarted = lease.StartedAt
+	if err := h.writeFiles(ctx, lease.Agent, req.Files); err != nil {
+		if ctx.Err() != nil {
+			return fail(store.CommandKilled, store.EndServerShutdown, fmt.Errorf("the server stopped before the run started: %w", err))
+		}
+		return fail(store.CommandFailed, store.EndFailed, err)
+	}
+	stdoutCap, stderrCap := output.NewCapture(req.HeadBytes, req.TailBytes), output.NewCapture(req.HeadBytes, req.TailBytes)
+	defer timing.Start(ctx, "run")()
+	run := agent.RunRequest{ID: req.CommandID, Language: req.Language, Code: req.Code, Input: req.Input,
+		Config: req.Config, Env: req.Env, TimeoutMs: req.Timeout.Milliseconds()}
+	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: &run, timeout: req.Timeout, limits: req.Limits},
+		stdoutCap, stderrCap, secrets, log)
+	out.CommandEnd, out.cpuNanos = res.CommandEnd, res.cpuNanos
+	if res.err != nil && res.Status == store.CommandFailed {
+		out.EndReason = store.EndFailed
+	}
+	if res.Status == store.CommandKilled && ctx.Err() != nil {
+		out.EndReason = store.EndServerShutdown
+		out.Error = "the server stopped while the run was running"
+	}
+	return out
+}
+
+// Release destroys a one-call run's sandbox and says how its life ended.
+func (h *Local) Release(ctx context.Context, sandboxID string) (Ending, error) {
+	h.mu.Lock()
+	oc := h.runs[sandboxID]
+	delete(h.runs, sandboxID)
+	h.mu.Unlock()
+	if oc == nil {
+		return Ending{At: time.Now()}, nil
+	}
+	if oc.release != nil {
+		oc.release.Stop()
+	}
+	<-oc.done
+	var e Ending
+	if oc.lease != nil {
+		if err := oc.lease.Release(ctx); err != nil {
+			oc.log.Error("destroying sandbox", "err", err)
+			e.Error = err.Error()
+		}
+	}
+	e.At = time.Now()
+	e.Usage = usage(oc.cpuNanos, oc.limits, oc.started, e.At)
+	return e, nil
+}
+
+// writeFiles puts template Files into a sandbox's workspace, streaming each from the blobs.
+func (h *Local) writeFiles(ctx context.Context, c *agent.Client, files []File) error {
+	for _, f := range files {
+		if err := h.writeFile(ctx, c, f); err != nil {
+			return fmt.Errorf("copying %s into the workspace: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+func (h *Local) writeFile(ctx context.Context, c *agent.Client, f File) error {
+	if h.blobs == nil {
+		return fmt.Errorf("this host has no blob store")
+	}
+	r, _, err := h.blobs.Open(ctx, f.SHA256)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return c.WriteFile(ctx, f.Path, 0, r)
+}
+
+// execute runs one process or run on a started sandbox's agent, copies its output (masked)
+// into the captures and classifies how it ended. It closes the captures.
+func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Client, e execution, stdoutCap, stderrCap *output.Capture,
+	secrets []string, log *slog.Logger) (out outcome) {
+	defer func() {
+		stdoutCap.Close()
+		stderrCap.Close()
+		out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
+		out.Error = MaskString(out.Error, secrets)
+		out.Result = MaskJSON(out.Result, secrets)
+		if out.err != nil {
+			out.Infrastructure = MaskString(out.err.Error(), secrets)
+		}
+	}()
+	before, err := sb.Stats(ctx)
+	if err != nil {
+		log.Warn("reading sandbox stats", "err", err)
+	}
+	stdout, stderr := newMaskWriter(stdoutCap, secrets), newMaskWriter(stderrCap, secrets)
+
+	// The agent enforces the timeout; the backstop covers an agent that cannot.
+	runCtx, cancel := context.WithTimeout(ctx, e.timeout+h.backstop)
+	defer cancel()
+	out.Started = time.Now()
+	var p *agent.Process
+	if e.run != nil {
+		p, err = ag.Run(runCtx, *e.run)
+	} else {
+		p, err = ag.Exec(runCtx, *e.exec, e.stdin)
+	}
+	if e.started != nil {
+		e.started()
+	}
+	var exit agent.Exit
+	if err == nil {
+		exit, err = p.Wait(stdout, stderr)
+	}
+	out.Ended = time.Now()
+	flush(stdout)
+	flush(stderr)
+
+	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
+	after, serr := sb.Stats(statsCtx)
+	cancelStats()
+	if serr != nil {
+		log.Warn("reading sandbox stats", "err", serr)
+	}
+	out.cpuNanos = after.CPUNanos
+	oom := serr == nil && after.OOMKills > before.OOMKills
+	killed := e.killed != nil && e.killed()
+
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return out.fail(store.CommandKilled, fmt.Errorf("the command was ended before it finished: %w", context.Cause(ctx)))
+	case err != nil && oom:
+		// The kernel killed the sandbox's own init for memory: the command is what used it.
+		out.Status, out.Error = store.CommandOOM, "the sandbox ran out of memory"
+		return out
+	case err != nil && runCtx.Err() != nil:
+		out.Status, out.Error = store.CommandTimedOut, fmt.Sprintf("the command passed its timeout of %s", e.timeout)
+		return out
+	case err != nil:
+		return out.fail(store.CommandFailed, fmt.Errorf("the sandbox broke off the command: %w", err))
+	}
+	out.OK, out.Result, out.Error, out.Signal = exit.OK && exit.ExitCode == 0, exit.Result, exit.Error, exit.Signal
+	if e.run == nil {
+		out.OK = exit.ExitCode == 0 && exit.StartError == ""
+	}
+	code := exit.ExitCode
+	out.ExitCode = &code
+	switch {
+	case exit.StartError != "":
+		out.Status, out.Error, out.ExitCode, out.OK = store.CommandFailed, exit.StartError, nil, false
+	case exit.TimedOut:
+		out.Status, out.OK = store.CommandTimedOut, false
+		if out.Error == "" {
+			out.Error = fmt.Sprintf("the command passed its timeout of %s", e.timeout)
+		}
+	case killed && exit.Signal != "":
+		out.Status, out.OK = store.CommandKilled, false
+		if out.Error == "" {
+			out.Error = "killed by " + exit.Signal
+		}
+	case oom && (exit.Signal == "SIGKILL" || !out.OK):
+		out.Status, out.OK = store.CommandOOM, false
+		if out.Error == "" || exit.Signal == "SIGKILL" {
+			out.Error = fmt.Sprintf("the command ran out of memory (limit %d MiB)", e.limits.MemoryMiB)
+		}
+	case exit.DiskFull && !out.OK:
+		out.Status = store.CommandDiskFull
+		if out.Error == "" {
+			out.Error = fmt.Sprintf("the workspace disk is full (limit %d MiB)", e.limits.DiskMiB)
+		}
+	case out.OK:
+		out.Status = store.CommandSucceeded
+	default:
+		out.Status = store.CommandFailed
+	}
+	return out
+}
+
+// usage is CPU time used, and memory reserved over the sandbox's life from start to end.
+func usage(cpuNanos uint64, l runtime.Limits, start, end time.Time) store.Usage {
+	u := store.Usage{VCPUMs: float64(cpuNanos) / 1e6}
+	if !start.IsZero() {
+		u.GiBMs = float64(l.MemoryMiB) / 1024 * float64(end.Sub(start).Milliseconds())
+	}
+	return u
+}
+
+func kept(c *output.Capture) store.Output {
+	return store.Output{Head: c.Head(), Tail: c.Tail(), Bytes: c.Bytes()}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

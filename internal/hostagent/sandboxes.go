@@ -1,0 +1,442 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Long-lived sandboxes are addressed by their id in the driver: Stop keeps their disk and a
+// later Resume starts the same workspace. A create may take a started sandbox from the warm
+// pool (CreateRequest.Warm): the pool names it, and the answer says that id, so that the
+// driver id is still the record's.
+//
+// The host agent holds each long-lived sandbox it has started or been told about in memory:
+// its state (running, frozen, checkpointed, stopped), its env (whose values are never
+// stored), its expiry timer and the commands running in it. A sandbox whose init dies by
+// itself is stopped (disk kept) and reported (EventDied).
+
+// sandbox is a long-lived sandbox of this host agent.
+type sandbox struct {
+	id string
+	// ops serializes lifecycle changes (create, stop, resume, pause, snapshot, destroy).
+	ops sync.Mutex
+
+	mu sync.Mutex
+	// live is the started sandbox; nil while stopped or checkpointed.
+	live *live
+	// frozen says the freezer parks live.
+	frozen bool
+	// ctx is the commands' context while it runs; cancel ends them with a cause.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	env    map[string]string
+	cmds   map[string]*command
+	expiry *time.Timer
+	// expired says its expiry passed: it ends for that.
+	expired bool
+}
+
+// live is a started sandbox and its agent.
+type live struct {
+	sb        runtime.Sandbox
+	agent     *agent.Client
+	startedAt time.Time
+	limits    runtime.Limits
+}
+
+// usage is what the sandbox used from its start until now: CPU time and reserved memory.
+func (l *live) usage(ctx context.Context) store.Usage {
+	st, err := l.sb.Stats(ctx)
+	if err != nil {
+		st = runtime.Stats{}
+	}
+	return usage(st.CPUNanos, l.limits, l.startedAt, time.Now())
+}
+
+// lookup answers the sandbox id, made (stopped) when make is set and it is unknown.
+func (h *Local) lookup(id string, make bool) *sandbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.sandboxes[id]
+	if s == nil && make {
+		s = &sandbox{id: id, cmds: map[string]*command{}}
+		h.sandboxes[id] = s
+	}
+	return s
+}
+
+func (h *Local) forget(id string) {
+	h.mu.Lock()
+	s := h.sandboxes[id]
+	delete(h.sandboxes, id)
+	h.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		if s.expiry != nil {
+			s.expiry.Stop()
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (h *Local) pauseDir(id string) string { return filepath.Join(h.dataDir, "paused", id) }
+
+func (h *Local) snapshotDir(id string) string { return filepath.Join(h.dataDir, "snapshots", id) }
+
+// Create starts a long-lived sandbox, from the warm pool when req.Warm and one is ready.
+func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
+	spec := runtime.Spec{ID: req.ID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime}
+	var l *live
+	var err error
+	if req.Warm && h.pool != nil {
+		l, err = h.handover(ctx, spec, req.Files)
+	}
+	if l == nil && err == nil {
+		l, err = h.start(ctx, spec, true, req.Files)
+	}
+	if err != nil {
+		return Sandbox{}, err
+	}
+	s := h.lookup(l.sb.ID(), true)
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	s.env = maps.Clone(req.Env)
+	s.mu.Unlock()
+	h.setRunning(s, l)
+	return h.answer(s.id, req.Runtime, l), nil
+}
+
+func (h *Local) answer(id, rt string, l *live) Sandbox {
+	if rt == "" {
+		rt = h.info.Default
+	}
+	return Sandbox{ID: id, Runtime: rt, StartedAt: l.startedAt}
+}
+
+// handover takes a started sandbox from the warm pool and writes files into it; nil, nil
+// when the pool has none.
+func (h *Local) handover(ctx context.Context, spec runtime.Spec, files []File) (*live, error) {
+	// A long-lived sandbox runs no pre-started interpreter: it takes a bare slot.
+	lease, err := h.pool.Handover(ctx, pool.Request{Spec: spec})
+	if err != nil || lease == nil {
+		return nil, err
+	}
+	id := lease.Sandbox.ID()
+	if err := h.writeFiles(ctx, lease.Agent, files); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("sandbox %s: %w", id, err), lease.Release(cctx))
+	}
+	return &live{sb: lease.Sandbox, agent: lease.Agent, startedAt: lease.StartedAt, limits: spec.Limits}, nil
+}
+
+// start creates (with create) and starts a sandbox and connects to its agent. A failure
+// undoes what it did: a sandbox it created is destroyed, one it resumed is stopped again
+// with its disk kept.
+func (h *Local) start(ctx context.Context, spec runtime.Spec, create bool, files []File) (_ *live, err error) {
+	var client *agent.Client
+	started := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if client != nil {
+			client.Close()
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		switch {
+		case create:
+			if derr := h.driver.Destroy(cctx, spec.ID); derr != nil {
+				err = errors.Join(err, fmt.Errorf("destroying sandbox %s: %w", spec.ID, derr))
+			}
+		case started:
+			if serr := h.driver.Stop(cctx, spec.ID); serr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping sandbox %s: %w", spec.ID, serr))
+			}
+		}
+	}()
+	if create {
+		if err := h.driver.Create(ctx, spec); err != nil {
+			return nil, fmt.Errorf("creating sandbox: %w", err)
+		}
+	}
+	sb, err := h.driver.Start(ctx, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	started = true
+	l, err := connect(ctx, sb, spec.Limits)
+	if l != nil {
+		client = l.agent
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := h.writeFiles(ctx, client, files); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// connect reaches a started sandbox's agent. On failure the client it made is closed.
+func connect(ctx context.Context, sb runtime.Sandbox, limits runtime.Limits) (*live, error) {
+	at := time.Now()
+	client, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the agent: %w", err)
+	}
+	if err := client.Ping(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("the agent does not answer: %w", err)
+	}
+	return &live{sb: sb, agent: client, startedAt: at, limits: limits}, nil
+}
+
+// setRunning binds a started sandbox to s and watches it: a sandbox whose init dies by
+// itself is stopped (disk kept) and reported. The caller holds s.ops.
+func (h *Local) setRunning(s *sandbox, l *live) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s.mu.Lock()
+	s.live, s.frozen, s.ctx, s.cancel = l, false, ctx, cancel
+	s.mu.Unlock()
+	go func() {
+		select {
+		case <-l.sb.Done():
+		case <-ctx.Done():
+			return
+		}
+		s.ops.Lock()
+		defer s.ops.Unlock()
+		s.mu.Lock()
+		same := s.live == l
+		s.mu.Unlock()
+		if !same || ctx.Err() != nil {
+			return
+		}
+		h.log.Warn("sandbox ended by itself; stopping it", "sandbox", s.id)
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		u, err := h.stopLive(sctx, s, errors.New("the sandbox's init process exited"))
+		e := Event{Kind: EventDied, Sandbox: s.id, Usage: u, Error: "the sandbox's init process exited (out of memory?); resume starts it again"}
+		if err != nil {
+			e.Error += "; stopping it: " + err.Error()
+		}
+		h.emit(e)
+	}()
+}
+
+// stopLive ends a running (or frozen) sandbox's commands and processes and keeps its disk;
+// it answers the usage of the life that ended. The caller holds s.ops.
+func (h *Local) stopLive(ctx context.Context, s *sandbox, cause error) (store.Usage, error) {
+	s.mu.Lock()
+	l, cancel, frozen := s.live, s.cancel, s.frozen
+	cmds := make([]*command, 0, len(s.cmds))
+	for _, c := range s.cmds {
+		cmds = append(cmds, c)
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return store.Usage{}, nil
+	}
+	if frozen {
+		// Its processes must run to end.
+		if err := h.thaw(ctx, s.id); err != nil {
+			h.log.Warn("thawing a paused sandbox", "sandbox", s.id, "err", err)
+		}
+	}
+	u := l.usage(ctx)
+	if cancel != nil {
+		cancel(cause)
+	}
+	var err error
+	if serr := h.driver.Stop(ctx, s.id); serr != nil && !errors.Is(serr, runtime.ErrNotFound) {
+		h.log.Error("stopping a sandbox", "sandbox", s.id, "err", serr)
+		err = fmt.Errorf("stopping sandbox %s: %w", s.id, serr)
+	}
+	l.agent.Close()
+	// The commands end with their sandbox.
+	for _, c := range cmds {
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			h.log.Error("a command did not end with its sandbox", "sandbox", s.id, "command", c.id)
+		}
+	}
+	s.mu.Lock()
+	s.live, s.frozen, s.ctx, s.cancel = nil, false, nil, nil
+	s.mu.Unlock()
+	return u, err
+}
+
+func (h *Local) thaw(ctx context.Context, id string) error {
+	f, ok := h.driver.(runtime.Freezer)
+	if !ok {
+		return nil
+	}
+	return f.Thaw(ctx, id)
+}
+
+// Resume starts a stopped sandbox again on its disk, thaws a frozen one or restores a
+// checkpointed one.
+func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) {
+	s := h.lookup(req.ID, true)
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	l, frozen := s.live, s.frozen
+	if s.env == nil && req.Env != nil {
+		s.env = maps.Clone(req.Env)
+	}
+	s.mu.Unlock()
+	switch {
+	case l != nil && frozen:
+		f, ok := h.driver.(runtime.Freezer)
+		if !ok {
+			return Sandbox{}, NotSupported("runtime %q cannot thaw sandboxes", h.driver.Name())
+		}
+		if err := f.Thaw(ctx, req.ID); err != nil {
+			return Sandbox{}, fmt.Errorf("thawing sandbox %s: %w", req.ID, err)
+		}
+		s.mu.Lock()
+		s.frozen = false
+		s.mu.Unlock()
+		return h.answer(req.ID, req.Runtime, l), nil
+	case l != nil:
+		return h.answer(req.ID, req.Runtime, l), nil
+	}
+	dir := h.pauseDir(req.ID)
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		c, ok := h.checkpointer()
+		if !ok {
+			return Sandbox{}, NotSupported("runtime %q cannot restore checkpoints", h.driver.Name())
+		}
+		// A failed restore leaves the sandbox stopped with the checkpoint's disk, and the
+		// checkpoint in place for a retry.
+		l, err := h.restore(ctx, c, req.ID, dir, req.Limits, false)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			h.log.Warn("removing a used checkpoint", "sandbox", req.ID, "err", err)
+		}
+		h.setRunning(s, l)
+		return h.answer(req.ID, req.Runtime, l), nil
+	}
+	l, err := h.start(ctx, runtime.Spec{ID: req.ID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	h.setRunning(s, l)
+	return h.answer(req.ID, req.Runtime, l), nil
+}
+
+// Stop ends a sandbox's processes and commands and keeps its disk; a frozen one is thawed
+// first, a checkpoint dropped. It works on a sandbox a previous process started.
+func (h *Local) Stop(ctx context.Context, id string) (store.Usage, error) {
+	s := h.lookup(id, true)
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	held := s.live != nil
+	s.mu.Unlock()
+	u, err := h.stopLive(ctx, s, errors.New("the sandbox was stopped"))
+	if !held {
+		// Not running here: a sandbox a crash left running, or a frozen one of a process that
+		// is gone.
+		h.thaw(ctx, id)
+		if serr := h.driver.Stop(ctx, id); serr != nil && !errors.Is(serr, runtime.ErrNotFound) {
+			err = fmt.Errorf("stopping sandbox %s: %w", id, serr)
+		}
+	}
+	if rerr := os.RemoveAll(h.pauseDir(id)); rerr != nil {
+		h.log.Warn("removing a checkpoint", "sandbox", id, "err", rerr)
+	}
+	return u, err
+}
+
+// Destroy ends a sandbox in any state and removes its disk and checkpoint.
+func (h *Local) Destroy(ctx context.Context, id string) (store.Usage, error) {
+	s := h.lookup(id, true)
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	defer h.forget(id)
+	cause := errors.New("the sandbox was deleted")
+	s.mu.Lock()
+	if s.expired {
+		cause = errors.New("the sandbox expired")
+	}
+	s.mu.Unlock()
+	u, _ := h.stopLive(ctx, s, cause)
+	h.thaw(ctx, id)
+	var err error
+	if derr := h.driver.Destroy(ctx, id); derr != nil && !errors.Is(derr, runtime.ErrNotFound) {
+		err = fmt.Errorf("destroying sandbox %s: %w", id, derr)
+	}
+	if rerr := os.RemoveAll(h.pauseDir(id)); rerr != nil {
+		h.log.Warn("removing a checkpoint", "sandbox", id, "err", rerr)
+	}
+	return u, err
+}
+
+// Usage is what a running sandbox used since it (last) started.
+func (h *Local) Usage(ctx context.Context, id string) (store.Usage, error) {
+	s := h.lookup(id, false)
+	if s == nil {
+		return store.Usage{}, notHere(id)
+	}
+	s.mu.Lock()
+	l := s.live
+	s.mu.Unlock()
+	if l == nil {
+		return store.Usage{}, nil
+	}
+	return l.usage(ctx), nil
+}
+
+// SetExpiry arms the sandbox's expiry timer (EventExpired at at); the zero time clears it.
+func (h *Local) SetExpiry(ctx context.Context, id string, at time.Time) error {
+	s := h.lookup(id, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.expiry != nil {
+		s.expiry.Stop()
+		s.expiry = nil
+	}
+	if !at.IsZero() {
+		s.expiry = time.AfterFunc(max(time.Until(at), 0), func() {
+			s.mu.Lock()
+			s.expired = true
+			s.mu.Unlock()
+			h.emit(Event{Kind: EventExpired, Sandbox: id})
+		})
+	}
+	return nil
+}
+
+// running answers a running long-lived sandbox (not frozen) and its commands' context.
+func (h *Local) running(id string) (*sandbox, *live, context.Context, error) {
+	s := h.lookup(id, false)
+	if s == nil {
+		return nil, nil, nil, notHere(id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == nil || s.frozen {
+		return nil, nil, nil, errdefs.Conflict("sandbox %s is not running", id)
+	}
+	return s, s.live, s.ctx, nil
+}

@@ -1,0 +1,291 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Pause, snapshot and fork of long-lived sandboxes, on the driver's optional abilities:
+//
+//   - runtime.Checkpointer (gvisor): pause saves the sandbox whole (memory, processes, disk)
+//     into <data-dir>/paused/<id> and stops it, so its RAM is free and it outlives the
+//     server; resume restores it. A snapshot is a checkpoint into
+//     <data-dir>/snapshots/<snapshot> the sandbox is restored from at once, in place; a fork
+//     is a new sandbox restored from a snapshot.
+//   - runtime.Freezer (ns): pause parks the processes in RAM; resume thaws them. There are no
+//     snapshots.
+//
+// A driver that routes between several (internal/runtime/mux) has both abilities and answers
+// a Conflict with code not_supported for a sandbox whose own driver lacks one. None of these
+// breaks a running command: they answer a Conflict with code commands_running instead.
+
+// CodeSandboxStopped is the code of an error after which the sandbox is stopped (its disk
+// kept): a checkpoint or restore failed on the way.
+const CodeSandboxStopped = "sandbox_stopped"
+
+// NotSupported is the error for an ability the sandbox's isolation lacks.
+func NotSupported(format string, args ...any) error {
+	return errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported, format, args...)
+}
+
+// IsNotSupported reports whether err says the isolation lacks the ability.
+func IsNotSupported(err error) bool {
+	return errdefs.IsConflict(err) && errdefs.CodeOf(err) == errdefs.CodeNotSupported
+}
+
+func (h *Local) checkpointer() (runtime.Checkpointer, bool) {
+	c, ok := h.driver.(runtime.Checkpointer)
+	return c, ok
+}
+
+// detach takes a running sandbox's live from it, so that no command starts on it, unless a
+// command runs (commands_running). The caller holds s.ops and gives the live back with
+// setRunning, or stops the sandbox.
+func (h *Local) detach(id, what string) (*sandbox, *live, error) {
+	s := h.lookup(id, false)
+	if s == nil {
+		return nil, nil, notHere(id)
+	}
+	s.ops.Lock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == nil || s.frozen {
+		s.ops.Unlock()
+		return nil, nil, errdefs.Conflict("sandbox %s is not running; only a running sandbox can %s", id, what)
+	}
+	if n := len(s.cmds); n > 0 {
+		s.ops.Unlock()
+		return nil, nil, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+			"sandbox %s has %d command(s) running; wait for them or kill them, then %s", id, n, what)
+	}
+	l, cancel := s.live, s.cancel
+	s.live, s.ctx, s.cancel = nil, nil, nil
+	if cancel != nil {
+		// Ends the watcher of its init: a checkpoint stops the sandbox on purpose.
+		cancel(fmt.Errorf("the sandbox is being made to %s", what))
+	}
+	return s, l, nil
+}
+
+// lost stops a sandbox whose live ended while it was detached (a failed checkpoint or
+// restore) and answers the error that says so. The caller holds s.ops.
+func (h *Local) lost(ctx context.Context, s *sandbox, l *live, err error) error {
+	l.agent.Close()
+	if serr := h.driver.Stop(ctx, s.id); serr != nil && !errors.Is(serr, runtime.ErrNotFound) {
+		h.log.Error("stopping a sandbox", "sandbox", s.id, "err", serr)
+	}
+	return errdefs.New(errdefs.ClassUnavailable, CodeSandboxStopped, "%v; resume starts it again on its disk", err)
+}
+
+// freshDir makes sure dir does not exist and its parent does, for a checkpoint to fill.
+func freshDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Dir(dir), 0o700)
+}
+
+// Pause parks a running sandbox with no command running: checkpointed where the driver can
+// (saved with its memory and stopped; Paused.Usage is its life's), else frozen.
+func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
+	s, l, err := h.detach(id, "pause")
+	if err != nil {
+		return Paused{}, err
+	}
+	defer s.ops.Unlock()
+	u := l.usage(ctx)
+	dir := h.pauseDir(id)
+	if err := freshDir(dir); err != nil {
+		h.setRunning(s, l)
+		return Paused{}, err
+	}
+	mode, err := h.pause(ctx, l, id, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		select {
+		case <-l.sb.Done():
+			return Paused{}, h.lost(ctx, s, l, fmt.Errorf("pausing failed: %w", err))
+		default:
+			h.setRunning(s, l)
+		}
+		return Paused{}, err
+	}
+	if mode == store.PauseCheckpoint {
+		return Paused{Mode: mode, Usage: u}, nil
+	}
+	os.RemoveAll(dir)
+	h.setRunning(s, l)
+	s.mu.Lock()
+	s.frozen = true
+	s.mu.Unlock()
+	return Paused{Mode: mode}, nil
+}
+
+func (h *Local) pause(ctx context.Context, l *live, id, dir string) (string, error) {
+	if c, ok := h.checkpointer(); ok {
+		err := c.Checkpoint(ctx, id, dir)
+		if err == nil {
+			l.agent.Close()
+			return store.PauseCheckpoint, nil
+		}
+		if !IsNotSupported(err) {
+			return "", fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+		}
+	}
+	f, ok := h.driver.(runtime.Freezer)
+	if !ok {
+		return "", NotSupported("runtime %q cannot pause sandboxes", h.driver.Name())
+	}
+	if err := f.Freeze(ctx, id); err != nil {
+		if IsNotSupported(err) {
+			return "", err
+		}
+		return "", fmt.Errorf("freezing sandbox %s: %w", id, err)
+	}
+	return store.PauseFreeze, nil
+}
+
+// Snapshot saves a running sandbox with its memory and disk under snapshotID and restores it
+// in place from there: its processes run on, on a new channel.
+func (h *Local) Snapshot(ctx context.Context, id, snapshotID string) (SnapshotInfo, error) {
+	c, ok := h.checkpointer()
+	if !ok {
+		return SnapshotInfo{}, NotSupported("runtime %q cannot take memory snapshots", h.driver.Name())
+	}
+	s, l, err := h.detach(id, "be snapshotted")
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer s.ops.Unlock()
+	u := l.usage(ctx)
+	dir := h.snapshotDir(snapshotID)
+	if err := freshDir(dir); err != nil {
+		h.setRunning(s, l)
+		return SnapshotInfo{}, err
+	}
+	t0 := time.Now()
+	err = c.Checkpoint(ctx, id, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		select {
+		case <-l.sb.Done():
+			return SnapshotInfo{}, h.lost(ctx, s, l, fmt.Errorf("a snapshot failed: %w", err))
+		default:
+			h.setRunning(s, l)
+		}
+		if IsNotSupported(err) {
+			return SnapshotInfo{}, err
+		}
+		return SnapshotInfo{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
+	l.agent.Close()
+	t1 := time.Now()
+	nl, err := h.restore(ctx, c, id, dir, l.limits, false)
+	if err != nil {
+		return SnapshotInfo{}, errdefs.New(errdefs.ClassUnavailable, CodeSandboxStopped,
+			"sandbox %s was saved but did not start again (it is stopped; resume starts it again on its disk): %v", id, err)
+	}
+	h.log.Debug("sandbox snapshotted", "sandbox", id, "checkpoint_ms", ms(t1.Sub(t0)), "restore_ms", ms(time.Since(t1)))
+	h.setRunning(s, nl)
+	return SnapshotInfo{ID: snapshotID, Bytes: diskUsage(dir), Usage: u,
+		Sandbox: Sandbox{ID: id, Runtime: h.info.Default, StartedAt: nl.startedAt}}, nil
+}
+
+// DeleteSnapshot removes a snapshot's files.
+func (h *Local) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+	if snapshotID == "" {
+		return errdefs.InvalidArgument("no snapshot id")
+	}
+	if err := os.RemoveAll(h.snapshotDir(snapshotID)); err != nil {
+		return fmt.Errorf("removing snapshot %s: %w", snapshotID, err)
+	}
+	return nil
+}
+
+// Fork starts sandbox req.ID from snapshot req.SnapshotID: its memory, processes and disk as
+// they were then, its env the source's with req.Env over it. A failure destroys what it made.
+func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
+	c, ok := h.checkpointer()
+	if !ok {
+		return Sandbox{}, NotSupported("runtime %q cannot fork sandboxes", h.driver.Name())
+	}
+	if req.SnapshotID == "" {
+		return Sandbox{}, errdefs.InvalidArgument("a fork starts from a snapshot")
+	}
+	env := map[string]string{}
+	if src := h.lookup(req.Source, false); src != nil {
+		src.mu.Lock()
+		maps.Copy(env, src.env)
+		src.mu.Unlock()
+	}
+	maps.Copy(env, req.Env)
+	l, err := h.restore(ctx, c, req.ID, h.snapshotDir(req.SnapshotID), req.Limits, true)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	s := h.lookup(req.ID, true)
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	s.env = env
+	s.mu.Unlock()
+	h.setRunning(s, l)
+	return h.answer(req.ID, req.Runtime, l), nil
+}
+
+// restore starts id from the checkpoint in dir and connects to its agent. On failure a new
+// sandbox (fork) is destroyed, an existing one stopped.
+func (h *Local) restore(ctx context.Context, c runtime.Checkpointer, id, dir string, limits runtime.Limits, fork bool) (_ *live, err error) {
+	defer func() {
+		if err == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		undo, verb := h.driver.Stop, "stopping"
+		if fork {
+			undo, verb = h.driver.Destroy, "destroying"
+		}
+		if uerr := undo(cctx, id); uerr != nil && !errors.Is(uerr, runtime.ErrNotFound) {
+			err = errors.Join(err, fmt.Errorf("%s sandbox %s: %w", verb, id, uerr))
+		}
+	}()
+	sb, err := c.Restore(ctx, id, dir)
+	if err != nil {
+		if IsNotSupported(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("restoring sandbox %s: %w", id, err)
+	}
+	return connect(ctx, sb, limits)
+}
+
+// diskUsage is the bytes dir takes on disk (its disk image is sparse).
+func diskUsage(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			} else {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,35 @@
+package hostagent
+
+import (
+	"io"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+)
+
+// execution is one process or run in a started sandbox.
+type execution struct {
+	run     *agent.RunRequest
+	exec    *agent.ExecRequest
+	stdin   io.Reader
+	timeout time.Duration
+	limits  runtime.Limits
+	// killed reports whether the caller signalled the command (its end is then killed).
+	killed func() bool
+	// started is called once the agent has started the process (or said it cannot).
+	started func()
+}
+
+// outcome is how an execution ended: the command's end, the infrastructure failure folded
+// into it, and the sandbox's CPU time at the end.
+type outcome struct {
+	CommandEnd
+	err      error
+	cpuNanos uint64
+}
+
+func (o *outcome) fail(status string, err error) outcome {
+	o.Status, o.err, o.Error = status, err, err.Error()
+	return *o
+}
