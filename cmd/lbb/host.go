@@ -9,15 +9,24 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
+	"github.com/littlebigbrain/lbb/internal/pool"
 )
 
 func init() {
@@ -78,7 +87,10 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, log
 	}
 	defer unlock()
 
-	h, cleanup, err := newHostAgent(ctx, cfg, log)
+	// /metrics is the warm pool's and the process's, as lbb serve's is.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -87,7 +99,10 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, log
 	if err != nil {
 		return err
 	}
-	srv := remote.NewHTTPServer(remote.NewServer(h, token, log), log)
+	routes := http.NewServeMux()
+	routes.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	routes.Handle("/", remote.NewServer(h, token, log))
+	srv := remote.NewHTTPServer(routes, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving the host agent", "addr", ln.Addr().String(), "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
@@ -109,28 +124,56 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, log
 	return nil
 }
 
-// dialHostAgent reaches the host agent of --host-agent and answers what it offers: lbb serve
-// then runs every sandbox there.
-func dialHostAgent(ctx context.Context, cfg config.Config) (*remote.Client, hostagent.Info, error) {
+// openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
+// is then that one's), else its own (openHost).
+func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+	if cfg.HostAgent == "" {
+		return openHost(ctx, cfg, log, reg, bs)
+	}
 	c, err := remote.NewClient(cfg.HostAgent, cfg.HostAgentToken)
 	if err != nil {
-		return nil, hostagent.Info{}, err
+		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := c.Info(ctx)
+	info, err := c.Info(ictx)
 	if err != nil {
-		c.Close()
-		return nil, info, fmt.Errorf("host agent %s: %w", cfg.HostAgent, err)
+		return nil, nil, baseImage{}, control.Isolation{}, fmt.Errorf("host agent %s: %w", cfg.HostAgent, err)
 	}
-	return c, info, nil
+	log.Info("host agent", "url", cfg.HostAgent, "default", info.Default, "offered", info.Offered, "image", info.Image.ID)
+	iso := control.Isolation{Default: info.Default, Available: info.Offered, Unavailable: info.Unavailable}
+	return c, nil, baseImage{Image: info.Image}, iso, nil
 }
 
 // newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
 // its host agent; cleanup closes them.
-//
-// TODO(merge): the hostagent branch provides the local host agent (hostagent.Local, opened
-// in serve.go); until it is merged this stub only says so.
-func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger) (hostagent.Host, func(), error) {
-	return nil, nil, errors.New("this lbb has no local host agent yet")
+func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, func(), error) {
+	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		return nil, nil, err
+	}
+	h, warm, _, _, err := openHost(ctx, cfg, log, reg, bs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if warm == nil {
+		return h, func() {}, nil
+	}
+	return &poolAfterReap{Host: h, start: warm.Start}, func() { warm.Close() }, nil
+}
+
+// poolAfterReap starts the warm pool once the control plane has reaped what an earlier life
+// left (lbb serve starts its own after Recover): a slot made before would be reaped with it.
+type poolAfterReap struct {
+	hostagent.Host
+	once  sync.Once
+	start func()
+}
+
+func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, error) {
+	ids, err := h.Host.Reap(ctx, keep)
+	if err == nil {
+		h.once.Do(h.start)
+	}
+	return ids, err
 }

@@ -23,7 +23,11 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle := func(method string, fn http.HandlerFunc) { mux.HandleFunc("POST /v1/"+method, fn) }
 
 	handle("Info", call(s, func(ctx context.Context, _ struct{}) (hostagent.Info, error) { return h.Info(ctx) }))
-	handle("Claim", call(s, none(h.Claim)))
+	// Claim's acquisition goes on after the call answers, which ends the call's context here
+	// (in process the caller's context lasts until its Run or Unclaim).
+	handle("Claim", call(s, none(func(ctx context.Context, req hostagent.RunRequest) error {
+		return h.Claim(context.WithoutCancel(ctx), req)
+	})))
 	handle("Unclaim", call(s, none(func(ctx context.Context, a idArgs) error { return h.Unclaim(ctx, a.ID) })))
 	handle("Run", call(s, h.Run))
 	handle("Release", call(s, func(ctx context.Context, a idArgs) (hostagent.Ending, error) { return h.Release(ctx, a.ID) }))
