@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -64,7 +65,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// post sends one call and answers its response when it succeeded; the caller closes it.
+// post sends one call and answers its response when it succeeded; the caller closes its
+// body, which ends the call.
 func (c *Client) post(ctx context.Context, method string, query url.Values, body io.Reader) (*http.Response, error) {
 	u := c.base + method
 	if len(query) > 0 {
@@ -77,18 +79,31 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 		src = &sourceReader{r: body}
 		body = src
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
+	// The request outlives ctx by up to cancelGrace: ctx's end is sent as a Cancel, and the
+	// call answers what the Host then answered.
+	id := rand.Text()
+	rctx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		c.cancel(id)
+		time.AfterFunc(cancelGrace, abort)
+	})
+	end := sync.OnceFunc(func() { stop(); abort() })
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, body)
 	if err != nil {
+		end()
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set(headerCall, id)
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		end()
 		if err := src.failed(); err != nil {
 			return nil, err
 		}
 		return nil, broken(ctx, method, err)
 	}
+	resp.Body = callBody{resp.Body, end}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
 	}
@@ -97,7 +112,34 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&we); err != nil || we.Class == "" {
 		return nil, errdefs.New(errdefs.ClassUnavailable, "", "host agent %s: %s", method, resp.Status)
 	}
-	return nil, we.err()
+	return nil, we.err(ctx)
+}
+
+// cancel asks the server to end the context of call id.
+func (c *Client) cancel(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"Cancel", jsonReader(idArgs{id}))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if resp, err := c.hc.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// callBody ends its call when closed.
+type callBody struct {
+	io.ReadCloser
+	end func()
+}
+
+func (b callBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.end()
+	return err
 }
 
 // broken is a call that got no answer: the caller's context ended, or the host is not
@@ -298,12 +340,15 @@ func (c *Client) OpenFile(ctx context.Context, sandboxID, path string) (hostagen
 		resp.Body.Close()
 		return fe, nil, broken(ctx, "OpenFile", fmt.Errorf("%s: %w", headerFile, err))
 	}
-	return fe, fileBody{resp}, nil
+	return fe, fileBody{ctx, resp}, nil
 }
 
 // fileBody is a file's content; a failure on the host while streaming it ends it with
 // that failure rather than io.EOF.
-type fileBody struct{ resp *http.Response }
+type fileBody struct {
+	ctx  context.Context
+	resp *http.Response
+}
 
 func (b fileBody) Read(p []byte) (int, error) {
 	n, err := b.resp.Body.Read(p)
@@ -311,7 +356,7 @@ func (b fileBody) Read(p []byte) (int, error) {
 		if v := b.resp.Trailer.Get(headerError); v != "" {
 			var we wireError
 			if json.Unmarshal([]byte(v), &we) == nil {
-				return n, we.err()
+				return n, we.err(b.ctx)
 			}
 			return n, errdefs.New(errdefs.ClassInternal, "", "host agent OpenFile: %s", v)
 		}

@@ -14,12 +14,19 @@
 //   - Events answers one JSON event a line for as long as the call lasts.
 //
 // Cleartext HTTP/2 (h2c) serves loopback and private networks; an https URL uses TLS.
-// Cancelling a call's context resets its stream, which cancels the call on the server.
+//
+// A call's context ends as a message, not as a broken stream: every call carries an id
+// (Lbb-Call), and when its context ends the client posts /v1/Cancel with it, which ends the
+// context of the Host's call on the server; the call then answers what the Host answered
+// (Run a killed run, Wait the context's error), as it would in process. A server that does
+// not answer within cancelGrace has the stream reset.
 // docs/architecture.md shows where a remote host fits.
 package remote
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -29,17 +36,24 @@ import (
 
 // Headers and the trailer of the streamed calls.
 const (
+	headerCall  = "Lbb-Call"
 	headerFile  = "Lbb-File"
 	headerError = "Lbb-Error"
 	headerStart = "Lbb-Start"
 	headerEOF   = "Lbb-EOF"
 )
 
-// wireError is an error on the wire.
+// cancelGrace is how long a client waits, after its call's context ended, for the server
+// to answer the call.
+const cancelGrace = 30 * time.Second
+
+// wireError is an error on the wire. Context says the Host's call ended for its context
+// ("canceled", "deadline"), so that errors.Is finds the context's error on the client too.
 type wireError struct {
 	Class   string `json:"class"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Context string `json:"context,omitempty"`
 }
 
 // writeError answers err. The status only tells a log or a curl what kind of failure it is;
@@ -58,14 +72,41 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func toWire(err error) wireError {
-	return wireError{Class: errdefs.ClassOf(err).String(), Code: errdefs.CodeOf(err), Message: err.Error()}
+	w := wireError{Class: errdefs.ClassOf(err).String(), Code: errdefs.CodeOf(err), Message: err.Error()}
+	switch {
+	case errors.Is(err, context.Canceled):
+		w.Context = "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		w.Context = "deadline"
+	}
+	return w
 }
 
-// err rebuilds the error of the same class and code; an unknown class is Internal.
-func (w wireError) err() error {
+// err rebuilds the error of the same class and code (an unknown class is Internal), with the
+// caller's context error when the Host's call ended for its context.
+func (w wireError) err(ctx context.Context) error {
 	class, _ := errdefs.ParseClass(w.Class)
-	return &errdefs.Error{Class: class, Code: w.Code, Msg: w.Message}
+	e := &errdefs.Error{Class: class, Code: w.Code, Msg: w.Message}
+	if w.Context == "" {
+		return e
+	}
+	cause := ctx.Err()
+	if cause == nil && w.Context == "deadline" {
+		cause = context.DeadlineExceeded
+	} else if cause == nil {
+		cause = context.Canceled
+	}
+	return contextError{e, cause}
 }
+
+// contextError is a Host's error that its context caused.
+type contextError struct {
+	err   *errdefs.Error
+	cause error
+}
+
+func (e contextError) Error() string   { return e.err.Error() }
+func (e contextError) Unwrap() []error { return []error{e.err, e.cause} }
 
 // Argument structs of the calls that take more than one value.
 type (

@@ -35,7 +35,7 @@ type fake struct {
 
 	// open is the content OpenFile answers ("content" when nil).
 	open func() io.ReadCloser
-	// entered makes Wait wait for its context to end, then report it on canceled.
+	// entered makes Wait and Run wait for their context to end, then report it on canceled.
 	entered, canceled chan struct{}
 	// stall makes WriteStdin read nothing until its context ends.
 	stall  bool
@@ -71,6 +71,7 @@ var (
 		Env: map[string]string{"TOKEN": "s3cret"}, Timeout: 90 * time.Second, HeadBytes: 10, TailBytes: 20,
 		Files: []hostagent.File{{Path: "data.csv", SHA256: "ab12"}}}
 	runResult = hostagent.RunResult{CommandEnd: end, SandboxStarted: t0, EndReason: "completed", Usage: usage}
+	killed    = hostagent.RunResult{CommandEnd: hostagent.CommandEnd{Status: "killed", Error: "the server stopped"}, EndReason: "server_shutdown"}
 	ending    = hostagent.Ending{At: t0, Usage: usage, Error: "umount: busy"}
 	createReq = hostagent.CreateRequest{ID: "sbx_2", Limits: limits, Runtime: "ns", Warm: true,
 		Files: []hostagent.File{{Path: "x", SHA256: "cd"}}, Env: map[string]string{"A": "b"}}
@@ -93,6 +94,12 @@ func (f *fake) Claim(ctx context.Context, req hostagent.RunRequest) error {
 }
 func (f *fake) Unclaim(ctx context.Context, id string) error { return f.rec("Unclaim", id) }
 func (f *fake) Run(ctx context.Context, req hostagent.RunRequest) (hostagent.RunResult, error) {
+	if f.entered != nil {
+		close(f.entered)
+		<-ctx.Done()
+		close(f.canceled)
+		return killed, nil
+	}
 	return runResult, f.rec("Run", req)
 }
 func (f *fake) Release(ctx context.Context, id string) (hostagent.Ending, error) {
@@ -391,12 +398,13 @@ func TestErrors(t *testing.T) {
 		errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes, "10 running"),
 		errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIsolationUnavailable, "no gvisor"),
 		errors.New("plain"),
+		fmt.Errorf("waiting: %w", context.Canceled),
 	} {
 		c, _ := serve(t, &fake{fail: fail})
 		for _, tc := range calls {
 			_, err := tc.call(t.Context(), c)
 			if errdefs.ClassOf(err) != errdefs.ClassOf(fail) || errdefs.CodeOf(err) != errdefs.CodeOf(fail) ||
-				err.Error() != fail.Error() {
+				err.Error() != fail.Error() || errors.Is(err, context.Canceled) != errors.Is(fail, context.Canceled) {
 				t.Errorf("%s: %v (%v, %s), want %v (%v, %s)", tc.name, err, errdefs.ClassOf(err), errdefs.CodeOf(err),
 					fail, errdefs.ClassOf(fail), errdefs.CodeOf(fail))
 			}
@@ -476,19 +484,58 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// TestCancel: ending a call's context ends the server's call.
+// TestCancel: ending a call's context ends the server's call, and the call answers what
+// the Host answered then: its result, or its context's error.
 func TestCancel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(context.Context, hostagent.Host) (any, error)
+		want any
+		err  error
+	}{
+		{"Wait", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Wait(ctx, "cmd_1") }, nil, context.Canceled},
+		{"Run", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Run(ctx, runReq) }, killed, nil},
+	} {
+		f := &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
+		c, _ := serve(t, f)
+		ctx, cancel := context.WithCancel(t.Context())
+		type answer struct {
+			v   any
+			err error
+		}
+		done := make(chan answer, 1)
+		go func() { v, err := tc.call(ctx, c); done <- answer{v, err} }()
+		await(t, f.entered, tc.name+" did not reach the server")
+		cancel()
+		await(t, f.canceled, "the server's "+tc.name+" went on after the client's context ended")
+		got := <-done
+		if !errors.Is(got.err, tc.err) || tc.want != nil && !reflect.DeepEqual(got.v, tc.want) {
+			t.Errorf("%s answered %+v, %v; want %+v, %v", tc.name, got.v, got.err, tc.want, tc.err)
+		}
+	}
+
+	// A deadline is the caller's own error.
 	f := &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
 	c, _ := serve(t, f)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { _, err := c.Wait(ctx, "cmd_1"); done <- err }()
-	await(t, f.entered, "Wait did not reach the server")
-	cancel()
-	await(t, f.canceled, "the server's Wait went on after the client's context ended")
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("Wait answered %v, want context.Canceled", err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Wait(ctx, "cmd_1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait past its deadline: %v", err)
 	}
+
+	// A Cancel that overtakes its call ends the call as it arrives.
+	f = &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
+	c, _ = serve(t, f)
+	c.cancel("early")
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, c.base+"Wait", strings.NewReader(`{"id":"cmd_1"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(headerCall, "early")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	await(t, f.canceled, "a call cancelled before it came went on")
 }
 
 // TestToken: a wrong, missing or unset token is Unauthorized; an unreachable host is
@@ -634,10 +681,12 @@ func TestLargeFiles(t *testing.T) {
 // same connection.
 func TestStalledStream(t *testing.T) {
 	c, _ := serve(t, &fake{stall: true})
+	var stalled sync.WaitGroup
+	defer stalled.Wait()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	for range 4 {
-		go c.WriteStdin(ctx, "cmd_1", &pattern{size: 8 << 20}, false)
+		stalled.Go(func() { c.WriteStdin(ctx, "cmd_1", &pattern{size: 8 << 20}, false) })
 	}
 	time.Sleep(500 * time.Millisecond)
 	done := make(chan struct{})

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
@@ -18,7 +20,7 @@ import (
 // NewServer serves h to clients that present token (NewClient); an empty token lets no one
 // in. Serve it with NewHTTPServer. log gets the calls that failed as Internal.
 func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
-	s := &server{h: h, log: log}
+	s := &server{h: h, log: log, calls: map[string]context.CancelFunc{}, early: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	handle := func(method string, fn http.HandlerFunc) { mux.HandleFunc("POST /v1/"+method, fn) }
 
@@ -68,12 +70,69 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Sandboxes", call(s, func(ctx context.Context, _ struct{}) ([]string, error) { return h.Sandboxes(ctx) }))
 	handle("Reap", call(s, func(ctx context.Context, a reapArgs) ([]string, error) { return h.Reap(ctx, a.Keep) }))
 	handle("Events", s.events)
-	return authorize(token, mux)
+	mux.HandleFunc("POST /v1/Cancel", s.cancel)
+	return authorize(token, s.cancellable(mux))
 }
 
 type server struct {
 	h   hostagent.Host
 	log *slog.Logger
+
+	mu sync.Mutex
+	// calls are the calls under way that can be cancelled, by id (Lbb-Call).
+	calls map[string]context.CancelFunc
+	// early are the ids of calls cancelled before they arrived, for a minute.
+	early map[string]time.Time
+}
+
+// cancellable gives a call that has an id a context that its Cancel ends.
+func (s *server) cancellable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(headerCall)
+		if id == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		s.mu.Lock()
+		if _, ok := s.early[id]; ok {
+			delete(s.early, id)
+			cancel()
+		} else {
+			s.calls[id] = cancel
+		}
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.calls, id)
+			s.mu.Unlock()
+		}()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// cancel ends the context of a call under way, or of one still to come.
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	var a idArgs
+	if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+		s.fail(w, r, errdefs.InvalidArgument("host agent Cancel: arguments: %v", err))
+		return
+	}
+	s.mu.Lock()
+	if cancel, ok := s.calls[a.ID]; ok {
+		cancel()
+	} else {
+		now := time.Now()
+		for id, at := range s.early {
+			if now.Sub(at) > time.Minute {
+				delete(s.early, id)
+			}
+		}
+		s.early[a.ID] = now
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 // authorize lets through the requests that carry the token, compared in constant time.
