@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -342,17 +340,7 @@ func TestIsolationRestart(t *testing.T) {
 // metric reads one sample of the server's /metrics (0 when absent).
 func metric(t *testing.T, s *server, sample string) float64 {
 	t.Helper()
-	body := string(s.call("GET", "/metrics", "-", nil, "").body)
-	if s.hostURL != "" { // the warm pool's metrics are the host agent's
-		resp, err := http.Get(s.hostURL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body += "\n" + string(b)
-	}
-	for _, line := range strings.Split(body, "\n") {
+	for _, line := range strings.Split(s.metrics(t), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {

@@ -231,6 +231,28 @@ func (p *proc) end(sig syscall.Signal) {
 	}
 }
 
+// metrics is the server's /metrics, and its host agent's (the warm pool's) when remote.
+func (s *server) metrics(t *testing.T) string {
+	t.Helper()
+	r := s.call("GET", "/metrics", "-", nil, "")
+	if r.status != 200 {
+		t.Fatalf("/metrics: %d", r.status)
+	}
+	if s.hostURL == "" {
+		return string(r.body)
+	}
+	resp, err := http.Get(s.hostURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the host agent's /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(r.body) + "\n" + string(b)
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	if len(lines) > n {
