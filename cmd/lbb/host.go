@@ -39,16 +39,18 @@ func runHost(args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
 	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
+	var tlsFiles [2]string
+	fs.StringVar(&tlsFiles[0], "tls-cert", "", "certificate file: serve HTTP/2 over TLS (https://) instead of in clear text (LBB_HOST_TLS_CERT)")
+	fs.StringVar(&tlsFiles[1], "tls-key", "", "the key file of --tls-cert (LBB_HOST_TLS_KEY)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: lbb host --token TOKEN [flags]\n\nThe flags of lbb serve that set up sandboxes (--data-dir, --runtime, --pool, …) apply here too, with their LBB_* variables; --listen and --token are LBB_HOST_LISTEN and LBB_HOST_TOKEN.\n\n")
+		fmt.Fprintf(os.Stderr, "Usage: lbb host --token TOKEN [flags]\n\nThe flags of lbb serve that set up sandboxes (--data-dir, --runtime, --pool, …) apply here too, with their LBB_* variables; --listen, --token, --tls-cert and --tls-key are LBB_HOST_LISTEN, LBB_HOST_TOKEN, ….\n\n")
 		fs.PrintDefaults()
 	}
 	getenv := func(k string) string {
-		switch k {
-		case config.EnvName("listen"):
-			k = "LBB_HOST_LISTEN"
-		case config.EnvName("token"):
-			k = "LBB_HOST_TOKEN"
+		for _, name := range []string{"listen", "token", "tls-cert", "tls-key"} {
+			if k == config.EnvName(name) {
+				k = config.EnvName("host-" + name)
+			}
 		}
 		return os.Getenv(k)
 	}
@@ -65,13 +67,18 @@ func runHost(args []string) error {
 	if cfg.HostAgent != "" {
 		return errors.New("--host-agent is for lbb serve; lbb host is the host agent")
 	}
+	if (tlsFiles[0] == "") != (tlsFiles[1] == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serveHost(ctx, cfg, *listen, *token, log)
+	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
 }
 
-func serveHost(ctx context.Context, cfg config.Config, listen, token string, log *slog.Logger) error {
+// serveHost serves the host agent until ctx ends; over TLS when tlsFiles (certificate, key)
+// are set.
+func serveHost(ctx context.Context, cfg config.Config, listen, token string, tlsFiles [2]string, log *slog.Logger) error {
 	if err := prepareDataDir(cfg.DataDir, log); err != nil {
 		return err
 	}
@@ -104,9 +111,15 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, log
 	routes.Handle("/", remote.NewServer(h, token, log))
 	srv := remote.NewHTTPServer(routes, log)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving the host agent", "addr", ln.Addr().String(), "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
-	fmt.Fprintf(os.Stderr, "lbb: host agent on http://%s (runtime %s)\n", ln.Addr(), cfg.Runtime)
+	scheme := "http"
+	if tlsFiles[0] != "" {
+		scheme = "https"
+		go func() { served <- srv.ServeTLS(ln, tlsFiles[0], tlsFiles[1]) }()
+	} else {
+		go func() { served <- srv.Serve(ln) }()
+	}
+	log.Info("serving the host agent", "addr", ln.Addr().String(), "tls", scheme == "https", "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+	fmt.Fprintf(os.Stderr, "lbb: host agent on %s://%s (runtime %s)\n", scheme, ln.Addr(), cfg.Runtime)
 
 	select {
 	case err := <-served:

@@ -20,6 +20,7 @@
 // context of the Host's call on the server; the call then answers what the Host answered
 // (Run a killed run, Wait the context's error), as it would in process. A server that does
 // not answer within cancelGrace has the stream reset.
+//
 // docs/architecture.md shows where a remote host fits.
 package remote
 
