@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
@@ -111,7 +110,7 @@ func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey 
 			return Response{}, err
 		}
 		defer rc.Close()
-		if e.Type != agent.TypeFile && e.Type != agent.TypeSymlink {
+		if e.Type != hostagent.TypeFile && e.Type != hostagent.TypeSymlink {
 			return Response{}, errdefs.InvalidArgument("%s is a %s, not a file", p, e.Type)
 		}
 		if e.Size > s.cfg.MaxFileBytes {

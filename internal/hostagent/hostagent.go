@@ -288,6 +288,13 @@ type StdinResult struct {
 // guest agent lists it.
 type FileEntry = agent.FileEntry
 
+// Types of a FileEntry.
+const (
+	TypeFile    = agent.TypeFile
+	TypeDir     = agent.TypeDir
+	TypeSymlink = agent.TypeSymlink
+)
+
 // Event kinds.
 const (
 	// EventDied: the sandbox's init exited by itself (out of memory?); the host agent stopped

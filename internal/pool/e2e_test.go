@@ -264,7 +264,29 @@ func TestNSLatency(t *testing.T) {
 		t.Logf("%-22s p50 %7.2f ms  p90 %7.2f ms  min %7.2f ms  (n=%d)", name, ms(ds[len(ds)/2]), ms(ds[len(ds)*9/10]), ms(ds[0]), n)
 		return ds
 	}
+	// The same through the host agent, the path one-call runs take (stats, output capture).
+	hostRun := func(name, lang, code, input string) time.Duration {
+		var ds []time.Duration
+		for range n {
+			if err := e.p.WaitReady(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(settle)
+			t0 := time.Now()
+			ok, out, release := OneCall(context.Background(), e.d, e.p, e.image, nsLimits, lang, code, json.RawMessage(input), time.Minute)
+			ds = append(ds, time.Since(t0))
+			release()
+			if !ok {
+				t.Fatalf("%s: %s", name, out)
+			}
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		t.Logf("%-22s p50 %7.2f ms  p90 %7.2f ms  min %7.2f ms  (n=%d)", name, ms(ds[len(ds)/2]), ms(ds[len(ds)*9/10]), ms(ds[0]), n)
+		return ds[n/2]
+	}
 	t.Logf("load average before: %s", loadavg())
+	hostRun("RunOnce python, warm", "python", sum, "[1,2,3]")
+	hostRun("RunOnce pandas, warm", "python", pandas, pandasIn)
 	wSum := measure("python sum, warm", e.p, "python", sum, "[1,2,3]", true)
 	wPandas := measure("pandas, warm", e.p, "python", pandas, pandasIn, true)
 	wNode := measure("node sum, warm", e.p, "node", nodeSum, "[1,2,3]", true)

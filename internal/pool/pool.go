@@ -12,7 +12,7 @@
 // the cold provider at once, without waiting for a refill.
 //
 // Slots are driver sandboxes with ids of their own (ids.New(ids.Sandbox)), not the record id
-// the caller passed in spec.ID: Lease.Sandbox.ID() names the driver's sandbox. Crash
+// the caller passed in Request.Spec.ID: Lease.Sandbox.ID() names the driver's sandbox. Crash
 // reaping stays correct without a mapping for one-call sandboxes, since the host reaps every
 // driver sandbox that no stopped record claims: parked slots and claimed ones alike.
 //
