@@ -42,6 +42,7 @@ test-quick: ## The inner loop: unit tests that need no images (skip privileged s
 test: deps vet images ## Everything: vet, the image, both drivers through the suites, service, MCP and SDK tests.
 	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
 	cd sdk/go && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
+	LBB_E2E_REMOTE_HOST=1 LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./test/e2e/
 	LBB_BIN=$(CURDIR)/$(BIN)/lbb bash sdk/test.sh all
 
 include sdk/sdk.mk

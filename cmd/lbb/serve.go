@@ -108,7 +108,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hst, warm, image, iso, err := openHost(ctx, cfg, log, reg, bs)
+	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs)
 	if err != nil {
 		return err
 	}

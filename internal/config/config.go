@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,11 @@ type Config struct {
 	// PoolGvisorMin is how many warm sandboxes per language are kept on gvisor when the
 	// server offers it beside another default (0: none; gvisor runs then start cold).
 	PoolGvisorMin int
+
+	// HostAgent is the URL of a host agent in another process (`lbb host`) that runs the
+	// sandboxes instead of one in the server's own process; HostAgentToken is its token.
+	HostAgent      string
+	HostAgentToken string
 }
 
 // Default returns the configuration with every default filled in.
@@ -157,6 +163,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
 	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
+	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://)")
+	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent")
 }
 
 // EnvName is the environment variable of a flag: --data-dir is LBB_DATA_DIR.
@@ -216,6 +224,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Pool && (c.PoolMin < 0 || c.PoolMax < max(c.PoolMin, 1) || c.PoolRefill < 1) {
 		bad("--pool-min %d, --pool-max %d, --pool-refill %d: want 0 ≤ min ≤ max, max ≥ 1, refill ≥ 1", c.PoolMin, c.PoolMax, c.PoolRefill)
+	}
+	if c.HostAgent != "" {
+		if u, err := url.Parse(c.HostAgent); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--host-agent %q: want http://host:port or https://host:port", c.HostAgent)
+		}
+		if c.HostAgentToken == "" {
+			bad("--host-agent needs --host-agent-token")
+		}
 	}
 	if c.PoolGvisorMin < 0 {
 		bad("--pool-gvisor-min %d must not be negative", c.PoolGvisorMin)

@@ -54,6 +54,13 @@ func TestLoad(t *testing.T) {
 			}
 		}},
 		{name: "negative gvisor pool", args: []string{"--pool-gvisor-min", "-1"}, wantErr: true},
+		{name: "host agent", env: map[string]string{"LBB_HOST_AGENT": "http://127.0.0.1:7702", "LBB_HOST_AGENT_TOKEN": "t"}, check: func(t *testing.T, c Config) {
+			if c.HostAgent != "http://127.0.0.1:7702" || c.HostAgentToken != "t" {
+				t.Errorf("host agent %q, token %q", c.HostAgent, c.HostAgentToken)
+			}
+		}},
+		{name: "host agent without token", args: []string{"--host-agent", "http://127.0.0.1:7702"}, wantErr: true},
+		{name: "host agent not a URL", args: []string{"--host-agent", "127.0.0.1:7702", "--host-agent-token", "t"}, wantErr: true},
 		{name: "bad env", env: map[string]string{"LBB_MAX_PIDS": "many"}, wantErr: true},
 		{name: "default above cap", args: []string{"--default-memory-mib", "9000", "--max-memory-mib", "4096"}, wantErr: true},
 		{name: "bad addr", args: []string{"--addr", "nowhere"}, wantErr: true},

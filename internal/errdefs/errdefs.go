@@ -119,6 +119,20 @@ func Unauthorized(format string, args ...any) error {
 // Forbidden says the caller may not do this.
 func Forbidden(format string, args ...any) error { return New(ClassForbidden, "", format, args...) }
 
+// String is the class's name (its default code, "not_found"): how a class travels between
+// processes, read back by ParseClass.
+func (c Class) String() string { return classes[c].code }
+
+// ParseClass returns the class named name (Class.String); false for no class.
+func ParseClass(name string) (Class, bool) {
+	for c, v := range classes {
+		if v.code == name {
+			return c, true
+		}
+	}
+	return ClassInternal, false
+}
+
 // ClassOf returns the class of err: Internal for an unclassified error.
 func ClassOf(err error) Class {
 	var e *Error

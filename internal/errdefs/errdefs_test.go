@@ -39,3 +39,14 @@ func TestClasses(t *testing.T) {
 		t.Error("Wrap lost the wrapped error")
 	}
 }
+
+func TestParseClass(t *testing.T) {
+	for c := range classes {
+		if got, ok := ParseClass(c.String()); !ok || got != c {
+			t.Errorf("ParseClass(%q) = %v, %v; want %v", c.String(), got, ok, c)
+		}
+	}
+	if _, ok := ParseClass("nonsense"); ok {
+		t.Error("ParseClass took an unknown name")
+	}
+}

@@ -341,8 +341,7 @@ func TestIsolationRestart(t *testing.T) {
 // metric reads one sample of the server's /metrics (0 when absent).
 func metric(t *testing.T, s *server, sample string) float64 {
 	t.Helper()
-	r := s.call("GET", "/metrics", "", nil, "")
-	for _, line := range strings.Split(string(r.body), "\n") {
+	for _, line := range strings.Split(s.metrics(t), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,16 +63,29 @@ func requireEnv(t *testing.T) {
 	}
 }
 
-// server is a running `lbb serve`.
+// server is a running `lbb serve` (proc), and with LBB_E2E_REMOTE_HOST=1 the `lbb host` it
+// runs its sandboxes on.
 type server struct {
 	t       *testing.T
 	dataDir string
 	args    []string
-	cmd     *exec.Cmd
-	url     string
-	key     string
-	stderr  *syncBuffer
-	exited  chan error
+	*proc
+	host               *proc
+	hostURL, hostToken string
+	url                string
+	key                string
+	// stderr is the output of both processes.
+	stderr *syncBuffer
+}
+
+// remoteHost runs every server's sandboxes in a host agent of its own process (lbb host),
+// which lbb serve reaches over HTTP/2 on loopback.
+var remoteHost = os.Getenv("LBB_E2E_REMOTE_HOST") == "1"
+
+// proc is one lbb process.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan error
 }
 
 type syncBuffer struct {
@@ -110,42 +124,29 @@ func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	requireEnv(t)
 	s := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), args: args}
+	t.Cleanup(func() { s.stop() }) // also a host agent whose server did not start
 	s.start()
-	t.Cleanup(func() { s.stop() })
 	return s
 }
 
-var servingLine = regexp.MustCompile(`lbb: serving on (http://\S+)`)
+var (
+	servingLine = regexp.MustCompile(`lbb: serving on (http://\S+)`)
+	hostLine    = regexp.MustCompile(`lbb: host agent on (http://\S+)`)
+)
 
 func (s *server) start() {
 	s.t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", s.dataDir, "--images-dir", imagesDir}, s.args...)
-	s.cmd = exec.Command(lbbBin, args...)
 	s.stderr = &syncBuffer{}
-	pr, pw := io.Pipe()
-	s.cmd.Stderr = io.MultiWriter(s.stderr, pw)
-	s.cmd.Stdout = s.stderr
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+	common := []string{"--data-dir", s.dataDir, "--images-dir", imagesDir}
+	args := append(append([]string{"serve", "--addr", "127.0.0.1:0"}, common...), s.args...)
+	if remoteHost {
+		token := rand.Text()
+		s.hostToken = token
+		s.host, s.hostURL = launch(s.t, append(append([]string{"host", "--listen", "127.0.0.1:0", "--token", token}, common...), s.args...),
+			s.stderr, hostLine)
+		args = append(args, "--host-agent", s.hostURL, "--host-agent-token", token)
 	}
-	s.exited = make(chan error, 1)
-	go func() { err := s.cmd.Wait(); pw.Close(); s.exited <- err }()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	select {
-	case s.url = <-found:
-	case <-time.After(2 * time.Minute):
-		s.cmd.Process.Kill()
-		s.t.Fatalf("lbb serve did not start:\n%s", s.stderr)
-	}
+	s.proc, s.url = launch(s.t, args, s.stderr, servingLine)
 	b, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
 	if err != nil {
 		s.t.Fatal(err)
@@ -153,27 +154,92 @@ func (s *server) start() {
 	s.key = strings.TrimSpace(string(b))
 }
 
-// stop ends the server with SIGTERM and waits for it.
-func (s *server) stop() {
-	if s.cmd == nil || s.cmd.ProcessState != nil {
-		return
+// launch starts lbb with args, its output going to log, and answers once a line of its
+// stderr matches ready, with the line's first group.
+func launch(t *testing.T, args []string, log *syncBuffer, ready *regexp.Regexp) (*proc, string) {
+	t.Helper()
+	p := &proc{cmd: exec.Command(lbbBin, args...), exited: make(chan error, 1)}
+	pr, pw := io.Pipe()
+	p.cmd.Stderr = io.MultiWriter(log, pw)
+	p.cmd.Stdout = log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	go func() { err := p.cmd.Wait(); pw.Close(); p.exited <- err }()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
 	select {
-	case <-s.exited:
+	case u := <-found:
+		return p, u
 	case <-time.After(2 * time.Minute):
-		s.cmd.Process.Kill()
-		<-s.exited
+		p.cmd.Process.Kill()
+		t.Fatalf("lbb %s did not start:\n%s", args[0], log)
 	}
+	return nil, ""
+}
+
+// stop ends the server with SIGTERM and waits for it, then its host agent.
+func (s *server) stop() {
+	s.proc.end(syscall.SIGTERM)
+	s.host.end(syscall.SIGTERM)
 	if s.t.Failed() {
 		s.t.Logf("lbb serve log:\n%s", lastLines(s.stderr.String(), 40))
 	}
 }
 
-// kill9 ends the server as a crash would.
+// kill9 ends the server and its host agent as a crash would.
 func (s *server) kill9() {
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
+	s.proc.end(syscall.SIGKILL)
+	s.host.end(syscall.SIGKILL)
+}
+
+// end signals the process and waits for it (killing it after 2 minutes).
+func (p *proc) end(sig syscall.Signal) {
+	if p == nil || p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// metrics is the server's /metrics, and its host agent's (the warm pool's) when remote.
+func (s *server) metrics(t *testing.T) string {
+	t.Helper()
+	r := s.call("GET", "/metrics", "", nil, "")
+	if r.status != 200 {
+		t.Fatalf("/metrics: %d", r.status)
+	}
+	if s.hostURL == "" {
+		return string(r.body)
+	}
+	req, err := http.NewRequest("GET", s.hostURL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.hostToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the host agent's /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(r.body) + "\n" + string(b)
 }
 
 func lastLines(s string, n int) string {

@@ -1,0 +1,197 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
+	"github.com/littlebigbrain/lbb/internal/pool"
+)
+
+func init() {
+	commands["host"] = command{summary: "Run this machine's host agent for an lbb serve --host-agent (on --listen, default 127.0.0.1:7702)", run: runHost}
+}
+
+// runHost runs the host agent on its own: the drivers, warm pool and image of lbb serve,
+// served over HTTP/2 to a control plane elsewhere (docs/architecture.md).
+func runHost(args []string) error {
+	fs := flag.NewFlagSet("host", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
+	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
+	var tlsFiles [2]string
+	fs.StringVar(&tlsFiles[0], "tls-cert", "", "certificate file: serve HTTP/2 over TLS (https://) instead of in clear text (LBB_HOST_TLS_CERT)")
+	fs.StringVar(&tlsFiles[1], "tls-key", "", "the key file of --tls-cert (LBB_HOST_TLS_KEY)")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: lbb host --token TOKEN [flags]\n\nThe flags of lbb serve that set up sandboxes (--data-dir, --runtime, --pool, …) apply here too, with their LBB_* variables; --listen, --token, --tls-cert and --tls-key are LBB_HOST_LISTEN, LBB_HOST_TOKEN, ….\n\n")
+		fs.PrintDefaults()
+	}
+	getenv := func(k string) string {
+		for _, name := range []string{"listen", "token", "tls-cert", "tls-key"} {
+			if k == config.EnvName(name) {
+				k = config.EnvName("host-" + name)
+			}
+		}
+		return os.Getenv(k)
+	}
+	cfg, err := config.Load(fs, args, getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *token == "" {
+		return errors.New("--token (or LBB_HOST_TOKEN) is required: whoever presents it runs code here")
+	}
+	if cfg.HostAgent != "" {
+		return errors.New("--host-agent is for lbb serve; lbb host is the host agent")
+	}
+	if (tlsFiles[0] == "") != (tlsFiles[1] == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	log := newLogger(cfg.LogLevel).With("part", "host")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
+}
+
+// serveHost serves the host agent until ctx ends; over TLS when tlsFiles (certificate, key)
+// are set.
+func serveHost(ctx context.Context, cfg config.Config, listen, token string, tlsFiles [2]string, log *slog.Logger) error {
+	if err := prepareDataDir(cfg.DataDir, log); err != nil {
+		return err
+	}
+	// One host agent at a time on a data directory; an lbb serve may share it (its store and
+	// blobs).
+	lockDir := filepath.Join(cfg.DataDir, "hostagent")
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return err
+	}
+	unlock, err := lockDataDir(lockDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	// /metrics is the warm pool's and the process's, as lbb serve's is.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	routes := http.NewServeMux()
+	// /metrics needs the token too, unless --metrics-public, as lbb serve's needs a key.
+	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if !cfg.MetricsPublic {
+		metrics = remote.Authorize(token, metrics)
+	}
+	routes.Handle("GET /metrics", metrics)
+	routes.Handle("/", remote.NewServer(h, token, log))
+	srv := remote.NewHTTPServer(routes, log)
+	served := make(chan error, 1)
+	scheme := "http"
+	if tlsFiles[0] != "" {
+		scheme = "https"
+		go func() { served <- srv.ServeTLS(ln, tlsFiles[0], tlsFiles[1]) }()
+	} else {
+		go func() { served <- srv.Serve(ln) }()
+	}
+	log.Info("serving the host agent", "addr", ln.Addr().String(), "tls", scheme == "https", "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
+	fmt.Fprintf(os.Stderr, "lbb: host agent on %s://%s (runtime %s)\n", scheme, ln.Addr(), cfg.Runtime)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// The control plane ends its runs before it goes; calls still open here (events,
+	// followers) get the grace, then end.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
+// is then that one's), else its own (openHost).
+func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+	if cfg.HostAgent == "" {
+		return openHost(ctx, cfg, log, reg, bs)
+	}
+	c, err := remote.NewClient(cfg.HostAgent, cfg.HostAgentToken)
+	if err != nil {
+		return nil, nil, baseImage{}, control.Isolation{}, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := c.Info(ictx)
+	if err != nil {
+		return nil, nil, baseImage{}, control.Isolation{}, fmt.Errorf("host agent %s: %w", cfg.HostAgent, err)
+	}
+	log.Info("host agent", "url", cfg.HostAgent, "default", info.Default, "offered", info.Offered, "image", info.Image.ID)
+	iso := control.Isolation{Default: info.Default, Available: info.Offered, Unavailable: info.Unavailable}
+	return c, nil, baseImage{Image: info.Image}, iso, nil
+}
+
+// newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
+// its host agent; cleanup closes them.
+func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, func(), error) {
+	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		return nil, nil, err
+	}
+	h, warm, _, _, err := openHost(ctx, cfg, log, reg, bs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if warm == nil {
+		return h, func() {}, nil
+	}
+	return &poolAfterReap{Host: h, start: warm.Start}, func() { warm.Close() }, nil
+}
+
+// poolAfterReap starts the warm pool once the control plane has reaped what an earlier life
+// left (lbb serve starts its own after Recover): a slot made before would be reaped with it.
+type poolAfterReap struct {
+	hostagent.Host
+	once  sync.Once
+	start func()
+}
+
+func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, error) {
+	ids, err := h.Host.Reap(ctx, keep)
+	if err == nil {
+		h.once.Do(h.start)
+	}
+	return ids, err
+}
