@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -195,11 +195,7 @@ func (s *Service) commandWait(waitMs *int64, timeoutMs int64) (time.Duration, er
 
 // replayCommand answers a call whose key is taken: done says it answered (or failed).
 func (s *Service) replayCommand(ctx context.Context, c Caller, idemKey, reqHash string, wait time.Duration) (Response, bool, error) {
-	if idemKey == "" {
-		return Response{}, true, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
-			"a call that runs code needs an Idempotency-Key header")
-	}
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Require(idemKey); err != nil {
 		return Response{}, true, err
 	}
 	r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey)
@@ -353,9 +349,9 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 		if gerr != nil {
 			sb = store.Sandbox{ID: cmd.SandboxID}
 		}
-		resp, err = jsonResponse(http.StatusOK, render(cmd, sb))
+		resp, err = idempotency.JSON(idempotency.Done, render(cmd, sb))
 	} else {
-		resp, err = jsonResponse(http.StatusOK, cmd)
+		resp, err = idempotency.JSON(idempotency.Done, cmd)
 	}
 	if err != nil {
 		log.Error("rendering a command", "err", err)
@@ -373,12 +369,12 @@ func (s *Service) runCommand(ctx context.Context, ls *liveSandbox, lc *liveComma
 		} else if err != nil {
 			return err
 		}
-		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
+		idempotency.Finish(&r, resp, cmd.FinishedAt)
 		if err := q.UpdateIdempotency(wctx, r); err != nil {
 			return err
 		}
 		if e, ok := audit.Take(); ok {
-			e.Status, e.Target, e.At = resp.Status, cmd.ID, s.now()
+			e.Status, e.Target, e.At = int(resp.Outcome), cmd.ID, s.now()
 			return q.AppendAudit(wctx, e)
 		}
 		return nil

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -122,18 +122,18 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 	if err := s.level3(); err != nil {
 		return Response{}, err
 	}
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Check(idemKey); err != nil {
 		return Response{}, err
 	}
 	// A replay needs no valid request: the answer is stored.
-	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
 	sb, env, files, err := s.planSandbox(ctx, c, req)
 	if err != nil {
 		return Response{}, err
 	}
-	return s.idempotent(ctx, c, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
 		if err := s.begin(); err != nil {
 			return Response{}, err
 		}
@@ -169,7 +169,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
-		return jsonResponse(http.StatusCreated, sb)
+		return idempotency.JSON(idempotency.Created, sb)
 	})
 }
 

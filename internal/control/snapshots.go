@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -45,12 +45,12 @@ const RouteSnapshot = "POST /v1/sandboxes/{id}/snapshot"
 // (after a lost answer) gets the snapshot the first call took instead of taking a second.
 // The answer is 201 with the snapshot.
 func (s *Service) SnapshotOnce(ctx context.Context, c Caller, id string, req SnapshotRequest, idemKey, reqHash string) (Response, error) {
-	return s.idempotent(ctx, c, idemKey, RouteSnapshot, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteSnapshot, reqHash, func(ctx context.Context) (Response, error) {
 		snap, err := s.SnapshotSandbox(ctx, c, id, req)
 		if err != nil {
 			return Response{}, err
 		}
-		return jsonResponse(http.StatusCreated, snap)
+		return idempotency.JSON(idempotency.Created, snap)
 	})
 }
 
@@ -533,11 +533,11 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	if _, err := s.snapshotHost(); err != nil {
 		return Response{}, err
 	}
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Check(idemKey); err != nil {
 		return Response{}, err
 	}
 	// A replay needs no valid request: the answer is stored.
-	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
 	if err := s.begin(); err != nil {
@@ -572,7 +572,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	} else if src.Status != store.SandboxRunning {
 		return Response{}, errdefs.Conflict("sandbox %s is %s; a fork without a snapshot is of a running sandbox", id, src.Status)
 	}
-	return s.idempotent(ctx, c, idemKey, RouteFork, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteFork, reqHash, func(ctx context.Context) (Response, error) {
 		// The source's ops keep its snapshots (and the source) in place while the fork
 		// restores from one.
 		ls.ops.Lock()
@@ -659,5 +659,5 @@ func (s *Service) fork(ctx context.Context, c Caller, src *liveSandbox, from sto
 		return Response{}, err
 	}
 	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp)
-	return jsonResponse(http.StatusCreated, sb)
+	return idempotency.JSON(idempotency.Created, sb)
 }
