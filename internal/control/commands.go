@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/idempotency"
@@ -146,7 +147,7 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		code, tplConfig, tplTimeout, baseName = t.Code, t.Config, t.TimeoutMs, t.Base
 		ref = &store.TemplateRef{ID: t.ID, Name: t.Name, Version: t.Version}
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return Response{}, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
 	}

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
-	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
@@ -450,7 +450,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	baseName := firstNonEmpty(r.Base, r.Language, req.Base)
 	var tpl *store.Template
 	if r.Template != "" {
-		if b, ok := lookupBase(r.Template); ok {
+		if b, ok := bases.Lookup(r.Template); ok {
 			baseName = b.Name // a base named as a template
 		} else {
 			t, err := s.resolveTemplate(ctx, c.Graph, r.Template)
@@ -458,7 +458,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 				return nil, err
 			}
 			if baseName != "" {
-				if b, ok := lookupBase(baseName); !ok || b.Name != t.Base {
+				if b, ok := bases.Lookup(baseName); !ok || b.Name != t.Base {
 					return nil, errdefs.InvalidArgument("template %s runs on %s; drop base and language from the call", r.Template, t.Base)
 				}
 			}
@@ -468,7 +468,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if baseName == "" {
 		baseName = "lbb/python"
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
 	}
@@ -696,9 +696,6 @@ func deepMerge(under, over any) any {
 	}
 	return out
 }
-
-// lookupBase finds a base by name ("lbb/node") or language ("node").
-func lookupBase(name string) (images.Base, bool) { return images.LookupBase(name) }
 
 func validEnvName(k string) bool {
 	if k == "" {

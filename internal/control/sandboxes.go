@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/host"
 	"github.com/littlebigbrain/lbb/internal/idempotency"
@@ -190,7 +191,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	baseName := req.Base
 	var tpl *store.Template
 	if req.Template != "" {
-		if b, ok := lookupBase(req.Template); ok {
+		if b, ok := bases.Lookup(req.Template); ok {
 			baseName = b.Name
 		} else {
 			t, err := s.resolveTemplate(ctx, c.Graph, req.Template)
@@ -198,7 +199,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 				return zero, nil, nil, err
 			}
 			if req.Base != "" {
-				if b, ok := lookupBase(req.Base); !ok || b.Name != t.Base {
+				if b, ok := bases.Lookup(req.Base); !ok || b.Name != t.Base {
 					return zero, nil, nil, errdefs.InvalidArgument("template %s runs on %s; drop base from the call", req.Template, t.Base)
 				}
 			}
@@ -208,7 +209,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	if baseName == "" {
 		baseName = "lbb/python"
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return zero, nil, nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell", baseName)
 	}

@@ -41,7 +41,6 @@ import (
 	"log/slog"
 	"math"
 	goruntime "runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +188,7 @@ func New(o Options) (*Pool, error) {
 	if o.DefaultLanguage == "" {
 		o.DefaultLanguage = agent.LangPython
 	}
-	o.DefaultLanguage = normLanguage(o.DefaultLanguage)
+	o.DefaultLanguage = agent.Interpreter(o.DefaultLanguage)
 	if o.Min <= 0 {
 		o.Min = 2
 	}
@@ -231,7 +230,7 @@ func New(o Options) (*Pool, error) {
 		if k.Image == "" {
 			return nil, fmt.Errorf("pool: key %q has no image", k.Name)
 		}
-		lang := normLanguage(k.Language)
+		lang := agent.Interpreter(k.Language)
 		if k.Language != "" && lang == "" {
 			return nil, fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
 		}
@@ -278,18 +277,6 @@ func defaultName(k Key) string {
 	return fmt.Sprintf("%s/%dm-%gc", lang, k.Limits.MemoryMiB, k.Limits.CPUs)
 }
 
-// normLanguage maps a run language and its aliases to the interpreter a slot pre-starts;
-// "" for none (shell, or a bare sandbox).
-func normLanguage(lang string) string {
-	switch strings.ToLower(lang) {
-	case agent.LangPython, "python3", "py":
-		return agent.LangPython
-	case agent.LangNode, "javascript", "js":
-		return agent.LangNode
-	}
-	return ""
-}
-
 // WithLanguage says what a claim made with ctx will run: agent.LangPython or agent.LangNode
 // (or an alias) takes a slot with that interpreter pre-started; anything else ("", shell)
 // takes a bare slot. Without it a claim takes Options.DefaultLanguage. host.Host says it
@@ -300,7 +287,7 @@ func WithLanguage(ctx context.Context, language string) context.Context {
 
 func (p *Pool) languageOf(ctx context.Context) string {
 	if l, ok := host.LanguageOf(ctx); ok {
-		return normLanguage(l)
+		return agent.Interpreter(l)
 	}
 	return p.o.DefaultLanguage
 }
