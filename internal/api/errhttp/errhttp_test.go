@@ -3,38 +3,39 @@ package errhttp
 import (
 	"errors"
 	"fmt"
-	"io"
+	"net/http"
 	"testing"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 )
 
+// Every class has its own status, and the status maps back to the class.
 func TestStatuses(t *testing.T) {
-	for _, tc := range []struct {
-		err    error
-		class  errdefs.Class
-		status int
-	}{
-		{errdefs.NotFound("sandbox %s", "sbx_1"), errdefs.ClassNotFound, 404},
-		{fmt.Errorf("loading: %w", errdefs.NotFound("x")), errdefs.ClassNotFound, 404},
-		{errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired, "need a key"), errdefs.ClassInvalidArgument, 400},
-		{errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused, "other body"), errdefs.ClassUnprocessable, 422},
-		{errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes, "10 running"), errdefs.ClassLimitExceeded, 429},
-		{errdefs.Wrap(errdefs.ClassUnavailable, "", io.EOF), errdefs.ClassUnavailable, 503},
-		{errdefs.Unauthorized("no key"), errdefs.ClassUnauthorized, 401},
-		{errdefs.Forbidden("no scope"), errdefs.ClassForbidden, 403},
-		{errdefs.Conflict("busy"), errdefs.ClassConflict, 409},
-		{errdefs.New(errdefs.ClassPayloadTooLarge, "", "big"), errdefs.ClassPayloadTooLarge, 413},
-		{errors.New("plain"), errdefs.ClassInternal, 500},
-	} {
-		if got := Status(tc.err); got != tc.status {
-			t.Errorf("%v: status %d, want %d", tc.err, got, tc.status)
+	want := map[errdefs.Class]int{
+		errdefs.ClassInternal: 500, errdefs.ClassInvalidArgument: 400, errdefs.ClassUnauthorized: 401,
+		errdefs.ClassForbidden: 403, errdefs.ClassNotFound: 404, errdefs.ClassConflict: 409,
+		errdefs.ClassPayloadTooLarge: 413, errdefs.ClassUnprocessable: 422, errdefs.ClassLimitExceeded: 429,
+		errdefs.ClassUnavailable: 503,
+	}
+	for class, status := range want {
+		err := fmt.Errorf("wrapped: %w", errdefs.New(class, "", "a failure of class %d", class))
+		if got := Status(err); got != status {
+			t.Errorf("class %d: status %d, want %d", class, got, status)
 		}
-		if Class(tc.status) != tc.class {
-			t.Errorf("Class(%d) = %v, want %v", tc.status, Class(tc.status), tc.class)
+		if got := Class(status); got != class {
+			t.Errorf("Class(%d) = %d, want %d", status, got, class)
 		}
 	}
-	if Class(418) != errdefs.ClassInternal {
+	if len(statuses) != len(want) {
+		t.Errorf("%d classes have a status, the test knows %d", len(statuses), len(want))
+	}
+	if got := Status(errors.New("plain")); got != http.StatusInternalServerError {
+		t.Errorf("an unclassified error: %d", got)
+	}
+	if got := Status(errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused, "other body")); got != 422 {
+		t.Errorf("a class with its own code: %d", got)
+	}
+	if Class(http.StatusTeapot) != errdefs.ClassInternal {
 		t.Error("a status no class has is not Internal")
 	}
 }
