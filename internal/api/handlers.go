@@ -2,8 +2,6 @@ package api
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -128,27 +127,6 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// requestHash identifies a request for its idempotency key: the route and the canonical
-// JSON of the body (keys sorted, whitespace dropped), without wait_ms, which says how long
-// to wait, not what to run.
-func requestHash(route, graph string, body []byte) (string, error) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	var v map[string]any
-	if err := d.Decode(&v); err != nil {
-		return "", errdefs.InvalidArgument("the body is not a JSON object: %v", err)
-	}
-	delete(v, "wait_ms")
-	canon, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", route, graph)
-	h.Write(canon)
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, c *call) error {
 	if _, err := s.svc.Store().ListGraphs(r.Context()); err != nil {
 		return errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("store: %w", err))
@@ -180,11 +158,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 		return s.createLongLived(w, r, c, body, req)
 	}
 	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
-		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
-			"a call that runs code needs an Idempotency-Key header")
+	if err := idempotency.Require(key); err != nil {
+		return err
 	}
-	hash, err := requestHash(control.RouteCreateSandbox, c.caller.Graph, body)
+	hash, err := idempotency.HashJSON(control.RouteCreateSandbox, c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
@@ -199,10 +176,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 	if json.Unmarshal(resp.Body, &ids) == nil {
 		c.target, c.sandbox = ids.Command, ids.Sandbox
 	}
-	if resp.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	writeRaw(w, resp.Status, resp.Body)
+	writeResponse(w, resp)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -57,7 +58,20 @@ func writeResponse(w http.ResponseWriter, resp control.Response) {
 	if resp.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeRaw(w, resp.Status, resp.Body)
+	writeRaw(w, outcomeStatus(resp.Outcome), resp.Body)
+}
+
+// outcomeStatus is the HTTP status that says what a call did.
+func outcomeStatus(o idempotency.Outcome) int {
+	switch o {
+	case idempotency.Done:
+		return http.StatusOK
+	case idempotency.Created:
+		return http.StatusCreated
+	case idempotency.Accepted:
+		return http.StatusAccepted
+	}
+	return http.StatusInternalServerError
 }
 
 // writeTargeted writes resp and names the record it made (its "id") as the call's target.
@@ -74,7 +88,7 @@ func writeTargeted(w http.ResponseWriter, c *call, resp control.Response) {
 // createLongLived serves POST /v1/sandboxes without run.
 func (s *Server) createLongLived(w http.ResponseWriter, r *http.Request, c *call, body []byte, req control.CreateRequest) error {
 	key := r.Header.Get("Idempotency-Key")
-	hash, err := requestHash(control.RouteCreateSandbox, c.caller.Graph, body)
+	hash, err := idempotency.HashJSON(control.RouteCreateSandbox, c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
@@ -130,7 +144,7 @@ func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, c *call) er
 	if err := decode(body, &req); err != nil {
 		return err
 	}
-	hash, err := requestHash("POST /v1/sandboxes/"+id+"/commands", c.caller.Graph, body)
+	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/commands", c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
@@ -153,7 +167,7 @@ func (s *Server) runInSandbox(w http.ResponseWriter, r *http.Request, c *call) e
 	if err := decode(body, &req); err != nil {
 		return err
 	}
-	hash, err := requestHash("POST /v1/sandboxes/"+id+"/run", c.caller.Graph, body)
+	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/run", c.caller.Graph, body)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/littlebigbrain/lbb/internal/api/errhttp"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
@@ -309,7 +310,7 @@ type errorBody struct {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, c *call, err error) {
-	status, code, msg := errdefs.HTTPStatus(err), errdefs.CodeOf(err), err.Error()
+	status, code, msg := errhttp.Status(err), errdefs.CodeOf(err), err.Error()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):

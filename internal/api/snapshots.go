@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) snapshotSandbox(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	hash, err := requestHash("POST /v1/sandboxes/"+id+"/snapshot", c.caller.Graph, body)
+	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/snapshot", c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, c *call) er
 	if err != nil {
 		return err
 	}
-	hash, err := requestHash("POST /v1/sandboxes/"+id+"/fork", c.caller.Graph, body)
+	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/fork", c.caller.Graph, body)
 	if err != nil {
 		return err
 	}

@@ -5,11 +5,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+
+	"github.com/littlebigbrain/lbb/internal/bases"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
@@ -114,7 +116,7 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		code, tplConfig, tplTimeout, baseName = t.Code, t.Config, t.TimeoutMs, t.Base
 		ref = &store.TemplateRef{ID: t.ID, Name: t.Name, Version: t.Version}
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return Response{}, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
 	}
@@ -164,11 +166,7 @@ func (s *Service) commandWait(waitMs *int64, timeoutMs int64) (time.Duration, er
 
 // replayCommand answers a call whose key is taken: done says it answered (or failed).
 func (s *Service) replayCommand(ctx context.Context, c Caller, idemKey, reqHash string, wait time.Duration) (Response, bool, error) {
-	if idemKey == "" {
-		return Response{}, true, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
-			"a call that runs code needs an Idempotency-Key header")
-	}
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Require(idemKey); err != nil {
 		return Response{}, true, err
 	}
 	r, err := s.st.GetIdempotency(ctx, c.Graph, idemKey)
@@ -309,9 +307,9 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		if gerr != nil {
 			sb = store.Sandbox{ID: cmd.SandboxID}
 		}
-		resp, err = jsonResponse(http.StatusOK, render(cmd, sb))
+		resp, err = idempotency.JSON(idempotency.Done, render(cmd, sb))
 	} else {
-		resp, err = jsonResponse(http.StatusOK, cmd)
+		resp, err = idempotency.JSON(idempotency.Done, cmd)
 	}
 	if err != nil {
 		log.Error("rendering a command", "err", err)
@@ -329,12 +327,12 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		} else if err != nil {
 			return err
 		}
-		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
+		idempotency.Finish(&r, resp, cmd.FinishedAt)
 		if err := q.UpdateIdempotency(wctx, r); err != nil {
 			return err
 		}
 		if e, ok := audit.Take(); ok {
-			e.Status, e.Target, e.At = resp.Status, cmd.ID, s.now()
+			e.Status, e.Target, e.At = int(resp.Outcome), cmd.ID, s.now()
 			return q.AppendAudit(wctx, e)
 		}
 		return nil

@@ -4,17 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/api/errhttp"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
@@ -89,20 +90,20 @@ func TestRunAndReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := decodeResult(t, resp)
-	if resp.Status != 200 || resp.Replayed || !r.OK || string(r.Result) != "[1,2,3]" || r.Status != store.CommandSucceeded {
-		t.Fatalf("first call: %d replayed=%v %s", resp.Status, resp.Replayed, resp.Body)
+	if resp.Outcome != idempotency.Done || resp.Replayed || !r.OK || string(r.Result) != "[1,2,3]" || r.Status != store.CommandSucceeded {
+		t.Fatalf("first call: %d replayed=%v %s", resp.Outcome, resp.Replayed, resp.Body)
 	}
 	again, err := e.svc.Run(ctx, e.caller, run("def run(i, c): return i", "[1,2,3]"), "k1", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.Replayed || string(again.Body) != string(resp.Body) || again.Status != 200 {
-		t.Fatalf("replay: %d replayed=%v %s", again.Status, again.Replayed, again.Body)
+	if !again.Replayed || string(again.Body) != string(resp.Body) || again.Outcome != idempotency.Done {
+		t.Fatalf("replay: %d replayed=%v %s", again.Outcome, again.Replayed, again.Body)
 	}
 	_, err = e.svc.Run(ctx, e.caller, run("other", "1"), "k1", "h2")
 	wantCode(t, err, errdefs.CodeIdempotencyKeyReused)
-	if errdefs.HTTPStatus(err) != 422 {
-		t.Fatalf("reused key: status %d", errdefs.HTTPStatus(err))
+	if errhttp.Status(err) != 422 {
+		t.Fatalf("reused key: status %d", errhttp.Status(err))
 	}
 	if n := e.runner.Runs(r.Command); n != 1 {
 		t.Fatalf("ran %d times", n)
@@ -256,16 +257,16 @@ func TestWaitAnd202(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := decodeResult(t, resp)
-	if resp.Status != http.StatusAccepted || r.Status != store.CommandRunning {
-		t.Fatalf("want 202 running, got %d %s", resp.Status, resp.Body)
+	if resp.Outcome != idempotency.Accepted || r.Status != store.CommandRunning {
+		t.Fatalf("want 202 running, got %d %s", resp.Outcome, resp.Body)
 	}
 	cmd, err := e.svc.GetCommand(ctx, "main", r.Command, 5*time.Second)
 	if err != nil || cmd.Status != store.CommandSucceeded {
 		t.Fatalf("after waiting: %v %+v", err, cmd)
 	}
 	again, err := e.svc.Run(ctx, e.caller, req, "w", "h")
-	if err != nil || again.Status != 200 || !again.Replayed {
-		t.Fatalf("replay after the end: %v %d %v", err, again.Status, again.Replayed)
+	if err != nil || again.Outcome != idempotency.Done || !again.Replayed {
+		t.Fatalf("replay after the end: %v %d %v", err, again.Outcome, again.Replayed)
 	}
 }
 
@@ -281,8 +282,8 @@ func TestTooManySandboxes(t *testing.T) {
 	}
 	_, err := e.svc.Run(ctx, e.caller, run("x", "1"), "b3", "h")
 	wantCode(t, err, errdefs.CodeTooManySandboxes)
-	if errdefs.HTTPStatus(err) != 429 {
-		t.Fatalf("status %d", errdefs.HTTPStatus(err))
+	if errhttp.Status(err) != 429 {
+		t.Fatalf("status %d", errhttp.Status(err))
 	}
 	e.runner.Release()
 	for i := range 2 {
@@ -324,7 +325,7 @@ func TestShutdownEndsRuns(t *testing.T) {
 		t.Fatalf("a run shorter than the grace period ended %s", q.Status)
 	}
 	_, err = e.svc.Run(ctx, e.caller, run("x", "1"), "late", "h")
-	if errdefs.HTTPStatus(err) != 503 {
+	if errhttp.Status(err) != 503 {
 		t.Fatalf("a run after shutdown: %v", err)
 	}
 }
@@ -492,7 +493,7 @@ func TestKeys(t *testing.T) {
 	if err := e.svc.Authorize(ctx, got, "team", store.ScopeSandboxesRead); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.Authorize(ctx, got, "team", store.ScopeSandboxesWrite); errdefs.HTTPStatus(err) != 403 {
+	if err := e.svc.Authorize(ctx, got, "team", store.ScopeSandboxesWrite); errhttp.Status(err) != 403 {
 		t.Fatalf("missing scope: %v", err)
 	}
 	if err := e.svc.Authorize(ctx, got, "main", store.ScopeSandboxesRead); !errdefs.IsNotFound(err) {
@@ -504,10 +505,10 @@ func TestKeys(t *testing.T) {
 	if _, err := e.svc.RevokeKey(ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Authenticate(ctx, k.Secret); errdefs.HTTPStatus(err) != 401 {
+	if _, err := e.svc.Authenticate(ctx, k.Secret); errhttp.Status(err) != 401 {
 		t.Fatalf("revoked key: %v", err)
 	}
-	if _, err := e.svc.Authenticate(ctx, "lbb_sk_nope"); errdefs.HTTPStatus(err) != 401 {
+	if _, err := e.svc.Authenticate(ctx, "lbb_sk_nope"); errhttp.Status(err) != 401 {
 		t.Fatalf("unknown key: %v", err)
 	}
 	// A second bootstrap keeps the saved admin key.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -103,8 +103,8 @@ func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey 
 	if sandboxID == "" || p == "" {
 		return Response{}, errdefs.InvalidArgument("keeping a file needs source_sandbox and source_path")
 	}
-	hash := HashRequest(RouteKeepFile, c.Graph, "sandbox", sandboxID, p)
-	return s.idempotent(ctx, c, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
+	hash := idempotency.Hash(RouteKeepFile, c.Graph, "sandbox", sandboxID, p)
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
 		e, rc, err := s.OpenFile(ctx, c.Graph, sandboxID, p)
 		if err != nil {
 			return Response{}, err
@@ -126,7 +126,7 @@ func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey 
 			return Response{}, err
 		}
 		s.log.Info("file kept", "graph", c.Graph, "file", f.ID, "sandbox", sandboxID, "sha256", f.SHA256, "bytes", f.Size)
-		return jsonResponse(http.StatusCreated, f)
+		return idempotency.JSON(idempotency.Created, f)
 	})
 }
 
@@ -137,7 +137,7 @@ func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Re
 	if err != nil {
 		return Response{}, err
 	}
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Check(idemKey); err != nil {
 		return Response{}, err
 	}
 	if strings.ContainsAny(name, "/\x00") || len(name) > 255 {
@@ -147,15 +147,15 @@ func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Re
 	if err != nil {
 		return Response{}, err
 	}
-	hash := HashRequest(RouteKeepFile, c.Graph, "upload", name, info.SHA256)
-	return s.idempotent(ctx, c, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
+	hash := idempotency.Hash(RouteKeepFile, c.Graph, "upload", name, info.SHA256)
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
 		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: info.SHA256, Size: info.Size, Name: name,
 			Origin: store.FileOrigin{Kind: store.FileFromUpload, Key: c.Key.ID}, CreatedAt: s.now()}
 		if err := s.st.CreateFile(ctx, f); err != nil {
 			return Response{}, err
 		}
 		s.log.Info("file uploaded", "graph", c.Graph, "file", f.ID, "sha256", f.SHA256, "bytes", f.Size)
-		return jsonResponse(http.StatusCreated, f)
+		return idempotency.JSON(idempotency.Created, f)
 	})
 }
 
@@ -173,8 +173,8 @@ func (s *Service) ImportFile(ctx context.Context, c Caller, sandboxID, p, sha, i
 	if !blobs.ValidDigest(sha) {
 		return Response{}, errdefs.InvalidArgument("source_sha256 %q is not a sha256 digest (64 hex digits)", sha)
 	}
-	hash := HashRequest(RouteImportFile, c.Graph, sandboxID, p, sha)
-	return s.idempotent(ctx, c, idemKey, RouteImportFile, hash, func(ctx context.Context) (Response, error) {
+	hash := idempotency.Hash(RouteImportFile, c.Graph, sandboxID, p, sha)
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteImportFile, hash, func(ctx context.Context) (Response, error) {
 		if _, err := s.st.GetFileBySHA256(ctx, c.Graph, sha); err != nil {
 			return Response{}, err
 		}
@@ -187,7 +187,7 @@ func (s *Service) ImportFile(ctx context.Context, c Caller, sandboxID, p, sha, i
 		if err != nil {
 			return Response{}, err
 		}
-		return jsonResponse(http.StatusOK, ImportedFile{FileEntry: e, SHA256: sha})
+		return idempotency.JSON(idempotency.Done, ImportedFile{FileEntry: e, SHA256: sha})
 	})
 }
 

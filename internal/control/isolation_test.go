@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/api/errhttp"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
@@ -172,8 +174,8 @@ func TestIsolationPrecedence(t *testing.T) {
 			t.Fatal(err)
 		}
 		var sb store.Sandbox
-		if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Status != http.StatusCreated {
-			t.Fatalf("%d %s %v", resp.Status, resp.Body, err)
+		if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
+			t.Fatalf("%d %s %v", resp.Outcome, resp.Body, err)
 		}
 		if sb.Isolation != tc.want {
 			t.Errorf("%+v: record isolation %q, want %q", tc.req, sb.Isolation, tc.want)
@@ -207,8 +209,8 @@ func TestIsolationErrors(t *testing.T) {
 		Unavailable: map[string]string{"gvisor": "runsc is not installed (run scripts/install-runsc.sh)"}})
 	check := func(what string, err error, code string) {
 		t.Helper()
-		if errdefs.CodeOf(err) != code || errdefs.HTTPStatus(err) != http.StatusBadRequest {
-			t.Errorf("%s: %v (code %s, status %d), want 400 %s", what, err, errdefs.CodeOf(err), errdefs.HTTPStatus(err), code)
+		if errdefs.CodeOf(err) != code || errhttp.Status(err) != http.StatusBadRequest {
+			t.Errorf("%s: %v (code %s, status %d), want 400 %s", what, err, errdefs.CodeOf(err), errhttp.Status(err), code)
 		}
 		if code == errdefs.CodeIsolationUnavailable && (err == nil || !strings.Contains(err.Error(), "runsc is not installed")) {
 			t.Errorf("%s: %v does not say what is missing", what, err)

@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -76,13 +76,13 @@ func (e *env3) create(t *testing.T, req control.CreateRequest) store.Sandbox {
 		t.Fatal(err)
 	}
 	var sb store.Sandbox
-	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Status != http.StatusCreated {
-		t.Fatalf("%d %s %v", resp.Status, resp.Body, err)
+	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
+		t.Fatalf("%d %s %v", resp.Outcome, resp.Body, err)
 	}
 	return sb
 }
 
-func (e *env3) exec(t *testing.T, sb string, req control.ExecRequest, key string) (store.Command, int) {
+func (e *env3) exec(t *testing.T, sb string, req control.ExecRequest, key string) (store.Command, idempotency.Outcome) {
 	t.Helper()
 	resp, err := e.svc.Exec(ctx, e.caller, sb, req, key, "hash-"+key)
 	if err != nil {
@@ -92,7 +92,7 @@ func (e *env3) exec(t *testing.T, sb string, req control.ExecRequest, key string
 	if err := json.Unmarshal(resp.Body, &c); err != nil {
 		t.Fatal(err)
 	}
-	return c, resp.Status
+	return c, resp.Outcome
 }
 
 func ms(n int64) *int64 { return &n }
@@ -186,7 +186,7 @@ func TestExpiry(t *testing.T) {
 	e := setup3(t, nil)
 	sb := e.create(t, control.CreateRequest{ExpiresInSeconds: 1})
 	c, status := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "60"}, WaitMs: ms(0)}, "bg")
-	if status != http.StatusAccepted {
+	if status != idempotency.Accepted {
 		t.Fatalf("%d %+v", status, c)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -73,7 +73,7 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			if err != nil {
 				return err
 			}
-			r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, http.StatusOK, body, &now
+			idempotency.Finish(&r, Response{Outcome: idempotency.Done, Body: body}, &now)
 			return q.UpdateIdempotency(ctx, r)
 		})
 		if err != nil {

@@ -5,16 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
-	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
 )
@@ -80,13 +80,6 @@ type RunResult struct {
 	FinishedAt *time.Time         `json:"finished_at,omitempty"`
 }
 
-// Response is what the API sends back for a run.
-type Response struct {
-	Status   int
-	Body     json.RawMessage
-	Replayed bool
-}
-
 // RouteCreateSandbox is the route idempotency keys of one-call runs belong to.
 const RouteCreateSandbox = "POST /v1/sandboxes"
 
@@ -121,12 +114,8 @@ type inflight struct {
 // a call with the same key and request hash replays the stored answer (or waits for it);
 // a different request with the key is rejected.
 func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey, reqHash string) (Response, error) {
-	if idemKey == "" {
-		return Response{}, errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
-			"a call that runs code needs an Idempotency-Key header")
-	}
-	if len(idemKey) > 255 {
-		return Response{}, errdefs.InvalidArgument("Idempotency-Key is longer than 255 bytes")
+	if err := idempotency.Require(idemKey); err != nil {
+		return Response{}, err
 	}
 	wait, err := s.waitFor(req.WaitMs)
 	if err != nil {
@@ -190,18 +179,16 @@ func (s *Service) waitFor(ms *int64) (time.Duration, error) {
 	return min(time.Duration(*ms)*time.Millisecond, s.cfg.MaxWait), nil
 }
 
-// reserve writes the idempotency row, the sandbox and the command in one transaction,
+// reserve writes the idempotency key, the sandbox and the command in one transaction,
 // before any code runs. It answers the existing reservation when the key is taken.
 func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, error) {
 	for attempt := 0; ; attempt++ {
 		var existing *store.Idempotency
 		err := s.st.WithTx(ctx, func(q store.Queries) error {
-			r, err := q.GetIdempotency(ctx, p.sandbox.Graph, p.idemKey)
-			if err == nil {
-				existing = &r
-				return nil
-			}
-			if !errdefs.IsNotFound(err) {
+			r := idempotency.Reservation(p.sandbox.Graph, p.idemKey, RouteCreateSandbox, p.reqHash, p.command.CreatedAt)
+			r.CommandID, r.SandboxID = p.command.ID, p.sandbox.ID
+			var err error
+			if existing, err = idempotency.Reserve(ctx, q, r); err != nil || existing != nil {
 				return err
 			}
 			n, err := q.CountActiveSandboxes(ctx, p.sandbox.Graph)
@@ -215,13 +202,7 @@ func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, err
 			if err := q.CreateSandbox(ctx, p.sandbox); err != nil {
 				return err
 			}
-			if err := q.CreateCommand(ctx, p.command); err != nil {
-				return err
-			}
-			return q.CreateIdempotency(ctx, store.Idempotency{
-				Graph: p.sandbox.Graph, Key: p.idemKey, Route: RouteCreateSandbox, RequestHash: p.reqHash,
-				State: store.IdempotencyRunning, CommandID: p.command.ID, SandboxID: p.sandbox.ID, CreatedAt: p.command.CreatedAt,
-			})
+			return q.CreateCommand(ctx, p.command)
 		})
 		// Another process may reserve the key between our read and insert.
 		if errdefs.IsConflict(err) && attempt < 3 {
@@ -233,12 +214,8 @@ func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, err
 
 // replay answers a call whose key is already reserved.
 func (s *Service) replay(ctx context.Context, c Caller, r store.Idempotency, reqHash string, wait time.Duration) (Response, error) {
-	if r.RequestHash != reqHash {
-		return Response{}, errdefs.New(errdefs.ClassUnprocessable, errdefs.CodeIdempotencyKeyReused,
-			"Idempotency-Key %q was used with a different request in graph %s", r.Key, r.Graph)
-	}
-	if r.State == store.IdempotencyDone {
-		return Response{Status: r.ResponseStatus, Body: r.ResponseBody, Replayed: true}, nil
+	if resp, done, err := idempotency.Answer(r, reqHash); done || err != nil {
+		return resp, err
 	}
 	s.mu.Lock()
 	inf := s.inflight[r.CommandID]
@@ -266,7 +243,7 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	}
 	// Finished meanwhile (in another process, or between the timer and here)?
 	if r, err := s.st.GetIdempotencyByCommand(ctx, commandID); err == nil && r.State == store.IdempotencyDone {
-		return Response{Status: r.ResponseStatus, Body: r.ResponseBody}, nil
+		return idempotency.Stored(r), nil
 	}
 	cmd, err := s.st.GetCommand(ctx, graph, commandID)
 	if err != nil {
@@ -274,14 +251,14 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	}
 	if cmd.Kind == store.KindProcess {
 		body, err := json.Marshal(cmd)
-		return Response{Status: http.StatusAccepted, Body: body}, err
+		return Response{Outcome: idempotency.Accepted, Body: body}, err
 	}
 	sb, err := s.st.GetSandbox(ctx, graph, cmd.SandboxID)
 	if err != nil {
 		return Response{}, err
 	}
 	body, err := json.Marshal(render(cmd, sb))
-	return Response{Status: http.StatusAccepted, Body: body}, err
+	return Response{Outcome: idempotency.Accepted, Body: body}, err
 }
 
 // pollDone waits until a command another process runs is done, or wait passes.
@@ -345,7 +322,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	if err != nil {
 		log.Error("rendering run result", "err", err)
 	}
-	resp := Response{Status: http.StatusOK, Body: body}
+	resp := Response{Outcome: idempotency.Done, Body: body}
 	// The records must be written even when the server is stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -361,12 +338,12 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		if err != nil {
 			return err
 		}
-		r.State, r.ResponseStatus, r.ResponseBody, r.CompletedAt = store.IdempotencyDone, resp.Status, resp.Body, cmd.FinishedAt
+		idempotency.Finish(&r, resp, cmd.FinishedAt)
 		if err := q.UpdateIdempotency(ctx, r); err != nil {
 			return err
 		}
 		if e, ok := p.audit.Take(); ok {
-			e.Status, e.Target, e.At = resp.Status, cmd.ID, s.now()
+			e.Status, e.Target, e.At = int(resp.Outcome), cmd.ID, s.now()
 			return q.AppendAudit(ctx, e)
 		}
 		return nil
@@ -475,7 +452,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	baseName := firstNonEmpty(r.Base, r.Language, req.Base)
 	var tpl *store.Template
 	if r.Template != "" {
-		if b, ok := lookupBase(r.Template); ok {
+		if b, ok := bases.Lookup(r.Template); ok {
 			baseName = b.Name // a base named as a template
 		} else {
 			t, err := s.resolveTemplate(ctx, c.Graph, r.Template)
@@ -483,7 +460,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 				return nil, err
 			}
 			if baseName != "" {
-				if b, ok := lookupBase(baseName); !ok || b.Name != t.Base {
+				if b, ok := bases.Lookup(baseName); !ok || b.Name != t.Base {
 					return nil, errdefs.InvalidArgument("template %s runs on %s; drop base and language from the call", r.Template, t.Base)
 				}
 			}
@@ -493,7 +470,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if baseName == "" {
 		baseName = "lbb/python"
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
 	}
@@ -721,9 +698,6 @@ func deepMerge(under, over any) any {
 	}
 	return out
 }
-
-// lookupBase finds a base by name ("lbb/node") or language ("node").
-func lookupBase(name string) (images.Base, bool) { return images.LookupBase(name) }
 
 func validEnvName(k string) bool {
 	if k == "" {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -160,18 +161,18 @@ func (s *Service) expire(graph, id string) {
 // CreateSandbox starts a long-lived sandbox (POST /v1/sandboxes without run) and answers
 // 201 with its record. With an Idempotency-Key a retry answers the same sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest, idemKey, reqHash string) (Response, error) {
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Check(idemKey); err != nil {
 		return Response{}, err
 	}
 	// A replay needs no valid request: the answer is stored.
-	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
 	sb, env, files, err := s.planSandbox(ctx, c, req)
 	if err != nil {
 		return Response{}, err
 	}
-	return s.idempotent(ctx, c, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
 		if err := s.begin(); err != nil {
 			return Response{}, err
 		}
@@ -207,7 +208,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
-		return jsonResponse(http.StatusCreated, sb)
+		return idempotency.JSON(idempotency.Created, sb)
 	})
 }
 
@@ -228,7 +229,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	baseName := req.Base
 	var tpl *store.Template
 	if req.Template != "" {
-		if b, ok := lookupBase(req.Template); ok {
+		if b, ok := bases.Lookup(req.Template); ok {
 			baseName = b.Name
 		} else {
 			t, err := s.resolveTemplate(ctx, c.Graph, req.Template)
@@ -236,7 +237,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 				return zero, nil, nil, err
 			}
 			if req.Base != "" {
-				if b, ok := lookupBase(req.Base); !ok || b.Name != t.Base {
+				if b, ok := bases.Lookup(req.Base); !ok || b.Name != t.Base {
 					return zero, nil, nil, errdefs.InvalidArgument("template %s runs on %s; drop base from the call", req.Template, t.Base)
 				}
 			}
@@ -246,7 +247,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	if baseName == "" {
 		baseName = "lbb/python"
 	}
-	base, ok := lookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return zero, nil, nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell", baseName)
 	}

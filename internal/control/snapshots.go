@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -41,12 +42,12 @@ const RouteSnapshot = "POST /v1/sandboxes/{id}/snapshot"
 // (after a lost answer) gets the snapshot the first call took instead of taking a second.
 // The answer is 201 with the snapshot.
 func (s *Service) SnapshotOnce(ctx context.Context, c Caller, id string, req SnapshotRequest, idemKey, reqHash string) (Response, error) {
-	return s.idempotent(ctx, c, idemKey, RouteSnapshot, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteSnapshot, reqHash, func(ctx context.Context) (Response, error) {
 		snap, err := s.SnapshotSandbox(ctx, c, id, req)
 		if err != nil {
 			return Response{}, err
 		}
-		return jsonResponse(http.StatusCreated, snap)
+		return idempotency.JSON(idempotency.Created, snap)
 	})
 }
 
@@ -309,11 +310,11 @@ func (s *Service) sweepSnapshots(ctx context.Context) (int, error) {
 // fresh snapshot of the running source first. With an Idempotency-Key a retry answers the
 // same fork.
 func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req ForkRequest, idemKey, reqHash string) (Response, error) {
-	if err := checkKey(idemKey); err != nil {
+	if err := idempotency.Check(idemKey); err != nil {
 		return Response{}, err
 	}
 	// A replay needs no valid request: the answer is stored.
-	if resp, ok, err := s.storedAnswer(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
+	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
 	if err := s.begin(); err != nil {
@@ -348,7 +349,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	} else if src.Status != store.SandboxRunning {
 		return Response{}, errdefs.Conflict("sandbox %s is %s; a fork without a snapshot is of a running sandbox", id, src.Status)
 	}
-	return s.idempotent(ctx, c, idemKey, RouteFork, reqHash, func(ctx context.Context) (Response, error) {
+	return s.keys().Do(ctx, c.Graph, idemKey, RouteFork, reqHash, func(ctx context.Context) (Response, error) {
 		// The source's ops keep its snapshots (and the source) in place while the fork
 		// restores from one.
 		hs.ops.Lock()
@@ -431,5 +432,5 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		return Response{}, err
 	}
 	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp)
-	return jsonResponse(http.StatusCreated, sb)
+	return idempotency.JSON(idempotency.Created, sb)
 }

@@ -3,7 +3,6 @@ package control_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -96,8 +96,8 @@ func (e *env3) fork(t *testing.T, id string, req control.ForkRequest, key string
 		t.Fatal(err)
 	}
 	var sb store.Sandbox
-	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Status != http.StatusCreated {
-		t.Fatalf("fork: %d %s %v", resp.Status, resp.Body, err)
+	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
+		t.Fatalf("fork: %d %s %v", resp.Outcome, resp.Body, err)
 	}
 	return sb
 }

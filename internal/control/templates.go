@@ -7,9 +7,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
-	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -39,7 +39,7 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 	if baseName == "" {
 		baseName = "lbb/python"
 	}
-	base, ok := images.LookupBase(baseName)
+	base, ok := bases.Lookup(baseName)
 	if !ok {
 		return store.Template{}, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell", baseName)
 	}
@@ -108,7 +108,7 @@ var versionKeys = map[string][]string{
 // Bases lists the base templates with the versions their image has.
 func (s *Service) Bases() []BaseTemplate {
 	var out []BaseTemplate
-	for _, b := range images.Bases() {
+	for _, b := range bases.List() {
 		bt := BaseTemplate{Name: b.Name, Base: true, Language: b.Language, Image: s.image.ID, Versions: map[string]string{}}
 		for _, k := range versionKeys[b.Language] {
 			if v, ok := s.image.Versions[k]; ok {

@@ -1,18 +1,18 @@
 // Package errdefs is lbb's small set of error classes. Code anywhere says what kind of failure
 // it has (NotFound, Conflict, …) and a stable code; the API edge maps the class to an HTTP
-// status once, and the SDKs map it back.
+// status once (internal/api/errhttp), and the SDKs map it back. This package knows nothing
+// of HTTP.
 package errdefs
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Class is the kind of a failure.
 type Class int
 
-// The classes, each with its HTTP status.
+// The classes.
 const (
 	ClassInternal Class = iota
 	ClassInvalidArgument
@@ -26,20 +26,18 @@ const (
 	ClassUnavailable
 )
 
-var classes = map[Class]struct {
-	status int
-	code   string
-}{
-	ClassInternal:        {http.StatusInternalServerError, "internal"},
-	ClassInvalidArgument: {http.StatusBadRequest, "invalid_request"},
-	ClassUnauthorized:    {http.StatusUnauthorized, "unauthorized"},
-	ClassForbidden:       {http.StatusForbidden, "forbidden"},
-	ClassNotFound:        {http.StatusNotFound, "not_found"},
-	ClassConflict:        {http.StatusConflict, "conflict"},
-	ClassPayloadTooLarge: {http.StatusRequestEntityTooLarge, "payload_too_large"},
-	ClassUnprocessable:   {http.StatusUnprocessableEntity, "unprocessable"},
-	ClassLimitExceeded:   {http.StatusTooManyRequests, "limit_exceeded"},
-	ClassUnavailable:     {http.StatusServiceUnavailable, "unavailable"},
+// codes are each class's own code.
+var codes = map[Class]string{
+	ClassInternal:        "internal",
+	ClassInvalidArgument: "invalid_request",
+	ClassUnauthorized:    "unauthorized",
+	ClassForbidden:       "forbidden",
+	ClassNotFound:        "not_found",
+	ClassConflict:        "conflict",
+	ClassPayloadTooLarge: "payload_too_large",
+	ClassUnprocessable:   "unprocessable",
+	ClassLimitExceeded:   "limit_exceeded",
+	ClassUnavailable:     "unavailable",
 }
 
 // Stable codes beyond each class's default one.
@@ -81,7 +79,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // New returns an error of class with code (the class's own code when empty).
 func New(class Class, code, format string, args ...any) error {
 	if code == "" {
-		code = classes[class].code
+		code = codes[class]
 	}
 	return &Error{Class: class, Code: code, Msg: fmt.Sprintf(format, args...)}
 }
@@ -92,7 +90,7 @@ func Wrap(class Class, code string, err error) error {
 		return nil
 	}
 	if code == "" {
-		code = classes[class].code
+		code = codes[class]
 	}
 	return &Error{Class: class, Code: code, Err: err}
 }
@@ -121,12 +119,12 @@ func Forbidden(format string, args ...any) error { return New(ClassForbidden, ""
 
 // String is the class's name (its default code, "not_found"): how a class travels between
 // processes, read back by ParseClass.
-func (c Class) String() string { return classes[c].code }
+func (c Class) String() string { return codes[c] }
 
 // ParseClass returns the class named name (Class.String); false for no class.
 func ParseClass(name string) (Class, bool) {
-	for c, v := range classes {
-		if v.code == name {
+	for c, v := range codes {
+		if v == name {
 			return c, true
 		}
 	}
@@ -148,20 +146,7 @@ func CodeOf(err error) string {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	return classes[ClassInternal].code
-}
-
-// HTTPStatus returns the HTTP status for err.
-func HTTPStatus(err error) int { return classes[ClassOf(err)].status }
-
-// ClassForStatus maps an HTTP status back to a class, for clients.
-func ClassForStatus(status int) Class {
-	for c, v := range classes {
-		if v.status == status {
-			return c
-		}
-	}
-	return ClassInternal
+	return codes[ClassInternal]
 }
 
 // Is reports whether err is of class.

@@ -62,31 +62,6 @@ type Manifest struct {
 	Current bool `json:"current,omitempty"`
 }
 
-// Base is a base template: a language run on the one rootfs.
-type Base struct {
-	Name     string `json:"name"`
-	Language string `json:"language"` // python | node | shell
-}
-
-var bases = []Base{
-	{Name: "lbb/python", Language: "python"},
-	{Name: "lbb/node", Language: "node"},
-	{Name: "lbb/shell", Language: "shell"},
-}
-
-// Bases lists the base templates, lbb/python (the default) first.
-func Bases() []Base { return append([]Base(nil), bases...) }
-
-// LookupBase finds a base by name ("lbb/node"); a bare language ("node") finds it too.
-func LookupBase(name string) (Base, bool) {
-	for _, b := range bases {
-		if b.Name == name || b.Language == name {
-			return b, true
-		}
-	}
-	return Base{}, false
-}
-
 // DefaultDir answers where images live: $LBB_IMAGES_DIR, else <dataDir>/images, where an empty
 // dataDir means $LBB_DATA_DIR, else /var/lib/lbb.
 func DefaultDir(dataDir string) string {

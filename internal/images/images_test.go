@@ -367,25 +367,6 @@ func TestManifestsListAndCurrent(t *testing.T) {
 	}
 }
 
-func TestBases(t *testing.T) {
-	bs := Bases()
-	if len(bs) != 3 || bs[0].Name != "lbb/python" {
-		t.Fatalf("Bases = %+v", bs)
-	}
-	bs[0].Name = "changed"
-	if Bases()[0].Name != "lbb/python" {
-		t.Error("Bases hands out its own slice")
-	}
-	for name, lang := range map[string]string{"lbb/python": "python", "lbb/node": "node", "lbb/shell": "shell", "node": "node"} {
-		if b, ok := LookupBase(name); !ok || b.Language != lang {
-			t.Errorf("LookupBase(%q) = %+v, %v", name, b, ok)
-		}
-	}
-	if _, ok := LookupBase("lbb/ruby"); ok {
-		t.Error("LookupBase found lbb/ruby")
-	}
-}
-
 func TestDefaultDir(t *testing.T) {
 	t.Setenv("LBB_IMAGES_DIR", "")
 	t.Setenv("LBB_DATA_DIR", "")

@@ -41,7 +41,6 @@ import (
 	"log/slog"
 	"math"
 	goruntime "runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -223,7 +222,7 @@ func New(o Options) (*Pool, error) {
 		if k.Image == "" {
 			return nil, fmt.Errorf("pool: key %q has no image", k.Name)
 		}
-		lang := normLanguage(k.Language)
+		lang := agent.Interpreter(k.Language)
 		if k.Language != "" && lang == "" {
 			return nil, fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
 		}
@@ -268,18 +267,6 @@ func defaultName(k Key) string {
 		lang = "bare"
 	}
 	return fmt.Sprintf("%s/%dm-%gc", lang, k.Limits.MemoryMiB, k.Limits.CPUs)
-}
-
-// normLanguage maps a run language and its aliases to the interpreter a slot pre-starts;
-// "" for none (shell, or a bare sandbox).
-func normLanguage(lang string) string {
-	switch strings.ToLower(lang) {
-	case agent.LangPython, "python3", "py":
-		return agent.LangPython
-	case agent.LangNode, "javascript", "js":
-		return agent.LangNode
-	}
-	return ""
 }
 
 // Start begins building slots. Call it once the service has reaped what a crash left behind.
@@ -396,7 +383,7 @@ func (p *Pool) claimStarted() func() {
 func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, error) {
 	spec := req.Spec
 	p.mu.Lock()
-	cands := p.match(spec, normLanguage(req.Language))
+	cands := p.match(spec, agent.Interpreter(req.Language))
 	if len(cands) > 0 {
 		cands[0].claims++ // demand, whether it is met warm or not
 	}

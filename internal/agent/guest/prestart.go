@@ -56,17 +56,6 @@ func needsFreshInterpreter(env map[string]string) bool {
 	return false
 }
 
-// harnessLang maps a run language (and its aliases) to the harness it runs in; "" for none.
-func harnessLang(lang string) string {
-	switch strings.ToLower(lang) {
-	case agent.LangPython, "python3", "py":
-		return agent.LangPython
-	case agent.LangNode, "javascript", "js":
-		return agent.LangNode
-	}
-	return ""
-}
-
 func harnessArgv(lang string) []string {
 	if lang == agent.LangPython {
 		return []string{"python3", "-c", pythonHarness}
@@ -98,7 +87,7 @@ func (s *Server) handlePrestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "prestart request: " + err.Error()})
 		return
 	}
-	lang := harnessLang(req.Language)
+	lang := agent.Interpreter(req.Language)
 	if lang == "" {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("prestart language %q: want python or node", req.Language)})
 		return

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -42,15 +41,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := &procSpec{id: req.ID, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond}
 	var err error
-	switch lang := strings.ToLower(req.Language); lang {
-	case agent.LangPython, "python3", "py", agent.LangNode, "javascript", "js":
-		hl := harnessLang(lang)
-		if wp := s.takeWarm(hl, req.Env); wp != nil {
+	switch lang := agent.Language(req.Language); lang {
+	case agent.LangPython, agent.LangNode:
+		if wp := s.takeWarm(lang, req.Env); wp != nil {
 			s.warmSpec(sp, wp, req.Code, input, config)
 		} else {
-			err = s.harnessSpec(sp, harnessArgv(hl), req.Code, input, config)
+			err = s.harnessSpec(sp, harnessArgv(lang), req.Code, input, config)
 		}
-	case agent.LangShell, "bash", "sh":
+	case agent.LangShell:
 		s.takeWarm("", nil)
 		var cleanup func()
 		cleanup, err = s.shellSpec(sp, req.Code, input, config)
