@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"sort"
-	"strings"
 )
 
 // Mask is what replaces a secret value in output, results and errors.
@@ -32,10 +31,10 @@ func Secrets(env map[string]string) []string {
 
 // MaskString replaces every secret in s.
 func MaskString(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, Mask)
+	if len(secrets) == 0 {
+		return s
 	}
-	return s
+	return string(compile(secrets).mask(nil, []byte(s), true))
 }
 
 // MaskJSON replaces every secret in the strings (values and keys) of a JSON value.
@@ -43,17 +42,19 @@ func MaskJSON(raw json.RawMessage, secrets []string) json.RawMessage {
 	if len(secrets) == 0 || len(raw) == 0 {
 		return raw
 	}
+	m := compile(secrets)
+	maskString := func(s string) string { return string(m.mask(nil, []byte(s), true)) }
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return json.RawMessage(MaskString(string(raw), secrets))
+		return json.RawMessage(maskString(string(raw)))
 	}
 	var walk func(any) any
 	walk = func(v any) any {
 		switch x := v.(type) {
 		case string:
-			return MaskString(x, secrets)
+			return maskString(x)
 		case []any:
 			for i := range x {
 				x[i] = walk(x[i])
@@ -61,7 +62,7 @@ func MaskJSON(raw json.RawMessage, secrets []string) json.RawMessage {
 		case map[string]any:
 			m := make(map[string]any, len(x))
 			for k, e := range x {
-				m[MaskString(k, secrets)] = walk(e)
+				m[maskString(k)] = walk(e)
 			}
 			return m
 		}
@@ -76,65 +77,41 @@ func MaskJSON(raw json.RawMessage, secrets []string) json.RawMessage {
 
 // maskWriter masks secrets in a stream before passing it on. A secret may arrive split
 // across writes, so it holds back an end of the stream that could be the start of one (at
-// most len(longest)-1 bytes) until more come or Flush; the rest goes on at once, so live
-// readers are not kept waiting.
+// most the longest form less one byte) until more come or Flush; the rest goes on at once,
+// so live readers are not kept waiting. What it writes does not depend on how the stream
+// was split into writes.
 type maskWriter struct {
-	w       io.Writer
-	secrets [][]byte
-	hold    int
-	buf     []byte
+	w   io.Writer
+	m   *masker
+	buf []byte // held back: it could begin a secret
+	out []byte
 }
 
 func newMaskWriter(w io.Writer, secrets []string) io.Writer {
 	if len(secrets) == 0 {
 		return w
 	}
-	m := &maskWriter{w: w}
-	for _, s := range secrets {
-		m.secrets = append(m.secrets, []byte(s))
-		m.hold = max(m.hold, len(s)-1)
-	}
-	return m
+	return &maskWriter{w: w, m: compile(secrets)}
 }
 
 func (m *maskWriter) Write(p []byte) (int, error) {
 	m.buf = append(m.buf, p...)
-	m.replace()
-	if n := len(m.buf) - m.pending(); n > 0 {
-		if _, err := m.w.Write(m.buf[:n]); err != nil {
+	var n int
+	m.out, n = m.m.maskPrefix(m.out[:0], m.buf, false)
+	m.buf = append(m.buf[:0], m.buf[n:]...)
+	if len(m.out) > 0 {
+		if _, err := m.w.Write(m.out); err != nil {
 			return 0, err
 		}
-		m.buf = append(m.buf[:0], m.buf[n:]...)
 	}
 	return len(p), nil
 }
 
-// pending is how many bytes at the end of buf could begin a secret.
-func (m *maskWriter) pending() int {
-	for k := min(m.hold, len(m.buf)); k > 0; k-- {
-		tail := m.buf[len(m.buf)-k:]
-		for _, s := range m.secrets {
-			if k < len(s) && bytes.HasPrefix(s, tail) {
-				return k
-			}
-		}
-	}
-	return 0
-}
-
-func (m *maskWriter) replace() {
-	for _, s := range m.secrets {
-		if bytes.Contains(m.buf, s) {
-			m.buf = bytes.ReplaceAll(m.buf, s, []byte(Mask))
-		}
-	}
-}
-
 // Flush writes what is held back.
 func (m *maskWriter) Flush() error {
-	m.replace()
-	_, err := m.w.Write(m.buf)
+	m.out = m.m.mask(m.out[:0], m.buf, true)
 	m.buf = m.buf[:0]
+	_, err := m.w.Write(m.out)
 	return err
 }
 
