@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"testing"
@@ -193,4 +194,14 @@ func FuzzMask(f *testing.F) {
 			t.Fatalf("cut every %d: %q, whole %q", 1+int(cut)%64, got, whole)
 		}
 	})
+}
+
+func BenchmarkMaskWriter(b *testing.B) {
+	secrets := Secrets(map[string]string{"A": "s3cr3t-value-0123456789", "B": "hunter2", "C": "another one"})
+	line := []byte("2024-01-01T00:00:00Z step 12345 of 67890: loss=0.0123 acc=99.5% ok\n")
+	b.SetBytes(int64(len(line)))
+	w := newMaskWriter(io.Discard, secrets)
+	for b.Loop() {
+		w.Write(line)
+	}
 }

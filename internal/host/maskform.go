@@ -75,7 +75,7 @@ func newForm(pos [][]string, ends ...int) form {
 
 // percent is c literal or %XX, upper and lower case.
 func percent(c byte) []string {
-	alts := []string{string(c), fmt.Sprintf("%%%02X", c)}
+	alts := []string{string([]byte{c}), fmt.Sprintf("%%%02X", c)} // string(c) would be UTF-8
 	if lower := fmt.Sprintf("%%%02x", c); lower != alts[1] {
 		alts = append(alts, lower)
 	}
@@ -141,11 +141,12 @@ func base64Alts(c byte) []string {
 	return []string{string(c)}
 }
 
-// masker finds every form of a set of secrets.
+// masker finds every form of a set of secrets. It is not safe for concurrent use.
 type masker struct {
-	forms []form
-	first [256]bool // bytes some form begins with
-	hold  int       // the longest form less one byte: the most a stream holds back
+	forms   []form
+	byFirst [256][]int // the forms that may begin with a byte
+	hold    int        // the longest form less one byte: the most a stream holds back
+	st      nfa
 }
 
 func compile(secrets []string) *masker {
@@ -155,7 +156,9 @@ func compile(secrets []string) *masker {
 			m.forms = append(m.forms, f)
 			m.hold = max(m.hold, f.maxLen()-1)
 			for c, ok := range f.first {
-				m.first[c] = m.first[c] || ok
+				if ok {
+					m.byFirst[c] = append(m.byFirst[c], len(m.forms)-1)
+				}
 			}
 		}
 	}
@@ -172,17 +175,17 @@ func (m *masker) mask(out, buf []byte, final bool) []byte {
 // a form could still begin a match that more bytes would decide; it returns how much of buf
 // it took. Matches are leftmost-longest, so the result is the same however a stream is cut.
 func (m *masker) maskPrefix(out, buf []byte, final bool) ([]byte, int) {
-	var st nfa
 	i := 0
 	for i < len(buf) {
-		if !m.first[buf[i]] {
+		candidates := m.byFirst[buf[i]]
+		if len(candidates) == 0 {
 			out = append(out, buf[i])
 			i++
 			continue
 		}
 		best, open := 0, false
-		for k := range m.forms {
-			n, more := st.match(&m.forms[k], buf[i:])
+		for _, k := range candidates {
+			n, more := m.st.match(&m.forms[k], buf[i:])
 			best, open = max(best, n), open || more
 		}
 		if open && !final {
@@ -207,12 +210,11 @@ type state struct{ p, a, o int } // at position p, alternative a, o bytes of it 
 // match returns the length of the longest match of f at the start of b (0 if none) and
 // whether a match could still go on past the end of b.
 func (st *nfa) match(f *form, b []byte) (int, bool) {
-	if !f.first[b[0]] {
-		return 0, false
-	}
 	st.cur = st.cur[:0]
-	for a := range f.pos[0] {
-		st.cur = append(st.cur, state{0, a, 0})
+	for a, alt := range f.pos[0] {
+		if alt[0] == b[0] {
+			st.cur = append(st.cur, state{0, a, 0})
+		}
 	}
 	best := 0
 	for i := 0; i < len(b) && len(st.cur) > 0; i++ {
