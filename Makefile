@@ -44,6 +44,16 @@ test: deps vet images ## Everything: vet, the image, both drivers through the su
 	cd sdk/go && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
 	LBB_E2E_REMOTE_HOST=1 LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./test/e2e/
 	LBB_BIN=$(CURDIR)/$(BIN)/lbb bash sdk/test.sh all
+	$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 10s
+.PHONY: fuzz
+fuzz: build ## Run every Go fuzz target (func FuzzX in a _test.go) for FUZZTIME (10s) each.
+	@set -e; for f in $$(git grep -l --untracked '^func Fuzz' -- '*_test.go'); do \
+	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "fuzz ./$$(dirname $$f) $$fn"; \
+	    LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test ./$$(dirname $$f) -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); \
+	  done; done
 
 include sdk/sdk.mk
 

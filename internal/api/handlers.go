@@ -105,8 +105,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // decode parses a JSON body strictly: unknown fields are errors, so typos do not pass.
 func decode(body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
 		return errdefs.InvalidArgument("the body is empty; send a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return errdefs.InvalidArgument("the body is not a JSON object")
 	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.DisallowUnknownFields()
@@ -121,7 +125,8 @@ func decode(body []byte, v any) error {
 		}
 		return errdefs.InvalidArgument("the body: %v", err)
 	}
-	if d.More() {
+	// More alone misses a stray ']' or '}' after the object.
+	if _, err := d.Token(); err != io.EOF {
 		return errdefs.InvalidArgument("the body has more than one JSON value")
 	}
 	return nil

@@ -301,7 +301,7 @@ func FuzzHashJSON(f *testing.F) {
 		var v map[string]any
 		d := json.NewDecoder(strings.NewReader(body))
 		d.UseNumber()
-		if d.Decode(&v) != nil || d.More() {
+		if d.Decode(&v) != nil || d.More() || v == nil { // null: the API's decode rejects it before
 			return
 		}
 		h1, err := HashJSON("POST /v1/sandboxes", "main", []byte(body))
@@ -319,6 +319,14 @@ func FuzzHashJSON(f *testing.F) {
 		}
 		if h3, _ := HashJSON("POST /v1/sandboxes", "other", []byte(body)); h3 == h1 {
 			t.Fatal("the graph is not in the hash")
+		}
+		if h4, _ := HashJSON("POST /v1/sandboxes/sbx_1/commands", "main", []byte(body)); h4 == h1 {
+			t.Fatal("the route is not in the hash")
+		}
+		v["fuzz"] = body
+		re, _ = json.Marshal(v)
+		if h5, _ := HashJSON("POST /v1/sandboxes", "main", re); h5 == h1 {
+			t.Fatalf("a body with another field has the same hash:\n%s\n%s", body, re)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -214,7 +215,9 @@ func TestParseSignal(t *testing.T) {
 	}
 }
 
-// FuzzResolve: whatever the path, a descriptor the workspace hands out is inside it.
+// FuzzResolve: whatever the path, Rel's answer is clean and cannot climb out, and a
+// descriptor the workspace hands out is inside it as the kernel sees it (symlinks, absolute
+// or relative, loops and magic links included: see the fixture).
 func FuzzResolve(f *testing.F) {
 	for _, s := range []string{"file", "..", "../outside/secret", "/etc/passwd", "/workspace/../etc", "etc/passwd",
 		"secret", "rel-out", "loop", "loop-a", "link-in", "link-dir/inner", "dir/up/file", "dir/escape/secret",
@@ -227,11 +230,20 @@ func FuzzResolve(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		fd, _, err := fx.ws.Resolve(p, unix.O_PATH)
+		if rel, err := fx.ws.Rel(p); err == nil {
+			// Lexically: clean, relative, no ".." left to climb out with.
+			if rel != path.Clean(rel) || path.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") || strings.IndexByte(rel, 0) >= 0 {
+				t.Fatalf("Rel(%q) = %q", p, rel)
+			}
+		}
+		fd, rel, err := fx.ws.Resolve(p, unix.O_PATH)
 		if err != nil {
 			return
 		}
 		defer unix.Close(fd)
+		if want, _ := fx.ws.Rel(p); rel != want {
+			t.Fatalf("Resolve(%q) says %q, Rel %q", p, rel, want)
+		}
 		target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -49,6 +50,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	// runsc saves, then ends the sandbox; the attached runsc run returns.
 	if out, err := d.runsc(ctx, id, "checkpoint", "--image-path", filepath.Join(dir, "memory"), id); err != nil {
 		return fmt.Errorf("runsc checkpoint %s: %w: %s", id, err, out)
+	}
+	// runsc writes its image 0755/0644; it is the sandbox's memory, env values included.
+	if err := ownerOnly(filepath.Join(dir, "memory")); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
 	t1 := time.Now()
 	if err := d.stop(ctx, id); err != nil {
@@ -111,4 +116,18 @@ func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 		return err
 	}
 	return driverkit.WriteJSON(filepath.Join(d.dir(id), "state.json"), st)
+}
+
+// ownerOnly makes the tree at root readable by its owner only: directories 0700, files 0600.
+func ownerOnly(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o600)
+		if d.IsDir() {
+			mode = 0o700
+		}
+		return os.Chmod(p, mode)
+	})
 }
