@@ -24,6 +24,13 @@ func (ta *testAgent) prestart(t *testing.T, req agent.PrestartRequest) {
 	}
 }
 
+// runWarm runs req and answers whether it ran in a pre-started interpreter.
+func (ta *testAgent) runWarm(t *testing.T, req agent.RunRequest) bool {
+	t.Helper()
+	_, _, ex := ta.run(t, req)
+	return warmOf(t, ex)
+}
+
 func warmOf(t *testing.T, ex agent.Exit) bool {
 	t.Helper()
 	var r struct {
@@ -70,8 +77,7 @@ def run(input, config):
 		t.Errorf("stdout %q stderr %q: output from before the claim leaked, or the run's was lost", out, errOut)
 	}
 	// One run per interpreter: the next one is spawned.
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy}) {
 		t.Error("a second run used a pre-started interpreter")
 	}
 }
@@ -104,21 +110,16 @@ func TestPrestartFallsBack(t *testing.T) {
 	// A variable read at interpreter start needs a fresh interpreter; the waiting one goes.
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
 	pid := waitingInterpreter(t, ta)
-	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy, Env: map[string]string{"PYTHONHASHSEED": "0"}})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy, Env: map[string]string{"PYTHONHASHSEED": "0"}}) {
 		t.Error("a run with PYTHONHASHSEED used the pre-started interpreter")
 	}
 	waitGone(t, pid)
 	// A run of another language: spawned, and the waiting interpreter goes.
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
 	pid = waitingInterpreter(t, ta)
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "shell", Code: "echo 1 > $LBB_RESULT"})
-	if !ex.OK || string(ex.Result) != "1" {
-		t.Errorf("shell run %+v", ex)
-	}
+	ta.wantResult(t, "shell run", agent.RunRequest{Language: "shell", Code: "echo 1 > $LBB_RESULT"}, "1")
 	waitGone(t, pid)
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy}) {
 		t.Error("a pre-started interpreter survived a run of another language")
 	}
 }
@@ -148,10 +149,7 @@ func TestPrestartNode(t *testing.T) {
 	}
 	// ES modules work from a pre-started interpreter too (the temporary .mjs is in the cwd).
 	ta.prestart(t, agent.PrestartRequest{Language: "node"})
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "node", Code: "import { join } from 'node:path';\nexport function run(input) { return join('x', input); }", Input: json.RawMessage(`"y"`)})
-	if !ex.OK || string(ex.Result) != `"x/y"` {
-		t.Errorf("esm: %+v", ex)
-	}
+	ta.wantResult(t, "esm", agent.RunRequest{Language: "node", Code: "import { join } from 'node:path';\nexport function run(input) { return join('x', input); }", Input: json.RawMessage(`"y"`)}, `"x/y"`)
 }
 
 // waitingInterpreter finds the pid of the agent's one child (the waiting interpreter).
@@ -195,13 +193,7 @@ func BenchmarkRunPythonWarm(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		p, err := ta.c.Run(ctx, agent.RunRequest{Language: "python", Code: "def run(input, config):\n    return sum(input)", Input: json.RawMessage("[1,2,3]")})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if ex, err := p.Wait(nil, nil); err != nil || !ex.OK {
-			b.Fatal(ex, err)
-		}
+		ta.runSum(b)
 	}
 }
 
@@ -308,10 +300,8 @@ func TestPrestartReseeds(t *testing.T) {
 	ta := startAgent(t)
 	os.WriteFile(filepath.Join(ta.ws, "seeded.py"), []byte("import random\nrandom.seed(42)\n"), 0o644)
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"seeded"}})
-	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import random, sys\ndef run(i, c):\n    return ['seeded' in sys.modules, random.random() != random.Random(42).random()]"})
-	if !ex.OK || string(ex.Result) != "[true,true]" {
-		t.Errorf("%+v: want the seeding module loaded and random reseeded", ex)
-	}
+	// The seeding module is loaded, and random is reseeded.
+	ta.wantResult(t, "seeded", agent.RunRequest{Language: "python", Code: "import random, sys\ndef run(i, c):\n    return ['seeded' in sys.modules, random.random() != random.Random(42).random()]"}, "[true,true]")
 }
 
 // Files written into the workspace after the prestart (a template's) import like any other.
@@ -322,8 +312,5 @@ func TestPrestartSeesNewFiles(t *testing.T) {
 	if err := ta.c.WriteFile(ctxT(t), "helper.py", 0, strings.NewReader("VALUE = 7\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import helper\ndef run(i, c):\n    return helper.VALUE"})
-	if !ex.OK || string(ex.Result) != "7" {
-		t.Errorf("%+v\n%s", ex, errOut)
-	}
+	ta.wantResult(t, "import of a new file", agent.RunRequest{Language: "python", Code: "import helper\ndef run(i, c):\n    return helper.VALUE"}, "7")
 }

@@ -71,20 +71,14 @@ func entryOf(rel string, st *unix.Stat_t) agent.FileEntry {
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	recursive := isTrue(q.Get("recursive"))
-	fd, rel, err := s.ws.Resolve(q.Get("path"), unix.O_PATH)
+	fd, rel, st, err := s.ws.resolveStat(q.Get("path"), unix.O_PATH)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		writeError(w, pathError(rel, err))
-		return
-	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		unix.Close(fd)
-		writeJSON(w, http.StatusOK, []agent.FileEntry{entryOf(rel, &st)})
+		writeJSON(w, http.StatusOK, []agent.FileEntry{entryOf(rel, st)})
 		return
 	}
 	// Reopen for reading: O_PATH descriptors cannot list.
@@ -161,15 +155,9 @@ func (l *lister) list(dfd int, rel string, recursive bool) error {
 // handleRead streams a file's bytes.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	// O_NONBLOCK so that opening a FIFO does not wait for a writer; it is refused below.
-	fd, rel, err := s.ws.Resolve(r.URL.Query().Get("path"), unix.O_RDONLY|unix.O_NONBLOCK)
+	fd, rel, st, err := s.ws.resolveStat(r.URL.Query().Get("path"), unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		writeError(w, pathError(rel, err))
 		return
 	}
 	switch st.Mode & unix.S_IFMT {
