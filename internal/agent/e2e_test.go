@@ -634,6 +634,13 @@ func (ta *testAgent) wantResult(t *testing.T, what string, req agent.RunRequest,
 	}
 }
 
+// startPython is startAgent for a test that needs python3 on this host.
+func startPython(t *testing.T) *testAgent {
+	t.Helper()
+	hasProgram(t, "python3")
+	return startAgent(t)
+}
+
 func hasProgram(t *testing.T, name string) {
 	if _, err := exec.LookPath(name); err != nil {
 		t.Skipf("%s is not on this host", name)
@@ -684,8 +691,7 @@ func jsonEqual(got json.RawMessage, want string) bool {
 }
 
 func TestRunPython(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	checkRuns(t, ta, agent.LangPython, []runCase{
 		{name: "sum", code: "def run(input, config):\n    return sum(input)", input: "[1,2,3]", ok: true, result: "6"},
 		{name: "print and config", code: "def run(input, config):\n    print('hi', input)\n    return {'k': config['k'], 'n': None}", input: `"x"`, config: `{"k": [1.5]}`, ok: true, result: `{"k":[1.5],"n":null}`, stdout: "hi x\n"},
@@ -717,8 +723,7 @@ func TestRunPythonNumpyPandas(t *testing.T) {
 }
 
 func TestRunPythonDoesNotImportNumpy(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	ta.wantResult(t, "modules imported", agent.RunRequest{Language: "python", Code: "import sys\ndef run(input, config):\n    return [m for m in ('numpy', 'pandas', 'asyncio') if m in sys.modules]"}, "[]")
 }
 
@@ -763,8 +768,7 @@ func TestRunShell(t *testing.T) {
 }
 
 func TestRunTimeout(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import time\ndef run(i, c):\n    time.sleep(100)", TimeoutMs: 300})
 	if ex.OK || !ex.TimedOut || !strings.Contains(ex.Error, "timed out") {
 		t.Errorf("%+v", ex)

@@ -17,6 +17,12 @@ import (
 // command line still holds the flag, though sys.argv does not).
 const isWarmPy = "import sys\ndef run(input, config):\n    return {'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0'), 'argv': sys.argv}"
 
+// prestartPython pre-starts a python interpreter that imports nothing.
+func (ta *testAgent) prestartPython(t *testing.T) {
+	t.Helper()
+	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+}
+
 func (ta *testAgent) prestart(t *testing.T, req agent.PrestartRequest) {
 	t.Helper()
 	if err := ta.c.Prestart(ctxT(t), req); err != nil {
@@ -47,8 +53,7 @@ func warmOf(t *testing.T, ex agent.Exit) bool {
 }
 
 func TestPrestartPython(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	// A module that is noisy at import: what it prints before the claim is not the run's.
 	os.WriteFile(filepath.Join(ta.ws, "noisy.py"), []byte("import sys\nprint('NOISE-OUT')\nprint('NOISE-ERR', file=sys.stderr)\n"), 0o644)
 	os.Mkdir(filepath.Join(ta.ws, "sub"), 0o755)
@@ -83,14 +88,13 @@ def run(input, config):
 }
 
 func TestPrestartPythonErrors(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta := startPython(t)
+	ta.prestartPython(t)
 	_, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "def helper():\n    return 1 / 0\n\ndef run(input, config):\n    return helper()"})
 	if ex.OK || !strings.Contains(ex.Error, "ZeroDivisionError") || !strings.Contains(errOut, "line 2, in helper") || strings.Contains(errOut, "<string>") {
 		t.Errorf("exit %+v\nstderr %s", ex, errOut)
 	}
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	start := time.Now()
 	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: "import time\ndef run(i, c):\n    time.sleep(100)", TimeoutMs: 300})
 	if ex.OK || !ex.TimedOut || time.Since(start) > 5*time.Second {
@@ -105,17 +109,16 @@ func TestPrestartPythonErrors(t *testing.T) {
 }
 
 func TestPrestartFallsBack(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	// A variable read at interpreter start needs a fresh interpreter; the waiting one goes.
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	pid := waitingInterpreter(t, ta)
 	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy, Env: map[string]string{"PYTHONHASHSEED": "0"}}) {
 		t.Error("a run with PYTHONHASHSEED used the pre-started interpreter")
 	}
 	waitGone(t, pid)
 	// A run of another language: spawned, and the waiting interpreter goes.
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	pid = waitingInterpreter(t, ta)
 	ta.wantResult(t, "shell run", agent.RunRequest{Language: "shell", Code: "echo 1 > $LBB_RESULT"}, "1")
 	waitGone(t, pid)
@@ -125,9 +128,8 @@ func TestPrestartFallsBack(t *testing.T) {
 }
 
 func TestPrestartDiesWithChannel(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta := startPython(t)
+	ta.prestartPython(t)
 	pid := waitingInterpreter(t, ta)
 	ta.c.Close()
 	waitGone(t, pid)
@@ -201,8 +203,7 @@ func BenchmarkRunPythonWarm(b *testing.B) {
 // happens, spawned or pre-started: threads finish, atexit handlers run, files left open are
 // flushed.
 func TestRunPythonExit(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	code := `import atexit, threading, time
 LOG = open('left-open.txt', 'w')
 LOG.write('flushed')
@@ -222,7 +223,7 @@ def run(input, config):
 			os.Remove(filepath.Join(ta.ws, f))
 		}
 		if warm {
-			ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+			ta.prestartPython(t)
 		}
 		out, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: code})
 		if !ex.OK || out != "atexit ran\n" || ex.ExitCode != 0 {
@@ -239,8 +240,7 @@ def run(input, config):
 // A harness reports its exit code in its status line, and the run ends when it has closed
 // its outputs: the code must be the one a waited-for process would have had.
 func TestRunPythonExitCodes(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	cases := []struct {
 		code string
 		exit int
@@ -256,7 +256,7 @@ func TestRunPythonExitCodes(t *testing.T) {
 	for _, warm := range []bool{false, true} {
 		for _, c := range cases {
 			if warm {
-				ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+				ta.prestartPython(t)
 			}
 			_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: c.code})
 			if ex.ExitCode != c.exit || ex.OK != c.ok || ex.Signal != "" {
@@ -296,8 +296,7 @@ func TestRunNodeExit(t *testing.T) {
 // Whatever seeded random before the claim (here: a module imported at prestart that seeds
 // it with a constant), the run draws from a generator seeded again at its claim.
 func TestPrestartReseeds(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	os.WriteFile(filepath.Join(ta.ws, "seeded.py"), []byte("import random\nrandom.seed(42)\n"), 0o644)
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"seeded"}})
 	// The seeding module is loaded, and random is reseeded.
@@ -306,8 +305,7 @@ func TestPrestartReseeds(t *testing.T) {
 
 // Files written into the workspace after the prestart (a template's) import like any other.
 func TestPrestartSeesNewFiles(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"no_such_module_yet"}})
 	if err := ta.c.WriteFile(ctxT(t), "helper.py", 0, strings.NewReader("VALUE = 7\n")); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,16 @@ func newSandbox(t *testing.T, c *lbb.Client, p lbb.CreateParams) *lbb.Sandbox {
 	return sb
 }
 
+// sandbox answers a client of graph main and a sandbox of it made with p, deleted when t
+// ends.
+func (s *server) sandbox(t *testing.T, p lbb.CreateParams) (*lbb.Client, *lbb.Sandbox) {
+	t.Helper()
+	c := s.client(t, "main")
+	sb := newSandbox(t, c, p)
+	t.Cleanup(func() { c.Sandboxes.Delete(bg, sb.ID) })
+	return c, sb
+}
+
 func write(t *testing.T, c *lbb.Client, sb, path, content string) {
 	t.Helper()
 	if _, err := c.Files.Write(bg, sb, path, strings.NewReader(content)); err != nil {
@@ -322,9 +332,7 @@ func collect(t *testing.T, s *lbb.OutputStream) (map[string]string, []lbb.Output
 // long output past what is kept, kill and stdin.
 func TestLevel3Streams(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	script := "for i in $(seq 1 10); do echo out$i; echo err$i >&2; sleep 0.2; done"
 	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"bash", "-c", script}, WaitMs: -1})
 	if err != nil || cmd.Status != "running" {
@@ -452,9 +460,7 @@ func TestLevel3Streams(t *testing.T) {
 // running between calls.
 func TestLevel3ConcurrentCommands(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	const n = 20
 	ids := make([]string, n)
 	t0 := time.Now()
@@ -495,9 +501,7 @@ func TestLevel3ConcurrentCommands(t *testing.T) {
 // an absolute symlink are refused by every file route, and nothing outside is touched.
 func TestLevel3PathEscapes(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	execOK(t, c, sb.ID, "bash", "-c", "ln -s /etc etc && ln -s loop1 loop2 && ln -s loop2 loop1 && ln -s /etc/passwd pw && ln -s ../.. up && mkdir d && ln -s /workspace/d abs")
 	bad := []string{"../etc/passwd", "../../etc/passwd", "/etc/passwd", "/workspace/../etc/passwd", "etc/passwd", "etc", "pw", "up/etc/passwd", "abs/x", "d/../../etc/passwd"}
 	for _, p := range bad {
@@ -613,9 +617,7 @@ func rss(t *testing.T, pid int) (cur, peak int64) {
 // leaves nothing. It logs the throughput.
 func TestLevel3LargeFile(t *testing.T) {
 	s := startServer(t, "--max-file-bytes", fmt.Sprint(256<<20))
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{Limits: &lbb.Limits{DiskMiB: 1024}})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{Limits: &lbb.Limits{DiskMiB: 1024}})
 	const size = 200 << 20
 	pid := s.cmd.Process.Pid
 	_, peak0 := rss(t, pid)
@@ -697,9 +699,7 @@ func TestLevel3LargeFile(t *testing.T) {
 // one-call); retries with one key make one File.
 func TestLevel3GraphFiles(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	a := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, a.ID)
+	c, a := s.sandbox(t, lbb.CreateParams{})
 	execOK(t, c, a.ID, "bash", "-c", "mkdir -p out && printf '# Report\\n\\nall good\\n' > out/report.md")
 	content := "# Report\n\nall good\n"
 	sum := sha256.Sum256([]byte(content))
@@ -778,9 +778,7 @@ func TestLevel3GraphFiles(t *testing.T) {
 // TestLevel3CrossGraph: nothing of one graph is reachable from another; it is all not_found.
 func TestLevel3CrossGraph(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	write(t, c, sb.ID, "secret.txt", "main's")
 	cmd := execOK(t, c, sb.ID, "true")
 	f, err := c.GraphFiles.Keep(bg, sb.ID, "secret.txt")
@@ -837,9 +835,7 @@ func TestLevel3CrossGraph(t *testing.T) {
 // TestLevel3Idempotency: one key, one effect: a retried exec, run, create, import.
 func TestLevel3Idempotency(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{IdempotencyKey: "create-1"})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{IdempotencyKey: "create-1"})
 	if again, err := c.Sandboxes.Create(bg, lbb.CreateParams{IdempotencyKey: "create-1"}); err != nil || again.ID != sb.ID {
 		t.Fatalf("create again: %+v %v", again, err)
 	}
@@ -923,9 +919,7 @@ func TestLevel3Idempotency(t *testing.T) {
 // results or errors, and are never stored.
 func TestLevel3Masking(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{Env: map[string]string{"DB_PASSWORD": "correct-horse-battery"}})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{Env: map[string]string{"DB_PASSWORD": "correct-horse-battery"}})
 	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"bash", "-c", "echo $DB_PASSWORD; echo $API_TOKEN >&2; printf %s $DB_PASSWORD | rev"},
 		Env: map[string]string{"API_TOKEN": "tok-123456789"}})
 	if err != nil {

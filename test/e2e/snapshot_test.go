@@ -46,6 +46,19 @@ type holderState struct {
 	note  string
 }
 
+// holding starts lbb serve on the runtime rt without a warm pool, and the holder in a
+// sandbox there.
+func holding(t *testing.T, rt string) (*server, *lbb.Client, *lbb.Sandbox, holderState) {
+	t.Helper()
+	s := startServer(t, "--runtime", rt, "--pool=false")
+	c := s.client(t, "main")
+	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
+	if sb.Isolation != "" && sb.Isolation != rt {
+		t.Fatalf("isolation %q, want %s", sb.Isolation, rt)
+	}
+	return s, c, sb, startHolder(t, c, sb.ID)
+}
+
 // startHolder starts the holder in the background: the command that starts it ends at once,
 // so nothing runs as a command (pause and snapshot refuse while one does).
 func startHolder(t *testing.T, c *lbb.Client, sb string) holderState {
@@ -127,13 +140,7 @@ func requireGvisor(t *testing.T) {
 // go their own ways; deleting the source keeps the forks and removes its snapshots; the 409s.
 func TestSnapshotGvisor(t *testing.T) {
 	requireGvisor(t)
-	s := startServer(t, "--runtime", "gvisor", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	if sb.Isolation != "" && sb.Isolation != "gvisor" {
-		t.Fatalf("isolation %q, want gvisor", sb.Isolation)
-	}
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "gvisor")
 
 	// Pause never breaks a running command.
 	bgCmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"sleep", "60"}, WaitMs: -1})
@@ -276,10 +283,7 @@ func TestSnapshotGvisor(t *testing.T) {
 // paused across a server restart and resumes with its processes.
 func TestSnapshotGvisorRestart(t *testing.T) {
 	requireGvisor(t)
-	s := startServer(t, "--runtime", "gvisor", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "gvisor")
 	st = carriesOn(t, c, sb.ID, "before pause", st)
 	if _, err := c.Sandboxes.Pause(bg, sb.ID); err != nil {
 		t.Fatal(err)
@@ -332,13 +336,7 @@ func TestSnapshotGvisorRestart(t *testing.T) {
 // TestSnapshotNs: on ns, pause is the freezer (the same process resumes; a restart stops
 // it), and snapshots and forks answer 409 not_supported.
 func TestSnapshotNs(t *testing.T) {
-	s := startServer(t, "--runtime", "ns", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	if sb.Isolation != "" && sb.Isolation != "ns" {
-		t.Fatalf("isolation %q, want ns", sb.Isolation)
-	}
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "ns")
 	st = carriesOn(t, c, sb.ID, "before pause", st)
 	p, err := c.Sandboxes.Pause(bg, sb.ID)
 	if err != nil || p.Status != "paused" {
@@ -414,10 +412,7 @@ func TestSnapshotFigures(t *testing.T) {
 			t.Logf("gvisor skipped: %s", why)
 			continue
 		}
-		s := startServer(t, "--runtime", rt, "--pool=false")
-		c := s.client(t, "main")
-		sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-		startHolder(t, c, sb.ID)
+		s, c, sb, _ := holding(t, rt)
 		var pause, resume, snap, snapServer, fork []time.Duration
 		for i := 0; i < n; i++ {
 			pause = append(pause, measure("pause", func() error { _, err := c.Sandboxes.Pause(bg, sb.ID); return err }))

@@ -2,7 +2,6 @@ package sdkgo_test
 
 import (
 	"context"
-	"io"
 	"strings"
 	"testing"
 
@@ -57,13 +56,7 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || fork.Status != "running" || fork.ForkedFrom == nil || fork.ForkedFrom.Snapshot != snap.ID || fork.ForkedFrom.Sandbox != sb.ID {
 		t.Fatalf("fork: %+v %v", fork, err)
 	}
-	rc, err := c.Files.Read(ctx, fork.ID, "kept.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(b) != "kept" {
+	if b := content(t)(c.Files.Read(ctx, fork.ID, "kept.txt")); b != "kept" {
 		t.Fatalf("the fork's workspace: %q", b)
 	}
 	l, err := c.Sandboxes.Snapshots(ctx, sb.ID, lbb.ListParams{})
