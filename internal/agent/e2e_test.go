@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -392,7 +393,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	if err := ta.c.WriteFile(ctx, "a/b/c.txt", 0o600, strings.NewReader("hello")); err != nil {
 		t.Fatal(err)
 	}
-	if b := agenttest.ReadFile(ctx, t, ta.c, "/workspace/a/b/c.txt"); b != "hello" {
+	if b := testkit.Content(t)(ta.c.ReadFile(ctx, "/workspace/a/b/c.txt")); b != "hello" {
 		t.Errorf("read %q", b)
 	}
 	st, err := os.Stat(filepath.Join(ta.ws, "a/b/c.txt"))
@@ -565,16 +566,10 @@ func TestLargeFileRoundTrip(t *testing.T) {
 	}
 	up := time.Since(start)
 	start = time.Now()
-	rc, err := ta.c.ReadFile(ctx, "big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, rc)
-	rc.Close()
+	got, n, err := testkit.Digest(t)(ta.c.ReadFile(ctx, "big.bin"))
 	down := time.Since(start)
-	if err != nil || n != size || !bytes.Equal(h.Sum(nil), sum[:]) {
-		t.Fatalf("read back %d bytes, err %v, hash match %v", n, err, bytes.Equal(h.Sum(nil), sum[:]))
+	if want := hex.EncodeToString(sum[:]); err != nil || n != size || got != want {
+		t.Fatalf("read back %d bytes, err %v, sha256 %s, want %s", n, err, got, want)
 	}
 	t.Logf("100 MiB: write %v (%.0f MiB/s), read %v (%.0f MiB/s); agent peak RSS %d KiB",
 		up, 100/up.Seconds(), down, 100/down.Seconds(), vmHWM(t, ta.cmd.Process.Pid))

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -68,16 +69,7 @@ func write(t *testing.T, c *lbb.Client, sb, path, content string) {
 
 func read(t *testing.T, c *lbb.Client, sb, path string) string {
 	t.Helper()
-	rc, err := c.Files.Read(bg, sb, path)
-	if err != nil {
-		t.Fatalf("reading %s: %v", path, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return testkit.Content(t)(c.Files.Read(bg, sb, path))
 }
 
 func execOK(t *testing.T, c *lbb.Client, sb string, argv ...string) *lbb.Command {
@@ -638,16 +630,10 @@ func TestLevel3LargeFile(t *testing.T) {
 		t.Fatalf("in the sandbox: %q, want %s", got.Stdout.Tail, sum)
 	}
 	t0 = time.Now()
-	rc, err := c.Files.Read(bg, sb.ID, "big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2 := sha256.New()
-	n, err := io.Copy(h2, rc)
-	rc.Close()
+	got, n, err := testkit.Digest(t)(c.Files.Read(bg, sb.ID, "big.bin"))
 	down := time.Since(t0)
-	if err != nil || n != size || hex.EncodeToString(h2.Sum(nil)) != sum {
-		t.Fatalf("download: %d bytes, %v", n, err)
+	if err != nil || n != size || got != sum {
+		t.Fatalf("download: %d bytes, %v, sha256 %s, want %s", n, err, got, sum)
 	}
 	// Keep it as a File and import it back: 200 MiB through the blob store too.
 	t0 = time.Now()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -27,7 +28,7 @@ func TestLevel3(t *testing.T) {
 		if err != nil || len(es) != 2 {
 			t.Fatalf("list: %+v %v", es, err)
 		}
-		if b := content(t)(c.Files.Read(ctx, sb.ID, "dir/data.csv")); b != "1,2\n3,4\n" {
+		if b := testkit.Content(t)(c.Files.Read(ctx, sb.ID, "dir/data.csv")); b != "1,2\n3,4\n" {
 			t.Fatalf("read: %q", b)
 		}
 		if _, err := c.Files.Read(ctx, sb.ID, "../x"); lbb.CodeOf(err) != "path_outside_workspace" {
@@ -75,7 +76,7 @@ func TestLevel3(t *testing.T) {
 		if err != nil || up.Name != "u.txt" {
 			t.Fatalf("upload: %+v %v", up, err)
 		}
-		if b := content(t)(c.GraphFiles.Content(ctx, up.ID)); b != "u" {
+		if b := testkit.Content(t)(c.GraphFiles.Content(ctx, up.ID)); b != "u" {
 			t.Fatalf("content: %q", b)
 		}
 		if l, err := c.GraphFiles.List(ctx, lbb.ListParams{}); err != nil || len(l.Data) != 2 {

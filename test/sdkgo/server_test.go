@@ -6,7 +6,6 @@ package sdkgo_test
 
 import (
 	"context"
-	"io"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -89,21 +88,4 @@ func newLevel3Client(t *testing.T) *lbb.Client {
 		return local.New(local.Options{AgentPath: agentBin, StateDir: stateDir})
 	}}.start(t)
 	return c
-}
-
-// content answers the whole of what a call that opens a reader (c.Files.Read,
-// c.GraphFiles.Content) gives: content(t)(c.Files.Read(ctx, id, path)). An error fails t.
-func content(t *testing.T) func(io.ReadCloser, error) string {
-	return func(rc io.ReadCloser, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -56,7 +57,7 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || fork.Status != "running" || fork.ForkedFrom == nil || fork.ForkedFrom.Snapshot != snap.ID || fork.ForkedFrom.Sandbox != sb.ID {
 		t.Fatalf("fork: %+v %v", fork, err)
 	}
-	if b := content(t)(c.Files.Read(ctx, fork.ID, "kept.txt")); b != "kept" {
+	if b := testkit.Content(t)(c.Files.Read(ctx, fork.ID, "kept.txt")); b != "kept" {
 		t.Fatalf("the fork's workspace: %q", b)
 	}
 	l, err := c.Sandboxes.Snapshots(ctx, sb.ID, lbb.ListParams{})

@@ -41,18 +41,3 @@ func Run(ctx context.Context, t testing.TB, c *agent.Client, req agent.RunReques
 	}
 	return Wait(t, p)
 }
-
-// ReadFile answers the whole content of the workspace file path; an error fails t.
-func ReadFile(ctx context.Context, t testing.TB, c *agent.Client, path string) string {
-	t.Helper()
-	rc, err := c.ReadFile(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -40,17 +41,12 @@ func copyFile(w io.Writer, r io.Reader) (int64, error) {
 	return n, err
 }
 
+// fileTypes are the protocol's names of file types; any other is agent.TypeOther.
+var fileTypes = map[uint32]string{unix.S_IFREG: agent.TypeFile, unix.S_IFDIR: agent.TypeDir, unix.S_IFLNK: agent.TypeSymlink}
+
 // entryOf describes the file st named rel.
 func entryOf(rel string, st *unix.Stat_t) agent.FileEntry {
-	t := agent.TypeOther
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		t = agent.TypeFile
-	case unix.S_IFDIR:
-		t = agent.TypeDir
-	case unix.S_IFLNK:
-		t = agent.TypeSymlink
-	}
+	t := cmp.Or(fileTypes[st.Mode&unix.S_IFMT], agent.TypeOther)
 	name := path.Base(rel)
 	if rel == "." {
 		name = path.Base(agent.Workspace)
@@ -199,16 +195,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		}
 		mode = uint32(v)
 	}
-	rel, err := s.ws.Rel(q.Get("path"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if rel == "." {
-		writeError(w, pathError(rel, unix.EISDIR))
-		return
-	}
-	pfd, base, err := s.ws.parent(rel, true)
+	pfd, rel, base, err := s.ws.parent(q.Get("path"), true, pathError(".", unix.EISDIR))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -274,16 +261,7 @@ func writeAt(pfd int, name string, mode uint32, r io.Reader) (agent.FileEntry, e
 // (recursive=1 when it is not empty).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rel, err := s.ws.Rel(q.Get("path"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if rel == "." {
-		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "the workspace itself cannot be deleted"})
-		return
-	}
-	pfd, base, err := s.ws.parent(rel, false)
+	pfd, rel, base, err := s.ws.parent(q.Get("path"), false, &agent.Error{Code: agent.CodeInvalid, Message: "the workspace itself cannot be deleted"})
 	if err != nil {
 		writeError(w, err)
 		return

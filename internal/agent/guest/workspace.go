@@ -206,18 +206,25 @@ func (w *Workspace) mkdirAll(rel string) (int, error) {
 	return parent, nil
 }
 
-// parent resolves the directory holding rel and returns its descriptor (O_PATH) and the
-// last component of rel. rel must not be ".".
-func (w *Workspace) parent(rel string, create bool) (int, string, error) {
+// parent resolves the request path p to its clean relative path, the directory holding it
+// (an O_PATH descriptor; made with its parents when create) and its last component. p may
+// not name the workspace itself: that answers the error whole.
+func (w *Workspace) parent(p string, create bool, whole error) (pfd int, rel, base string, err error) {
+	if rel, err = w.Rel(p); err != nil {
+		return -1, "", "", err
+	}
+	if rel == "." {
+		return -1, "", "", whole
+	}
 	dir, base := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
 	if dir == "" {
 		dir = "."
 	}
 	if create {
-		fd, err := w.mkdirAll(dir)
-		return fd, base, err
+		pfd, err = w.mkdirAll(dir)
+	} else {
+		pfd, err = w.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	}
-	fd, err := w.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	return fd, base, err
+	return pfd, rel, base, err
 }

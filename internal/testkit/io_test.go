@@ -1,8 +1,11 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +47,21 @@ func TestBuffer(t *testing.T) {
 	<-done
 	if got := b.String(); len(got) != 290 {
 		t.Errorf("%d bytes written", len(got))
+	}
+}
+
+func TestContentAndDigest(t *testing.T) {
+	open := func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("abc")), nil }
+	if got := Content(t)(open()); got != "abc" {
+		t.Errorf("content %q", got)
+	}
+	sum, n, err := Digest(t)(open())
+	if want := "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; sum != want || n != 3 || err != nil {
+		t.Errorf("digest %s %d %v, want %s", sum, n, err, want)
+	}
+	r := &recorder{TB: t}
+	Content(r)(nil, errors.New("no such file"))
+	if r.fatal != "no such file" {
+		t.Errorf("a failed call: %q", r.fatal)
 	}
 }

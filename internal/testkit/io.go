@@ -2,9 +2,49 @@ package testkit
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"regexp"
 	"sync"
+	"testing"
 )
+
+// Content answers the whole of what a call that opens a reader gives:
+// testkit.Content(t)(c.Files.Read(ctx, id, path)). An error of the call or of the read
+// fails t.
+func Content(t testing.TB) func(io.ReadCloser, error) string {
+	return func(rc io.ReadCloser, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+			return ""
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+}
+
+// Digest reads to its end what a call that opens a reader gives, and answers its sha256
+// (hex), its size and the error of the read: sum, n, err := testkit.Digest(t)(c.Read(…)).
+// An error of the call fails t.
+func Digest(t testing.TB) func(io.ReadCloser, error) (string, int64, error) {
+	return func(rc io.ReadCloser, err error) (string, int64, error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+			return "", 0, err
+		}
+		defer rc.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, rc)
+		return hex.EncodeToString(h.Sum(nil)), n, err
+	}
+}
 
 // Buffer is a bytes.Buffer that one goroutine may read while another writes to it: the
 // output of a process still running.
