@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,5 +64,20 @@ func TestContentAndDigest(t *testing.T) {
 	Content(r)(nil, errors.New("no such file"))
 	if r.fatal != "no such file" {
 		t.Errorf("a failed call: %q", r.fatal)
+	}
+}
+
+func TestGreeter(t *testing.T) {
+	port := Greeter(t, "hello\n")
+	for range 2 {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(c)
+		c.Close()
+		if string(b) != "hello\n" || err != nil {
+			t.Errorf("read %q %v", b, err)
+		}
 	}
 }
