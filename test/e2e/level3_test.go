@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -566,23 +567,9 @@ func TestLevel3PathEscapes(t *testing.T) {
 	}
 }
 
-// patternReader yields n deterministic pseudo-random bytes without holding them.
-type patternReader struct {
-	n, off int64
-	x      uint64
-}
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.off >= p.n {
-		return 0, io.EOF
-	}
-	b = b[:min(int64(len(b)), p.n-p.off)]
-	for i := range b {
-		p.x = p.x*6364136223846793005 + 1442695040888963407
-		b[i] = byte(p.x >> 56)
-	}
-	p.off += int64(len(b))
-	return len(b), nil
+// pattern yields n deterministic pseudo-random bytes without holding them.
+func pattern(n int64, seed byte) io.Reader {
+	return io.LimitReader(rand.NewChaCha8([32]byte{seed}), n)
 }
 
 // rss answers a process's resident and peak resident memory in bytes.
@@ -616,7 +603,7 @@ func TestLevel3LargeFile(t *testing.T) {
 
 	h := sha256.New()
 	t0 := time.Now()
-	e, err := c.Files.Write(bg, sb.ID, "big.bin", io.TeeReader(&patternReader{n: size, x: 42}, h))
+	e, err := c.Files.Write(bg, sb.ID, "big.bin", io.TeeReader(pattern(size, 42), h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +643,7 @@ func TestLevel3LargeFile(t *testing.T) {
 		t.Fatalf("the server's peak RSS grew by %d MiB moving a 200 MiB file: it holds files in memory", growth>>20)
 	}
 	// Over the cap: 413, whether the size is announced or not, and nothing is left.
-	req, _ := http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", &patternReader{n: 257 << 20})
+	req, _ := http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", pattern(257<<20, 0))
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -666,7 +653,7 @@ func TestLevel3LargeFile(t *testing.T) {
 	if resp.StatusCode != 413 {
 		t.Fatalf("over the cap, streamed: %d", resp.StatusCode)
 	}
-	req, _ = http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", io.LimitReader(&patternReader{n: 257 << 20}, 257<<20))
+	req, _ = http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", pattern(257<<20, 0))
 	req.ContentLength = 257 << 20
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	if resp, err = http.DefaultClient.Do(req); err == nil {
