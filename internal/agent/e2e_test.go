@@ -1,6 +1,6 @@
 package agent_test
 
-// End to end: the real lbb-agent binary (built in TestMain) as a plain subprocess, on a real
+// End to end: the real lbb-agent binary (testkit.Agent) as a plain subprocess, on a real
 // socketpair, with a temporary workspace. No isolation: these test the protocol, the
 // process table and the files, not the sandbox.
 
@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,18 +27,19 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/agent/agenttest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-var agentBin string
-
-func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 type testAgent struct {
 	c   *agent.Client
 	ws  string
 	etc string
 	cmd *exec.Cmd
+	// exited is closed when the agent process has exited and been waited for.
+	exited chan struct{}
 }
 
 // startAgent runs the agent on one end of a socketpair and returns a client on the other.
@@ -55,12 +57,14 @@ func startAgentIn(t testing.TB, ws string) *testAgent {
 	}
 	hostEnd, guestEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
 	ta := &testAgent{ws: ws, etc: t.TempDir()}
-	ta.cmd = exec.Command(agentBin, "--workspace", ta.ws, "--etc-dir", ta.etc, "--path", os.Getenv("PATH"))
+	ta.cmd = exec.Command(testkit.Agent(t), "--workspace", ta.ws, "--etc-dir", ta.etc, "--path", os.Getenv("PATH"))
 	ta.cmd.ExtraFiles = []*os.File{guestEnd}
 	ta.cmd.Stderr = os.Stderr
 	if err := ta.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	ta.exited = make(chan struct{})
+	go func() { ta.cmd.Wait(); close(ta.exited) }()
 	guestEnd.Close()
 	conn, err := net.FileConn(hostEnd)
 	hostEnd.Close()
@@ -78,17 +82,23 @@ func startAgentIn(t testing.TB, ws string) *testAgent {
 	}
 	t.Cleanup(func() {
 		ta.c.Close()
-		done := make(chan error, 1)
-		go func() { done <- ta.cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
+		if !ta.waitExit() {
 			t.Errorf("the agent did not exit when its channel closed")
-			ta.cmd.Process.Kill()
-			<-done
 		}
 	})
 	return ta
+}
+
+// waitExit waits up to 5 s for the agent to exit; then it kills it and answers false.
+func (ta *testAgent) waitExit() bool {
+	select {
+	case <-ta.exited:
+		return true
+	case <-time.After(5 * time.Second):
+		ta.cmd.Process.Kill()
+		<-ta.exited
+		return false
+	}
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -97,19 +107,10 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// execOut runs argv and returns stdout, stderr and the Exit.
+// exec runs req and returns stdout, stderr and the Exit.
 func (ta *testAgent) exec(t testing.TB, req agent.ExecRequest, stdin io.Reader) (string, string, agent.Exit) {
 	t.Helper()
-	p, err := ta.c.Exec(ctxT(t), req, stdin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	ex, err := p.Wait(&out, &errb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), ex
+	return agenttest.Exec(ctxT(t), t, ta.c, req, stdin)
 }
 
 func TestPing(t *testing.T) {
@@ -208,24 +209,6 @@ type writerFunc func([]byte)
 
 func (f writerFunc) Write(b []byte) (int, error) { f(append([]byte(nil), b...)); return len(b), nil }
 
-// lockedBuffer is a bytes.Buffer safe to read while Wait writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitGone waits until pid no longer exists (reaped: the agent is a subreaper).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
@@ -264,7 +247,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 
 func TestSignal(t *testing.T) {
 	ta := startAgent(t)
-	var out lockedBuffer
+	var out testkit.Buffer
 	p, err := ta.c.Exec(ctxT(t), agent.ExecRequest{ID: "cmd_sig", Argv: []string{"sh", "-c", "echo ready; sleep 100"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +286,7 @@ func TestCancelKillsGroup(t *testing.T) {
 	ta := startAgent(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out lockedBuffer
+	var out testkit.Buffer
 	p, err := ta.c.Exec(ctx, agent.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 & echo $!; wait"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -410,13 +393,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	if err := ta.c.WriteFile(ctx, "a/b/c.txt", 0o600, strings.NewReader("hello")); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := ta.c.ReadFile(ctx, "/workspace/a/b/c.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(b) != "hello" {
+	if b := testkit.Content(t)(ta.c.ReadFile(ctx, "/workspace/a/b/c.txt")); b != "hello" {
 		t.Errorf("read %q", b)
 	}
 	st, err := os.Stat(filepath.Join(ta.ws, "a/b/c.txt"))
@@ -589,16 +566,10 @@ func TestLargeFileRoundTrip(t *testing.T) {
 	}
 	up := time.Since(start)
 	start = time.Now()
-	rc, err := ta.c.ReadFile(ctx, "big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, rc)
-	rc.Close()
+	got, n, err := testkit.Digest(t)(ta.c.ReadFile(ctx, "big.bin"))
 	down := time.Since(start)
-	if err != nil || n != size || !bytes.Equal(h.Sum(nil), sum[:]) {
-		t.Fatalf("read back %d bytes, err %v, hash match %v", n, err, bytes.Equal(h.Sum(nil), sum[:]))
+	if want := hex.EncodeToString(sum[:]); err != nil || n != size || got != want {
+		t.Fatalf("read back %d bytes, err %v, sha256 %s, want %s", n, err, got, want)
 	}
 	t.Logf("100 MiB: write %v (%.0f MiB/s), read %v (%.0f MiB/s); agent peak RSS %d KiB",
 		up, 100/up.Seconds(), down, 100/down.Seconds(), vmHWM(t, ta.cmd.Process.Pid))
@@ -627,7 +598,7 @@ func TestIdentity(t *testing.T) {
 
 func TestAgentExitsWhenChannelCloses(t *testing.T) {
 	ta := startAgent(t)
-	var out lockedBuffer
+	var out testkit.Buffer
 	p, err := ta.c.Exec(context.Background(), agent.ExecRequest{Argv: []string{"sh", "-c", "echo $$; sleep 100"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -637,31 +608,32 @@ func TestAgentExitsWhenChannelCloses(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	ta.c.Close()
-	done := make(chan error, 1)
-	go func() { done <- ta.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	if !ta.waitExit() {
 		t.Fatal("the agent did not exit")
 	}
 	waitGone(t, firstLinePid(t, out.String()))
-	ta.cmd = exec.Command("true") // for the cleanup
-	ta.cmd.Run()
 }
 
 // run is a helper for harness tests.
 func (ta *testAgent) run(t *testing.T, req agent.RunRequest) (string, string, agent.Exit) {
 	t.Helper()
-	p, err := ta.c.Run(ctxT(t), req)
-	if err != nil {
-		t.Fatal(err)
+	return agenttest.Run(ctxT(t), t, ta.c, req)
+}
+
+// wantResult runs req and fails t unless it ends OK with the result want (JSON, as sent).
+func (ta *testAgent) wantResult(t *testing.T, what string, req agent.RunRequest, want string) {
+	t.Helper()
+	_, errOut, ex := ta.run(t, req)
+	if !ex.OK || string(ex.Result) != want {
+		t.Errorf("%s: %+v, want result %s\nstderr: %s", what, ex, want, errOut)
 	}
-	var out, errb bytes.Buffer
-	ex, err := p.Wait(&out, &errb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), ex
+}
+
+// startPython is startAgent for a test that needs python3 on this host.
+func startPython(t *testing.T) *testAgent {
+	t.Helper()
+	hasProgram(t, "python3")
+	return startAgent(t)
 }
 
 func hasProgram(t *testing.T, name string) {
@@ -714,8 +686,7 @@ func jsonEqual(got json.RawMessage, want string) bool {
 }
 
 func TestRunPython(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	checkRuns(t, ta, agent.LangPython, []runCase{
 		{name: "sum", code: "def run(input, config):\n    return sum(input)", input: "[1,2,3]", ok: true, result: "6"},
 		{name: "print and config", code: "def run(input, config):\n    print('hi', input)\n    return {'k': config['k'], 'n': None}", input: `"x"`, config: `{"k": [1.5]}`, ok: true, result: `{"k":[1.5],"n":null}`, stdout: "hi x\n"},
@@ -747,12 +718,8 @@ func TestRunPythonNumpyPandas(t *testing.T) {
 }
 
 func TestRunPythonDoesNotImportNumpy(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
-	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import sys\ndef run(input, config):\n    return [m for m in ('numpy', 'pandas', 'asyncio') if m in sys.modules]"})
-	if !ex.OK || string(ex.Result) != "[]" {
-		t.Errorf("%+v", ex)
-	}
+	ta := startPython(t)
+	ta.wantResult(t, "modules imported", agent.RunRequest{Language: "python", Code: "import sys\ndef run(input, config):\n    return [m for m in ('numpy', 'pandas', 'asyncio') if m in sys.modules]"}, "[]")
 }
 
 func TestRunNode(t *testing.T) {
@@ -796,8 +763,7 @@ func TestRunShell(t *testing.T) {
 }
 
 func TestRunTimeout(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import time\ndef run(i, c):\n    time.sleep(100)", TimeoutMs: 300})
 	if ex.OK || !ex.TimedOut || !strings.Contains(ex.Error, "timed out") {
 		t.Errorf("%+v", ex)
@@ -923,15 +889,19 @@ func BenchmarkRunPython(b *testing.B) {
 		b.Skip("no python3")
 	}
 	ta := startAgent(b)
-	ctx := context.Background()
 	for b.Loop() {
-		p, err := ta.c.Run(ctx, agent.RunRequest{Language: "python", Code: "def run(input, config):\n    return sum(input)", Input: json.RawMessage("[1,2,3]")})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if ex, err := p.Wait(nil, nil); err != nil || !ex.OK {
-			b.Fatal(ex, err)
-		}
+		ta.runSum(b)
+	}
+}
+
+// runSum is the run the python benchmarks time: a sum of three numbers.
+func (ta *testAgent) runSum(b *testing.B) {
+	p, err := ta.c.Run(context.Background(), agent.RunRequest{Language: "python", Code: "def run(input, config):\n    return sum(input)", Input: json.RawMessage("[1,2,3]")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if ex, err := p.Wait(nil, nil); err != nil || !ex.OK {
+		b.Fatal(ex, err)
 	}
 }
 

@@ -2,6 +2,13 @@ package agent
 
 import "strings"
 
+// Run languages.
+const (
+	LangPython = "python"
+	LangNode   = "node"
+	LangShell  = "shell"
+)
+
 // Language maps a run language or one of its aliases (python3 and py; javascript and js;
 // bash and sh; in any case) to LangPython, LangNode or LangShell; "" when it names none.
 func Language(name string) string {

@@ -17,11 +17,24 @@ import (
 // command line still holds the flag, though sys.argv does not).
 const isWarmPy = "import sys\ndef run(input, config):\n    return {'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0'), 'argv': sys.argv}"
 
+// prestartPython pre-starts a python interpreter that imports nothing.
+func (ta *testAgent) prestartPython(t *testing.T) {
+	t.Helper()
+	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+}
+
 func (ta *testAgent) prestart(t *testing.T, req agent.PrestartRequest) {
 	t.Helper()
 	if err := ta.c.Prestart(ctxT(t), req); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runWarm runs req and answers whether it ran in a pre-started interpreter.
+func (ta *testAgent) runWarm(t *testing.T, req agent.RunRequest) bool {
+	t.Helper()
+	_, _, ex := ta.run(t, req)
+	return warmOf(t, ex)
 }
 
 func warmOf(t *testing.T, ex agent.Exit) bool {
@@ -40,8 +53,7 @@ func warmOf(t *testing.T, ex agent.Exit) bool {
 }
 
 func TestPrestartPython(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	// A module that is noisy at import: what it prints before the claim is not the run's.
 	os.WriteFile(filepath.Join(ta.ws, "noisy.py"), []byte("import sys\nprint('NOISE-OUT')\nprint('NOISE-ERR', file=sys.stderr)\n"), 0o644)
 	os.Mkdir(filepath.Join(ta.ws, "sub"), 0o755)
@@ -70,21 +82,19 @@ def run(input, config):
 		t.Errorf("stdout %q stderr %q: output from before the claim leaked, or the run's was lost", out, errOut)
 	}
 	// One run per interpreter: the next one is spawned.
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy}) {
 		t.Error("a second run used a pre-started interpreter")
 	}
 }
 
 func TestPrestartPythonErrors(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta := startPython(t)
+	ta.prestartPython(t)
 	_, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "def helper():\n    return 1 / 0\n\ndef run(input, config):\n    return helper()"})
 	if ex.OK || !strings.Contains(ex.Error, "ZeroDivisionError") || !strings.Contains(errOut, "line 2, in helper") || strings.Contains(errOut, "<string>") {
 		t.Errorf("exit %+v\nstderr %s", ex, errOut)
 	}
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	start := time.Now()
 	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: "import time\ndef run(i, c):\n    time.sleep(100)", TimeoutMs: 300})
 	if ex.OK || !ex.TimedOut || time.Since(start) > 5*time.Second {
@@ -99,34 +109,27 @@ func TestPrestartPythonErrors(t *testing.T) {
 }
 
 func TestPrestartFallsBack(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	// A variable read at interpreter start needs a fresh interpreter; the waiting one goes.
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	pid := waitingInterpreter(t, ta)
-	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy, Env: map[string]string{"PYTHONHASHSEED": "0"}})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy, Env: map[string]string{"PYTHONHASHSEED": "0"}}) {
 		t.Error("a run with PYTHONHASHSEED used the pre-started interpreter")
 	}
 	waitGone(t, pid)
 	// A run of another language: spawned, and the waiting interpreter goes.
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta.prestartPython(t)
 	pid = waitingInterpreter(t, ta)
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "shell", Code: "echo 1 > $LBB_RESULT"})
-	if !ex.OK || string(ex.Result) != "1" {
-		t.Errorf("shell run %+v", ex)
-	}
+	ta.wantResult(t, "shell run", agent.RunRequest{Language: "shell", Code: "echo 1 > $LBB_RESULT"}, "1")
 	waitGone(t, pid)
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "python", Code: isWarmPy})
-	if warmOf(t, ex) {
+	if ta.runWarm(t, agent.RunRequest{Language: "python", Code: isWarmPy}) {
 		t.Error("a pre-started interpreter survived a run of another language")
 	}
 }
 
 func TestPrestartDiesWithChannel(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
-	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+	ta := startPython(t)
+	ta.prestartPython(t)
 	pid := waitingInterpreter(t, ta)
 	ta.c.Close()
 	waitGone(t, pid)
@@ -148,10 +151,7 @@ func TestPrestartNode(t *testing.T) {
 	}
 	// ES modules work from a pre-started interpreter too (the temporary .mjs is in the cwd).
 	ta.prestart(t, agent.PrestartRequest{Language: "node"})
-	_, _, ex = ta.run(t, agent.RunRequest{Language: "node", Code: "import { join } from 'node:path';\nexport function run(input) { return join('x', input); }", Input: json.RawMessage(`"y"`)})
-	if !ex.OK || string(ex.Result) != `"x/y"` {
-		t.Errorf("esm: %+v", ex)
-	}
+	ta.wantResult(t, "esm", agent.RunRequest{Language: "node", Code: "import { join } from 'node:path';\nexport function run(input) { return join('x', input); }", Input: json.RawMessage(`"y"`)}, `"x/y"`)
 }
 
 // waitingInterpreter finds the pid of the agent's one child (the waiting interpreter).
@@ -195,13 +195,7 @@ func BenchmarkRunPythonWarm(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		p, err := ta.c.Run(ctx, agent.RunRequest{Language: "python", Code: "def run(input, config):\n    return sum(input)", Input: json.RawMessage("[1,2,3]")})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if ex, err := p.Wait(nil, nil); err != nil || !ex.OK {
-			b.Fatal(ex, err)
-		}
+		ta.runSum(b)
 	}
 }
 
@@ -209,8 +203,7 @@ func BenchmarkRunPythonWarm(b *testing.B) {
 // happens, spawned or pre-started: threads finish, atexit handlers run, files left open are
 // flushed.
 func TestRunPythonExit(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	code := `import atexit, threading, time
 LOG = open('left-open.txt', 'w')
 LOG.write('flushed')
@@ -230,7 +223,7 @@ def run(input, config):
 			os.Remove(filepath.Join(ta.ws, f))
 		}
 		if warm {
-			ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+			ta.prestartPython(t)
 		}
 		out, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: code})
 		if !ex.OK || out != "atexit ran\n" || ex.ExitCode != 0 {
@@ -247,8 +240,7 @@ def run(input, config):
 // A harness reports its exit code in its status line, and the run ends when it has closed
 // its outputs: the code must be the one a waited-for process would have had.
 func TestRunPythonExitCodes(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	cases := []struct {
 		code string
 		exit int
@@ -264,7 +256,7 @@ func TestRunPythonExitCodes(t *testing.T) {
 	for _, warm := range []bool{false, true} {
 		for _, c := range cases {
 			if warm {
-				ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{}})
+				ta.prestartPython(t)
 			}
 			_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: c.code})
 			if ex.ExitCode != c.exit || ex.OK != c.ok || ex.Signal != "" {
@@ -304,26 +296,19 @@ func TestRunNodeExit(t *testing.T) {
 // Whatever seeded random before the claim (here: a module imported at prestart that seeds
 // it with a constant), the run draws from a generator seeded again at its claim.
 func TestPrestartReseeds(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	os.WriteFile(filepath.Join(ta.ws, "seeded.py"), []byte("import random\nrandom.seed(42)\n"), 0o644)
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"seeded"}})
-	_, _, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import random, sys\ndef run(i, c):\n    return ['seeded' in sys.modules, random.random() != random.Random(42).random()]"})
-	if !ex.OK || string(ex.Result) != "[true,true]" {
-		t.Errorf("%+v: want the seeding module loaded and random reseeded", ex)
-	}
+	// The seeding module is loaded, and random is reseeded.
+	ta.wantResult(t, "seeded", agent.RunRequest{Language: "python", Code: "import random, sys\ndef run(i, c):\n    return ['seeded' in sys.modules, random.random() != random.Random(42).random()]"}, "[true,true]")
 }
 
 // Files written into the workspace after the prestart (a template's) import like any other.
 func TestPrestartSeesNewFiles(t *testing.T) {
-	hasProgram(t, "python3")
-	ta := startAgent(t)
+	ta := startPython(t)
 	ta.prestart(t, agent.PrestartRequest{Language: "python", Imports: []string{"no_such_module_yet"}})
 	if err := ta.c.WriteFile(ctxT(t), "helper.py", 0, strings.NewReader("VALUE = 7\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, ex := ta.run(t, agent.RunRequest{Language: "python", Code: "import helper\ndef run(i, c):\n    return helper.VALUE"})
-	if !ex.OK || string(ex.Result) != "7" {
-		t.Errorf("%+v\n%s", ex, errOut)
-	}
+	ta.wantResult(t, "import of a new file", agent.RunRequest{Language: "python", Code: "import helper\ndef run(i, c):\n    return helper.VALUE"}, "7")
 }

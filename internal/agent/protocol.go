@@ -127,13 +127,6 @@ type RunRequest struct {
 	TimeoutMs int64             `json:"timeout_ms,omitempty"`
 }
 
-// Run languages.
-const (
-	LangPython = "python"
-	LangNode   = "node"
-	LangShell  = "shell"
-)
-
 // SignalRequest signals a running process group.
 type SignalRequest struct {
 	// Signal is a name such as "SIGTERM" or "KILL", or a number; default SIGKILL.

@@ -113,11 +113,7 @@ func (c *Capture) tailCopy(j, n int) []byte {
 func (c *Capture) Head() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.head
-	if c.total > int64(len(h)) {
-		h = trimEnd(h)
-	}
-	return string(h)
+	return c.part(c.head, trimEnd)
 }
 
 // Tail is the last bytes written. When the stream began before it, UTF-8 continuation
@@ -125,11 +121,15 @@ func (c *Capture) Head() string {
 func (c *Capture) Tail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.tailBytes()
-	if c.total > int64(len(t)) {
-		t = trimStart(t)
+	return c.part(c.tailBytes(), trimStart)
+}
+
+// part is b, a part of the stream, with trim applied when the stream holds more than b.
+func (c *Capture) part(b []byte, trim func([]byte) []byte) string {
+	if c.total > int64(len(b)) {
+		b = trim(b)
 	}
-	return string(t)
+	return string(b)
 }
 
 // Bytes is how many bytes were written in all.

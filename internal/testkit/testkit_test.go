@@ -14,6 +14,7 @@ type recorder struct {
 
 func (r *recorder) Helper()                           {}
 func (r *recorder) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
+func (r *recorder) Fatal(args ...any)                 { r.fatal = fmt.Sprint(args...) }
 func (r *recorder) Skip(args ...any)                  { r.skip = fmt.Sprint(args...) }
 
 func TestSkipPrivileged(t *testing.T) {

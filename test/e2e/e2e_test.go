@@ -113,13 +113,22 @@ func TestService(t *testing.T) {
 		}
 	})
 
-	t.Run("LimitMemory", func(t *testing.T) {
-		_, m := s.run("oom-1", jsonBody(t, map[string]any{"limits": map[string]int{"memory_mib": 128}, "run": map[string]any{
-			"code": "def run(input, config):\n    x = bytearray(1024 * 1024 * 1024)\n    return len(x)"}}))
-		if m["ok"] != false || m["status"] != "oom" {
-			t.Fatalf("%v", m)
-		}
-	})
+	// A limit below what the code takes ends the run with the limit's status.
+	for _, tc := range []struct {
+		name, key, limit string
+		mib              int
+		code, status     string
+	}{
+		{"LimitMemory", "oom-1", "memory_mib", 128, "def run(input, config):\n    x = bytearray(1024 * 1024 * 1024)\n    return len(x)", "oom"},
+		{"LimitDisk", "disk-1", "disk_mib", 64, "def run(input, config):\n    with open('big', 'wb') as f:\n        for i in range(200):\n            f.write(b'x' * 1024 * 1024)", "disk_full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, m := s.run(tc.key, jsonBody(t, map[string]any{"limits": map[string]int{tc.limit: tc.mib}, "run": map[string]any{"code": tc.code}}))
+			if m["ok"] != false || m["status"] != tc.status {
+				t.Fatalf("%v", m)
+			}
+		})
+	}
 
 	t.Run("LimitTimeout", func(t *testing.T) {
 		t0 := time.Now()
@@ -127,14 +136,6 @@ func TestService(t *testing.T) {
 			"code": "import time\ndef run(input, config):\n    time.sleep(60)"}}))
 		if m["ok"] != false || m["status"] != "timed_out" || time.Since(t0) > 20*time.Second {
 			t.Fatalf("%v after %s", m, time.Since(t0))
-		}
-	})
-
-	t.Run("LimitDisk", func(t *testing.T) {
-		_, m := s.run("disk-1", jsonBody(t, map[string]any{"limits": map[string]int{"disk_mib": 64}, "run": map[string]any{
-			"code": "def run(input, config):\n    with open('big', 'wb') as f:\n        for i in range(200):\n            f.write(b'x' * 1024 * 1024)"}}))
-		if m["ok"] != false || m["status"] != "disk_full" {
-			t.Fatalf("%v", m)
 		}
 	})
 

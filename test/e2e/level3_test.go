@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -49,6 +51,16 @@ func newSandbox(t *testing.T, c *lbb.Client, p lbb.CreateParams) *lbb.Sandbox {
 	return sb
 }
 
+// sandbox answers a client of graph main and a sandbox of it made with p, deleted when t
+// ends.
+func (s *server) sandbox(t *testing.T, p lbb.CreateParams) (*lbb.Client, *lbb.Sandbox) {
+	t.Helper()
+	c := s.client(t, "main")
+	sb := newSandbox(t, c, p)
+	t.Cleanup(func() { c.Sandboxes.Delete(bg, sb.ID) })
+	return c, sb
+}
+
 func write(t *testing.T, c *lbb.Client, sb, path, content string) {
 	t.Helper()
 	if _, err := c.Files.Write(bg, sb, path, strings.NewReader(content)); err != nil {
@@ -58,16 +70,7 @@ func write(t *testing.T, c *lbb.Client, sb, path, content string) {
 
 func read(t *testing.T, c *lbb.Client, sb, path string) string {
 	t.Helper()
-	rc, err := c.Files.Read(bg, sb, path)
-	if err != nil {
-		t.Fatalf("reading %s: %v", path, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return testkit.Content(t)(c.Files.Read(bg, sb, path))
 }
 
 func execOK(t *testing.T, c *lbb.Client, sb string, argv ...string) *lbb.Command {
@@ -322,9 +325,7 @@ func collect(t *testing.T, s *lbb.OutputStream) (map[string]string, []lbb.Output
 // long output past what is kept, kill and stdin.
 func TestLevel3Streams(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	script := "for i in $(seq 1 10); do echo out$i; echo err$i >&2; sleep 0.2; done"
 	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"bash", "-c", script}, WaitMs: -1})
 	if err != nil || cmd.Status != "running" {
@@ -452,9 +453,7 @@ func TestLevel3Streams(t *testing.T) {
 // running between calls.
 func TestLevel3ConcurrentCommands(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	const n = 20
 	ids := make([]string, n)
 	t0 := time.Now()
@@ -495,9 +494,7 @@ func TestLevel3ConcurrentCommands(t *testing.T) {
 // an absolute symlink are refused by every file route, and nothing outside is touched.
 func TestLevel3PathEscapes(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	execOK(t, c, sb.ID, "bash", "-c", "ln -s /etc etc && ln -s loop1 loop2 && ln -s loop2 loop1 && ln -s /etc/passwd pw && ln -s ../.. up && mkdir d && ln -s /workspace/d abs")
 	bad := []string{"../etc/passwd", "../../etc/passwd", "/etc/passwd", "/workspace/../etc/passwd", "etc/passwd", "etc", "pw", "up/etc/passwd", "abs/x", "d/../../etc/passwd"}
 	for _, p := range bad {
@@ -570,23 +567,9 @@ func TestLevel3PathEscapes(t *testing.T) {
 	}
 }
 
-// patternReader yields n deterministic pseudo-random bytes without holding them.
-type patternReader struct {
-	n, off int64
-	x      uint64
-}
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.off >= p.n {
-		return 0, io.EOF
-	}
-	b = b[:min(int64(len(b)), p.n-p.off)]
-	for i := range b {
-		p.x = p.x*6364136223846793005 + 1442695040888963407
-		b[i] = byte(p.x >> 56)
-	}
-	p.off += int64(len(b))
-	return len(b), nil
+// pattern yields n deterministic pseudo-random bytes without holding them.
+func pattern(n int64, seed byte) io.Reader {
+	return io.LimitReader(rand.NewChaCha8([32]byte{seed}), n)
 }
 
 // rss answers a process's resident and peak resident memory in bytes.
@@ -613,16 +596,14 @@ func rss(t *testing.T, pid int) (cur, peak int64) {
 // leaves nothing. It logs the throughput.
 func TestLevel3LargeFile(t *testing.T) {
 	s := startServer(t, "--max-file-bytes", fmt.Sprint(256<<20))
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{Limits: &lbb.Limits{DiskMiB: 1024}})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{Limits: &lbb.Limits{DiskMiB: 1024}})
 	const size = 200 << 20
 	pid := s.cmd.Process.Pid
 	_, peak0 := rss(t, pid)
 
 	h := sha256.New()
 	t0 := time.Now()
-	e, err := c.Files.Write(bg, sb.ID, "big.bin", io.TeeReader(&patternReader{n: size, x: 42}, h))
+	e, err := c.Files.Write(bg, sb.ID, "big.bin", io.TeeReader(pattern(size, 42), h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,16 +617,10 @@ func TestLevel3LargeFile(t *testing.T) {
 		t.Fatalf("in the sandbox: %q, want %s", got.Stdout.Tail, sum)
 	}
 	t0 = time.Now()
-	rc, err := c.Files.Read(bg, sb.ID, "big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2 := sha256.New()
-	n, err := io.Copy(h2, rc)
-	rc.Close()
+	got, n, err := testkit.Digest(t)(c.Files.Read(bg, sb.ID, "big.bin"))
 	down := time.Since(t0)
-	if err != nil || n != size || hex.EncodeToString(h2.Sum(nil)) != sum {
-		t.Fatalf("download: %d bytes, %v", n, err)
+	if err != nil || n != size || got != sum {
+		t.Fatalf("download: %d bytes, %v, sha256 %s, want %s", n, err, got, sum)
 	}
 	// Keep it as a File and import it back: 200 MiB through the blob store too.
 	t0 = time.Now()
@@ -668,7 +643,7 @@ func TestLevel3LargeFile(t *testing.T) {
 		t.Fatalf("the server's peak RSS grew by %d MiB moving a 200 MiB file: it holds files in memory", growth>>20)
 	}
 	// Over the cap: 413, whether the size is announced or not, and nothing is left.
-	req, _ := http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", &patternReader{n: 257 << 20})
+	req, _ := http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", pattern(257<<20, 0))
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -678,7 +653,7 @@ func TestLevel3LargeFile(t *testing.T) {
 	if resp.StatusCode != 413 {
 		t.Fatalf("over the cap, streamed: %d", resp.StatusCode)
 	}
-	req, _ = http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", io.LimitReader(&patternReader{n: 257 << 20}, 257<<20))
+	req, _ = http.NewRequest("PUT", s.url+"/v1/sandboxes/"+sb.ID+"/files/content?graph=main&path=over.bin", pattern(257<<20, 0))
 	req.ContentLength = 257 << 20
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	if resp, err = http.DefaultClient.Do(req); err == nil {
@@ -697,9 +672,7 @@ func TestLevel3LargeFile(t *testing.T) {
 // one-call); retries with one key make one File.
 func TestLevel3GraphFiles(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	a := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, a.ID)
+	c, a := s.sandbox(t, lbb.CreateParams{})
 	execOK(t, c, a.ID, "bash", "-c", "mkdir -p out && printf '# Report\\n\\nall good\\n' > out/report.md")
 	content := "# Report\n\nall good\n"
 	sum := sha256.Sum256([]byte(content))
@@ -778,9 +751,7 @@ func TestLevel3GraphFiles(t *testing.T) {
 // TestLevel3CrossGraph: nothing of one graph is reachable from another; it is all not_found.
 func TestLevel3CrossGraph(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{})
 	write(t, c, sb.ID, "secret.txt", "main's")
 	cmd := execOK(t, c, sb.ID, "true")
 	f, err := c.GraphFiles.Keep(bg, sb.ID, "secret.txt")
@@ -837,9 +808,7 @@ func TestLevel3CrossGraph(t *testing.T) {
 // TestLevel3Idempotency: one key, one effect: a retried exec, run, create, import.
 func TestLevel3Idempotency(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{IdempotencyKey: "create-1"})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{IdempotencyKey: "create-1"})
 	if again, err := c.Sandboxes.Create(bg, lbb.CreateParams{IdempotencyKey: "create-1"}); err != nil || again.ID != sb.ID {
 		t.Fatalf("create again: %+v %v", again, err)
 	}
@@ -923,9 +892,7 @@ func TestLevel3Idempotency(t *testing.T) {
 // results or errors, and are never stored.
 func TestLevel3Masking(t *testing.T) {
 	s := startServer(t)
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{Env: map[string]string{"DB_PASSWORD": "correct-horse-battery"}})
-	defer c.Sandboxes.Delete(bg, sb.ID)
+	c, sb := s.sandbox(t, lbb.CreateParams{Env: map[string]string{"DB_PASSWORD": "correct-horse-battery"}})
 	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"bash", "-c", "echo $DB_PASSWORD; echo $API_TOKEN >&2; printf %s $DB_PASSWORD | rev"},
 		Env: map[string]string{"API_TOKEN": "tok-123456789"}})
 	if err != nil {

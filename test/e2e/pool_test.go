@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -256,21 +256,7 @@ def run(input, config):
 			defer os.Remove(p)
 		}
 	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host secret\n"))
-			c.Close()
-		}
-	}()
+	port := testkit.Greeter(t, "host secret\n")
 	paths, _ := json.Marshal(planted)
 	m = s.runWarm(t, "host-reach", fmt.Sprintf(`import os, socket, errno
 def attempt(host, port):
@@ -284,7 +270,7 @@ def attempt(host, port):
 def run(input, config):
     return {"files": [p for p in %s if os.path.exists(p)],
             "host": attempt("127.0.0.1", %d), "out": attempt("1.1.1.1", 80),
-            "ifaces": sorted(os.listdir("/sys/class/net"))}`, paths, ln.Addr().(*net.TCPAddr).Port), "")
+            "ifaces": sorted(os.listdir("/sys/class/net"))}`, paths, port), "")
 	r := resultOf(t, m)
 	if fmt.Sprint(r["files"]) != "[]" || r["host"] != "ECONNREFUSED" || r["out"] != "ENETUNREACH" || fmt.Sprint(r["ifaces"]) != "[lo]" {
 		t.Errorf("host reach: %v", r)

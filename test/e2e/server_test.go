@@ -7,7 +7,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -20,7 +19,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,7 +73,7 @@ type server struct {
 	url                string
 	key                string
 	// stderr is the output of both processes.
-	stderr *syncBuffer
+	stderr *testkit.Buffer
 }
 
 // remoteHost runs every server's sandboxes in a host agent of its own process (lbb host),
@@ -86,23 +84,6 @@ var remoteHost = os.Getenv("LBB_E2E_REMOTE_HOST") == "1"
 type proc struct {
 	cmd    *exec.Cmd
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newDataDir makes a data directory the sandboxes' own user ids can traverse to.
@@ -136,7 +117,7 @@ var (
 
 func (s *server) start() {
 	s.t.Helper()
-	s.stderr = &syncBuffer{}
+	s.stderr = &testkit.Buffer{}
 	common := []string{"--data-dir", s.dataDir, "--images-dir", imagesDir}
 	args := append(append([]string{"serve", "--addr", "127.0.0.1:0"}, common...), s.args...)
 	if remoteHost {
@@ -156,28 +137,18 @@ func (s *server) start() {
 
 // launch starts lbb with args, its output going to log, and answers once a line of its
 // stderr matches ready, with the line's first group.
-func launch(t *testing.T, args []string, log *syncBuffer, ready *regexp.Regexp) (*proc, string) {
+func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Regexp) (*proc, string) {
 	t.Helper()
 	p := &proc{cmd: exec.Command(lbbBin, args...), exited: make(chan error, 1)}
-	pr, pw := io.Pipe()
-	p.cmd.Stderr = io.MultiWriter(log, pw)
+	watch := testkit.WatchLines(ready)
+	p.cmd.Stderr = io.MultiWriter(log, watch)
 	p.cmd.Stdout = log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { err := p.cmd.Wait(); pw.Close(); p.exited <- err }()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
+	go func() { p.exited <- p.cmd.Wait() }()
 	select {
-	case u := <-found:
+	case u := <-watch.Found():
 		return p, u
 	case <-time.After(2 * time.Minute):
 		p.cmd.Process.Kill()

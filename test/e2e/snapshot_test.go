@@ -19,25 +19,19 @@ import (
 // Pause, snapshot and fork against a real `lbb serve`: on gvisor with memory (checkpoint
 // and restore), on ns by the freezer.
 
-// holder is a Python process that keeps its state in memory only: a token drawn at its
-// start, a counter it advances every 20 ms, and a note it takes from /workspace/note.in. It
-// writes all of it, with its pid, to /workspace/state, so a reader can tell the same process
-// carrying on (same token, counter past what it was) from one started again (a new token).
-const holder = `import os, secrets, time
-token, n, note = secrets.token_hex(8), 0, ""
-while True:
-    n += 1
-    try:
-        with open("/workspace/note.in") as f:
-            note = f.read().strip()
-        os.remove("/workspace/note.in")
-    except FileNotFoundError:
-        pass
-    with open("/workspace/state.tmp", "w") as f:
-        f.write("%s %d %d %s" % (token, n, os.getpid(), note))
-    os.rename("/workspace/state.tmp", "/workspace/state")
-    time.sleep(0.02)
-`
+// holderScript is sdk/testdata/holder.py (the SDK suites run it too): a Python process that
+// keeps its state in memory only, a token drawn at its start and a counter it advances every
+// 20 ms, and takes a note from /workspace/note.in. It writes all of it, with its pid, to
+// /workspace/state, so a reader can tell the same process carrying on (same token, counter
+// past what it was) from one started again (a new token).
+func holderScript(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../sdk/testdata/holder.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 type holderState struct {
 	token string
@@ -46,11 +40,38 @@ type holderState struct {
 	note  string
 }
 
+// holding starts lbb serve on the runtime rt without a warm pool, and the holder in a
+// sandbox there.
+func holding(t *testing.T, rt string) (*server, *lbb.Client, *lbb.Sandbox, holderState) {
+	t.Helper()
+	s := startServer(t, "--runtime", rt, "--pool=false")
+	c := s.client(t, "main")
+	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
+	if sb.Isolation != "" && sb.Isolation != rt {
+		t.Fatalf("isolation %q, want %s", sb.Isolation, rt)
+	}
+	return s, c, sb, startHolder(t, c, sb.ID)
+}
+
+// pauseAndRestart pauses the sandbox id, ends the server with end (s.stop, s.kill9), starts
+// it again and answers a client of it and the sandbox as the restarted server has it.
+func pauseAndRestart(t *testing.T, s *server, c *lbb.Client, id string, end func()) (*lbb.Client, *lbb.Sandbox, error) {
+	t.Helper()
+	if _, err := c.Sandboxes.Pause(bg, id); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	s.start()
+	c = s.client(t, "main")
+	got, err := c.Sandboxes.Get(bg, id)
+	return c, got, err
+}
+
 // startHolder starts the holder in the background: the command that starts it ends at once,
 // so nothing runs as a command (pause and snapshot refuse while one does).
 func startHolder(t *testing.T, c *lbb.Client, sb string) holderState {
 	t.Helper()
-	write(t, c, sb, "holder.py", holder)
+	write(t, c, sb, "holder.py", holderScript(t))
 	execOK(t, c, sb, "sh", "-c", "setsid python3 /workspace/holder.py </dev/null >/dev/null 2>&1 &")
 	var st holderState
 	waitFor(t, 30*time.Second, "the holder's first state", func() bool {
@@ -127,13 +148,7 @@ func requireGvisor(t *testing.T) {
 // go their own ways; deleting the source keeps the forks and removes its snapshots; the 409s.
 func TestSnapshotGvisor(t *testing.T) {
 	requireGvisor(t)
-	s := startServer(t, "--runtime", "gvisor", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	if sb.Isolation != "" && sb.Isolation != "gvisor" {
-		t.Fatalf("isolation %q, want gvisor", sb.Isolation)
-	}
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "gvisor")
 
 	// Pause never breaks a running command.
 	bgCmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"sleep", "60"}, WaitMs: -1})
@@ -276,18 +291,9 @@ func TestSnapshotGvisor(t *testing.T) {
 // paused across a server restart and resumes with its processes.
 func TestSnapshotGvisorRestart(t *testing.T) {
 	requireGvisor(t)
-	s := startServer(t, "--runtime", "gvisor", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "gvisor")
 	st = carriesOn(t, c, sb.ID, "before pause", st)
-	if _, err := c.Sandboxes.Pause(bg, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	s.stop()
-	s.start()
-	c = s.client(t, "main")
-	got, err := c.Sandboxes.Get(bg, sb.ID)
+	c, got, err := pauseAndRestart(t, s, c, sb.ID, s.stop)
 	if err != nil || got.Status != "paused" {
 		t.Fatalf("after a restart: %+v %v, want paused", got, err)
 	}
@@ -332,13 +338,7 @@ func TestSnapshotGvisorRestart(t *testing.T) {
 // TestSnapshotNs: on ns, pause is the freezer (the same process resumes; a restart stops
 // it), and snapshots and forks answer 409 not_supported.
 func TestSnapshotNs(t *testing.T) {
-	s := startServer(t, "--runtime", "ns", "--pool=false")
-	c := s.client(t, "main")
-	sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-	if sb.Isolation != "" && sb.Isolation != "ns" {
-		t.Fatalf("isolation %q, want ns", sb.Isolation)
-	}
-	st := startHolder(t, c, sb.ID)
+	s, c, sb, st := holding(t, "ns")
 	st = carriesOn(t, c, sb.ID, "before pause", st)
 	p, err := c.Sandboxes.Pause(bg, sb.ID)
 	if err != nil || p.Status != "paused" {
@@ -368,20 +368,14 @@ func TestSnapshotNs(t *testing.T) {
 	}
 
 	// A restart stops a frozen sandbox like a running one; resume starts it cold.
-	if _, err := c.Sandboxes.Pause(bg, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	s.kill9()
-	s.start()
-	c = s.client(t, "main")
-	got, err := c.Sandboxes.Get(bg, sb.ID)
+	c, got, err := pauseAndRestart(t, s, c, sb.ID, s.kill9)
 	if err != nil || got.Status != "stopped" || got.EndReason != "server_restart" || got.PausedAt != nil {
 		t.Fatalf("a frozen sandbox after a restart: %+v %v, want stopped (server_restart)", got, err)
 	}
 	if _, err := c.Sandboxes.Resume(bg, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if read(t, c, sb.ID, "holder.py") != holder {
+	if read(t, c, sb.ID, "holder.py") != holderScript(t) {
 		t.Fatal("the workspace did not survive")
 	}
 	// Deleting a paused sandbox works.
@@ -414,10 +408,7 @@ func TestSnapshotFigures(t *testing.T) {
 			t.Logf("gvisor skipped: %s", why)
 			continue
 		}
-		s := startServer(t, "--runtime", rt, "--pool=false")
-		c := s.client(t, "main")
-		sb := newSandbox(t, c, lbb.CreateParams{ExpiresInSeconds: 900})
-		startHolder(t, c, sb.ID)
+		s, c, sb, _ := holding(t, rt)
 		var pause, resume, snap, snapServer, fork []time.Duration
 		for i := 0; i < n; i++ {
 			pause = append(pause, measure("pause", func() error { _, err := c.Sandboxes.Pause(bg, sb.ID); return err }))

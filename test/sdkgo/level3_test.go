@@ -2,11 +2,11 @@ package sdkgo_test
 
 import (
 	"context"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -28,13 +28,7 @@ func TestLevel3(t *testing.T) {
 		if err != nil || len(es) != 2 {
 			t.Fatalf("list: %+v %v", es, err)
 		}
-		rc, err := c.Files.Read(ctx, sb.ID, "dir/data.csv")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(rc)
-		rc.Close()
-		if string(b) != "1,2\n3,4\n" {
+		if b := testkit.Content(t)(c.Files.Read(ctx, sb.ID, "dir/data.csv")); b != "1,2\n3,4\n" {
 			t.Fatalf("read: %q", b)
 		}
 		if _, err := c.Files.Read(ctx, sb.ID, "../x"); lbb.CodeOf(err) != "path_outside_workspace" {
@@ -82,13 +76,7 @@ func TestLevel3(t *testing.T) {
 		if err != nil || up.Name != "u.txt" {
 			t.Fatalf("upload: %+v %v", up, err)
 		}
-		rc, err = c.GraphFiles.Content(ctx, up.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ = io.ReadAll(rc)
-		rc.Close()
-		if string(b) != "u" {
+		if b := testkit.Content(t)(c.GraphFiles.Content(ctx, up.ID)); b != "u" {
 			t.Fatalf("content: %q", b)
 		}
 		if l, err := c.GraphFiles.List(ctx, lbb.ListParams{}); err != nil || len(l.Data) != 2 {

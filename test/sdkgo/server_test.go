@@ -46,6 +46,7 @@ func (o server) start(t *testing.T) (*lbb.Client, *controltest.Runner) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() }) // last: after the server and the service
 	cfg := config.Default()
 	cfg.DataDir, cfg.ShutdownGrace = dir, 100*time.Millisecond
 	if o.tweak != nil {
@@ -67,7 +68,7 @@ func (o server) start(t *testing.T) (*lbb.Client, *controltest.Runner) {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(api.New(api.Options{Service: svc}))
-	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx); st.Close() })
+	t.Cleanup(func() { hs.Close(); svc.Shutdown(ctx) })
 	c, err := lbb.New(lbb.Options{BaseURL: hs.URL, APIKey: secret, Graph: "main"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,12 +2,12 @@ package sdkgo_test
 
 import (
 	"context"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -57,13 +57,7 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || fork.Status != "running" || fork.ForkedFrom == nil || fork.ForkedFrom.Snapshot != snap.ID || fork.ForkedFrom.Sandbox != sb.ID {
 		t.Fatalf("fork: %+v %v", fork, err)
 	}
-	rc, err := c.Files.Read(ctx, fork.ID, "kept.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(b) != "kept" {
+	if b := testkit.Content(t)(c.Files.Read(ctx, fork.ID, "kept.txt")); b != "kept" {
 		t.Fatalf("the fork's workspace: %q", b)
 	}
 	l, err := c.Sandboxes.Snapshots(ctx, sb.ID, lbb.ListParams{})

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -40,17 +41,12 @@ func copyFile(w io.Writer, r io.Reader) (int64, error) {
 	return n, err
 }
 
+// fileTypes are the protocol's names of file types; any other is agent.TypeOther.
+var fileTypes = map[uint32]string{unix.S_IFREG: agent.TypeFile, unix.S_IFDIR: agent.TypeDir, unix.S_IFLNK: agent.TypeSymlink}
+
 // entryOf describes the file st named rel.
 func entryOf(rel string, st *unix.Stat_t) agent.FileEntry {
-	t := agent.TypeOther
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		t = agent.TypeFile
-	case unix.S_IFDIR:
-		t = agent.TypeDir
-	case unix.S_IFLNK:
-		t = agent.TypeSymlink
-	}
+	t := cmp.Or(fileTypes[st.Mode&unix.S_IFMT], agent.TypeOther)
 	name := path.Base(rel)
 	if rel == "." {
 		name = path.Base(agent.Workspace)
@@ -71,20 +67,14 @@ func entryOf(rel string, st *unix.Stat_t) agent.FileEntry {
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	recursive := isTrue(q.Get("recursive"))
-	fd, rel, err := s.ws.Resolve(q.Get("path"), unix.O_PATH)
+	fd, rel, st, err := s.ws.resolveStat(q.Get("path"), unix.O_PATH)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		writeError(w, pathError(rel, err))
-		return
-	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		unix.Close(fd)
-		writeJSON(w, http.StatusOK, []agent.FileEntry{entryOf(rel, &st)})
+		writeJSON(w, http.StatusOK, []agent.FileEntry{entryOf(rel, st)})
 		return
 	}
 	// Reopen for reading: O_PATH descriptors cannot list.
@@ -161,15 +151,9 @@ func (l *lister) list(dfd int, rel string, recursive bool) error {
 // handleRead streams a file's bytes.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	// O_NONBLOCK so that opening a FIFO does not wait for a writer; it is refused below.
-	fd, rel, err := s.ws.Resolve(r.URL.Query().Get("path"), unix.O_RDONLY|unix.O_NONBLOCK)
+	fd, rel, st, err := s.ws.resolveStat(r.URL.Query().Get("path"), unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		writeError(w, pathError(rel, err))
 		return
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -211,16 +195,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		}
 		mode = uint32(v)
 	}
-	rel, err := s.ws.Rel(q.Get("path"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if rel == "." {
-		writeError(w, pathError(rel, unix.EISDIR))
-		return
-	}
-	pfd, base, err := s.ws.parent(rel, true)
+	pfd, rel, base, err := s.ws.parent(q.Get("path"), true, pathError(".", unix.EISDIR))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -286,16 +261,7 @@ func writeAt(pfd int, name string, mode uint32, r io.Reader) (agent.FileEntry, e
 // (recursive=1 when it is not empty).
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rel, err := s.ws.Rel(q.Get("path"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if rel == "." {
-		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "the workspace itself cannot be deleted"})
-		return
-	}
-	pfd, base, err := s.ws.parent(rel, false)
+	pfd, rel, base, err := s.ws.parent(q.Get("path"), false, &agent.Error{Code: agent.CodeInvalid, Message: "the workspace itself cannot be deleted"})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -118,12 +119,45 @@ func (w *Workspace) Resolve(p string, flags int) (fd int, rel string, err error)
 	return fd, rel, err
 }
 
+// resolveStat is Resolve that also answers what the descriptor names.
+func (w *Workspace) resolveStat(p string, flags int) (int, string, *unix.Stat_t, error) {
+	fd, rel, err := w.Resolve(p, flags)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, "", nil, pathError(rel, err)
+	}
+	return fd, rel, &st, nil
+}
+
 // Display is how a relative path is shown in messages: under /workspace.
 func Display(rel string) string {
 	if rel == "." {
 		return agent.Workspace
 	}
 	return agent.Workspace + "/" + rel
+}
+
+// errnoCodes are the protocol's codes for errnos, with a message when the errno's own is not
+// clear enough.
+var errnoCodes = map[unix.Errno]struct{ code, msg string }{
+	unix.EXDEV:        {agent.CodePathOutside, "resolves outside " + agent.Workspace},
+	unix.ELOOP:        {agent.CodeInvalid, "too many levels of symbolic links"},
+	unix.ENOENT:       {agent.CodeNotFound, "no such file or directory"},
+	unix.ENOTDIR:      {agent.CodeNotDir, "not a directory"},
+	unix.EISDIR:       {agent.CodeIsDir, "is a directory"},
+	unix.EEXIST:       {agent.CodeExists, "already exists"},
+	unix.ENOTEMPTY:    {agent.CodeNotEmpty, "directory not empty"},
+	unix.ENOSPC:       {agent.CodeDiskFull, "the workspace disk is full"},
+	unix.EDQUOT:       {agent.CodeDiskFull, "the workspace disk is full"},
+	unix.EACCES:       {code: agent.CodePermission},
+	unix.EPERM:        {code: agent.CodePermission},
+	unix.EROFS:        {code: agent.CodePermission},
+	unix.ENAMETOOLONG: {code: agent.CodeInvalid},
+	unix.EINVAL:       {code: agent.CodeInvalid},
 }
 
 // pathError turns an errno into the protocol's Error for the path rel.
@@ -136,29 +170,9 @@ func pathError(rel string, err error) error {
 	if !errors.As(err, &errno) {
 		return &agent.Error{Code: agent.CodeInternal, Message: fmt.Sprintf("%s: %v", Display(rel), err)}
 	}
-	code := agent.CodeInternal
-	msg := errno.Error()
-	switch errno {
-	case unix.EXDEV:
-		code, msg = agent.CodePathOutside, "resolves outside "+agent.Workspace
-	case unix.ELOOP:
-		code, msg = agent.CodeInvalid, "too many levels of symbolic links"
-	case unix.ENOENT:
-		code, msg = agent.CodeNotFound, "no such file or directory"
-	case unix.ENOTDIR:
-		code, msg = agent.CodeNotDir, "not a directory"
-	case unix.EISDIR:
-		code, msg = agent.CodeIsDir, "is a directory"
-	case unix.EEXIST:
-		code, msg = agent.CodeExists, "already exists"
-	case unix.ENOTEMPTY:
-		code, msg = agent.CodeNotEmpty, "directory not empty"
-	case unix.ENOSPC, unix.EDQUOT:
-		code, msg = agent.CodeDiskFull, "the workspace disk is full"
-	case unix.EACCES, unix.EPERM, unix.EROFS:
-		code = agent.CodePermission
-	case unix.ENAMETOOLONG, unix.EINVAL:
-		code = agent.CodeInvalid
+	code, msg := agent.CodeInternal, errno.Error()
+	if c, ok := errnoCodes[errno]; ok {
+		code, msg = c.code, cmp.Or(c.msg, msg)
 	}
 	return &agent.Error{Code: code, Message: Display(rel) + ": " + msg}
 }
@@ -192,18 +206,25 @@ func (w *Workspace) mkdirAll(rel string) (int, error) {
 	return parent, nil
 }
 
-// parent resolves the directory holding rel and returns its descriptor (O_PATH) and the
-// last component of rel. rel must not be ".".
-func (w *Workspace) parent(rel string, create bool) (int, string, error) {
+// parent resolves the request path p to its clean relative path, the directory holding it
+// (an O_PATH descriptor; made with its parents when create) and its last component. p may
+// not name the workspace itself: that answers the error whole.
+func (w *Workspace) parent(p string, create bool, whole error) (pfd int, rel, base string, err error) {
+	if rel, err = w.Rel(p); err != nil {
+		return -1, "", "", err
+	}
+	if rel == "." {
+		return -1, "", "", whole
+	}
 	dir, base := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
 	if dir == "" {
 		dir = "."
 	}
 	if create {
-		fd, err := w.mkdirAll(dir)
-		return fd, base, err
+		pfd, err = w.mkdirAll(dir)
+	} else {
+		pfd, err = w.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	}
-	fd, err := w.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	return fd, base, err
+	return pfd, rel, base, err
 }

@@ -41,9 +41,9 @@ def read_state(sb: sdk.Sandbox) -> Optional[State]:
         f = sb.files.read_text("state").split()
     except sdk.NotFoundError:
         return None
-    if len(f) < 2:
+    if len(f) < 3:
         return None
-    return State(f[0], int(f[1]), f[2] if len(f) > 2 else "")
+    return State(f[0], int(f[1]), f[3] if len(f) > 3 else "")
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30) -> Any:

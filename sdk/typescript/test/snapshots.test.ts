@@ -74,8 +74,8 @@ async function readState(sb: Sandbox): Promise<State | undefined> {
     throw e;
   }
   const f = text.trim().split(/\s+/);
-  if (f.length < 2) return undefined;
-  return { token: f[0]!, n: Number(f[1]), note: f[2] ?? "" };
+  if (f.length < 3) return undefined;
+  return { token: f[0]!, n: Number(f[1]), note: f[3] ?? "" };
 }
 
 async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
