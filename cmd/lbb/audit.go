@@ -4,9 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -23,7 +20,7 @@ what it changed and the answer's status. Needs an admin key.
 Flags:
 `
 
-func runAudit(args []string) error {
+func runAudit(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("lbb audit", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage); fs.PrintDefaults() }
 	var cf clientFlags
@@ -36,8 +33,6 @@ func runAudit(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	l, err := c.Audit.List(ctx, lbb.ListParams{Limit: *limit})
 	if err != nil {
 		return err

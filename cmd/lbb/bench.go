@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/bench"
@@ -55,9 +53,9 @@ image, and prints p50, p90, p99 and p50 ratios:
 Needs root (the ns and gvisor drivers).
 `
 
-func runBench(args []string) error {
+func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "load" {
-		return runLoad(args[1:])
+		return runLoad(ctx, args[1:])
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
@@ -79,8 +77,6 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	img, err := images.Current(*imagesDir)
 	if err != nil {

@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +33,7 @@ func init() {
 
 // runHost runs the host agent on its own: the drivers, warm pool and image of lbb serve,
 // served over HTTP/2 to a control plane elsewhere (docs/architecture.md).
-func runHost(args []string) error {
+func runHost(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
 	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
@@ -71,8 +69,6 @@ func runHost(args []string) error {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
 }
 

@@ -7,10 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/littlebigbrain/lbb/internal/images"
@@ -33,7 +31,7 @@ the data directory is --data-dir, else $LBB_DATA_DIR, else /var/lib/lbb. The Deb
 is --mirror, else $LBB_DEBIAN_MIRROR, else the one this machine's apt sources name.
 `
 
-func runImages(args []string) error {
+func runImages(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, imagesUsage)
 		return nil
@@ -59,8 +57,6 @@ func runImages(args []string) error {
 
 	switch args[0] {
 	case "build":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
 		o := images.Options{Dir: *dir, Mirror: *mirror, Progress: os.Stderr}
 		m, err := images.Build(ctx, o)
 		if err != nil {

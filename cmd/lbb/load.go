@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,7 +36,7 @@ against a fresh lbb serve of its own (ns runtime, its cap of running sandboxes p
 raised to N), started from this binary in a temporary data directory and stopped after.
 `
 
-func runLoad(args []string) error {
+func runLoad(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, loadUsage); fs.PrintDefaults() }
 	var cf clientFlags
@@ -48,8 +47,6 @@ func runLoad(args []string) error {
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if *serveOwn {
 		url, key, done, err := serveForLoad(ctx, *n)
 		if err != nil {

@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -27,7 +25,7 @@ unless --base says otherwise. Output the code printed goes to stderr. A run that
 exits 1 with its error; --json prints the whole answer (record ids, status, output).
 `
 
-func runRun(args []string) error {
+func runRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("lbb run", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var cf clientFlags
@@ -78,8 +76,6 @@ func runRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	run, err := c.Sandboxes.Run(ctx, p)
 	if err != nil {
 		return err

@@ -159,11 +159,11 @@ func sandboxDo(call func(*lbb.SandboxesService, context.Context, string) (*lbb.S
 	}
 }
 
-func sandboxBenchVerb(_ context.Context, _ *flag.FlagSet, _ *clientFlags, args []string) error {
+func sandboxBenchVerb(ctx context.Context, _ *flag.FlagSet, _ *clientFlags, args []string) error {
 	if sandboxBench == nil {
 		return exitError{2, "sandbox bench runs on Linux"}
 	}
-	return sandboxBench(args)
+	return sandboxBench(ctx, args)
 }
 
 func pairs(flagName string, kvs []string) (map[string]string, error) {
@@ -233,7 +233,7 @@ func printSandbox(sb *lbb.Sandbox) {
 }
 
 // sandboxBench measures Level 3 through the API (sandboxbench.go, Linux).
-var sandboxBench func(args []string) error
+var sandboxBench func(ctx context.Context, args []string) error
 
 // splitDashDash splits args at the first "--": flags and positionals before, argv after.
 func splitDashDash(args []string) ([]string, []string) {

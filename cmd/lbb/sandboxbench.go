@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/bench"
@@ -68,7 +66,7 @@ func (b *benchBytes) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func runSandboxBench(args []string) error {
+func runSandboxBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sandbox bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, sandboxBenchUsage); fs.PrintDefaults() }
 	var cf clientFlags
@@ -79,8 +77,6 @@ func runSandboxBench(args []string) error {
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if *serveOwn {
 		url, key, done, err := serveForLoad(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -61,7 +60,7 @@ func imageOf(m images.Manifest) baseImage {
 // runtimes are the drivers lbb serve can run on; each registers itself in init.
 var runtimes = map[string]runtimeFactory{}
 
-func runServe(args []string) error {
+func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: lbb serve [flags]\n\nEvery flag can also be set by the LBB_* variable of the same name (--data-dir: LBB_DATA_DIR).\n\n")
@@ -75,8 +74,6 @@ func runServe(args []string) error {
 		return err
 	}
 	log := newLogger(cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serve(ctx, cfg, log)
 }
 
