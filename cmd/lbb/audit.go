@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
@@ -16,15 +15,10 @@ const auditUsage = `Usage: lbb audit [--limit N] [--json]
 
 Lists the graph's audit trail (GET /v1/audit), newest first: when, which key, which call,
 what it changed and the answer's status. Needs an admin key.
-
-Flags:
 `
 
 func runAudit(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("lbb audit", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := clientFlagSet("audit", auditUsage)
 	limit := fs.Int("limit", 20, "how many entries")
 	if err := noArgs(fs, args); err != nil {
 		return err

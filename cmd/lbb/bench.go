@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,10 +56,7 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "load" {
 		return runLoad(ctx, args[1:])
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := clientFlagSet("bench", benchUsage)
 	only := fs.String("only", "runtime,service,gvisor", "which sections to run (gvisor is skipped, saying why, when runsc is not installed)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor checkpoints and restores timed (0 skips them)")
@@ -114,30 +110,27 @@ func runBench(ctx context.Context, args []string) error {
 	}
 
 	if sections["service"] {
-		newClient := func(url, key, graph string) (*lbb.Client, error) {
-			return lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: graph, MaxRetries: 1000, UserAgent: "lbb-bench"})
-		}
 		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
 			capacity := max(*burst, *idle+20)
-			url, key, done, err := serveForLoad(ctx, capacity)
+			done, err := cf.serveOwn(ctx, capacity)
 			if err != nil {
 				return err
 			}
 			defer done()
-			cf.url, cf.apiKey, cf.graph = url, key, "main"
 			if *coldServer {
-				curl, ckey, cdone, err := serveForLoad(ctx, capacity, "--pool=false")
+				var coldFlags clientFlags
+				cdone, err := coldFlags.serveOwn(ctx, capacity, "--pool=false")
 				if err != nil {
 					return err
 				}
 				defer cdone()
-				if cold, err = newClient(curl, ckey, "main"); err != nil {
+				if cold, err = coldFlags.clientWith(benchClient); err != nil {
 					return err
 				}
 			}
 		}
-		c, err := newClient(cf.url, cf.apiKey, cf.graph)
+		c, err := cf.clientWith(benchClient)
 		if err != nil {
 			return err
 		}
@@ -165,6 +158,10 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// benchClient are the options of the benchmark's clients: 429s (the graph's cap of running
+// sandboxes) are retried.
+var benchClient = lbb.Options{MaxRetries: 1000, UserAgent: "lbb-bench"}
 
 type serviceBench struct {
 	c, cold        *lbb.Client // cold: a server with the pool off (nil: skip)
@@ -378,12 +375,14 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 		extra = append(extra, "--pool=false")
 	}
 	fmt.Fprintf(os.Stderr, "gvisor: one-call Python sum(input), %s, on a server run with --runtime gvisor %s (%d times)…\n", kind, strings.Join(extra, " "), n)
-	url, key, done, err := serveForLoad(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
+	var cf clientFlags
+	done, err := cf.serveOwn(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
 	if err != nil {
 		return bench.Row{}, err
 	}
 	defer done()
-	c, err := lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: "main", MaxRetries: 1000, UserAgent: "lbb-bench"})
+	url, key := cf.url, cf.apiKey
+	c, err := cf.clientWith(benchClient)
 	if err != nil {
 		return bench.Row{}, err
 	}

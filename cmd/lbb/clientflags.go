@@ -26,7 +26,23 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *clientFlags) client() (*lbb.Client, error) {
-	return lbb.New(lbb.Options{BaseURL: f.url, APIKey: f.apiKey, Graph: f.graph, UserAgent: "lbb-cli"})
+	return f.clientWith(lbb.Options{UserAgent: "lbb-cli"})
+}
+
+// clientWith is client with other options (a user agent, retries) beside the flags'.
+func (f *clientFlags) clientWith(o lbb.Options) (*lbb.Client, error) {
+	o.BaseURL, o.APIKey, o.Graph = f.url, f.apiKey, f.graph
+	return lbb.New(o)
+}
+
+// clientFlagSet is the flag set of a command of its own (not a noun's verb) that talks to a
+// server: its help is usage, then its flags; the client flags are registered.
+func clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
+	fs := flag.NewFlagSet("lbb "+name, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage+"\nFlags:\n"); fs.PrintDefaults() }
+	cf := &clientFlags{}
+	cf.register(fs)
+	return fs, cf
 }
 
 func printJSON(v any) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,10 +25,7 @@ exits 1 with its error; --json prints the whole answer (record ids, status, outp
 `
 
 func runRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("lbb run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage+"\nFlags:\n"); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := clientFlagSet("run", runUsage)
 	input := fs.String("input", "", "input, as JSON")
 	config := fs.String("config", "", "config, as JSON (merged over a template's)")
 	template := fs.String("template", "", "run a saved template (name, or name@N to pin a version)")

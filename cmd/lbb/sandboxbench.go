@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -67,10 +66,7 @@ func (b *benchBytes) Read(p []byte) (int, error) {
 }
 
 func runSandboxBench(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sandbox bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, sandboxBenchUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := clientFlagSet("sandbox bench", sandboxBenchUsage)
 	n := fs.Int("n", 100, "samples of the exec round trip (run: n/5)")
 	fileMiB := fs.Int64("file-mib", 200, "size of the file moved up and down")
 	serveOwn := fs.Bool("serve", false, "start a server of its own")
@@ -78,14 +74,13 @@ func runSandboxBench(ctx context.Context, args []string) error {
 		return err
 	}
 	if *serveOwn {
-		url, key, done, err := serveForLoad(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
+		done, err := cf.serveOwn(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
 		if err != nil {
 			return err
 		}
 		defer done()
-		cf.url, cf.apiKey, cf.graph = url, key, "main"
 	}
-	c, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, UserAgent: "lbb-sandbox-bench"})
+	c, err := cf.clientWith(lbb.Options{UserAgent: "lbb-sandbox-bench"})
 	if err != nil {
 		return err
 	}
