@@ -15,22 +15,7 @@ import (
 // scripts/install-runsc.sh at gvisor.DefaultRunsc). Its sandboxes live under
 // <data-dir>/gvisor, apart from ns's, so that each driver lists and reaps only its own.
 func init() {
-	runtimes["gvisor"] = runtimeFactory{
-		open: func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
-			if err := checkAgent(cfg); err != nil {
-				return nil, err
-			}
-			if err := traversable(cfg.DataDir); err != nil {
-				return nil, err
-			}
-			d := gvisor.New(gvisor.Config{
-				StateDir:  filepath.Join(cfg.DataDir, "gvisor"),
-				AgentPath: cfg.Agent,
-				Limits:    defaultLimits(cfg),
-				Logger:    log,
-			})
-			return d, runtime.CheckRequirements(d)
-		},
-		image: buildImage,
-	}
+	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
 }

@@ -14,7 +14,16 @@ import (
 )
 
 func init() {
-	runtimes["ns"] = runtimeFactory{
+	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
+}
+
+// isolating is the factory of a driver that isolates: it runs the guest agent in sandboxes
+// whose state is under the data directory, on the base image. Both are checked before
+// newDriver makes the driver, and the driver's requirements after.
+func isolating(newDriver func(cfg config.Config, log *slog.Logger) runtime.Driver) runtimeFactory {
+	return runtimeFactory{
 		open: func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
 			if err := checkAgent(cfg); err != nil {
 				return nil, err
@@ -22,12 +31,7 @@ func init() {
 			if err := traversable(cfg.DataDir); err != nil {
 				return nil, err
 			}
-			d := ns.New(ns.Config{
-				StateDir:  filepath.Join(cfg.DataDir, "sandboxes"),
-				AgentPath: cfg.Agent,
-				Limits:    defaultLimits(cfg),
-				Logger:    log,
-			})
+			d := newDriver(cfg, log)
 			return d, runtime.CheckRequirements(d)
 		},
 		image: buildImage,
