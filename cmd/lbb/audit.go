@@ -31,12 +31,7 @@ func runAudit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST")
-	for _, e := range l.Data {
-		fmt.Fprintf(w, "%s\t%s\t%s %s\t%s\t%d\t%s\n", when(&e.At), e.Key, e.Method, e.Path, orDash(e.Target), e.Status, e.RequestID)
-	}
-	return w.Flush()
+	return printTable(cf, l, l.Data, []string{"AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST"}, func(e lbb.AuditEntry) string {
+		return fmt.Sprintf("%s\t%s\t%s %s\t%s\t%d\t%s", when(&e.At), e.Key, e.Method, e.Path, orDash(e.Target), e.Status, e.RequestID)
+	})
 }

@@ -58,6 +58,19 @@ func table(header ...string) *tabwriter.Writer {
 	return w
 }
 
+// printTable prints a list: the JSON of v with --json, else a table of header and a row of
+// each item (tab-separated cells).
+func printTable[T any](cf *clientFlags, v any, items []T, header []string, row func(T) string) error {
+	if cf.json {
+		return printJSON(v)
+	}
+	w := table(header...)
+	for _, it := range items {
+		fmt.Fprintln(w, row(it))
+	}
+	return w.Flush()
+}
+
 func when(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"

@@ -56,18 +56,13 @@ func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED")
-	for _, c := range l.Data {
+	return printTable(cf, l, l.Data, []string{"COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED"}, func(c lbb.Command) string {
 		exit := "-"
 		if c.ExitCode != nil {
 			exit = fmt.Sprint(*c.ExitCode)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
-	}
-	return w.Flush()
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
+	})
 }
 
 func commandsLogs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {

@@ -110,14 +110,9 @@ func filesLs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []stri
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(es)
-	}
-	w := table("MODE", "SIZE", "MODIFIED", "TYPE", "PATH")
-	for _, e := range es {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
-	}
-	return w.Flush()
+	return printTable(cf, es, es, []string{"MODE", "SIZE", "MODIFIED", "TYPE", "PATH"}, func(e lbb.FileEntry) string {
+		return fmt.Sprintf("%s\t%d\t%s\t%s\t%s", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
+	})
 }
 
 func filesRm(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -183,14 +178,9 @@ func filesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []st
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED")
-	for _, f := range l.Data {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
-	}
-	return w.Flush()
+	return printTable(cf, l, l.Data, []string{"FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED"}, func(f lbb.File) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
+	})
 }
 
 func filesDownload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {

@@ -62,15 +62,10 @@ func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []str
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(all)
-	}
-	w := table("ID", "NAME", "PREFIX", "GRAPHS", "SCOPES", "CREATED", "REVOKED")
-	for _, k := range all {
-		fmt.Fprintf(w, "%s\t%s\t%s…\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Prefix, strings.Join(k.Graphs, ","),
+	return printTable(cf, all, all, []string{"ID", "NAME", "PREFIX", "GRAPHS", "SCOPES", "CREATED", "REVOKED"}, func(k lbb.Key) string {
+		return fmt.Sprintf("%s\t%s\t%s…\t%s\t%s\t%s\t%s", k.ID, k.Name, k.Prefix, strings.Join(k.Graphs, ","),
 			strings.Join(k.Scopes, ","), when(&k.CreatedAt), when(k.RevokedAt))
-	}
-	return w.Flush()
+	})
 }
 
 func keysRevoke(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {

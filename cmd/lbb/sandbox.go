@@ -126,19 +126,15 @@ func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if len(data) > *limit {
 		data = data[:*limit]
 	}
-	if cf.json {
-		return printJSON(lbb.List[lbb.Sandbox]{Data: data})
-	}
-	w := table("SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS")
-	for _, sb := range data {
+	err = printTable(cf, lbb.List[lbb.Sandbox]{Data: data}, data, []string{"SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS"}, func(sb lbb.Sandbox) string {
 		kind := "long-lived"
 		if sb.OneCall {
 			kind = "one-call"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
 			orDash(sb.EndReason), orDash(labelString(sb.Metadata)))
-	}
-	if err := w.Flush(); err != nil {
+	})
+	if err != nil || cf.json {
 		return err
 	}
 	if len(data) == 0 && !*all && *status == "" {

@@ -80,13 +80,8 @@ func sandboxSnapshotList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags,
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("SNAPSHOT", "ISOLATION", "MEMORY", "SIZE", "TOOK", "CREATED", "LABELS")
-	for _, s := range l.Snapshots {
-		fmt.Fprintf(w, "%s\t%s\t%t\t%.1f MiB\t%.0f ms\t%s\t%s\n", s.ID, s.Isolation, s.Memory, float64(s.SizeBytes)/(1<<20), s.DurationMs,
+	return printTable(cf, l, l.Snapshots, []string{"SNAPSHOT", "ISOLATION", "MEMORY", "SIZE", "TOOK", "CREATED", "LABELS"}, func(s lbb.Snapshot) string {
+		return fmt.Sprintf("%s\t%s\t%t\t%.1f MiB\t%.0f ms\t%s\t%s", s.ID, s.Isolation, s.Memory, float64(s.SizeBytes)/(1<<20), s.DurationMs,
 			when(&s.CreatedAt), orDash(labelString(s.Metadata)))
-	}
-	return w.Flush()
+	})
 }
