@@ -54,26 +54,14 @@ func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 	template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
 	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
-	expires := fs.Int64("expires", 0, "seconds until the sandbox ends (default and cap: the server's)")
-	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-	cpus := fs.Float64("cpus", 0, "vCPUs")
-	disk := fs.Int64("disk-mib", 0, "workspace disk in MiB")
-	key := fs.String("idempotency-key", "", "a retry with the same key answers the same sandbox")
-	var env, labels multiFlag
-	fs.Var(&env, "env", "NAME=VALUE given to every command (repeatable); values are masked in output")
-	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
+	limits := limitsFlags(fs, true)
+	sf := newSandboxFlags(fs, "sandbox")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *expires, IdempotencyKey: *key}
-	if *memory != 0 || *cpus != 0 || *disk != 0 {
-		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus, DiskMiB: *disk}
-	}
+	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key, Limits: limits()}
 	var err error
-	if p.Env, err = pairs("--env", env); err != nil {
-		return err
-	}
-	if p.Metadata, err = pairs("--label", labels); err != nil {
+	if p.Env, p.Metadata, err = sf.maps(); err != nil {
 		return err
 	}
 	c, err := cf.client()
@@ -160,6 +148,33 @@ func sandboxBenchVerb(ctx context.Context, _ *flag.FlagSet, _ *clientFlags, args
 		return exitError{2, "sandbox bench runs on Linux"}
 	}
 	return sandboxBench(ctx, args)
+}
+
+// sandboxFlags are the flags of lbb sandbox create and fork.
+type sandboxFlags struct {
+	expires     *int64
+	key         *string
+	env, labels multiFlag
+}
+
+// newSandboxFlags registers the flags of a verb that makes a sandbox; what names it
+// ("sandbox", "fork").
+func newSandboxFlags(fs *flag.FlagSet, what string) *sandboxFlags {
+	f := &sandboxFlags{}
+	f.expires = fs.Int64("expires", 0, "seconds until the "+what+" ends (default and cap: the server's)")
+	f.key = fs.String("idempotency-key", "", "a retry with the same key answers the same "+what)
+	fs.Var(&f.env, "env", "NAME=VALUE given to the "+what+"'s commands (repeatable); values are masked in output")
+	fs.Var(&f.labels, "label", "KEY=VALUE metadata (repeatable)")
+	return f
+}
+
+// maps answers --env and --label as maps (nil when not given).
+func (f *sandboxFlags) maps() (env, labels map[string]string, err error) {
+	if env, err = pairs("--env", f.env); err != nil {
+		return nil, nil, err
+	}
+	labels, err = pairs("--label", f.labels)
+	return env, labels, err
 }
 
 func pairs(flagName string, kvs []string) (map[string]string, error) {

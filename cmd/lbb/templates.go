@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -31,30 +30,21 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
 	isolation := fs.String("isolation", "", "isolation its runs and sandboxes default to: ns or gvisor (default: the server's)")
 	config := fs.String("config", "", "default config, a JSON object")
-	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-	cpus := fs.Float64("cpus", 0, "vCPUs")
+	limits := limitsFlags(fs, false)
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms")
 	desc := fs.String("description", "", "what the template does")
 	name, err := oneArg(fs, args, "NAME")
 	if err != nil {
 		return err
 	}
-	p := lbb.TemplateParams{Name: name, Base: *base, Isolation: *isolation, TimeoutMs: *timeout, Description: *desc}
+	p := lbb.TemplateParams{Name: name, Base: *base, Isolation: *isolation, TimeoutMs: *timeout, Description: *desc, Limits: limits()}
 	if *file != "" {
-		b, err := os.ReadFile(*file)
-		if err != nil {
+		if p.Code, err = readCode(*file, &p.Base); err != nil {
 			return err
-		}
-		p.Code = string(b)
-		if p.Base == "" {
-			p.Base = baseForFile(*file)
 		}
 	}
 	if p.Config, err = jsonFlag("config", *config); err != nil {
 		return err
-	}
-	if *memory != 0 || *cpus != 0 {
-		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
 	}
 	c, err := cf.client()
 	if err != nil {
