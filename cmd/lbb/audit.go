@@ -27,11 +27,7 @@ func runAudit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := c.Audit.List(ctx, lbb.ListParams{Limit: *limit})
-	if err != nil {
-		return err
-	}
-	return printTable(cf, l, l.Data, []string{"AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST"}, func(e lbb.AuditEntry) string {
+	return printPage(ctx, cf, c.Audit.List, lbb.ListParams{Limit: *limit}, []string{"AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST"}, func(e lbb.AuditEntry) string {
 		return fmt.Sprintf("%s\t%s\t%s %s\t%s\t%d\t%s", when(&e.At), e.Key, e.Method, e.Path, orDash(e.Target), e.Status, e.RequestID)
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -69,6 +70,16 @@ func printTable[T any](cf *clientFlags, v any, items []T, header []string, row f
 		fmt.Fprintln(w, row(it))
 	}
 	return w.Flush()
+}
+
+// printPage prints the page list answers for p, as printTable does.
+func printPage[T any](ctx context.Context, cf *clientFlags, list func(context.Context, lbb.ListParams) (*lbb.List[T], error), p lbb.ListParams,
+	header []string, row func(T) string) error {
+	l, err := list(ctx, p)
+	if err != nil {
+		return err
+	}
+	return printTable(cf, l, l.Data, header, row)
 }
 
 func when(t *time.Time) string {

@@ -47,16 +47,13 @@ func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 	if err != nil {
 		return err
 	}
-	var l *lbb.List[lbb.Command]
+	list := c.Commands.List
 	if *sandbox != "" {
-		l, err = c.Sandboxes.Commands(ctx, *sandbox, lbb.ListParams{Limit: *limit, Status: *status})
-	} else {
-		l, err = c.Commands.List(ctx, lbb.ListParams{Limit: *limit, Status: *status})
+		list = func(ctx context.Context, p lbb.ListParams) (*lbb.List[lbb.Command], error) {
+			return c.Sandboxes.Commands(ctx, *sandbox, p)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	return printTable(cf, l, l.Data, []string{"COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED"}, func(c lbb.Command) string {
+	return printPage(ctx, cf, list, lbb.ListParams{Limit: *limit, Status: *status}, []string{"COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED"}, func(c lbb.Command) string {
 		exit := "-"
 		if c.ExitCode != nil {
 			exit = fmt.Sprint(*c.ExitCode)

@@ -174,11 +174,7 @@ func filesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []st
 	if err != nil {
 		return err
 	}
-	l, err := c.GraphFiles.List(ctx, lbb.ListParams{Limit: *limit})
-	if err != nil {
-		return err
-	}
-	return printTable(cf, l, l.Data, []string{"FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED"}, func(f lbb.File) string {
+	return printPage(ctx, cf, c.GraphFiles.List, lbb.ListParams{Limit: *limit}, []string{"FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED"}, func(f lbb.File) string {
 		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
 	})
 }
