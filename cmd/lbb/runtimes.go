@@ -10,12 +10,20 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 )
 
+// The isolating drivers. ns runs each sandbox in namespaces and cgroups of its own, under
+// <data-dir>/sandboxes. gvisor runs each on gVisor's user-space kernel (runsc, installed by
+// scripts/install-runsc.sh at gvisor.DefaultRunsc), under <data-dir>/gvisor, apart from ns's,
+// so that each driver lists and reaps only its own.
 func init() {
 	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
+	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
 	})
 }
 
