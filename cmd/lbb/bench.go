@@ -15,6 +15,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/bench"
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/loadtest"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
@@ -230,7 +231,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
-		s, extra, err := bench.Burst(ctx, c, b.burst)
+		s, extra, err := burst(ctx, c, b.burst)
 		if err != nil {
 			notes = append(notes, "burst: "+err.Error())
 		} else {
@@ -252,6 +253,19 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 		}
 	}
 	return rows, notes
+}
+
+// burst sends n one-call runs at once (the load check) and checks the records: n records,
+// none lost, none run twice.
+func burst(ctx context.Context, c *lbb.Client, n int) (bench.Sample, string, error) {
+	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: n})
+	if err != nil {
+		return bench.Sample{}, "", err
+	}
+	s := bench.Sample{Name: fmt.Sprintf("lbb, %d at once", n), Durs: res.Latencies, Errors: res.Failed + len(res.Errors)}
+	extra := fmt.Sprintf("%d records, %d lost, %d run twice, %d replays mismatched, %.1f runs/s",
+		res.Records, res.Lost, res.RunTwice, res.Mismatched, float64(res.N)/res.Wall.Seconds())
+	return s, extra, nil
 }
 
 // wantJSON checks that a run's result is the JSON value want.
