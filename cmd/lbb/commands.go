@@ -8,24 +8,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["commands"] = command{
-		summary: "Command records and their output",
-		aliases: []string{"command"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "get", aliases: []string{"show"}, args: "ID [--wait-ms N]",
-				help: "a command record (waiting up to N ms for it to end)", run: commandsGet},
-			{name: "list", aliases: []string{"ls"}, args: "[--limit N] [--sandbox ID] [--status S]",
-				help: "the newest command records", run: commandsList},
-			{name: "logs", args: "ID [-f] [--stream stdout|stderr|both]",
-				help: "its output (-f: follow it live until it ends, then exit as lbb sandbox exec does:\nwith its exit code, 124 when it timed out)", run: commandsLogs},
-			{name: "kill", args: "ID [--signal SIG]",
-				help: "signal its process group (default SIGKILL)", run: commandsKill},
-		},
-	}
-}
-
 func commandsGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	wait := fs.Int64("wait-ms", 0, "wait up to this long for the command to end")
 	id, c, err := oneArgClient(fs, cf, args, "command ID")

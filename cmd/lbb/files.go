@@ -16,27 +16,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["files"] = command{
-		summary: "Workspace files, and Files of the graph (content-addressed; they outlive sandboxes)",
-		aliases: []string{"file"},
-		footer: `Paths are relative to /workspace, or absolute inside it. Every verb takes --url,
---api-key, --graph and --json; transfers show progress on a terminal.`,
-		verbs: []verb{
-			{name: "put", args: "SANDBOX LOCAL [PATH]", help: "write a workspace file (LOCAL - is stdin; PATH defaults to LOCAL's name)", run: filesCall(2, 3, filesPut)},
-			{name: "get", args: "SANDBOX PATH [LOCAL]", help: "read a workspace file (to stdout without LOCAL, or LOCAL -)", run: filesCall(2, 3, filesGet)},
-			{name: "ls", args: "SANDBOX [PATH] [-r]", help: "list a workspace directory (-r: everything beneath it)", run: filesLs},
-			{name: "rm", args: "SANDBOX PATH", help: "remove a file or a directory with what it holds", run: filesCall(2, 2, filesRm)},
-			{name: "mkdir", args: "SANDBOX PATH", help: "make a directory and its parents", run: filesCall(2, 2, filesMkdir)},
-			{name: "keep", args: "SANDBOX PATH", help: "keep a workspace file as a File of the graph (its origin recorded)", run: filesCall(2, 2, filesKeep)},
-			{name: "upload", args: "LOCAL [--name NAME]", help: "upload a File of the graph", run: filesUpload},
-			{name: "list", args: "[--limit N]", help: "the graph's Files", run: filesList},
-			{name: "download", args: "FILE_ID [LOCAL]", help: "a File's bytes (to stdout without LOCAL)", run: filesCall(1, 2, filesDownload)},
-			{name: "import", args: "SANDBOX PATH SHA256", help: "copy a File of the graph into a workspace", run: filesCall(3, 3, filesImport)},
-		},
-	}
-}
-
 // filesArgs parses a files verb's flags, checks how many arguments it got and makes the client.
 func filesArgs(fs *flag.FlagSet, cf *clientFlags, args []string, min, max int) ([]string, *lbb.Client, error) {
 	pos, err := parseInterspersed(fs, args)

@@ -9,22 +9,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["keys"] = command{
-		summary: "API keys (an admin key's work)",
-		aliases: []string{"key"},
-		footer: `Keys talk to the server (admin scope). Graphs a new key names are created. Scopes:
-sandboxes:read, sandboxes:write, sandboxes:delete, templates:write, files:read, files:write,
-admin; the default is every scope but admin. Every verb takes --url, --api-key and --json.`,
-		verbs: []verb{
-			{name: "create", aliases: []string{"new"}, args: "[--name N] [--for-graph G]... [--scope S]...",
-				help: "make a key; its secret is printed once", run: keysCreate},
-			{name: "list", aliases: []string{"ls"}, args: "", help: "every key (never their secrets)", run: keysList},
-			{name: "revoke", aliases: []string{"delete", "rm"}, args: "ID", help: "revoke a key at once", run: keysRevoke},
-		},
-	}
-}
-
 func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	name := fs.String("name", "", "a name to tell the key by")
 	var graphs, scopes multiFlag

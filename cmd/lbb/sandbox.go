@@ -14,39 +14,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["sandbox"] = command{
-		summary: "Long-lived sandboxes: create one, run commands in it, stop, resume, pause, fork",
-		aliases: []string{"sandboxes"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "create", aliases: []string{"new"}, run: sandboxCreate,
-				args: "[--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N] [--env NAME=VALUE]... [--label KEY=VALUE]...",
-				help: "starts a sandbox and prints its id"},
-			{name: "list", aliases: []string{"ls"}, run: sandboxList,
-				args: "[--all | --status S[,S…]] [--label KEY=VALUE]... [--limit N]",
-				help: "the live sandboxes (starting, running, paused, stopped), newest first;\n--all adds the ended ones (destroyed, failed: one-call runs' among them)"},
-			{name: "get", aliases: []string{"show"}, args: "ID", help: "one sandbox", run: sandboxDo((*lbb.SandboxesService).Get)},
-			{name: "exec", run: sandboxExec,
-				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--timeout-ms N] [-i] [--detach] -- ARGV...  (or ID 'SHELL LINE')",
-				help: `runs ARGV (or the line, with bash -c) in the sandbox, streams its output live and
-exits with its exit code; -i sends this terminal's stdin to it; --detach prints the
-command id and returns. A command that runs past its timeout: lbb says "timed out after
-N ms" and exits 124. Output that was not kept (a gap in the stream): lbb says how many
-bytes and exits 125. An error of lbb or the server exits 1, a usage error 2.`},
-			{name: "stop", args: "ID", help: "its processes end, its disk stays", run: sandboxDo((*lbb.SandboxesService).Stop)},
-			{name: "resume", args: "ID", help: "starts again with the same workspace (a paused one: where it was)", run: sandboxDo((*lbb.SandboxesService).Resume)},
-			{name: "pause", args: "ID", help: "parks it: gvisor saves its memory to disk, ns freezes it in RAM", run: sandboxDo((*lbb.SandboxesService).Pause)},
-			{name: "snapshot", args: "ID [--label KEY=VALUE]...", help: "a memory snapshot (gvisor); it runs on; prints the snapshot's id", run: sandboxSnapshot},
-			{name: "fork", args: "ID [--snapshot SNP] [--expires S] [--env NAME=VALUE]... [--label KEY=VALUE]...",
-				help: "a new sandbox from a snapshot of ID (a fresh one without --snapshot); prints its id", run: sandboxFork},
-			{name: "snapshots", args: "ID [--limit N] | --delete SNP", help: "lists ID's snapshots; --delete SNP deletes one", run: sandboxSnapshotList},
-			{name: "delete", aliases: []string{"rm"}, args: "ID", help: "destroys it (the record stays)", run: sandboxDo((*lbb.SandboxesService).Delete)},
-			{name: "bench", args: "[--serve] [--n N] [--file-mib N]", help: "exec round trip, run, create/stop/resume and file throughput", run: sandboxBenchVerb},
-		},
-	}
-}
-
 // liveStatuses are the statuses lbb sandbox list shows by default: sandboxes that are not over.
 var liveStatuses = []string{"starting", "running", "paused", "stopped"}
 

@@ -10,21 +10,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["templates"] = command{
-		summary: "Templates: saved code, base, limits and config that runs start from",
-		aliases: []string{"template"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "create", aliases: []string{"save"}, run: templatesCreate,
-				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor]",
-				help: "save a new version of NAME (each save is a new version)"},
-			{name: "list", aliases: []string{"ls"}, args: "", help: "the graph's templates (newest versions) and the bases", run: templatesList},
-			{name: "show", aliases: []string{"get"}, args: "NAME[@N]", help: "one version (newest by default) and the history", run: templatesShow},
-		},
-	}
-}
-
 func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	file := fs.String("file", "", "the code (default: none)")
 	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
