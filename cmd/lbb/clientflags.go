@@ -82,6 +82,28 @@ func printPage[T any](ctx context.Context, cf *clientFlags, list func(context.Co
 	return printTable(cf, l, l.Data, header, row)
 }
 
+// fieldTable prints one record as FIELD VALUE rows; end it with w.Flush.
+type fieldTable struct{ w *tabwriter.Writer }
+
+func newFieldTable() fieldTable { return fieldTable{table("FIELD", "VALUE")} }
+
+func (t fieldTable) row(k, v string) { fmt.Fprintf(t.w, "%s\t%s\n", k, v) }
+
+// opt is row, left out when v is "".
+func (t fieldTable) opt(k, v string) {
+	if v != "" {
+		t.row(k, v)
+	}
+}
+
+// templateRef names the template a record ran from, "" for none.
+func templateRef(t *lbb.TemplateRef) string {
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s@%d (%s)", t.Name, t.Version, t.ID)
+}
+
 func when(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"

@@ -75,47 +75,34 @@ func commandsKill(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 }
 
 func printCommand(c *lbb.Command) {
-	w := table("FIELD", "VALUE")
-	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
-	row("command", c.ID)
-	row("sandbox", c.Sandbox)
-	row("kind", c.Kind)
-	row("status", c.Status)
+	t := newFieldTable()
+	t.row("command", c.ID)
+	t.row("sandbox", c.Sandbox)
+	t.row("kind", c.Kind)
+	t.row("status", c.Status)
 	if c.ExitCode != nil {
-		row("exit code", fmt.Sprint(*c.ExitCode))
+		t.row("exit code", fmt.Sprint(*c.ExitCode))
 	}
-	if c.Signal != "" {
-		row("signal", c.Signal)
-	}
-	if c.Template != nil {
-		row("template", fmt.Sprintf("%s@%d (%s)", c.Template.Name, c.Template.Version, c.Template.ID))
-	}
-	if c.Language != "" {
-		row("language", c.Language)
-	}
+	t.opt("signal", c.Signal)
+	t.opt("template", templateRef(c.Template))
+	t.opt("language", c.Language)
 	if len(c.Argv) > 0 {
-		row("argv", fmt.Sprintf("%q", c.Argv))
+		t.row("argv", fmt.Sprintf("%q", c.Argv))
 	}
-	row("created", when(&c.CreatedAt))
-	row("started", when(c.StartedAt))
-	row("finished", when(c.FinishedAt))
-	row("duration", fmt.Sprintf("%d ms", c.DurationMs))
-	if len(c.Input) > 0 {
-		row("input", string(c.Input))
-	}
-	if len(c.Config) > 0 {
-		row("config", string(c.Config))
-	}
+	t.row("created", when(&c.CreatedAt))
+	t.row("started", when(c.StartedAt))
+	t.row("finished", when(c.FinishedAt))
+	t.row("duration", fmt.Sprintf("%d ms", c.DurationMs))
+	t.opt("input", string(c.Input))
+	t.opt("config", string(c.Config))
 	if c.Kind == "run" {
-		row("ok", fmt.Sprint(c.OK))
-		row("result", orDash(string(c.Result)))
+		t.row("ok", fmt.Sprint(c.OK))
+		t.row("result", orDash(string(c.Result)))
 	}
-	if c.Error != "" {
-		row("error", c.Error)
-	}
-	row("stdout", fmt.Sprintf("%d bytes", c.Stdout.Bytes))
-	row("stderr", fmt.Sprintf("%d bytes", c.Stderr.Bytes))
-	w.Flush()
+	t.opt("error", c.Error)
+	t.row("stdout", fmt.Sprintf("%d bytes", c.Stdout.Bytes))
+	t.row("stderr", fmt.Sprintf("%d bytes", c.Stderr.Bytes))
+	t.w.Flush()
 	for _, s := range []struct {
 		name string
 		out  lbb.Output

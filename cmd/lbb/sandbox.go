@@ -172,42 +172,29 @@ func labelString(md map[string]string) string {
 }
 
 func printSandbox(sb *lbb.Sandbox) {
-	w := table("FIELD", "VALUE")
-	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
-	row("sandbox", sb.ID)
-	row("status", sb.Status)
-	row("base", sb.Base)
-	if sb.Template != nil {
-		row("template", fmt.Sprintf("%s@%d (%s)", sb.Template.Name, sb.Template.Version, sb.Template.ID))
-	}
-	row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
-	if sb.Isolation != "" {
-		row("isolation", sb.Isolation)
-	}
-	if len(sb.EnvNames) > 0 {
-		row("env", strings.Join(sb.EnvNames, ", "))
-	}
-	if len(sb.Metadata) > 0 {
-		row("labels", labelString(sb.Metadata))
-	}
-	row("created", when(&sb.CreatedAt))
-	row("started", when(sb.StartedAt))
-	row("expires", when(sb.ExpiresAt))
+	t := newFieldTable()
+	t.row("sandbox", sb.ID)
+	t.row("status", sb.Status)
+	t.row("base", sb.Base)
+	t.opt("template", templateRef(sb.Template))
+	t.row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
+	t.opt("isolation", sb.Isolation)
+	t.opt("env", strings.Join(sb.EnvNames, ", "))
+	t.opt("labels", labelString(sb.Metadata))
+	t.row("created", when(&sb.CreatedAt))
+	t.row("started", when(sb.StartedAt))
+	t.row("expires", when(sb.ExpiresAt))
 	if sb.PausedAt != nil {
-		row("paused", when(sb.PausedAt))
+		t.row("paused", when(sb.PausedAt))
 	}
 	if sb.ForkedFrom != nil {
-		row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")
+		t.row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")
 	}
-	row("ended", when(sb.EndedAt))
-	if sb.EndReason != "" {
-		row("end reason", sb.EndReason)
-	}
-	if sb.Error != "" {
-		row("error", sb.Error)
-	}
-	row("usage", fmt.Sprintf("%.0f vcpu_ms, %.0f gib_ms", sb.Usage.VCPUMs, sb.Usage.GiBMs))
-	w.Flush()
+	t.row("ended", when(sb.EndedAt))
+	t.opt("end reason", sb.EndReason)
+	t.opt("error", sb.Error)
+	t.row("usage", fmt.Sprintf("%.0f vcpu_ms, %.0f gib_ms", sb.Usage.VCPUMs, sb.Usage.GiBMs))
+	t.w.Flush()
 }
 
 // sandboxBench measures Level 3 through the API (sandboxbench.go, Linux).
