@@ -20,10 +20,7 @@ what it changed and the answer's status. Needs an admin key.
 func runAudit(ctx context.Context, args []string) error {
 	fs, cf := clientFlagSet("audit", auditUsage)
 	limit := fs.Int("limit", 20, "how many entries")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}

@@ -312,6 +312,14 @@ func oneArgClient(fs *flag.FlagSet, cf *clientFlags, args []string, what string)
 	return arg, c, err
 }
 
+// noArgsClient parses the flags of a verb that takes no arguments, and makes the client.
+func noArgsClient(fs *flag.FlagSet, cf *clientFlags, args []string) (*lbb.Client, error) {
+	if err := noArgs(fs, args); err != nil {
+		return nil, err
+	}
+	return cf.client()
+}
+
 // answer prints what a call answered: its JSON with --json, else what show prints.
 func answer[T any](cf *clientFlags, v T, err error, show func(T)) error {
 	switch {

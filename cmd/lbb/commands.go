@@ -22,10 +22,7 @@ func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 	limit := fs.Int("limit", 20, "how many")
 	sandbox := fs.String("sandbox", "", "only the commands of this sandbox")
 	status := fs.String("status", "", "only commands with this status (running, succeeded, failed, timed_out, killed, lost, oom…)")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}

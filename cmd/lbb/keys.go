@@ -14,10 +14,7 @@ func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []s
 	var graphs, scopes multiFlag
 	fs.Var(&graphs, "for-graph", "a graph the key may use (repeatable; default main; * for all)")
 	fs.Var(&scopes, "scope", "a scope (repeatable)")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
@@ -29,10 +26,7 @@ func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []s
 }
 
 func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}

@@ -40,10 +40,7 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 }
 
 func templatesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
