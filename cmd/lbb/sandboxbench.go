@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -44,25 +45,6 @@ func quantiles(name string, ds []time.Duration) benchFigure {
 	s := bench.Sample{Name: name, Durs: ds}
 	ms := func(q float64) float64 { return float64(s.Quantile(q).Microseconds()) / 1000 }
 	return benchFigure{Name: name, N: len(ds), P50Ms: ms(.5), P95Ms: ms(.95), P99Ms: ms(.99)}
-}
-
-// benchBytes yields n deterministic bytes without holding them.
-type benchBytes struct {
-	n, off int64
-	x      uint64
-}
-
-func (b *benchBytes) Read(p []byte) (int, error) {
-	if b.off >= b.n {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), b.n-b.off)]
-	for i := range p {
-		b.x = b.x*6364136223846793005 + 1442695040888963407
-		p[i] = byte(b.x >> 56)
-	}
-	b.off += int64(len(p))
-	return len(p), nil
 }
 
 func runSandboxBench(ctx context.Context, args []string) error {
@@ -158,7 +140,7 @@ func runSandboxBench(ctx context.Context, args []string) error {
 	}
 	h := sha256.New()
 	d, err := timed(func() error {
-		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(&benchBytes{n: size, x: 7}, h))
+		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{7}), size), h))
 		return err
 	})
 	if err != nil {
