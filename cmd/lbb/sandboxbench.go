@@ -140,6 +140,7 @@ func runSandboxBench(ctx context.Context, args []string) error {
 	}
 	h := sha256.New()
 	d, err := timed(func() error {
+		// size pseudo-random bytes (they do not compress), made as they are sent: never held at once.
 		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{7}), size), h))
 		return err
 	})
