@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
@@ -54,10 +53,7 @@ func runHost(ctx context.Context, args []string) error {
 	}
 	cfg, err := config.Load(fs, args, getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp too: lbb exits 0 after the help
 	}
 	if *token == "" {
 		return errors.New("--token (or LBB_HOST_TOKEN) is required: whoever presents it runs code here")
@@ -91,8 +87,7 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	defer unlock()
 
 	// /metrics is the warm pool's and the process's, as lbb serve's is.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
 	if err != nil {
 		return err

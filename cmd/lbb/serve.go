@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -68,13 +67,17 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	cfg, err := config.Load(fs, args, os.Getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp too: lbb exits 0 after the help
 	}
 	log := newLogger(cfg.LogLevel)
 	return serve(ctx, cfg, log)
+}
+
+// newRegistry is the registry of /metrics, with the Go runtime's and the process's collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 func newLogger(level string) *slog.Logger {
@@ -103,8 +106,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs)
 	if err != nil {
 		return err
