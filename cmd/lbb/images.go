@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/littlebigbrain/lbb/internal/images"
 )
@@ -63,7 +61,7 @@ func runImages(ctx context.Context, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return imagesJSON(m)
+			return printJSON(m)
 		}
 		return nil
 	case "list":
@@ -75,24 +73,20 @@ func runImages(ctx context.Context, args []string) error {
 			if ms == nil {
 				ms = []images.Manifest{}
 			}
-			return imagesJSON(ms)
+			return printJSON(ms)
 		}
 		if len(ms) == 0 {
 			fmt.Fprintf(os.Stderr, "no images in %s; run `lbb images build`\n", *dir)
 			return nil
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tPYTHON\tNUMPY\tPANDAS\tNODE\tMISSING\t")
+		tw := table("ID", "CREATED", "SIZE", "PYTHON", "NUMPY", "PANDAS", "NODE", "MISSING")
 		for _, m := range ms {
 			id := m.ID
 			if m.Current {
 				id += " *"
 			}
-			missing := strings.Join(m.Missing, ",")
-			if missing == "" {
-				missing = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", id, m.Created.Local().Format("2006-01-02 15:04"),
+			missing := orDash(strings.Join(m.Missing, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Created.Local().Format("2006-01-02 15:04"),
 				imagesSizeMiB(m.SizeBytes), m.Versions["python"], m.Versions["numpy"], m.Versions["pandas"], m.Versions["node"], missing)
 		}
 		if err := tw.Flush(); err != nil {
@@ -116,9 +110,3 @@ func runImages(ctx context.Context, args []string) error {
 }
 
 func imagesSizeMiB(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
-
-func imagesJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
