@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -19,35 +15,16 @@ const auditUsage = `Usage: lbb audit [--limit N] [--json]
 
 Lists the graph's audit trail (GET /v1/audit), newest first: when, which key, which call,
 what it changed and the answer's status. Needs an admin key.
-
-Flags:
 `
 
-func runAudit(args []string) error {
-	fs := flag.NewFlagSet("lbb audit", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+func runAudit(ctx context.Context, args []string) error {
+	fs, cf := clientFlagSet("audit", auditUsage)
 	limit := fs.Int("limit", 20, "how many entries")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	l, err := c.Audit.List(ctx, lbb.ListParams{Limit: *limit})
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST")
-	for _, e := range l.Data {
-		fmt.Fprintf(w, "%s\t%s\t%s %s\t%s\t%d\t%s\n", when(&e.At), e.Key, e.Method, e.Path, orDash(e.Target), e.Status, e.RequestID)
-	}
-	return w.Flush()
+	return printPage(ctx, cf, c.Audit.List, lbb.ListParams{Limit: *limit}, []string{"AT", "KEY", "CALL", "TARGET", "STATUS", "REQUEST"}, func(e lbb.AuditEntry) string {
+		return fmt.Sprintf("%s\t%s\t%s %s\t%s\t%d\t%s", when(&e.At), e.Key, e.Method, e.Path, orDash(e.Target), e.Status, e.RequestID)
+	})
 }

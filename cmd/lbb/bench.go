@@ -5,19 +5,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/bench"
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/loadtest"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
@@ -55,14 +53,11 @@ image, and prints p50, p90, p99 and p50 ratios:
 Needs root (the ns and gvisor drivers).
 `
 
-func runBench(args []string) error {
+func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "load" {
-		return runLoad(args[1:])
+		return runLoad(ctx, args[1:])
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := clientFlagSet("bench", benchUsage)
 	only := fs.String("only", "runtime,service,gvisor", "which sections to run (gvisor is skipped, saying why, when runsc is not installed)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor checkpoints and restores timed (0 skips them)")
@@ -79,8 +74,6 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	img, err := images.Current(*imagesDir)
 	if err != nil {
@@ -118,30 +111,27 @@ func runBench(args []string) error {
 	}
 
 	if sections["service"] {
-		newClient := func(url, key, graph string) (*lbb.Client, error) {
-			return lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: graph, MaxRetries: 1000, UserAgent: "lbb-bench"})
-		}
 		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
 			capacity := max(*burst, *idle+20)
-			url, key, done, err := serveForLoad(ctx, capacity)
+			done, err := cf.serveOwn(ctx, capacity)
 			if err != nil {
 				return err
 			}
 			defer done()
-			cf.url, cf.apiKey, cf.graph = url, key, "main"
 			if *coldServer {
-				curl, ckey, cdone, err := serveForLoad(ctx, capacity, "--pool=false")
+				var coldFlags clientFlags
+				cdone, err := coldFlags.serveOwn(ctx, capacity, "--pool=false")
 				if err != nil {
 					return err
 				}
 				defer cdone()
-				if cold, err = newClient(curl, ckey, "main"); err != nil {
+				if cold, err = coldFlags.clientWith(benchClient); err != nil {
 					return err
 				}
 			}
 		}
-		c, err := newClient(cf.url, cf.apiKey, cf.graph)
+		c, err := cf.clientWith(benchClient)
 		if err != nil {
 			return err
 		}
@@ -169,6 +159,10 @@ func runBench(args []string) error {
 	}
 	return nil
 }
+
+// benchClient are the options of the benchmark's clients: 429s (the graph's cap of running
+// sandboxes) are retried.
+var benchClient = lbb.Options{MaxRetries: 1000, UserAgent: "lbb-bench"}
 
 type serviceBench struct {
 	c, cold        *lbb.Client // cold: a server with the pool off (nil: skip)
@@ -237,7 +231,7 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
-		s, extra, err := bench.Burst(ctx, c, b.burst)
+		s, extra, err := burst(ctx, c, b.burst)
 		if err != nil {
 			notes = append(notes, "burst: "+err.Error())
 		} else {
@@ -259,6 +253,19 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 		}
 	}
 	return rows, notes
+}
+
+// burst sends n one-call runs at once (the load check) and checks the records: n records,
+// none lost, none run twice.
+func burst(ctx context.Context, c *lbb.Client, n int) (bench.Sample, string, error) {
+	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: n})
+	if err != nil {
+		return bench.Sample{}, "", err
+	}
+	s := bench.Sample{Name: fmt.Sprintf("lbb, %d at once", n), Durs: res.Latencies, Errors: res.Failed + len(res.Errors)}
+	extra := fmt.Sprintf("%d records, %d lost, %d run twice, %d replays mismatched, %.1f runs/s",
+		res.Records, res.Lost, res.RunTwice, res.Mismatched, float64(res.N)/res.Wall.Seconds())
+	return s, extra, nil
 }
 
 // wantJSON checks that a run's result is the JSON value want.
@@ -382,12 +389,14 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 		extra = append(extra, "--pool=false")
 	}
 	fmt.Fprintf(os.Stderr, "gvisor: one-call Python sum(input), %s, on a server run with --runtime gvisor %s (%d times)…\n", kind, strings.Join(extra, " "), n)
-	url, key, done, err := serveForLoad(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
+	var cf clientFlags
+	done, err := cf.serveOwn(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
 	if err != nil {
 		return bench.Row{}, err
 	}
 	defer done()
-	c, err := lbb.New(lbb.Options{BaseURL: url, APIKey: key, Graph: "main", MaxRetries: 1000, UserAgent: "lbb-bench"})
+	url, key := cf.url, cf.apiKey
+	c, err := cf.clientWith(benchClient)
 	if err != nil {
 		return bench.Row{}, err
 	}

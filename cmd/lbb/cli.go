@@ -26,8 +26,8 @@ type command struct {
 	summary string
 	// aliases are other names it answers to (lbb sandboxes list).
 	aliases []string
-	// run runs a command without verbs.
-	run func(args []string) error
+	// run runs a command without verbs; ctx ends on SIGINT or SIGTERM.
+	run func(ctx context.Context, args []string) error
 	// verbs are a noun's subcommands; footer ends the noun's help.
 	verbs  []verb
 	footer string
@@ -39,7 +39,8 @@ type verb struct {
 	aliases []string
 	// args is what follows "lbb NOUN VERB" in the usage line; help says what it does.
 	args, help string
-	// run gets a flag set that already has the client flags, and the arguments after the verb.
+	// run gets a flag set that already has the client flags, and the arguments after the verb;
+	// ctx ends on SIGINT or SIGTERM.
 	run func(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error
 }
 
@@ -66,12 +67,14 @@ func runMain(args []string) int {
 		fmt.Fprintf(cliErr, "lbb: unknown command %q; %s\n", args[0], hint)
 		return 2
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	prefix := "lbb " + name
 	var err error
 	if c.verbs != nil {
-		prefix, err = runNoun(name, c, args[1:])
+		prefix, err = runNoun(ctx, name, c, args[1:])
 	} else {
-		err = c.run(args[1:])
+		err = c.run(ctx, args[1:])
 	}
 	if err == nil || errors.Is(err, flag.ErrHelp) { // ErrHelp: help was asked for and printed
 		return 0
@@ -102,11 +105,11 @@ func lookupCommand(name string) (string, command, bool) {
 }
 
 // runNoun runs one verb of a noun and answers the prefix of its messages.
-func runNoun(name string, c command, args []string) (string, error) {
+func runNoun(ctx context.Context, name string, c command, args []string) (string, error) {
 	prefix := "lbb " + name
 	if len(args) == 0 || isHelp(args[0]) {
 		if len(args) > 1 { // lbb sandbox help exec
-			return runNoun(name, c, []string{args[1], "--help"})
+			return runNoun(ctx, name, c, []string{args[1], "--help"})
 		}
 		nounUsage(cliOut, name, c)
 		return prefix, nil
@@ -132,8 +135,6 @@ func runNoun(name string, c command, args []string) (string, error) {
 	}
 	var cf clientFlags
 	cf.register(fs)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return prefix, v.run(ctx, fs, &cf, args[1:])
 }
 
@@ -309,6 +310,14 @@ func oneArgClient(fs *flag.FlagSet, cf *clientFlags, args []string, what string)
 	}
 	c, err := cf.client()
 	return arg, c, err
+}
+
+// noArgsClient parses the flags of a verb that takes no arguments, and makes the client.
+func noArgsClient(fs *flag.FlagSet, cf *clientFlags, args []string) (*lbb.Client, error) {
+	if err := noArgs(fs, args); err != nil {
+		return nil, err
+	}
+	return cf.client()
 }
 
 // answer prints what a call answered: its JSON with --json, else what show prints.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,7 +27,23 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *clientFlags) client() (*lbb.Client, error) {
-	return lbb.New(lbb.Options{BaseURL: f.url, APIKey: f.apiKey, Graph: f.graph, UserAgent: "lbb-cli"})
+	return f.clientWith(lbb.Options{UserAgent: "lbb-cli"})
+}
+
+// clientWith is client with other options (a user agent, retries) beside the flags'.
+func (f *clientFlags) clientWith(o lbb.Options) (*lbb.Client, error) {
+	o.BaseURL, o.APIKey, o.Graph = f.url, f.apiKey, f.graph
+	return lbb.New(o)
+}
+
+// clientFlagSet is the flag set of a command of its own (not a noun's verb) that talks to a
+// server: its help is usage, then its flags; the client flags are registered.
+func clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
+	fs := flag.NewFlagSet("lbb "+name, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage+"\nFlags:\n"); fs.PrintDefaults() }
+	cf := &clientFlags{}
+	cf.register(fs)
+	return fs, cf
 }
 
 func printJSON(v any) error {
@@ -40,6 +57,51 @@ func table(header ...string) *tabwriter.Writer {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, strings.Join(header, "\t"))
 	return w
+}
+
+// printTable prints a list: the JSON of v with --json, else a table of header and a row of
+// each item (tab-separated cells).
+func printTable[T any](cf *clientFlags, v any, items []T, header []string, row func(T) string) error {
+	if cf.json {
+		return printJSON(v)
+	}
+	w := table(header...)
+	for _, it := range items {
+		fmt.Fprintln(w, row(it))
+	}
+	return w.Flush()
+}
+
+// printPage prints the page list answers for p, as printTable does.
+func printPage[T any](ctx context.Context, cf *clientFlags, list func(context.Context, lbb.ListParams) (*lbb.List[T], error), p lbb.ListParams,
+	header []string, row func(T) string) error {
+	l, err := list(ctx, p)
+	if err != nil {
+		return err
+	}
+	return printTable(cf, l, l.Data, header, row)
+}
+
+// fieldTable prints one record as FIELD VALUE rows; end it with w.Flush.
+type fieldTable struct{ w *tabwriter.Writer }
+
+func newFieldTable() fieldTable { return fieldTable{table("FIELD", "VALUE")} }
+
+func (t fieldTable) row(k, v string) { fmt.Fprintf(t.w, "%s\t%s\n", k, v) }
+
+// opt is row, left out when v is "".
+func (t fieldTable) opt(k, v string) {
+	if v != "" {
+		t.row(k, v)
+	}
+}
+
+// templateRef names the template a record ran from, "" for none.
+func templateRef(t *lbb.TemplateRef) string {
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s@%d (%s)", t.Name, t.Version, t.ID)
 }
 
 func when(t *time.Time) string {

@@ -8,24 +8,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["commands"] = command{
-		summary: "Command records and their output",
-		aliases: []string{"command"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "get", aliases: []string{"show"}, args: "ID [--wait-ms N]",
-				help: "a command record (waiting up to N ms for it to end)", run: commandsGet},
-			{name: "list", aliases: []string{"ls"}, args: "[--limit N] [--sandbox ID] [--status S]",
-				help: "the newest command records", run: commandsList},
-			{name: "logs", args: "ID [-f] [--stream stdout|stderr|both]",
-				help: "its output (-f: follow it live until it ends, then exit as lbb sandbox exec does:\nwith its exit code, 124 when it timed out)", run: commandsLogs},
-			{name: "kill", args: "ID [--signal SIG]",
-				help: "signal its process group (default SIGKILL)", run: commandsKill},
-		},
-	}
-}
-
 func commandsGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	wait := fs.Int64("wait-ms", 0, "wait up to this long for the command to end")
 	id, c, err := oneArgClient(fs, cf, args, "command ID")
@@ -40,34 +22,23 @@ func commandsList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 	limit := fs.Int("limit", 20, "how many")
 	sandbox := fs.String("sandbox", "", "only the commands of this sandbox")
 	status := fs.String("status", "", "only commands with this status (running, succeeded, failed, timed_out, killed, lost, oom…)")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
-	var l *lbb.List[lbb.Command]
+	list := c.Commands.List
 	if *sandbox != "" {
-		l, err = c.Sandboxes.Commands(ctx, *sandbox, lbb.ListParams{Limit: *limit, Status: *status})
-	} else {
-		l, err = c.Commands.List(ctx, lbb.ListParams{Limit: *limit, Status: *status})
+		list = func(ctx context.Context, p lbb.ListParams) (*lbb.List[lbb.Command], error) {
+			return c.Sandboxes.Commands(ctx, *sandbox, p)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED")
-	for _, c := range l.Data {
+	return printPage(ctx, cf, list, lbb.ListParams{Limit: *limit, Status: *status}, []string{"COMMAND", "SANDBOX", "KIND", "STATUS", "EXIT", "MS", "CREATED"}, func(c lbb.Command) string {
 		exit := "-"
 		if c.ExitCode != nil {
 			exit = fmt.Sprint(*c.ExitCode)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
-	}
-	return w.Flush()
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", c.ID, c.Sandbox, c.Kind, c.Status, exit, c.DurationMs, when(&c.CreatedAt))
+	})
 }
 
 func commandsLogs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -101,47 +72,34 @@ func commandsKill(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 }
 
 func printCommand(c *lbb.Command) {
-	w := table("FIELD", "VALUE")
-	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
-	row("command", c.ID)
-	row("sandbox", c.Sandbox)
-	row("kind", c.Kind)
-	row("status", c.Status)
+	t := newFieldTable()
+	t.row("command", c.ID)
+	t.row("sandbox", c.Sandbox)
+	t.row("kind", c.Kind)
+	t.row("status", c.Status)
 	if c.ExitCode != nil {
-		row("exit code", fmt.Sprint(*c.ExitCode))
+		t.row("exit code", fmt.Sprint(*c.ExitCode))
 	}
-	if c.Signal != "" {
-		row("signal", c.Signal)
-	}
-	if c.Template != nil {
-		row("template", fmt.Sprintf("%s@%d (%s)", c.Template.Name, c.Template.Version, c.Template.ID))
-	}
-	if c.Language != "" {
-		row("language", c.Language)
-	}
+	t.opt("signal", c.Signal)
+	t.opt("template", templateRef(c.Template))
+	t.opt("language", c.Language)
 	if len(c.Argv) > 0 {
-		row("argv", fmt.Sprintf("%q", c.Argv))
+		t.row("argv", fmt.Sprintf("%q", c.Argv))
 	}
-	row("created", when(&c.CreatedAt))
-	row("started", when(c.StartedAt))
-	row("finished", when(c.FinishedAt))
-	row("duration", fmt.Sprintf("%d ms", c.DurationMs))
-	if len(c.Input) > 0 {
-		row("input", string(c.Input))
-	}
-	if len(c.Config) > 0 {
-		row("config", string(c.Config))
-	}
+	t.row("created", when(&c.CreatedAt))
+	t.row("started", when(c.StartedAt))
+	t.row("finished", when(c.FinishedAt))
+	t.row("duration", fmt.Sprintf("%d ms", c.DurationMs))
+	t.opt("input", string(c.Input))
+	t.opt("config", string(c.Config))
 	if c.Kind == "run" {
-		row("ok", fmt.Sprint(c.OK))
-		row("result", orDash(string(c.Result)))
+		t.row("ok", fmt.Sprint(c.OK))
+		t.row("result", orDash(string(c.Result)))
 	}
-	if c.Error != "" {
-		row("error", c.Error)
-	}
-	row("stdout", fmt.Sprintf("%d bytes", c.Stdout.Bytes))
-	row("stderr", fmt.Sprintf("%d bytes", c.Stderr.Bytes))
-	w.Flush()
+	t.opt("error", c.Error)
+	t.row("stdout", fmt.Sprintf("%d bytes", c.Stdout.Bytes))
+	t.row("stderr", fmt.Sprintf("%d bytes", c.Stderr.Bytes))
+	t.w.Flush()
 	for _, s := range []struct {
 		name string
 		out  lbb.Output

@@ -16,27 +16,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["files"] = command{
-		summary: "Workspace files, and Files of the graph (content-addressed; they outlive sandboxes)",
-		aliases: []string{"file"},
-		footer: `Paths are relative to /workspace, or absolute inside it. Every verb takes --url,
---api-key, --graph and --json; transfers show progress on a terminal.`,
-		verbs: []verb{
-			{name: "put", args: "SANDBOX LOCAL [PATH]", help: "write a workspace file (LOCAL - is stdin; PATH defaults to LOCAL's name)", run: filesPut},
-			{name: "get", args: "SANDBOX PATH [LOCAL]", help: "read a workspace file (to stdout without LOCAL, or LOCAL -)", run: filesGet},
-			{name: "ls", args: "SANDBOX [PATH] [-r]", help: "list a workspace directory (-r: everything beneath it)", run: filesLs},
-			{name: "rm", args: "SANDBOX PATH", help: "remove a file or a directory with what it holds", run: filesRm},
-			{name: "mkdir", args: "SANDBOX PATH", help: "make a directory and its parents", run: filesMkdir},
-			{name: "keep", args: "SANDBOX PATH", help: "keep a workspace file as a File of the graph (its origin recorded)", run: filesKeep},
-			{name: "upload", args: "LOCAL [--name NAME]", help: "upload a File of the graph", run: filesUpload},
-			{name: "list", args: "[--limit N]", help: "the graph's Files", run: filesList},
-			{name: "download", args: "FILE_ID [LOCAL]", help: "a File's bytes (to stdout without LOCAL)", run: filesDownload},
-			{name: "import", args: "SANDBOX PATH SHA256", help: "copy a File of the graph into a workspace", run: filesImport},
-		},
-	}
-}
-
 // filesArgs parses a files verb's flags, checks how many arguments it got and makes the client.
 func filesArgs(fs *flag.FlagSet, cf *clientFlags, args []string, min, max int) ([]string, *lbb.Client, error) {
 	pos, err := parseInterspersed(fs, args)
@@ -50,50 +29,41 @@ func filesArgs(fs *flag.FlagSet, cf *clientFlags, args []string, min, max int) (
 	return pos, c, err
 }
 
-func filesPut(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 2, 3)
-	if err != nil {
-		return err
+// filesCall serves a files verb without flags of its own that takes min to max arguments.
+func filesCall(min, max int, call func(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []string) error) func(context.Context, *flag.FlagSet, *clientFlags, []string) error {
+	return func(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+		pos, c, err := filesArgs(fs, cf, args, min, max)
+		if err != nil {
+			return err
+		}
+		return call(ctx, c, cf, pos)
 	}
-	src, size, closeSrc, err := openLocal(pos[1])
-	if err != nil {
-		return err
-	}
-	defer closeSrc()
-	dst := filepath.Base(pos[1])
-	if len(pos) == 3 {
-		dst = pos[2]
-	} else if pos[1] == "-" {
-		return exitError{2, "files put SANDBOX - needs the PATH to write"}
-	}
-	r := progress(src, size, "put "+dst)
-	e, err := c.Files.Write(ctx, pos[0], dst, r)
-	doneProgress(r)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(e)
-	}
-	fmt.Printf("%s\t%d bytes\n", e.Path, e.Size)
-	return nil
 }
 
-func filesGet(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 2, 3)
-	if err != nil {
-		return err
+// argOr is pos[i], or def when there are not that many arguments.
+func argOr(pos []string, i int, def string) string {
+	if i < len(pos) {
+		return pos[i]
 	}
+	return def
+}
+
+func filesPut(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []string) error {
+	if len(pos) == 2 && pos[1] == "-" {
+		return exitError{2, "files put SANDBOX - needs the PATH to write"}
+	}
+	dst := argOr(pos, 2, filepath.Base(pos[1]))
+	var e *lbb.FileEntry
+	err := upload(pos[1], "put "+dst, func(r io.Reader) (err error) {
+		e, err = c.Files.Write(ctx, pos[0], dst, r)
+		return err
+	})
+	return answer(cf, e, err, func(e *lbb.FileEntry) { fmt.Printf("%s\t%d bytes\n", e.Path, e.Size) })
+}
+
+func filesGet(ctx context.Context, c *lbb.Client, _ *clientFlags, pos []string) error {
 	rc, err := c.Files.Read(ctx, pos[0], pos[1])
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	local := "-"
-	if len(pos) == 3 {
-		local = pos[2]
-	}
-	return saveLocal(rc, local, "get "+path.Base(pos[1]))
+	return download(rc, err, argOr(pos, 2, "-"), "get "+path.Base(pos[1]))
 }
 
 func filesLs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -102,51 +72,27 @@ func filesLs(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []stri
 	if err != nil {
 		return err
 	}
-	p := "."
-	if len(pos) == 2 {
-		p = pos[1]
-	}
-	es, err := c.Files.List(ctx, pos[0], p, *recursive)
+	es, err := c.Files.List(ctx, pos[0], argOr(pos, 1, "."), *recursive)
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(es)
-	}
-	w := table("MODE", "SIZE", "MODIFIED", "TYPE", "PATH")
-	for _, e := range es {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
-	}
-	return w.Flush()
+	return printTable(cf, es, es, []string{"MODE", "SIZE", "MODIFIED", "TYPE", "PATH"}, func(e lbb.FileEntry) string {
+		return fmt.Sprintf("%s\t%d\t%s\t%s\t%s", e.Mode, e.Size, when(&e.MTime), e.Type, e.Path)
+	})
 }
 
-func filesRm(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 2, 2)
-	if err != nil {
-		return err
-	}
+func filesRm(ctx context.Context, c *lbb.Client, _ *clientFlags, pos []string) error {
 	return c.Files.Delete(ctx, pos[0], pos[1])
 }
 
-func filesMkdir(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	_, err = c.Files.Mkdir(ctx, pos[0], pos[1])
+func filesMkdir(ctx context.Context, c *lbb.Client, _ *clientFlags, pos []string) error {
+	_, err := c.Files.Mkdir(ctx, pos[0], pos[1])
 	return err
 }
 
-func filesKeep(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 2, 2)
-	if err != nil {
-		return err
-	}
+func filesKeep(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []string) error {
 	f, err := c.GraphFiles.Keep(ctx, pos[0], pos[1])
-	if err != nil {
-		return err
-	}
-	return printFile(f, cf.json)
+	return answer(cf, f, err, printFile)
 }
 
 func filesUpload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -155,22 +101,16 @@ func filesUpload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if err != nil {
 		return err
 	}
-	src, size, closeSrc, err := openLocal(pos[0])
-	if err != nil {
-		return err
-	}
-	defer closeSrc()
 	n := *name
 	if n == "" && pos[0] != "-" {
 		n = filepath.Base(pos[0])
 	}
-	r := progress(src, size, "upload "+n)
-	f, err := c.GraphFiles.Upload(ctx, n, r)
-	doneProgress(r)
-	if err != nil {
+	var f *lbb.File
+	err = upload(pos[0], "upload "+n, func(r io.Reader) (err error) {
+		f, err = c.GraphFiles.Upload(ctx, n, r)
 		return err
-	}
-	return printFile(f, cf.json)
+	})
+	return answer(cf, f, err, printFile)
 }
 
 func filesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
@@ -179,51 +119,19 @@ func filesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []st
 	if err != nil {
 		return err
 	}
-	l, err := c.GraphFiles.List(ctx, lbb.ListParams{Limit: *limit})
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED")
-	for _, f := range l.Data {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
-	}
-	return w.Flush()
+	return printPage(ctx, cf, c.GraphFiles.List, lbb.ListParams{Limit: *limit}, []string{"FILE", "NAME", "SIZE", "SHA256", "ORIGIN", "CREATED"}, func(f lbb.File) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", f.ID, orDash(f.Name), f.Size, f.SHA256[:12]+"…", origin(f.Origin), when(&f.CreatedAt))
+	})
 }
 
-func filesDownload(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 1, 2)
-	if err != nil {
-		return err
-	}
+func filesDownload(ctx context.Context, c *lbb.Client, _ *clientFlags, pos []string) error {
 	rc, err := c.GraphFiles.Content(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	local := "-"
-	if len(pos) == 2 {
-		local = pos[1]
-	}
-	return saveLocal(rc, local, "download "+pos[0])
+	return download(rc, err, argOr(pos, 1, "-"), "download "+pos[0])
 }
 
-func filesImport(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	pos, c, err := filesArgs(fs, cf, args, 3, 3)
-	if err != nil {
-		return err
-	}
+func filesImport(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []string) error {
 	e, err := c.GraphFiles.Import(ctx, pos[0], pos[1], pos[2])
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(e)
-	}
-	fmt.Printf("%s\t%d bytes\tsha256 %s\n", e.Path, e.Size, e.SHA256)
-	return nil
+	return answer(cf, e, err, func(e *lbb.FileEntry) { fmt.Printf("%s\t%d bytes\tsha256 %s\n", e.Path, e.Size, e.SHA256) })
 }
 
 func origin(o lbb.FileOrigin) string {
@@ -233,14 +141,33 @@ func origin(o lbb.FileOrigin) string {
 	return o.Kind
 }
 
-func printFile(f *lbb.File, asJSON bool) error {
-	if asJSON {
-		return printJSON(f)
-	}
+func printFile(f *lbb.File) {
 	w := table("FIELD", "VALUE")
 	fmt.Fprintf(w, "file\t%s\nname\t%s\nsize\t%d\nsha256\t%s\norigin\t%s\ncreated\t%s\n",
 		f.ID, orDash(f.Name), f.Size, f.SHA256, origin(f.Origin), when(&f.CreatedAt))
-	return w.Flush()
+	w.Flush()
+}
+
+// upload sends a local file (stdin for "-") through send, with progress on a terminal.
+func upload(local, what string, send func(io.Reader) error) error {
+	src, size, closeSrc, err := openLocal(local)
+	if err != nil {
+		return err
+	}
+	defer closeSrc()
+	r := progress(src, size, what)
+	err = send(r)
+	doneProgress(r)
+	return err
+}
+
+// download saves what a read answered (rc, err) to local, or to stdout for "-".
+func download(rc io.ReadCloser, err error, local, what string) error {
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return saveLocal(rc, local, what)
 }
 
 // openLocal opens a local file, or stdin for "-"; size is -1 when unknown. The file is an

@@ -11,14 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
@@ -35,7 +32,7 @@ func init() {
 
 // runHost runs the host agent on its own: the drivers, warm pool and image of lbb serve,
 // served over HTTP/2 to a control plane elsewhere (docs/architecture.md).
-func runHost(args []string) error {
+func runHost(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
 	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
@@ -56,10 +53,7 @@ func runHost(args []string) error {
 	}
 	cfg, err := config.Load(fs, args, getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp too: lbb exits 0 after the help
 	}
 	if *token == "" {
 		return errors.New("--token (or LBB_HOST_TOKEN) is required: whoever presents it runs code here")
@@ -71,8 +65,6 @@ func runHost(args []string) error {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
 }
 
@@ -95,8 +87,7 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	defer unlock()
 
 	// /metrics is the warm pool's and the process's, as lbb serve's is.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
 	if err != nil {
 		return err

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"text/tabwriter"
 
 	"github.com/littlebigbrain/lbb/internal/images"
 )
@@ -33,7 +29,7 @@ the data directory is --data-dir, else $LBB_DATA_DIR, else /var/lib/lbb. The Deb
 is --mirror, else $LBB_DEBIAN_MIRROR, else the one this machine's apt sources name.
 `
 
-func runImages(args []string) error {
+func runImages(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, imagesUsage)
 		return nil
@@ -59,15 +55,13 @@ func runImages(args []string) error {
 
 	switch args[0] {
 	case "build":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
 		o := images.Options{Dir: *dir, Mirror: *mirror, Progress: os.Stderr}
 		m, err := images.Build(ctx, o)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			return imagesJSON(m)
+			return printJSON(m)
 		}
 		return nil
 	case "list":
@@ -79,24 +73,20 @@ func runImages(args []string) error {
 			if ms == nil {
 				ms = []images.Manifest{}
 			}
-			return imagesJSON(ms)
+			return printJSON(ms)
 		}
 		if len(ms) == 0 {
 			fmt.Fprintf(os.Stderr, "no images in %s; run `lbb images build`\n", *dir)
 			return nil
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tPYTHON\tNUMPY\tPANDAS\tNODE\tMISSING\t")
+		tw := table("ID", "CREATED", "SIZE", "PYTHON", "NUMPY", "PANDAS", "NODE", "MISSING")
 		for _, m := range ms {
 			id := m.ID
 			if m.Current {
 				id += " *"
 			}
-			missing := strings.Join(m.Missing, ",")
-			if missing == "" {
-				missing = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", id, m.Created.Local().Format("2006-01-02 15:04"),
+			missing := orDash(strings.Join(m.Missing, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Created.Local().Format("2006-01-02 15:04"),
 				imagesSizeMiB(m.SizeBytes), m.Versions["python"], m.Versions["numpy"], m.Versions["pandas"], m.Versions["node"], missing)
 		}
 		if err := tw.Flush(); err != nil {
@@ -120,9 +110,3 @@ func runImages(args []string) error {
 }
 
 func imagesSizeMiB(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
-
-func imagesJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}

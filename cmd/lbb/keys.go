@@ -9,31 +9,12 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["keys"] = command{
-		summary: "API keys (an admin key's work)",
-		aliases: []string{"key"},
-		footer: `Keys talk to the server (admin scope). Graphs a new key names are created. Scopes:
-sandboxes:read, sandboxes:write, sandboxes:delete, templates:write, files:read, files:write,
-admin; the default is every scope but admin. Every verb takes --url, --api-key and --json.`,
-		verbs: []verb{
-			{name: "create", aliases: []string{"new"}, args: "[--name N] [--for-graph G]... [--scope S]...",
-				help: "make a key; its secret is printed once", run: keysCreate},
-			{name: "list", aliases: []string{"ls"}, args: "", help: "every key (never their secrets)", run: keysList},
-			{name: "revoke", aliases: []string{"delete", "rm"}, args: "ID", help: "revoke a key at once", run: keysRevoke},
-		},
-	}
-}
-
 func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	name := fs.String("name", "", "a name to tell the key by")
 	var graphs, scopes multiFlag
 	fs.Var(&graphs, "for-graph", "a graph the key may use (repeatable; default main; * for all)")
 	fs.Var(&scopes, "scope", "a scope (repeatable)")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
@@ -45,10 +26,7 @@ func keysCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []s
 }
 
 func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}
@@ -62,15 +40,10 @@ func keysList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []str
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(all)
-	}
-	w := table("ID", "NAME", "PREFIX", "GRAPHS", "SCOPES", "CREATED", "REVOKED")
-	for _, k := range all {
-		fmt.Fprintf(w, "%s\t%s\t%s…\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Prefix, strings.Join(k.Graphs, ","),
+	return printTable(cf, all, all, []string{"ID", "NAME", "PREFIX", "GRAPHS", "SCOPES", "CREATED", "REVOKED"}, func(k lbb.Key) string {
+		return fmt.Sprintf("%s\t%s\t%s…\t%s\t%s\t%s\t%s", k.ID, k.Name, k.Prefix, strings.Join(k.Graphs, ","),
 			strings.Join(k.Scopes, ","), when(&k.CreatedAt), when(k.RevokedAt))
-	}
-	return w.Flush()
+	})
 }
 
 func keysRevoke(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {

@@ -5,12 +5,10 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,35 +35,25 @@ against a fresh lbb serve of its own (ns runtime, its cap of running sandboxes p
 raised to N), started from this binary in a temporary data directory and stopped after.
 `
 
-func runLoad(args []string) error {
-	fs := flag.NewFlagSet("load", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, loadUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+func runLoad(ctx context.Context, args []string) error {
+	fs, cf := clientFlagSet("load", loadUsage)
 	n := fs.Int("n", 100, "how many runs")
 	conc := fs.Int("concurrency", 0, "how many at a time (default: all)")
 	serveOwn := fs.Bool("serve", false, "start a server of its own for the check")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if *serveOwn {
-		url, key, done, err := serveForLoad(ctx, *n)
+		done, err := cf.serveOwn(ctx, *n)
 		if err != nil {
 			return err
 		}
 		defer done()
-		cf.url, cf.apiKey, cf.graph = url, key, "main"
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
 	}
 	// 429s (the graph's cap of running sandboxes) are retried with the same key.
-	c2, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, MaxRetries: 1000, UserAgent: "lbb-load"})
-	if err == nil {
-		c = c2
+	c, err := cf.clientWith(lbb.Options{MaxRetries: 1000, UserAgent: "lbb-load"})
+	if err != nil {
+		return err
 	}
 	var log io.Writer = os.Stderr
 	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: *n, Concurrency: *conc, Log: log})
@@ -82,6 +70,14 @@ func runLoad(args []string) error {
 		return exitError{1, "the load check failed"}
 	}
 	return nil
+}
+
+// serveOwn points the client flags at a fresh lbb serve of its own (serveForLoad); done
+// stops it.
+func (cf *clientFlags) serveOwn(ctx context.Context, n int, extra ...string) (done func(), err error) {
+	cf.url, cf.apiKey, done, err = serveForLoad(ctx, n, extra...)
+	cf.graph = "main"
+	return done, err
 }
 
 var serveAddr = regexp.MustCompile(`lbb: serving on (http://\S+)`)

@@ -1,6 +1,7 @@
 // Command lbb is the whole of lbb on the host: the server, the CLI, the MCP server, image
-// builds and benchmarks. Each command lives in its own file and registers itself in init;
-// cli.go dispatches them.
+// builds and benchmarks. The nouns (sandbox, files, …) and their verbs are declared together
+// in nouns.go, each noun's verbs written in its own file; every other command lives in a file
+// of its own and registers itself in init. cli.go dispatches them.
 package main
 
 import "os"

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/littlebigbrain/lbb/internal/mcp"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
@@ -28,7 +26,7 @@ Logs go to stderr. The server itself serves MCP over HTTP at /mcp.
 Flags:
 `
 
-func runMCP(args []string) error {
+func runMCP(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, mcpUsage)
@@ -52,8 +50,6 @@ func runMCP(args []string) error {
 		return exitError{2, fmt.Sprintf("--log-level %q: %v", *level, err)}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// stdout is the protocol: nothing else may write to it.
 	return mcp.ServeStdio(ctx, mcp.StdioOptions{BaseURL: *url, APIKey: *apiKey, Graph: *graph, Log: log})
 }

@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -27,11 +25,8 @@ unless --base says otherwise. Output the code printed goes to stderr. A run that
 exits 1 with its error; --json prints the whole answer (record ids, status, output).
 `
 
-func runRun(args []string) error {
-	fs := flag.NewFlagSet("lbb run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage+"\nFlags:\n"); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+func runRun(ctx context.Context, args []string) error {
+	fs, cf := clientFlagSet("run", runUsage)
 	input := fs.String("input", "", "input, as JSON")
 	config := fs.String("config", "", "config, as JSON (merged over a template's)")
 	template := fs.String("template", "", "run a saved template (name, or name@N to pin a version)")
@@ -39,24 +34,18 @@ func runRun(args []string) error {
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
 	key := fs.String("idempotency-key", "", "the call's Idempotency-Key (default: a fresh one)")
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms (default: the server's)")
-	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-	cpus := fs.Float64("cpus", 0, "vCPUs")
+	limits := limitsFlags(fs, false)
 	var env multiFlag
 	fs.Var(&env, "env", "NAME=VALUE passed to the code (repeatable); values are masked in output")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	p := lbb.RunParams{Template: *template, Base: *base, IdempotencyKey: *key, TimeoutMs: *timeout, Isolation: *isolation}
+	p := lbb.RunParams{Template: *template, Base: *base, IdempotencyKey: *key, TimeoutMs: *timeout, Isolation: *isolation, Limits: limits()}
 	switch {
 	case len(pos) == 1 && *template == "":
-		code, err := os.ReadFile(pos[0])
-		if err != nil {
+		if p.Code, err = readCode(pos[0], &p.Base); err != nil {
 			return err
-		}
-		p.Code = string(code)
-		if p.Base == "" {
-			p.Base = baseForFile(pos[0])
 		}
 	case len(pos) == 0 && *template != "":
 	default:
@@ -68,9 +57,6 @@ func runRun(args []string) error {
 	if p.Config, err = jsonFlag("config", *config); err != nil {
 		return err
 	}
-	if *memory != 0 || *cpus != 0 {
-		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
-	}
 	if p.Env, err = pairs("--env", env); err != nil {
 		return err
 	}
@@ -78,8 +64,6 @@ func runRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	run, err := c.Sandboxes.Run(ctx, p)
 	if err != nil {
 		return err
@@ -111,6 +95,32 @@ func runRun(args []string) error {
 		return exitError{1, msg}
 	}
 	return nil
+}
+
+// readCode reads a file of code; an empty base becomes the one its extension implies.
+func readCode(name string, base *string) (string, error) {
+	b, err := os.ReadFile(name)
+	if err == nil && *base == "" {
+		*base = baseForFile(name)
+	}
+	return string(b), err
+}
+
+// limitsFlags registers --memory-mib and --cpus, and --disk-mib with disk; limits answers
+// what they set, nil when none was given (the server's defaults).
+func limitsFlags(fs *flag.FlagSet, disk bool) (limits func() *lbb.Limits) {
+	var l lbb.Limits
+	fs.Int64Var(&l.MemoryMiB, "memory-mib", 0, "memory limit in MiB")
+	fs.Float64Var(&l.CPUs, "cpus", 0, "vCPUs")
+	if disk {
+		fs.Int64Var(&l.DiskMiB, "disk-mib", 0, "workspace disk in MiB")
+	}
+	return func() *lbb.Limits {
+		if l == (lbb.Limits{}) {
+			return nil
+		}
+		return &l
+	}
 }
 
 func baseForFile(name string) string {

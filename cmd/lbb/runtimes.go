@@ -10,11 +10,28 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 )
 
+// The isolating drivers. ns runs each sandbox in namespaces and cgroups of its own, under
+// <data-dir>/sandboxes. gvisor runs each on gVisor's user-space kernel (runsc, installed by
+// scripts/install-runsc.sh at gvisor.DefaultRunsc), under <data-dir>/gvisor, apart from ns's,
+// so that each driver lists and reaps only its own.
 func init() {
-	runtimes["ns"] = runtimeFactory{
+	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
+	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
+}
+
+// isolating is the factory of a driver that isolates: it runs the guest agent in sandboxes
+// whose state is under the data directory, on the base image. Both are checked before
+// newDriver makes the driver, and the driver's requirements after.
+func isolating(newDriver func(cfg config.Config, log *slog.Logger) runtime.Driver) runtimeFactory {
+	return runtimeFactory{
 		open: func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
 			if err := checkAgent(cfg); err != nil {
 				return nil, err
@@ -22,12 +39,7 @@ func init() {
 			if err := traversable(cfg.DataDir); err != nil {
 				return nil, err
 			}
-			d := ns.New(ns.Config{
-				StateDir:  filepath.Join(cfg.DataDir, "sandboxes"),
-				AgentPath: cfg.Agent,
-				Limits:    defaultLimits(cfg),
-				Logger:    log,
-			})
+			d := newDriver(cfg, log)
 			return d, runtime.CheckRequirements(d)
 		},
 		image: buildImage,

@@ -14,39 +14,6 @@ import (
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["sandbox"] = command{
-		summary: "Long-lived sandboxes: create one, run commands in it, stop, resume, pause, fork",
-		aliases: []string{"sandboxes"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "create", aliases: []string{"new"}, run: sandboxCreate,
-				args: "[--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N] [--env NAME=VALUE]... [--label KEY=VALUE]...",
-				help: "starts a sandbox and prints its id"},
-			{name: "list", aliases: []string{"ls"}, run: sandboxList,
-				args: "[--all | --status S[,S…]] [--label KEY=VALUE]... [--limit N]",
-				help: "the live sandboxes (starting, running, paused, stopped), newest first;\n--all adds the ended ones (destroyed, failed: one-call runs' among them)"},
-			{name: "get", aliases: []string{"show"}, args: "ID", help: "one sandbox", run: sandboxDo((*lbb.SandboxesService).Get)},
-			{name: "exec", run: sandboxExec,
-				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--timeout-ms N] [-i] [--detach] -- ARGV...  (or ID 'SHELL LINE')",
-				help: `runs ARGV (or the line, with bash -c) in the sandbox, streams its output live and
-exits with its exit code; -i sends this terminal's stdin to it; --detach prints the
-command id and returns. A command that runs past its timeout: lbb says "timed out after
-N ms" and exits 124. Output that was not kept (a gap in the stream): lbb says how many
-bytes and exits 125. An error of lbb or the server exits 1, a usage error 2.`},
-			{name: "stop", args: "ID", help: "its processes end, its disk stays", run: sandboxDo((*lbb.SandboxesService).Stop)},
-			{name: "resume", args: "ID", help: "starts again with the same workspace (a paused one: where it was)", run: sandboxDo((*lbb.SandboxesService).Resume)},
-			{name: "pause", args: "ID", help: "parks it: gvisor saves its memory to disk, ns freezes it in RAM", run: sandboxDo((*lbb.SandboxesService).Pause)},
-			{name: "snapshot", args: "ID [--label KEY=VALUE]...", help: "a memory snapshot (gvisor); it runs on; prints the snapshot's id", run: sandboxSnapshot},
-			{name: "fork", args: "ID [--snapshot SNP] [--expires S] [--env NAME=VALUE]... [--label KEY=VALUE]...",
-				help: "a new sandbox from a snapshot of ID (a fresh one without --snapshot); prints its id", run: sandboxFork},
-			{name: "snapshots", args: "ID [--limit N] | --delete SNP", help: "lists ID's snapshots; --delete SNP deletes one", run: sandboxSnapshotList},
-			{name: "delete", aliases: []string{"rm"}, args: "ID", help: "destroys it (the record stays)", run: sandboxDo((*lbb.SandboxesService).Delete)},
-			{name: "bench", args: "[--serve] [--n N] [--file-mib N]", help: "exec round trip, run, create/stop/resume and file throughput", run: sandboxBenchVerb},
-		},
-	}
-}
-
 // liveStatuses are the statuses lbb sandbox list shows by default: sandboxes that are not over.
 var liveStatuses = []string{"starting", "running", "paused", "stopped"}
 
@@ -54,26 +21,14 @@ func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 	template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
 	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
-	expires := fs.Int64("expires", 0, "seconds until the sandbox ends (default and cap: the server's)")
-	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-	cpus := fs.Float64("cpus", 0, "vCPUs")
-	disk := fs.Int64("disk-mib", 0, "workspace disk in MiB")
-	key := fs.String("idempotency-key", "", "a retry with the same key answers the same sandbox")
-	var env, labels multiFlag
-	fs.Var(&env, "env", "NAME=VALUE given to every command (repeatable); values are masked in output")
-	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
+	limits := limitsFlags(fs, true)
+	sf := newSandboxFlags(fs, "sandbox")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *expires, IdempotencyKey: *key}
-	if *memory != 0 || *cpus != 0 || *disk != 0 {
-		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus, DiskMiB: *disk}
-	}
+	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key, Limits: limits()}
 	var err error
-	if p.Env, err = pairs("--env", env); err != nil {
-		return err
-	}
-	if p.Metadata, err = pairs("--label", labels); err != nil {
+	if p.Env, p.Metadata, err = sf.maps(); err != nil {
 		return err
 	}
 	c, err := cf.client()
@@ -126,19 +81,15 @@ func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if len(data) > *limit {
 		data = data[:*limit]
 	}
-	if cf.json {
-		return printJSON(lbb.List[lbb.Sandbox]{Data: data})
-	}
-	w := table("SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS")
-	for _, sb := range data {
+	err = printTable(cf, lbb.List[lbb.Sandbox]{Data: data}, data, []string{"SANDBOX", "STATUS", "BASE", "KIND", "CREATED", "EXPIRES", "END", "LABELS"}, func(sb lbb.Sandbox) string {
 		kind := "long-lived"
 		if sb.OneCall {
 			kind = "one-call"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", sb.ID, sb.Status, sb.Base, kind, when(&sb.CreatedAt), when(sb.ExpiresAt),
 			orDash(sb.EndReason), orDash(labelString(sb.Metadata)))
-	}
-	if err := w.Flush(); err != nil {
+	})
+	if err != nil || cf.json {
 		return err
 	}
 	if len(data) == 0 && !*all && *status == "" {
@@ -159,11 +110,38 @@ func sandboxDo(call func(*lbb.SandboxesService, context.Context, string) (*lbb.S
 	}
 }
 
-func sandboxBenchVerb(_ context.Context, _ *flag.FlagSet, _ *clientFlags, args []string) error {
+func sandboxBenchVerb(ctx context.Context, _ *flag.FlagSet, _ *clientFlags, args []string) error {
 	if sandboxBench == nil {
 		return exitError{2, "sandbox bench runs on Linux"}
 	}
-	return sandboxBench(args)
+	return sandboxBench(ctx, args)
+}
+
+// sandboxFlags are the flags of lbb sandbox create and fork.
+type sandboxFlags struct {
+	expires     *int64
+	key         *string
+	env, labels multiFlag
+}
+
+// newSandboxFlags registers the flags of a verb that makes a sandbox; what names it
+// ("sandbox", "fork").
+func newSandboxFlags(fs *flag.FlagSet, what string) *sandboxFlags {
+	f := &sandboxFlags{}
+	f.expires = fs.Int64("expires", 0, "seconds until the "+what+" ends (default and cap: the server's)")
+	f.key = fs.String("idempotency-key", "", "a retry with the same key answers the same "+what)
+	fs.Var(&f.env, "env", "NAME=VALUE given to the "+what+"'s commands (repeatable); values are masked in output")
+	fs.Var(&f.labels, "label", "KEY=VALUE metadata (repeatable)")
+	return f
+}
+
+// maps answers --env and --label as maps (nil when not given).
+func (f *sandboxFlags) maps() (env, labels map[string]string, err error) {
+	if env, err = pairs("--env", f.env); err != nil {
+		return nil, nil, err
+	}
+	labels, err = pairs("--label", f.labels)
+	return env, labels, err
 }
 
 func pairs(flagName string, kvs []string) (map[string]string, error) {
@@ -194,46 +172,33 @@ func labelString(md map[string]string) string {
 }
 
 func printSandbox(sb *lbb.Sandbox) {
-	w := table("FIELD", "VALUE")
-	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
-	row("sandbox", sb.ID)
-	row("status", sb.Status)
-	row("base", sb.Base)
-	if sb.Template != nil {
-		row("template", fmt.Sprintf("%s@%d (%s)", sb.Template.Name, sb.Template.Version, sb.Template.ID))
-	}
-	row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
-	if sb.Isolation != "" {
-		row("isolation", sb.Isolation)
-	}
-	if len(sb.EnvNames) > 0 {
-		row("env", strings.Join(sb.EnvNames, ", "))
-	}
-	if len(sb.Metadata) > 0 {
-		row("labels", labelString(sb.Metadata))
-	}
-	row("created", when(&sb.CreatedAt))
-	row("started", when(sb.StartedAt))
-	row("expires", when(sb.ExpiresAt))
+	t := newFieldTable()
+	t.row("sandbox", sb.ID)
+	t.row("status", sb.Status)
+	t.row("base", sb.Base)
+	t.opt("template", templateRef(sb.Template))
+	t.row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
+	t.opt("isolation", sb.Isolation)
+	t.opt("env", strings.Join(sb.EnvNames, ", "))
+	t.opt("labels", labelString(sb.Metadata))
+	t.row("created", when(&sb.CreatedAt))
+	t.row("started", when(sb.StartedAt))
+	t.row("expires", when(sb.ExpiresAt))
 	if sb.PausedAt != nil {
-		row("paused", when(sb.PausedAt))
+		t.row("paused", when(sb.PausedAt))
 	}
 	if sb.ForkedFrom != nil {
-		row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")
+		t.row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")
 	}
-	row("ended", when(sb.EndedAt))
-	if sb.EndReason != "" {
-		row("end reason", sb.EndReason)
-	}
-	if sb.Error != "" {
-		row("error", sb.Error)
-	}
-	row("usage", fmt.Sprintf("%.0f vcpu_ms, %.0f gib_ms", sb.Usage.VCPUMs, sb.Usage.GiBMs))
-	w.Flush()
+	t.row("ended", when(sb.EndedAt))
+	t.opt("end reason", sb.EndReason)
+	t.opt("error", sb.Error)
+	t.row("usage", fmt.Sprintf("%.0f vcpu_ms, %.0f gib_ms", sb.Usage.VCPUMs, sb.Usage.GiBMs))
+	t.w.Flush()
 }
 
 // sandboxBench measures Level 3 through the API (sandboxbench.go, Linux).
-var sandboxBench func(args []string) error
+var sandboxBench func(ctx context.Context, args []string) error
 
 // splitDashDash splits args at the first "--": flags and positionals before, argv after.
 func splitDashDash(args []string) ([]string, []string) {

@@ -7,12 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/bench"
@@ -49,47 +47,22 @@ func quantiles(name string, ds []time.Duration) benchFigure {
 	return benchFigure{Name: name, N: len(ds), P50Ms: ms(.5), P95Ms: ms(.95), P99Ms: ms(.99)}
 }
 
-// benchBytes yields n deterministic bytes without holding them.
-type benchBytes struct {
-	n, off int64
-	x      uint64
-}
-
-func (b *benchBytes) Read(p []byte) (int, error) {
-	if b.off >= b.n {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), b.n-b.off)]
-	for i := range p {
-		b.x = b.x*6364136223846793005 + 1442695040888963407
-		p[i] = byte(b.x >> 56)
-	}
-	b.off += int64(len(p))
-	return len(p), nil
-}
-
-func runSandboxBench(args []string) error {
-	fs := flag.NewFlagSet("sandbox bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, sandboxBenchUsage); fs.PrintDefaults() }
-	var cf clientFlags
-	cf.register(fs)
+func runSandboxBench(ctx context.Context, args []string) error {
+	fs, cf := clientFlagSet("sandbox bench", sandboxBenchUsage)
 	n := fs.Int("n", 100, "samples of the exec round trip (run: n/5)")
 	fileMiB := fs.Int64("file-mib", 200, "size of the file moved up and down")
 	serveOwn := fs.Bool("serve", false, "start a server of its own")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if *serveOwn {
-		url, key, done, err := serveForLoad(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
+		done, err := cf.serveOwn(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
 		if err != nil {
 			return err
 		}
 		defer done()
-		cf.url, cf.apiKey, cf.graph = url, key, "main"
 	}
-	c, err := lbb.New(lbb.Options{BaseURL: cf.url, APIKey: cf.apiKey, Graph: cf.graph, UserAgent: "lbb-sandbox-bench"})
+	c, err := cf.clientWith(lbb.Options{UserAgent: "lbb-sandbox-bench"})
 	if err != nil {
 		return err
 	}
@@ -167,7 +140,8 @@ func runSandboxBench(args []string) error {
 	}
 	h := sha256.New()
 	d, err := timed(func() error {
-		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(&benchBytes{n: size, x: 7}, h))
+		// size pseudo-random bytes (they do not compress), made as they are sent: never held at once.
+		_, err := c.Files.Write(ctx, sb.ID, "bench.bin", io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{7}), size), h))
 		return err
 	})
 	if err != nil {

@@ -4,14 +4,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -61,7 +59,7 @@ func imageOf(m images.Manifest) baseImage {
 // runtimes are the drivers lbb serve can run on; each registers itself in init.
 var runtimes = map[string]runtimeFactory{}
 
-func runServe(args []string) error {
+func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: lbb serve [flags]\n\nEvery flag can also be set by the LBB_* variable of the same name (--data-dir: LBB_DATA_DIR).\n\n")
@@ -69,15 +67,17 @@ func runServe(args []string) error {
 	}
 	cfg, err := config.Load(fs, args, os.Getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp too: lbb exits 0 after the help
 	}
 	log := newLogger(cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	return serve(ctx, cfg, log)
+}
+
+// newRegistry is the registry of /metrics, with the Go runtime's and the process's collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 func newLogger(level string) *slog.Logger {
@@ -106,8 +106,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs)
 	if err != nil {
 		return err

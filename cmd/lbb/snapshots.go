@@ -26,21 +26,14 @@ func sandboxSnapshot(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 }
 
 func sandboxFork(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	var labels, env multiFlag
-	fs.Var(&labels, "label", "KEY=VALUE metadata (repeatable)")
 	snapshot := fs.String("snapshot", "", "the snapshot (of ID) to start from; default: a fresh one of the running sandbox")
-	expires := fs.Int64("expires", 0, "seconds until the fork ends (default and cap: the server's)")
-	key := fs.String("idempotency-key", "", "a retry with the same key answers the same fork")
-	fs.Var(&env, "env", "NAME=VALUE given to the fork's commands (repeatable); values are masked in output")
+	sf := newSandboxFlags(fs, "fork")
 	id, err := oneArg(fs, args, "sandbox ID")
 	if err != nil {
 		return err
 	}
-	p := lbb.ForkRequest{Snapshot: *snapshot, ExpiresInSeconds: *expires, IdempotencyKey: *key}
-	if p.Metadata, err = pairs("--label", labels); err != nil {
-		return err
-	}
-	if p.Env, err = pairs("--env", env); err != nil {
+	p := lbb.ForkRequest{Snapshot: *snapshot, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key}
+	if p.Env, p.Metadata, err = sf.maps(); err != nil {
 		return err
 	}
 	c, err := cf.client()
@@ -80,13 +73,8 @@ func sandboxSnapshotList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags,
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printJSON(l)
-	}
-	w := table("SNAPSHOT", "ISOLATION", "MEMORY", "SIZE", "TOOK", "CREATED", "LABELS")
-	for _, s := range l.Snapshots {
-		fmt.Fprintf(w, "%s\t%s\t%t\t%.1f MiB\t%.0f ms\t%s\t%s\n", s.ID, s.Isolation, s.Memory, float64(s.SizeBytes)/(1<<20), s.DurationMs,
+	return printTable(cf, l, l.Snapshots, []string{"SNAPSHOT", "ISOLATION", "MEMORY", "SIZE", "TOOK", "CREATED", "LABELS"}, func(s lbb.Snapshot) string {
+		return fmt.Sprintf("%s\t%s\t%t\t%.1f MiB\t%.0f ms\t%s\t%s", s.ID, s.Isolation, s.Memory, float64(s.SizeBytes)/(1<<20), s.DurationMs,
 			when(&s.CreatedAt), orDash(labelString(s.Metadata)))
-	}
-	return w.Flush()
+	})
 }

@@ -4,57 +4,32 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
-func init() {
-	commands["templates"] = command{
-		summary: "Templates: saved code, base, limits and config that runs start from",
-		aliases: []string{"template"},
-		footer:  "Every verb takes --url, --api-key, --graph and --json.",
-		verbs: []verb{
-			{name: "create", aliases: []string{"save"}, run: templatesCreate,
-				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor]",
-				help: "save a new version of NAME (each save is a new version)"},
-			{name: "list", aliases: []string{"ls"}, args: "", help: "the graph's templates (newest versions) and the bases", run: templatesList},
-			{name: "show", aliases: []string{"get"}, args: "NAME[@N]", help: "one version (newest by default) and the history", run: templatesShow},
-		},
-	}
-}
-
 func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	file := fs.String("file", "", "the code (default: none)")
 	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
 	isolation := fs.String("isolation", "", "isolation its runs and sandboxes default to: ns or gvisor (default: the server's)")
 	config := fs.String("config", "", "default config, a JSON object")
-	memory := fs.Int64("memory-mib", 0, "memory limit in MiB")
-	cpus := fs.Float64("cpus", 0, "vCPUs")
+	limits := limitsFlags(fs, false)
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms")
 	desc := fs.String("description", "", "what the template does")
 	name, err := oneArg(fs, args, "NAME")
 	if err != nil {
 		return err
 	}
-	p := lbb.TemplateParams{Name: name, Base: *base, Isolation: *isolation, TimeoutMs: *timeout, Description: *desc}
+	p := lbb.TemplateParams{Name: name, Base: *base, Isolation: *isolation, TimeoutMs: *timeout, Description: *desc, Limits: limits()}
 	if *file != "" {
-		b, err := os.ReadFile(*file)
-		if err != nil {
+		if p.Code, err = readCode(*file, &p.Base); err != nil {
 			return err
-		}
-		p.Code = string(b)
-		if p.Base == "" {
-			p.Base = baseForFile(*file)
 		}
 	}
 	if p.Config, err = jsonFlag("config", *config); err != nil {
 		return err
-	}
-	if *memory != 0 || *cpus != 0 {
-		p.Limits = &lbb.Limits{MemoryMiB: *memory, CPUs: *cpus}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -65,10 +40,7 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 }
 
 func templatesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := cf.client()
+	c, err := noArgsClient(fs, cf, args)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/loadtest"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -92,19 +91,6 @@ func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.R
 		}
 		return nil
 	}
-}
-
-// Burst sends n one-call runs at once and checks the records: n records, none lost, none
-// run twice.
-func Burst(ctx context.Context, c *lbb.Client, n int) (Sample, string, error) {
-	res, err := loadtest.Run(ctx, loadtest.Options{Client: c, N: n})
-	if err != nil {
-		return Sample{}, "", err
-	}
-	s := Sample{Name: fmt.Sprintf("lbb, %d at once", n), Durs: res.Latencies, Errors: res.Failed + len(res.Errors)}
-	extra := fmt.Sprintf("%d records, %d lost, %d run twice, %d replays mismatched, %.1f runs/s",
-		res.Records, res.Lost, res.RunTwice, res.Mismatched, float64(res.N)/res.Wall.Seconds())
-	return s, extra, nil
 }
 
 // Sustained runs one-call runs from clients goroutines for d and returns the latencies and

@@ -9,12 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bench"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -136,7 +135,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	wg.Wait()
 	res.Wall = time.Since(t0)
 	res.RunsPerSec = float64(o.N) / res.Wall.Seconds()
-	res.P50, res.P99 = quantile(res.Latencies, 0.5), quantile(res.Latencies, 0.99)
+	lat := bench.Sample{Durs: res.Latencies}
+	res.P50, res.P99 = lat.Quantile(0.5), lat.Quantile(0.99)
 
 	logf("counting records…")
 	perKey := map[string]int{}
@@ -187,16 +187,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	wg.Wait()
 	return res, nil
-}
-
-func quantile(d []time.Duration, q float64) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(i, 0)]
 }
 
 // JSON is the result for scripts.
