@@ -329,12 +329,10 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *call)
 		return err
 	}
 	t, err := s.svc.CreateTemplate(r.Context(), c.caller, req)
-	if err != nil {
-		return err
+	if err == nil {
+		c.target = t.ID
 	}
-	c.target = t.ID
-	writeJSON(w, http.StatusCreated, t)
-	return nil
+	return answer(w, http.StatusCreated, t, err)
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -405,12 +403,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	k, err := s.svc.MintKey(r.Context(), c.caller.Key, req)
-	if err != nil {
-		return err
+	if err == nil {
+		c.target = k.ID
 	}
-	c.target = k.ID
-	writeJSON(w, http.StatusCreated, k)
-	return nil
+	return answer(w, http.StatusCreated, k, err)
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -127,12 +127,10 @@ func (s *Server) killCommand(w http.ResponseWriter, r *http.Request, c *call) er
 		}
 	}
 	cmd, err := s.svc.KillCommand(r.Context(), c.caller.Graph, id, req.Signal)
-	if err != nil {
-		return err
+	if err == nil {
+		c.sandbox = cmd.SandboxID
 	}
-	c.sandbox = cmd.SandboxID
-	writeJSON(w, http.StatusOK, cmd)
-	return nil
+	return answer(w, http.StatusOK, cmd, err)
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {

@@ -59,10 +59,8 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, c *call)
 	id := r.PathValue("id")
 	c.target = id
 	snap, err := s.svc.DeleteSnapshot(r.Context(), c.caller.Graph, id)
-	if err != nil {
-		return err
+	if err == nil {
+		c.sandbox = snap.SandboxID
 	}
-	c.sandbox = snap.SandboxID
-	writeJSON(w, http.StatusOK, snap)
-	return nil
+	return answer(w, http.StatusOK, snap, err)
 }
