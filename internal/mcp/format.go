@@ -66,6 +66,15 @@ func output(name string, o lbb.Output) string {
 // maxResultBytes is how much of a run's result the answer shows.
 const maxResultBytes = 64 << 10
 
+// outputs is what code said: its error, stdout and stderr, each marked untrusted.
+func outputs(errMsg string, stdout, stderr lbb.Output) string {
+	s := output("stdout", stdout) + output("stderr", stderr)
+	if errMsg != "" {
+		s = untrusted("error", errMsg) + s
+	}
+	return s
+}
+
 func result(r json.RawMessage) string {
 	if len(r) == 0 || string(r) == "null" {
 		return "result: null\n"
@@ -101,12 +110,7 @@ func formatRun(r *lbb.Run, inSandbox bool) string {
 		return b.String()
 	}
 	b.WriteString(result(r.Result))
-	if r.Error != "" {
-		b.WriteString(untrusted("error", r.Error))
-	}
-	b.WriteString(output("stdout", r.Stdout))
-	b.WriteString(output("stderr", r.Stderr))
-	return b.String()
+	return b.String() + outputs(r.Error, r.Stdout, r.Stderr)
 }
 
 func formatCommand(c *lbb.Command) string {
@@ -149,12 +153,7 @@ func formatCommand(c *lbb.Command) string {
 	if c.Kind == "run" && lbb.Done(c.Status) {
 		b.WriteString(result(c.Result))
 	}
-	if c.Error != "" {
-		b.WriteString(untrusted("error", c.Error))
-	}
-	b.WriteString(output("stdout", c.Stdout))
-	b.WriteString(output("stderr", c.Stderr))
-	return b.String()
+	return b.String() + outputs(c.Error, c.Stdout, c.Stderr)
 }
 
 func formatCommandList(l *lbb.List[lbb.Command]) string {
