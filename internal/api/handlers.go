@@ -19,37 +19,70 @@ import (
 
 func (s *Server) routes() {
 	const (
-		read   = store.ScopeSandboxesRead
-		write  = store.ScopeSandboxesWrite
-		tplW   = store.ScopeTemplatesWrite
-		admin  = store.ScopeAdmin
-		public = ""
+		read    = store.ScopeSandboxesRead
+		write   = store.ScopeSandboxesWrite
+		del     = store.ScopeSandboxesDelete
+		tplW    = store.ScopeTemplatesWrite
+		filesR  = store.ScopeFilesRead
+		filesW  = store.ScopeFilesWrite
+		admin   = store.ScopeAdmin
+		public  = ""
+		graph   = true
+		audited = true
 	)
-	s.handle("GET", "/healthz", public, false, false, s.healthz)
+	s.handle("GET", "/healthz", public, !graph, !audited, s.healthz)
 	metricsScope := admin
 	if s.metricsPublic {
 		metricsScope = public
 	}
-	s.handle("GET", "/metrics", metricsScope, false, false, s.metrics)
-	s.handle("GET", "/v1/openapi.json", public, false, false, s.openapi)
+	s.handle("GET", "/metrics", metricsScope, !graph, !audited, s.metrics)
+	s.handle("GET", "/v1/openapi.json", public, !graph, !audited, s.openapi)
 
-	s.handle("POST", "/v1/sandboxes", write, true, true, s.createSandbox)
-	s.handle("GET", "/v1/sandboxes", read, true, false, s.listSandboxes)
-	s.handle("GET", "/v1/sandboxes/{id}", read, true, false, s.getSandbox)
-	s.handle("GET", "/v1/sandboxes/{id}/commands", read, true, false, s.listSandboxCommands)
-	s.handle("GET", "/v1/commands", read, true, false, s.listCommands)
-	s.handle("GET", "/v1/commands/{id}", read, true, false, s.getCommand)
+	s.handle("POST", "/v1/sandboxes", write, graph, audited, s.createSandbox)
+	s.handle("GET", "/v1/sandboxes", read, graph, !audited, s.listSandboxes)
+	s.handle("GET", "/v1/sandboxes/{id}", read, graph, !audited, s.getSandbox)
+	s.handle("GET", "/v1/sandboxes/{id}/commands", read, graph, !audited, s.listSandboxCommands)
+	s.handle("GET", "/v1/commands", read, graph, !audited, s.listCommands)
+	s.handle("GET", "/v1/commands/{id}", read, graph, !audited, s.getCommand)
 
-	s.handle("POST", "/v1/sandboxes/templates", tplW, true, true, s.createTemplate)
-	s.handle("GET", "/v1/sandboxes/templates", read, true, false, s.listTemplates)
-	s.handle("GET", "/v1/sandboxes/templates/{name...}", read, true, false, s.getTemplate)
+	s.handle("POST", "/v1/sandboxes/templates", tplW, graph, audited, s.createTemplate)
+	s.handle("GET", "/v1/sandboxes/templates", read, graph, !audited, s.listTemplates)
+	s.handle("GET", "/v1/sandboxes/templates/{name...}", read, graph, !audited, s.getTemplate)
 
-	s.handle("GET", "/v1/graphs", scopeAny, false, false, s.listGraphs)
-	s.handle("POST", "/v1/keys", admin, false, true, s.createKey)
-	s.handle("GET", "/v1/keys", admin, false, false, s.listKeys)
-	s.handle("DELETE", "/v1/keys/{id}", admin, false, true, s.revokeKey)
-	s.handle("GET", "/v1/audit", admin, false, false, s.listAudit)
-	s.level3Routes()
+	s.handle("GET", "/v1/graphs", scopeAny, !graph, !audited, s.listGraphs)
+	s.handle("POST", "/v1/keys", admin, !graph, audited, s.createKey)
+	s.handle("GET", "/v1/keys", admin, !graph, !audited, s.listKeys)
+	s.handle("DELETE", "/v1/keys/{id}", admin, !graph, audited, s.revokeKey)
+	s.handle("GET", "/v1/audit", admin, !graph, !audited, s.listAudit)
+
+	// Long-lived sandboxes, their commands and files, and Files of the graph (level3.go).
+	s.handle("POST", "/v1/sandboxes/{id}/stop", write, graph, audited, s.stopSandbox)
+	s.handle("POST", "/v1/sandboxes/{id}/resume", write, graph, audited, s.resumeSandbox)
+	s.handle("DELETE", "/v1/sandboxes/{id}", del, graph, audited, s.deleteSandbox)
+	s.handle("POST", "/v1/sandboxes/{id}/commands", write, graph, audited, s.execCommand)
+	s.handle("POST", "/v1/sandboxes/{id}/run", write, graph, audited, s.runInSandbox)
+	s.handle("GET", "/v1/commands/{id}/output", read, graph, !audited, s.commandOutput)
+	s.handle("POST", "/v1/commands/{id}/kill", write, graph, audited, s.killCommand)
+	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
+	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
+	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
+	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)
+	s.handle("DELETE", "/v1/sandboxes/{id}/files", write, graph, audited, s.removeFile)
+	s.handle("POST", "/v1/sandboxes/{id}/files/mkdir", write, graph, audited, s.makeDir)
+	s.handle("POST", "/v1/files", filesW, graph, audited, s.createFile)
+	s.handle("GET", "/v1/files", filesR, graph, !audited, s.listGraphFiles)
+	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
+	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
+	// Importing a File into a sandbox reads the File.
+	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile).Also = []string{filesR}
+
+	// Pause, snapshots and forks (snapshots.go).
+	s.handle("POST", "/v1/sandboxes/{id}/pause", write, graph, audited, s.pauseSandbox)
+	s.handle("POST", "/v1/sandboxes/{id}/snapshot", write, graph, audited, s.snapshotSandbox)
+	s.handle("GET", "/v1/sandboxes/{id}/snapshots", read, graph, !audited, s.listSnapshots)
+	s.handle("POST", "/v1/sandboxes/{id}/fork", write, graph, audited, s.forkSandbox)
+	s.handle("GET", "/v1/snapshots/{id}", read, graph, !audited, s.getSnapshot)
+	s.handle("DELETE", "/v1/snapshots/{id}", del, graph, audited, s.deleteSnapshot)
 }
 
 // list is the shape of every list answer.
@@ -63,6 +96,44 @@ func newList[T any](data []T, next string) list[T] {
 		data = []T{}
 	}
 	return list[T]{Data: data, NextCursor: next}
+}
+
+// decodeBody reads the request's JSON body into a T.
+func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request) ([]byte, T, error) {
+	var req T
+	body, err := s.readBody(w, r)
+	if err == nil {
+		err = decode(body, &req)
+	}
+	return body, req, err
+}
+
+// answer writes v with status, or returns the error that came instead.
+func answer[T any](w http.ResponseWriter, status int, v T, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+// pageOf fetches the page of a list that the query asks for (?cursor=, ?limit=).
+func pageOf[T any](r *http.Request, fetch func(store.Page) ([]T, string, error)) (list[T], error) {
+	p, err := page(r)
+	if err != nil {
+		return list[T]{}, err
+	}
+	out, next, err := fetch(p)
+	if err != nil {
+		return list[T]{}, err
+	}
+	return newList(out, next), nil
+}
+
+// writeList answers the page of a list that the query asks for.
+func writeList[T any](w http.ResponseWriter, r *http.Request, fetch func(store.Page) ([]T, string, error)) error {
+	l, err := pageOf(r, fetch)
+	return answer(w, http.StatusOK, l, err)
 }
 
 func page(r *http.Request) (store.Page, error) {
@@ -150,36 +221,39 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request, c *call) error 
 	return nil
 }
 
+// createSandbox serves POST /v1/sandboxes: a one-call run with run (the Idempotency-Key is
+// required), a long-lived sandbox without.
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
-	body, err := s.readBody(w, r)
+	body, req, err := decodeBody[control.CreateRequest](s, w, r)
 	if err != nil {
 		return err
 	}
-	var req control.CreateRequest
-	if err := decode(body, &req); err != nil {
-		return err
-	}
-	if req.Run == nil {
-		return s.createLongLived(w, r, c, body, req)
-	}
-	key := r.Header.Get("Idempotency-Key")
-	if err := idempotency.Require(key); err != nil {
-		return err
+	key, create := idemKey(r), s.svc.CreateSandbox
+	if req.Run != nil {
+		if err := idempotency.Require(key); err != nil {
+			return err
+		}
+		create = s.svc.Run
 	}
 	hash, err := idempotency.HashJSON(control.RouteCreateSandbox, c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
-	resp, err := s.svc.Run(r.Context(), c.caller, req, key, hash)
+	resp, err := create(r.Context(), c.caller, req, key, hash)
 	if err != nil {
 		return err
 	}
 	var ids struct {
-		Command string `json:"command"`
+		ID      string `json:"id"`      // a long-lived sandbox
+		Command string `json:"command"` // a one-call run
 		Sandbox string `json:"sandbox"`
 	}
 	if json.Unmarshal(resp.Body, &ids) == nil {
-		c.target, c.sandbox = ids.Command, ids.Sandbox
+		if req.Run != nil {
+			c.target, c.sandbox = ids.Command, ids.Sandbox
+		} else {
+			c.target, c.sandbox = ids.ID, ids.ID
+		}
 	}
 	writeResponse(w, resp)
 	return nil
@@ -211,11 +285,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) 
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
 	sb, err := s.svc.Store().GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, sb)
-	return nil
+	return answer(w, http.StatusOK, sb, err)
 }
 
 func (s *Server) listSandboxCommands(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -231,17 +301,10 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request, c *call) e
 }
 
 func (s *Server) commandList(w http.ResponseWriter, r *http.Request, c *call, sandbox string) error {
-	p, err := page(r)
-	if err != nil {
-		return err
-	}
-	out, next, err := s.svc.Store().ListCommands(r.Context(), c.caller.Graph,
-		store.CommandFilter{SandboxID: sandbox, Status: r.URL.Query().Get("status")}, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, newList(out, next))
-	return nil
+	return writeList(w, r, func(p store.Page) ([]store.Command, string, error) {
+		return s.svc.Store().ListCommands(r.Context(), c.caller.Graph,
+			store.CommandFilter{SandboxID: sandbox, Status: r.URL.Query().Get("status")}, p)
+	})
 }
 
 func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -257,44 +320,32 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, c *call) err
 		defer release()
 	}
 	cmd, err := s.svc.GetCommand(r.Context(), c.caller.Graph, r.PathValue("id"), wait)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, cmd)
-	return nil
+	return answer(w, http.StatusOK, cmd, err)
 }
 
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *call) error {
-	body, err := s.readBody(w, r)
+	_, req, err := decodeBody[control.TemplateRequest](s, w, r)
 	if err != nil {
-		return err
-	}
-	var req control.TemplateRequest
-	if err := decode(body, &req); err != nil {
 		return err
 	}
 	t, err := s.svc.CreateTemplate(r.Context(), c.caller, req)
-	if err != nil {
-		return err
+	if err == nil {
+		c.target = t.ID
 	}
-	c.target = t.ID
-	writeJSON(w, http.StatusCreated, t)
-	return nil
+	return answer(w, http.StatusCreated, t, err)
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := page(r)
-	if err != nil {
-		return err
-	}
-	out, next, err := s.svc.Store().ListTemplates(r.Context(), c.caller.Graph, p)
+	l, err := pageOf(r, func(p store.Page) ([]store.Template, string, error) {
+		return s.svc.Store().ListTemplates(r.Context(), c.caller.Graph, p)
+	})
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, struct {
 		list[store.Template]
 		Bases []control.BaseTemplate `json:"bases"`
-	}{newList(out, next), s.svc.Bases()})
+	}{l, s.svc.Bases()})
 	return nil
 }
 
@@ -347,55 +398,31 @@ func (s *Server) listGraphs(w http.ResponseWriter, r *http.Request, c *call) err
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *call) error {
-	body, err := s.readBody(w, r)
+	_, req, err := decodeBody[control.KeyRequest](s, w, r)
 	if err != nil {
-		return err
-	}
-	var req control.KeyRequest
-	if err := decode(body, &req); err != nil {
 		return err
 	}
 	k, err := s.svc.MintKey(r.Context(), c.caller.Key, req)
-	if err != nil {
-		return err
+	if err == nil {
+		c.target = k.ID
 	}
-	c.target = k.ID
-	writeJSON(w, http.StatusCreated, k)
-	return nil
+	return answer(w, http.StatusCreated, k, err)
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := page(r)
-	if err != nil {
-		return err
-	}
-	out, next, err := s.svc.ListKeys(r.Context(), c.caller.Key, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, newList(out, next))
-	return nil
+	return writeList(w, r, func(p store.Page) ([]store.Key, string, error) {
+		return s.svc.ListKeys(r.Context(), c.caller.Key, p)
+	})
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.target = r.PathValue("id")
 	k, err := s.svc.RevokeKeyAs(r.Context(), c.caller.Key, c.target)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, k)
-	return nil
+	return answer(w, http.StatusOK, k, err)
 }
 
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := page(r)
-	if err != nil {
-		return err
-	}
-	out, next, err := s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, newList(out, next))
-	return nil
+	return writeList(w, r, func(p store.Page) ([]store.AuditEntry, string, error) {
+		return s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
+	})
 }

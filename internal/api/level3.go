@@ -19,40 +19,6 @@ import (
 
 // Level 3: long-lived sandboxes, their commands and files, and Files of the graph.
 
-func (s *Server) level3Routes() {
-	const (
-		read    = store.ScopeSandboxesRead
-		write   = store.ScopeSandboxesWrite
-		del     = store.ScopeSandboxesDelete
-		filesR  = store.ScopeFilesRead
-		filesW  = store.ScopeFilesWrite
-		graph   = true
-		audited = true
-	)
-	s.handle("POST", "/v1/sandboxes/{id}/stop", write, graph, audited, s.stopSandbox)
-	s.handle("POST", "/v1/sandboxes/{id}/resume", write, graph, audited, s.resumeSandbox)
-	s.handle("DELETE", "/v1/sandboxes/{id}", del, graph, audited, s.deleteSandbox)
-	s.handle("POST", "/v1/sandboxes/{id}/commands", write, graph, audited, s.execCommand)
-	s.handle("POST", "/v1/sandboxes/{id}/run", write, graph, audited, s.runInSandbox)
-	s.handle("GET", "/v1/commands/{id}/output", read, graph, !audited, s.commandOutput)
-	s.handle("POST", "/v1/commands/{id}/kill", write, graph, audited, s.killCommand)
-	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
-
-	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
-	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
-	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)
-	s.handle("DELETE", "/v1/sandboxes/{id}/files", write, graph, audited, s.removeFile)
-	s.handle("POST", "/v1/sandboxes/{id}/files/mkdir", write, graph, audited, s.makeDir)
-
-	s.handle("POST", "/v1/files", filesW, graph, audited, s.createFile)
-	s.handle("GET", "/v1/files", filesR, graph, !audited, s.listGraphFiles)
-	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
-	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
-	// Importing a File into a sandbox reads the File.
-	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile).Also = []string{filesR}
-	s.snapshotRoutes()
-}
-
 // writeResponse writes a stored or fresh answer of the control plane.
 func writeResponse(w http.ResponseWriter, resp control.Response) {
 	if resp.Replayed {
@@ -74,36 +40,14 @@ func outcomeStatus(o idempotency.Outcome) int {
 	return http.StatusInternalServerError
 }
 
-// writeTargeted writes resp and names the record it made (its "id") as the call's target.
-func writeTargeted(w http.ResponseWriter, c *call, resp control.Response) {
-	var rec struct {
-		ID string `json:"id"`
-	}
+// writeTargeted writes resp and names the record it made (its field named field: "id",
+// "command") as the call's target.
+func writeTargeted(w http.ResponseWriter, c *call, resp control.Response, field string) {
+	var rec map[string]any
 	if json.Unmarshal(resp.Body, &rec) == nil {
-		c.target = rec.ID
+		c.target, _ = rec[field].(string)
 	}
 	writeResponse(w, resp)
-}
-
-// createLongLived serves POST /v1/sandboxes without run.
-func (s *Server) createLongLived(w http.ResponseWriter, r *http.Request, c *call, body []byte, req control.CreateRequest) error {
-	key := r.Header.Get("Idempotency-Key")
-	hash, err := idempotency.HashJSON(control.RouteCreateSandbox, c.caller.Graph, body)
-	if err != nil {
-		return err
-	}
-	resp, err := s.svc.CreateSandbox(r.Context(), c.caller, req, key, hash)
-	if err != nil {
-		return err
-	}
-	var rec struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(resp.Body, &rec) == nil {
-		c.target, c.sandbox = rec.ID, rec.ID
-	}
-	writeResponse(w, resp)
-	return nil
 }
 
 func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, c *call,
@@ -111,11 +55,7 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, c *call,
 	id := r.PathValue("id")
 	c.target, c.sandbox = id, id
 	sb, err := op(r.Context(), c.caller.Graph, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, sb)
-	return nil
+	return answer(w, http.StatusOK, sb, err)
 }
 
 func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -134,54 +74,40 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 func idemKey(r *http.Request) string { return r.Header.Get("Idempotency-Key") }
 
 func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	c.sandbox = id
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	var req control.ExecRequest
-	if err := decode(body, &req); err != nil {
-		return err
-	}
-	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/commands", c.caller.Graph, body)
-	if err != nil {
-		return err
-	}
-	resp, err := s.svc.Exec(r.Context(), c.caller, id, req, idemKey(r), hash)
-	if err != nil {
-		return err
-	}
-	writeTargeted(w, c, resp)
-	return nil
+	return sandboxPost(s, w, r, c, "commands", false, "id", s.svc.Exec)
 }
 
 func (s *Server) runInSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	return sandboxPost(s, w, r, c, "run", false, "command", s.svc.RunIn)
+}
+
+// sandboxPost serves POST /v1/sandboxes/{id}/<action>, which an Idempotency-Key may replay:
+// it decodes the body (optional: an empty one is {}), hashes it with the route and writes
+// what do answers, whose field target names the call's target.
+func sandboxPost[Req any](s *Server, w http.ResponseWriter, r *http.Request, c *call, action string, optional bool, target string,
+	do func(ctx context.Context, c control.Caller, id string, req Req, idemKey, reqHash string) (control.Response, error)) error {
 	id := r.PathValue("id")
 	c.sandbox = id
-	body, err := s.readBody(w, r)
+	var req Req
+	var body []byte
+	var err error
+	if optional {
+		body, err = s.optionalBody(w, r, &req)
+	} else {
+		body, req, err = decodeBody[Req](s, w, r)
+	}
 	if err != nil {
 		return err
 	}
-	var req control.RunInRequest
-	if err := decode(body, &req); err != nil {
-		return err
-	}
-	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/run", c.caller.Graph, body)
+	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/"+action, c.caller.Graph, body)
 	if err != nil {
 		return err
 	}
-	resp, err := s.svc.RunIn(r.Context(), c.caller, id, req, idemKey(r), hash)
+	resp, err := do(r.Context(), c.caller, id, req, idemKey(r), hash)
 	if err != nil {
 		return err
 	}
-	var rec struct {
-		Command string `json:"command"`
-	}
-	if json.Unmarshal(resp.Body, &rec) == nil {
-		c.target = rec.Command
-	}
-	writeResponse(w, resp)
+	writeTargeted(w, c, resp, target)
 	return nil
 }
 
@@ -201,12 +127,10 @@ func (s *Server) killCommand(w http.ResponseWriter, r *http.Request, c *call) er
 		}
 	}
 	cmd, err := s.svc.KillCommand(r.Context(), c.caller.Graph, id, req.Signal)
-	if err != nil {
-		return err
+	if err == nil {
+		c.sandbox = cmd.SandboxID
 	}
-	c.sandbox = cmd.SandboxID
-	writeJSON(w, http.StatusOK, cmd)
-	return nil
+	return answer(w, http.StatusOK, cmd, err)
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {
@@ -278,10 +202,17 @@ func noDeadlines(w http.ResponseWriter) {
 	rc.SetWriteDeadline(time.Time{})
 }
 
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
+// sandboxPath answers the sandbox and ?path= of a call that changes a workspace file; the
+// sandbox is the call's target.
+func sandboxPath(r *http.Request, c *call) (id, p string, err error) {
+	id = r.PathValue("id")
 	c.target, c.sandbox = id, id
-	p, err := pathParam(r, "path")
+	p, err = pathParam(r, "path")
+	return id, p, err
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, p, err := sandboxPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -355,9 +286,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, c *call) erro
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	c.target, c.sandbox = id, id
-	p, err := pathParam(r, "path")
+	id, p, err := sandboxPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -373,18 +302,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, c *call) err
 }
 
 func (s *Server) makeDir(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	c.target, c.sandbox = id, id
-	p, err := pathParam(r, "path")
+	id, p, err := sandboxPath(r, c)
 	if err != nil {
 		return err
 	}
 	e, err := s.svc.MakeDir(r.Context(), c.caller.Graph, id, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, e)
-	return nil
+	return answer(w, http.StatusOK, e, err)
 }
 
 // createFile is POST /v1/files: with source_sandbox and source_path it keeps a workspace
@@ -411,30 +334,19 @@ func (s *Server) createFile(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	writeTargeted(w, c, resp)
+	writeTargeted(w, c, resp, "id")
 	return nil
 }
 
 func (s *Server) listGraphFiles(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := page(r)
-	if err != nil {
-		return err
-	}
-	out, next, err := s.svc.Store().ListFiles(r.Context(), c.caller.Graph, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, newList(out, next))
-	return nil
+	return writeList(w, r, func(p store.Page) ([]store.File, string, error) {
+		return s.svc.Store().ListFiles(r.Context(), c.caller.Graph, p)
+	})
 }
 
 func (s *Server) getGraphFile(w http.ResponseWriter, r *http.Request, c *call) error {
 	f, err := s.svc.GetFile(r.Context(), c.caller.Graph, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, f)
-	return nil
+	return answer(w, http.StatusOK, f, err)
 }
 
 func (s *Server) graphFileContent(w http.ResponseWriter, r *http.Request, c *call) error {

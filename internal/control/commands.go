@@ -321,21 +321,11 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		if err := q.UpdateCommand(wctx, cmd); err != nil {
 			return err
 		}
-		r, err := q.GetIdempotencyByCommand(wctx, cmd.ID)
-		if errdefs.IsNotFound(err) {
-			return nil
-		} else if err != nil {
+		r, ok, err := keyOfCommand(wctx, q, cmd.ID)
+		if !ok {
 			return err
 		}
-		idempotency.Finish(&r, resp, cmd.FinishedAt)
-		if err := q.UpdateIdempotency(wctx, r); err != nil {
-			return err
-		}
-		if e, ok := audit.Take(); ok {
-			e.Status, e.Target, e.At = int(resp.Outcome), cmd.ID, s.now()
-			return q.AppendAudit(wctx, e)
-		}
-		return nil
+		return s.finishKey(wctx, q, r, resp, cmd.FinishedAt, audit, cmd.ID)
 	})
 	endRecord()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,33 +35,60 @@ type env struct {
 func setup(t *testing.T, tweak func(*config.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
+	return setupOn(t, dir, openStore(t, dir), controltest.New(), tweak)
+}
+
+func setupOn(t *testing.T, dir string, st store.Store, r *controltest.Runner, tweak func(*config.Config)) *env {
+	t.Helper()
+	e := serve(t, dir, control.Options{Store: st, Host: r.On(nil), Config: testConfig(dir, tweak),
+		Image: control.Image{ID: "img1", Versions: map[string]string{"python": "3.13.5", "node": "24.1.0"}}})
+	e.runner = r
+	return e
+}
+
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) store.Store {
+	t.Helper()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return setupOn(t, dir, st, controltest.New(), tweak)
+	return st
 }
 
-func setupOn(t *testing.T, dir string, st store.Store, r *controltest.Runner, tweak func(*config.Config)) *env {
+// testConfig is the default config on dir with a short shutdown grace; tweak adjusts it.
+func testConfig(dir string, tweak func(*config.Config)) config.Config {
 	cfg := config.Default()
-	cfg.DataDir = dir
-	cfg.ShutdownGrace = 200 * time.Millisecond
+	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	svc := control.New(control.Options{Store: st, Host: r.On(nil), Config: cfg,
-		Image: control.Image{ID: "img1", Versions: map[string]string{"python": "3.13.5", "node": "24.1.0"}}})
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return cfg
+}
+
+// serve starts a service on o over dir, shut down when the test ends, and calls it as the
+// admin in graph main (a restarted service's admin key is the one it saved).
+func serve(t *testing.T, dir string, o control.Options) *env {
+	t.Helper()
+	svc := control.New(o)
+	t.Cleanup(func() { svc.Shutdown(ctx) })
 	secret, err := svc.Bootstrap(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if secret == "" {
+		b, err := os.ReadFile(filepath.Join(dir, control.AdminKeyFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret = strings.TrimSpace(string(b))
+	}
 	k, err := svc.Authenticate(ctx, secret)
-	if err != nil && secret != "" {
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{svc: svc, st: st, runner: r, caller: control.Caller{Graph: "main", Key: k}, dir: dir}
+	return &env{svc: svc, st: o.Store, caller: control.Caller{Graph: "main", Key: k}, dir: dir}
 }
 
 func run(code string, input string) control.CreateRequest {
@@ -334,11 +362,7 @@ func TestShutdownEndsRuns(t *testing.T) {
 // reserved and a sandbox still held by the runtime.
 func TestRecover(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sb := store.Sandbox{ID: ids.New(ids.Sandbox), Graph: "main", Status: store.SandboxRunning, OneCall: true, Base: "lbb/python", CreatedAt: now}
 	cmd := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindRun, Code: "x", Status: store.CommandRunning, CreatedAt: now, StartedAt: &now}

@@ -1,6 +1,13 @@
 package control
 
-import "github.com/littlebigbrain/lbb/internal/idempotency"
+import (
+	"context"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/idempotency"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
 
 // Routes whose idempotency keys are kept. One-call runs use RouteCreateSandbox too: a key
 // names one call, whichever route it was sent to, and the request hash tells them apart.
@@ -18,4 +25,29 @@ type Response = idempotency.Response
 // keys does the service's calls under idempotency keys.
 func (s *Service) keys() idempotency.Keys {
 	return idempotency.Keys{Store: s.st, Now: s.now, MaxWait: s.cfg.MaxWait, Log: s.log}
+}
+
+// keyOfCommand answers the idempotency record of the call that started a command; ok is
+// false when none did (a command started without a key) or on an error.
+func keyOfCommand(ctx context.Context, q store.Queries, commandID string) (r store.Idempotency, ok bool, err error) {
+	r, err = q.GetIdempotencyByCommand(ctx, commandID)
+	if errdefs.IsNotFound(err) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// finishKey, in the transaction q, keeps resp as the answer of the idempotency record r and
+// writes the call's audit entry with target, unless the entry is already taken (or there is
+// none).
+func (s *Service) finishKey(ctx context.Context, q store.Queries, r store.Idempotency, resp Response, at *time.Time, audit *PendingAudit, target string) error {
+	idempotency.Finish(&r, resp, at)
+	if err := q.UpdateIdempotency(ctx, r); err != nil {
+		return err
+	}
+	if e, ok := audit.Take(); ok {
+		e.Status, e.Target, e.At = int(resp.Outcome), target, s.now()
+		return q.AppendAudit(ctx, e)
+	}
+	return nil
 }

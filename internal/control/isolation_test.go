@@ -2,26 +2,21 @@ package control_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/littlebigbrain/lbb/internal/api/errhttp"
-	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
-	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
 	"github.com/littlebigbrain/lbb/internal/store"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
 
 // recording is a real driver that notes the sandboxes created on it.
@@ -56,11 +51,7 @@ type isoEnv struct {
 func setupIsolation(t *testing.T, iso control.Isolation) *isoEnv {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	drivers := map[string]*recording{}
 	rts := map[string]runtime.Driver{}
 	for _, name := range []string{"ns", "gvisor"} {
@@ -71,21 +62,10 @@ func setupIsolation(t *testing.T, iso control.Isolation) *isoEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
 	hst := hostagent.NewLocal(hostagent.Options{Driver: m, Rootfs: "/", Default: iso.Default, Offered: iso.Available, DataDir: dir})
-	svc := control.New(control.Options{Store: st, Host: hst, Config: cfg, Isolation: iso,
+	e := serve(t, dir, control.Options{Store: st, Host: hst, Config: testConfig(dir, nil), Isolation: iso,
 		Image: control.Image{ID: "img1"}})
-	t.Cleanup(func() { svc.Shutdown(ctx) })
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.Authenticate(ctx, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &isoEnv{env: &env{svc: svc, st: st, caller: control.Caller{Graph: "main", Key: k}, dir: dir}, drivers: drivers, mux: m}
+	return &isoEnv{env: e, drivers: drivers, mux: m}
 }
 
 var both = control.Isolation{Default: "ns", Available: []string{"gvisor", "ns"}}
@@ -169,14 +149,7 @@ func TestIsolationPrecedence(t *testing.T) {
 		{control.CreateRequest{Template: "strong"}, "gvisor"},
 		{control.CreateRequest{Template: "strong", Isolation: "ns"}, "ns"},
 	} {
-		resp, err := e.svc.CreateSandbox(ctx, e.caller, tc.req, "", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sb store.Sandbox
-		if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
-			t.Fatalf("%d %s %v", resp.Outcome, resp.Body, err)
-		}
+		sb := e.create(t, tc.req)
 		if sb.Isolation != tc.want {
 			t.Errorf("%+v: record isolation %q, want %q", tc.req, sb.Isolation, tc.want)
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -36,48 +35,37 @@ type env3 struct {
 func setup3(t *testing.T, tweak func(*config.Config)) *env3 {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return setup3On(t, dir, st, tweak)
+	return setup3On(t, dir, openStore(t, dir), local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")}), tweak)
 }
 
-func setup3On(t *testing.T, dir string, st store.Store, tweak func(*config.Config)) *env3 {
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+// setup3On is a service on drv over dir and st, its host agent in process; tweak adjusts
+// its config.
+func setup3On(t *testing.T, dir string, st store.Store, drv runtime.Driver, tweak func(*config.Config)) *env3 {
+	t.Helper()
 	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := control.New(control.Options{Store: st, Host: controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
-	t.Cleanup(func() { svc.Shutdown(ctx) })
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.Authenticate(ctx, secret)
-	if err != nil && secret != "" {
-		t.Fatal(err)
-	}
-	return &env3{env: &env{svc: svc, st: st, caller: control.Caller{Graph: "main", Key: k}, dir: dir}, drv: drv}
+	h := controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir}))
+	e := serve(t, dir, control.Options{Store: st, Host: h, Blobs: bs, Config: testConfig(dir, tweak), Image: control.Image{ID: "img1"}})
+	return &env3{env: e, drv: drv}
 }
 
-func (e *env3) create(t *testing.T, req control.CreateRequest) store.Sandbox {
+func (e *env) create(t *testing.T, req control.CreateRequest) store.Sandbox {
 	t.Helper()
 	resp, err := e.svc.CreateSandbox(ctx, e.caller, req, "", "")
+	return created(t, "create", resp, err)
+}
+
+// created is the sandbox a call answers that made one.
+func created(t *testing.T, what string, resp control.Response, err error) store.Sandbox {
+	t.Helper()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	var sb store.Sandbox
 	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
-		t.Fatalf("%d %s %v", resp.Outcome, resp.Body, err)
+		t.Fatalf("%s: %d %s %v", what, resp.Outcome, resp.Body, err)
 	}
 	return sb
 }

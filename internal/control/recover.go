@@ -58,10 +58,8 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 					return err
 				}
 			}
-			r, err := q.GetIdempotencyByCommand(ctx, c.ID)
-			if errdefs.IsNotFound(err) {
-				return nil
-			} else if err != nil {
+			r, ok, err := keyOfCommand(ctx, q, c.ID)
+			if !ok {
 				return err
 			}
 			var body []byte
@@ -73,8 +71,7 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			if err != nil {
 				return err
 			}
-			idempotency.Finish(&r, Response{Outcome: idempotency.Done, Body: body}, &now)
-			return q.UpdateIdempotency(ctx, r)
+			return s.finishKey(ctx, q, r, Response{Outcome: idempotency.Done, Body: body}, &now, nil, c.ID)
 		})
 		if err != nil {
 			return rec, fmt.Errorf("recover: marking %s lost: %w", c.ID, err)

@@ -338,15 +338,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		if err != nil {
 			return err
 		}
-		idempotency.Finish(&r, resp, cmd.FinishedAt)
-		if err := q.UpdateIdempotency(ctx, r); err != nil {
-			return err
-		}
-		if e, ok := p.audit.Take(); ok {
-			e.Status, e.Target, e.At = int(resp.Outcome), cmd.ID, s.now()
-			return q.AppendAudit(ctx, e)
-		}
-		return nil
+		return s.finishKey(ctx, q, r, resp, cmd.FinishedAt, p.audit, cmd.ID)
 	})
 	endRecord()
 	if err != nil {

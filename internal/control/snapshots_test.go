@@ -2,24 +2,19 @@ package control_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/hostagent"
-	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
 
 // Pause, snapshot and fork on controltest.Checkpointing: the local driver with a fake
@@ -36,48 +31,20 @@ func (d freezeOnly) Freeze(c context.Context, id string) error { return d.f.Free
 func (d freezeOnly) Thaw(c context.Context, id string) error   { return d.f.Thaw(c, id) }
 
 // setupSnap is a service on drv over dir and st; tweak adjusts its config.
+// setupSnap is setup3On that recovers, as a server does at start (after a restart too).
 func setupSnap(t *testing.T, dir string, st store.Store, drv runtime.Driver, tweak func(*config.Config)) *env3 {
 	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	bs, err := blobs.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
+	e := setup3On(t, dir, st, drv, tweak)
+	if _, err := e.svc.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc := control.New(control.Options{Store: st, Host: controltest.New().On(hostagent.NewLocal(hostagent.Options{Driver: drv, Rootfs: "/", Blobs: bs, DataDir: dir})),
-		Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
-	t.Cleanup(func() { svc.Shutdown(ctx) })
-	if _, err := svc.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := svc.Authenticate(ctx, k)
-	if err != nil && k != "" {
-		t.Fatal(err)
-	}
-	if k == "" { // a restarted service: the admin key is saved
-		b, _ := os.ReadFile(filepath.Join(dir, control.AdminKeyFile))
-		if key, err = svc.Authenticate(ctx, strings.TrimSpace(string(b))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &env3{env: &env{svc: svc, st: st, caller: control.Caller{Graph: "main", Key: key}, dir: dir}, drv: drv}
+	return e
 }
 
 func newSnapEnv(t *testing.T, tweak func(*config.Config)) (*env3, *controltest.Checkpointing) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	drv := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
 	return setupSnap(t, dir, st, drv, tweak), drv
 }
@@ -92,14 +59,7 @@ func wantErrCode(t *testing.T, what string, err error, class errdefs.Class, code
 func (e *env3) fork(t *testing.T, id string, req control.ForkRequest, key string) store.Sandbox {
 	t.Helper()
 	resp, err := e.svc.ForkSandbox(ctx, e.caller, id, req, key, "hash-"+key+req.Snapshot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb store.Sandbox
-	if err := json.Unmarshal(resp.Body, &sb); err != nil || resp.Outcome != idempotency.Created {
-		t.Fatalf("fork: %d %s %v", resp.Outcome, resp.Body, err)
-	}
-	return sb
+	return created(t, "fork", resp, err)
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -245,15 +205,11 @@ func TestSnapshotsAndForks(t *testing.T) {
 // not_supported; with only a freezer, pause freezes and snapshots are not supported.
 func TestSnapshotNotSupported(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	cp := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
 	e := setupSnap(t, dir, st, freezeOnly{Driver: cp, f: cp}, nil)
 	sb := e.create(t, control.CreateRequest{})
-	_, err = e.svc.SnapshotSandbox(ctx, e.caller, sb.ID, control.SnapshotRequest{})
+	_, err := e.svc.SnapshotSandbox(ctx, e.caller, sb.ID, control.SnapshotRequest{})
 	wantErrCode(t, "snapshot without a checkpointer", err, errdefs.ClassConflict, errdefs.CodeNotSupported)
 	if !strings.Contains(err.Error(), `memory snapshots need isolation "gvisor"; sandbox `+sb.ID) {
 		t.Fatalf("message: %v", err)
@@ -289,11 +245,7 @@ func TestSnapshotNotSupported(t *testing.T) {
 
 	// No ability at all.
 	dir2 := t.TempDir()
-	st2, err := sqlite.Open(ctx, filepath.Join(dir2, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st2.Close() })
+	st2 := openStore(t, dir2)
 	e2 := setupSnap(t, dir2, st2, controltest.NewCheckpointing(agentBin, filepath.Join(dir2, "sandboxes")).Driver, nil)
 	sb2 := e2.create(t, control.CreateRequest{})
 	_, err = e2.svc.PauseSandbox(ctx, "main", sb2.ID)
@@ -307,11 +259,7 @@ func TestSnapshotNotSupported(t *testing.T) {
 // frozen one is stopped like a running one; snapshots and checkpoints no record claims go.
 func TestRecoverPaused(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	cp := controltest.NewCheckpointing(agentBin, filepath.Join(dir, "sandboxes"))
 	e := setupSnap(t, dir, st, cp, nil)
 	saved := e.create(t, control.CreateRequest{})

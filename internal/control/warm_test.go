@@ -15,7 +15,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
-	"github.com/littlebigbrain/lbb/internal/store/sqlite"
 )
 
 // warmEnv is a service whose host hands out long-lived sandboxes from a warm pool of bare
@@ -27,11 +26,7 @@ type warmEnv struct {
 
 func setupWarm(t *testing.T, dir string, st store.Store, start bool, tweak func(*config.Config)) *warmEnv {
 	t.Helper()
-	cfg := config.Default()
-	cfg.DataDir, cfg.ShutdownGrace = dir, 200*time.Millisecond
-	if tweak != nil {
-		tweak(&cfg)
-	}
+	cfg := testConfig(dir, tweak)
 	drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
 	lim := runtime.Limits{MemoryMiB: cfg.Defaults.MemoryMiB, CPUs: cfg.Defaults.CPUs, Pids: cfg.Defaults.Pids, DiskMiB: cfg.Defaults.DiskMiB}
 	p, err := pool.New(pool.Options{Driver: drv, Min: 2, Tick: time.Hour, Keys: []pool.Key{{Name: "bare", Image: "/", Limits: lim, Runtime: cfg.Runtime}}})
@@ -44,23 +39,14 @@ func setupWarm(t *testing.T, dir string, st store.Store, start bool, tweak func(
 		t.Fatal(err)
 	}
 	h := hostagent.NewLocal(hostagent.Options{Driver: drv, Pool: p, Rootfs: "/", Blobs: bs, DataDir: dir})
-	svc := control.New(control.Options{Store: st, Host: h, Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
-	t.Cleanup(func() { svc.Shutdown(ctx) })
-	secret, err := svc.Bootstrap(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.Authenticate(ctx, secret)
-	if err != nil && secret != "" {
-		t.Fatal(err)
-	}
+	e := serve(t, dir, control.Options{Store: st, Host: h, Blobs: bs, Config: cfg, Image: control.Image{ID: "img1"}})
 	if start {
 		p.Start()
 		if err := p.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &warmEnv{env3: &env3{env: &env{svc: svc, st: st, caller: control.Caller{Graph: "main", Key: k}, dir: dir}, drv: drv}, pool: p}
+	return &warmEnv{env3: &env3{env: e, drv: drv}, pool: p}
 }
 
 // TestCreateTakesWarmSlot: a created sandbox is a parked slot, its record named after it;
@@ -68,11 +54,7 @@ func setupWarm(t *testing.T, dir string, st store.Store, start bool, tweak func(
 // takes no slot.
 func TestCreateTakesWarmSlot(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	e := setupWarm(t, dir, st, true, func(c *config.Config) { c.MaxRunningPerGraph = 1 })
 	parked, _ := e.drv.List(ctx)
 	sb := e.create(t, control.CreateRequest{})
@@ -89,7 +71,7 @@ func TestCreateTakesWarmSlot(t *testing.T) {
 		t.Fatalf("exec: %+v", c)
 	}
 	// At the cap: refused before any slot is taken.
-	_, err = e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, "", "")
+	_, err := e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, "", "")
 	wantCode(t, err, errdefs.CodeTooManySandboxes)
 	if w := e.pool.Stats()[0]; w.Warm != 1 || w.Cold != 0 {
 		t.Errorf("after a refused create: %+v", w)
@@ -116,11 +98,7 @@ func TestCreateTakesWarmSlot(t *testing.T) {
 // parked slots, which no record claims, are reaped.
 func TestRecoverWarmSandbox(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "lbb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	e := setupWarm(t, dir, st, true, nil)
 	sb := e.create(t, control.CreateRequest{})
 	if c, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sh", "-c", "echo kept > f"}, WaitMs: ms(30000)}, "r1"); c.Status != store.CommandSucceeded {

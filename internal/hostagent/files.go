@@ -32,10 +32,38 @@ func (h *Local) WriteFile(ctx context.Context, sandboxID, p string, r io.Reader)
 	if err != nil {
 		return FileEntry{}, err
 	}
-	if err := ag.WriteFile(ctx, p, 0, r); err != nil {
+	return writeFile(ctx, ag, p, r)
+}
+
+// writeFile writes the file, then answers its entry. The sandbox's own processes may have
+// removed the file by then (a program that consumes its input as it lands): the write still
+// happened, so it answers the entry just written rather than not found.
+func writeFile(ctx context.Context, ag *agent.Client, p string, r io.Reader) (FileEntry, error) {
+	if r == nil {
+		r = strings.NewReader("")
+	}
+	cr := &countingReader{r: r}
+	if err := ag.WriteFile(ctx, p, 0, cr); err != nil {
 		return FileEntry{}, agentError(err)
 	}
-	return statFile(ctx, ag, p)
+	e, err := statFile(ctx, ag, p)
+	if errdefs.IsNotFound(err) {
+		rel := workspaceRel(p)
+		return FileEntry{Path: rel, Name: path.Base(rel), Type: agent.TypeFile, Size: cr.n, Mode: "0644", MTime: time.Now().UTC().Format(time.RFC3339)}, nil
+	}
+	return e, err
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // StatFile answers a workspace file's or directory's entry.

@@ -362,10 +362,15 @@ func (h *Local) Stop(ctx context.Context, id string) (store.Usage, error) {
 			err = fmt.Errorf("stopping sandbox %s: %w", id, serr)
 		}
 	}
-	if rerr := os.RemoveAll(h.pauseDir(id)); rerr != nil {
-		h.log.Warn("removing a checkpoint", "sandbox", id, "err", rerr)
-	}
+	h.removeCheckpoint(id)
 	return u, err
+}
+
+// removeCheckpoint removes the checkpoint a paused sandbox may have left.
+func (h *Local) removeCheckpoint(id string) {
+	if err := os.RemoveAll(h.pauseDir(id)); err != nil {
+		h.log.Warn("removing a checkpoint", "sandbox", id, "err", err)
+	}
 }
 
 // Destroy ends a sandbox in any state and removes its disk and checkpoint.
@@ -386,9 +391,7 @@ func (h *Local) Destroy(ctx context.Context, id string) (store.Usage, error) {
 	if derr := h.driver.Destroy(ctx, id); derr != nil && !errors.Is(derr, runtime.ErrNotFound) {
 		err = fmt.Errorf("destroying sandbox %s: %w", id, derr)
 	}
-	if rerr := os.RemoveAll(h.pauseDir(id)); rerr != nil {
-		h.log.Warn("removing a checkpoint", "sandbox", id, "err", rerr)
-	}
+	h.removeCheckpoint(id)
 	return u, err
 }
 

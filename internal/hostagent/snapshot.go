@@ -78,6 +78,36 @@ func (h *Local) detach(id, what string) (*sandbox, *live, error) {
 	return s, l, nil
 }
 
+// detachTo detaches a running sandbox (see detach) for a checkpoint into dir, which it makes
+// fresh, and answers what the sandbox used so far. The caller unlocks s.ops.
+func (h *Local) detachTo(ctx context.Context, id, what, dir string) (*sandbox, *live, store.Usage, error) {
+	s, l, err := h.detach(id, what)
+	if err != nil {
+		return nil, nil, store.Usage{}, err
+	}
+	u := l.usage(ctx)
+	if err := freshDir(dir); err != nil {
+		h.setRunning(s, l)
+		s.ops.Unlock()
+		return nil, nil, store.Usage{}, err
+	}
+	return s, l, u, nil
+}
+
+// reattach undoes detachTo after the checkpoint into dir failed with err: dir goes and the
+// sandbox runs on, or, when its live ended meanwhile, it is stopped and the error that says
+// so (doing failed) is answered.
+func (h *Local) reattach(ctx context.Context, s *sandbox, l *live, dir, doing string, err error) error {
+	os.RemoveAll(dir)
+	select {
+	case <-l.sb.Done():
+		return h.lost(ctx, s, l, fmt.Errorf("%s failed: %w", doing, err))
+	default:
+		h.setRunning(s, l)
+		return nil
+	}
+}
+
 // lost stops a sandbox whose live ended while it was detached (a failed checkpoint or
 // restore) and answers the error that says so. The caller holds s.ops.
 func (h *Local) lost(ctx context.Context, s *sandbox, l *live, err error) error {
@@ -99,25 +129,16 @@ func freshDir(dir string) error {
 // Pause parks a running sandbox with no command running: checkpointed where the driver can
 // (saved with its memory and stopped; Paused.Usage is its life's), else frozen.
 func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
-	s, l, err := h.detach(id, "pause")
+	dir := h.pauseDir(id)
+	s, l, u, err := h.detachTo(ctx, id, "pause", dir)
 	if err != nil {
 		return Paused{}, err
 	}
 	defer s.ops.Unlock()
-	u := l.usage(ctx)
-	dir := h.pauseDir(id)
-	if err := freshDir(dir); err != nil {
-		h.setRunning(s, l)
-		return Paused{}, err
-	}
 	mode, err := h.pause(ctx, l, id, dir)
 	if err != nil {
-		os.RemoveAll(dir)
-		select {
-		case <-l.sb.Done():
-			return Paused{}, h.lost(ctx, s, l, fmt.Errorf("pausing failed: %w", err))
-		default:
-			h.setRunning(s, l)
+		if lerr := h.reattach(ctx, s, l, dir, "pausing", err); lerr != nil {
+			return Paused{}, lerr
 		}
 		return Paused{}, err
 	}
@@ -163,26 +184,17 @@ func (h *Local) Snapshot(ctx context.Context, id, snapshotID string) (SnapshotIn
 	if !ok {
 		return SnapshotInfo{}, NotSupported("runtime %q cannot take memory snapshots", h.driver.Name())
 	}
-	s, l, err := h.detach(id, "be snapshotted")
+	dir := h.snapshotDir(snapshotID)
+	s, l, u, err := h.detachTo(ctx, id, "be snapshotted", dir)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	defer s.ops.Unlock()
-	u := l.usage(ctx)
-	dir := h.snapshotDir(snapshotID)
-	if err := freshDir(dir); err != nil {
-		h.setRunning(s, l)
-		return SnapshotInfo{}, err
-	}
 	t0 := time.Now()
 	err = c.Checkpoint(ctx, id, dir)
 	if err != nil {
-		os.RemoveAll(dir)
-		select {
-		case <-l.sb.Done():
-			return SnapshotInfo{}, h.lost(ctx, s, l, fmt.Errorf("a snapshot failed: %w", err))
-		default:
-			h.setRunning(s, l)
+		if lerr := h.reattach(ctx, s, l, dir, "a snapshot", err); lerr != nil {
+			return SnapshotInfo{}, lerr
 		}
 		if IsNotSupported(err) {
 			return SnapshotInfo{}, err

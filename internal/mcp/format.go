@@ -66,6 +66,15 @@ func output(name string, o lbb.Output) string {
 // maxResultBytes is how much of a run's result the answer shows.
 const maxResultBytes = 64 << 10
 
+// outputs is what code said: its error, stdout and stderr, each marked untrusted.
+func outputs(errMsg string, stdout, stderr lbb.Output) string {
+	s := output("stdout", stdout) + output("stderr", stderr)
+	if errMsg != "" {
+		s = untrusted("error", errMsg) + s
+	}
+	return s
+}
+
 func result(r json.RawMessage) string {
 	if len(r) == 0 || string(r) == "null" {
 		return "result: null\n"
@@ -101,12 +110,7 @@ func formatRun(r *lbb.Run, inSandbox bool) string {
 		return b.String()
 	}
 	b.WriteString(result(r.Result))
-	if r.Error != "" {
-		b.WriteString(untrusted("error", r.Error))
-	}
-	b.WriteString(output("stdout", r.Stdout))
-	b.WriteString(output("stderr", r.Stderr))
-	return b.String()
+	return b.String() + outputs(r.Error, r.Stdout, r.Stderr)
 }
 
 func formatCommand(c *lbb.Command) string {
@@ -149,20 +153,11 @@ func formatCommand(c *lbb.Command) string {
 	if c.Kind == "run" && lbb.Done(c.Status) {
 		b.WriteString(result(c.Result))
 	}
-	if c.Error != "" {
-		b.WriteString(untrusted("error", c.Error))
-	}
-	b.WriteString(output("stdout", c.Stdout))
-	b.WriteString(output("stderr", c.Stderr))
-	return b.String()
+	return b.String() + outputs(c.Error, c.Stdout, c.Stderr)
 }
 
 func formatCommandList(l *lbb.List[lbb.Command]) string {
-	var b strings.Builder
-	if len(l.Data) == 0 {
-		b.WriteString("No commands.\n")
-	}
-	for _, c := range l.Data {
+	return formatList(l.Data, l.NextCursor, "No commands.\n", func(b *strings.Builder, c *lbb.Command) {
 		what := c.Kind
 		if len(c.Argv) > 0 {
 			argv, _ := json.Marshal(c.Argv)
@@ -171,17 +166,25 @@ func formatCommandList(l *lbb.List[lbb.Command]) string {
 				what = what[:77] + "..."
 			}
 		}
-		fmt.Fprintf(&b, "%s  sandbox %s  %s  exit %s  %d ms  created %s  %s\n", c.ID, c.Sandbox, c.Status, exitCode(c.ExitCode),
+		fmt.Fprintf(b, "%s  sandbox %s  %s  exit %s  %d ms  created %s  %s\n", c.ID, c.Sandbox, c.Status, exitCode(c.ExitCode),
 			c.DurationMs, stamp(&c.CreatedAt), what)
-	}
-	next(&b, l.NextCursor)
-	return b.String()
+	})
 }
 
-func next(b *strings.Builder, cursor string) {
-	if cursor != "" {
-		fmt.Fprintf(b, "More: call again with cursor=%s\n", cursor)
+// formatList writes a line of each record (none when there are none), then where the next
+// page is.
+func formatList[T any](data []T, cursor, none string, line func(*strings.Builder, *T)) string {
+	var b strings.Builder
+	if len(data) == 0 {
+		b.WriteString(none)
 	}
+	for i := range data {
+		line(&b, &data[i])
+	}
+	if cursor != "" {
+		fmt.Fprintf(&b, "More: call again with cursor=%s\n", cursor)
+	}
+	return b.String()
 }
 
 func formatSandbox(s *lbb.Sandbox) string {
@@ -223,11 +226,7 @@ func formatSandbox(s *lbb.Sandbox) string {
 }
 
 func formatSandboxList(l *lbb.List[lbb.Sandbox]) string {
-	var b strings.Builder
-	if len(l.Data) == 0 {
-		b.WriteString("No sandboxes.\n")
-	}
-	for _, s := range l.Data {
+	return formatList(l.Data, l.NextCursor, "No sandboxes.\n", func(b *strings.Builder, s *lbb.Sandbox) {
 		what := s.Base
 		if s.Template != nil {
 			what = fmt.Sprintf("%s@%d", s.Template.Name, s.Template.Version)
@@ -239,10 +238,8 @@ func formatSandboxList(l *lbb.List[lbb.Sandbox]) string {
 		if s.Isolation != "" {
 			what += " (" + s.Isolation + ")"
 		}
-		fmt.Fprintf(&b, "%s  %s  %s  %s  created %s  expires %s\n", s.ID, s.Status, what, kind, stamp(&s.CreatedAt), stamp(s.ExpiresAt))
-	}
-	next(&b, l.NextCursor)
-	return b.String()
+		fmt.Fprintf(b, "%s  %s  %s  %s  created %s  expires %s\n", s.ID, s.Status, what, kind, stamp(&s.CreatedAt), stamp(s.ExpiresAt))
+	})
 }
 
 // size is a byte count for people.
@@ -277,22 +274,18 @@ func formatSnapshot(s *lbb.Snapshot) string {
 }
 
 func formatSnapshotList(sandbox string, l *lbb.SnapshotList) string {
-	var b strings.Builder
-	if len(l.Snapshots) == 0 {
-		fmt.Fprintf(&b, "Sandbox %s has no snapshots.\n", sandbox)
-	} else {
-		fmt.Fprintf(&b, "Snapshots of sandbox %s, newest first:\n", sandbox)
+	head := ""
+	if len(l.Snapshots) > 0 {
+		head = fmt.Sprintf("Snapshots of sandbox %s, newest first:\n", sandbox)
 	}
-	for _, s := range l.Snapshots {
-		fmt.Fprintf(&b, "%s  %s  %s  %s  taken %s", s.ID, s.Isolation, snapshotKind(&s), size(s.SizeBytes), stamp(&s.CreatedAt))
+	return head + formatList(l.Snapshots, l.NextCursor, fmt.Sprintf("Sandbox %s has no snapshots.\n", sandbox), func(b *strings.Builder, s *lbb.Snapshot) {
+		fmt.Fprintf(b, "%s  %s  %s  %s  taken %s", s.ID, s.Isolation, snapshotKind(s), size(s.SizeBytes), stamp(&s.CreatedAt))
 		if len(s.Metadata) > 0 {
 			m, _ := json.Marshal(s.Metadata)
-			fmt.Fprintf(&b, "  %s", m)
+			fmt.Fprintf(b, "  %s", m)
 		}
 		b.WriteString("\n")
-	}
-	next(&b, l.NextCursor)
-	return b.String()
+	})
 }
 
 func formatTemplate(t *lbb.Template) string {
@@ -344,18 +337,13 @@ func formatTemplateList(l *lbb.TemplateList) string {
 		fmt.Fprintf(&b, "  %s (%s)\n", t.Name, t.Language)
 	}
 	b.WriteString("Templates (newest version of each):\n")
-	if len(l.Data) == 0 {
-		b.WriteString("  none\n")
-	}
-	for _, t := range l.Data {
-		fmt.Fprintf(&b, "  %s@%d  base %s  created %s", t.Name, t.Version, t.Base, stamp(&t.CreatedAt))
+	return b.String() + formatList(l.Data, l.NextCursor, "  none\n", func(b *strings.Builder, t *lbb.Template) {
+		fmt.Fprintf(b, "  %s@%d  base %s  created %s", t.Name, t.Version, t.Base, stamp(&t.CreatedAt))
 		if t.Description != "" {
-			fmt.Fprintf(&b, "  %s", t.Description)
+			fmt.Fprintf(b, "  %s", t.Description)
 		}
 		b.WriteString("\n")
-	}
-	next(&b, l.NextCursor)
-	return b.String()
+	})
 }
 
 func formatFiles(sandbox, path string, entries []lbb.FileEntry) string {

@@ -51,6 +51,12 @@ func newClient(p *person) *gomcp.Client {
 // connectMemory connects a client to the stdio server over in-memory transports.
 func connectMemory(t *testing.T, apiURL, key string, p *person, protocol string) *gomcp.ClientSession {
 	t.Helper()
+	return connectClient(t, apiURL, key, newClient(p), protocol)
+}
+
+// connectClient connects c to the stdio server over in-memory transports.
+func connectClient(t *testing.T, apiURL, key string, c *gomcp.Client, protocol string) *gomcp.ClientSession {
+	t.Helper()
 	s, err := NewStdioServer(StdioOptions{BaseURL: apiURL, APIKey: key, Graph: "main"})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +68,7 @@ func connectMemory(t *testing.T, apiURL, key string, p *person, protocol string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := newClient(p).Connect(ctx, ct, &gomcp.ClientSessionOptions{ProtocolVersion: protocol})
+	cs, err := c.Connect(ctx, ct, &gomcp.ClientSessionOptions{ProtocolVersion: protocol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,24 +269,12 @@ func TestDeleteRejectsForgedAnswers(t *testing.T) {
 	f, api := newFakeAPI(t)
 	id := f.addSandbox("running")
 	other := f.addSandbox("running")
-	s, err := NewStdioServer(StdioOptions{BaseURL: api.URL, APIKey: f.key, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct, st := gomcp.NewInMemoryTransports()
-	ctx := context.Background()
-	if _, err := s.Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
 	c := gomcp.NewClient(&gomcp.Implementation{Name: "forger", Version: "v0"}, &gomcp.ClientOptions{
 		ElicitationHandler: (&person{answer: "accept"}).handle,
 		MultiRoundTrip:     &gomcp.MultiRoundTripOptions{Disabled: true},
 	})
-	cs, err := c.Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connectClient(t, api.URL, f.key, c, "")
+	ctx := context.Background()
 	accept := gomcp.InputResponseMap{confirmKey: &gomcp.ElicitResult{Action: "accept"}}
 
 	// An answer out of nowhere.
@@ -448,24 +442,11 @@ func TestHTTPHandlerClose(t *testing.T) {
 func TestDeleteRefusesURLOnlyElicitation(t *testing.T) {
 	f, api := newFakeAPI(t)
 	id := f.addSandbox("running")
-	s, err := NewStdioServer(StdioOptions{BaseURL: api.URL, APIKey: f.key, Graph: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct, st := gomcp.NewInMemoryTransports()
-	ctx := context.Background()
-	if _, err := s.Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
 	c := gomcp.NewClient(&gomcp.Implementation{Name: "url-only", Version: "v0"}, &gomcp.ClientOptions{
 		ElicitationHandler: (&person{answer: "accept"}).handle,
 		Capabilities:       &gomcp.ClientCapabilities{Elicitation: &gomcp.ElicitationCapabilities{URL: &gomcp.URLElicitationCapabilities{}}},
 	})
-	cs, err := c.Connect(ctx, ct, &gomcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connectClient(t, api.URL, f.key, c, "2025-11-25")
 	out, isErr := call(t, cs, toolDelete, map[string]any{"sandbox_id": id})
 	if !isErr || !strings.Contains(out, "cannot ask") || f.status(id) != "running" {
 		t.Errorf("error %v, status %s:\n%s", isErr, f.status(id), out)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -170,6 +171,23 @@ func need(v, name, action string) error {
 	return nil
 }
 
+// needSandbox answers the error of an action that needs sandbox_id (one of actions) without
+// it.
+func needSandbox(action, sandboxID string, actions ...string) error {
+	if !slices.Contains(actions, action) {
+		return nil
+	}
+	return need(sandboxID, "sandbox_id", action)
+}
+
+// show formats v with format, or answers the error that came instead.
+func show[T any](v T, err error, format func(T) string) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return format(v), nil
+}
+
 func listParams(limit int, cursor string) lbb.ListParams {
 	if limit <= 0 {
 		limit = 20
@@ -191,22 +209,16 @@ func (t *tools) read(ctx context.Context, req *gomcp.CallToolRequest, in readInp
 
 func (t *tools) doRead(ctx context.Context, c *lbb.Client, in readInput) (string, error) {
 	lp := listParams(in.Limit, in.Cursor)
+	if err := needSandbox(in.Action, in.SandboxID, "get_sandbox", "list_files", "read_file", "list_snapshots"); err != nil {
+		return "", err
+	}
 	switch in.Action {
 	case "list_sandboxes":
 		l, err := c.Sandboxes.List(ctx, lp)
-		if err != nil {
-			return "", err
-		}
-		return formatSandboxList(l), nil
+		return show(l, err, formatSandboxList)
 	case "get_sandbox":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		sb, err := c.Sandboxes.Get(ctx, in.SandboxID)
-		if err != nil {
-			return "", err
-		}
-		return formatSandbox(sb), nil
+		return show(sb, err, formatSandbox)
 	case "list_commands":
 		var l *lbb.List[lbb.Command]
 		var err error
@@ -224,45 +236,27 @@ func (t *tools) doRead(ctx context.Context, c *lbb.Client, in readInput) (string
 			return "", err
 		}
 		cmd, err := c.Commands.Get(ctx, in.CommandID, min(max(in.WaitMs, 0), maxWaitMs))
-		if err != nil {
-			return "", err
-		}
-		return formatCommand(cmd), nil
+		return show(cmd, err, formatCommand)
 	case "list_templates":
 		l, err := c.Sandboxes.Templates.List(ctx, lp)
-		if err != nil {
-			return "", err
-		}
-		return formatTemplateList(l), nil
+		return show(l, err, formatTemplateList)
 	case "get_template":
 		if err := need(in.Template, "template", in.Action); err != nil {
 			return "", err
 		}
 		if strings.HasPrefix(in.Template, "lbb/") {
 			b, err := c.Sandboxes.Templates.Base(ctx, in.Template)
-			if err != nil {
-				return "", err
-			}
-			return formatBase(b), nil
+			return show(b, err, formatBase)
 		}
 		tpl, err := c.Sandboxes.Templates.Get(ctx, in.Template)
-		if err != nil {
-			return "", err
-		}
-		return formatTemplate(tpl), nil
+		return show(tpl, err, formatTemplate)
 	case "list_files":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		entries, err := c.Files.List(ctx, in.SandboxID, in.Path, in.Recursive)
 		if err != nil {
 			return "", err
 		}
 		return formatFiles(in.SandboxID, in.Path, entries), nil
 	case "read_file":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		if err := need(in.Path, "path", in.Action); err != nil {
 			return "", err
 		}
@@ -277,9 +271,6 @@ func (t *tools) doRead(ctx context.Context, c *lbb.Client, in readInput) (string
 		}
 		return formatFileContent(in.SandboxID, in.Path, b), nil
 	case "list_snapshots":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		l, err := c.Sandboxes.Snapshots(ctx, in.SandboxID, lp)
 		if err != nil {
 			return "", err
@@ -290,10 +281,7 @@ func (t *tools) doRead(ctx context.Context, c *lbb.Client, in readInput) (string
 			return "", err
 		}
 		snap, err := c.GetSnapshot(ctx, in.SnapshotID)
-		if err != nil {
-			return "", err
-		}
-		return formatSnapshot(snap), nil
+		return show(snap, err, formatSnapshot)
 	}
 	return "", errorf("unknown action %q; the actions are %s", in.Action, strings.Join(readActions, ", "))
 }
@@ -330,6 +318,9 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 	if key == "" {
 		key = lbb.NewIdempotencyKey()
 	}
+	if err := needSandbox(in.Action, in.SandboxID, "exec", "write_file", "stop", "resume", "pause", "snapshot"); err != nil {
+		return "", err
+	}
 	switch in.Action {
 	case "run":
 		if in.Code == "" && in.Template == "" {
@@ -361,9 +352,6 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		return fmt.Sprintf("Created sandbox %s.\n%s\nidempotency_key: %s\nNext: write_file, exec or run with sandbox_id=%s; "+
 			"lbb_sandboxes_delete destroys it when you are done.\n", sb.ID, formatSandbox(sb), key, sb.ID), nil
 	case "exec":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		if len(in.Argv) == 0 {
 			return "", errorf("action exec needs argv, e.g. [\"python\", \"main.py\"] or [\"bash\", \"-c\", \"ls -l\"]")
 		}
@@ -374,9 +362,6 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		}
 		return formatCommand(cmd) + "idempotency_key: " + key + "\n", nil
 	case "write_file":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		if err := need(in.Path, "path", in.Action); err != nil {
 			return "", err
 		}
@@ -397,9 +382,6 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		return fmt.Sprintf("Wrote %d bytes to %s in sandbox %s (mode %s).\nidempotency_key: %s\n",
 			e.Size, workspacePath(e.Path), in.SandboxID, e.Mode, key), nil
 	case "stop", "resume", "pause":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		f, verb, after := c.Sandboxes.Stop, "Stopped", ""
 		switch in.Action {
 		case "resume":
@@ -413,9 +395,6 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		}
 		return fmt.Sprintf("%s sandbox %s.\n%s%s", verb, sb.ID, formatSandbox(sb), after), nil
 	case "snapshot":
-		if err := need(in.SandboxID, "sandbox_id", in.Action); err != nil {
-			return "", err
-		}
 		snap, err := c.Sandboxes.Snapshot(ctx, in.SandboxID, lbb.SnapshotRequest{Metadata: in.Metadata})
 		if err != nil {
 			return "", err

@@ -36,6 +36,27 @@ var nsLimits = runtime.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024}
 // newNSPool makes a pool on the ns driver with a python and a node key of min slots each.
 func newNSPool(t testing.TB, min int, edit func(*Options)) *nsEnv {
 	t.Helper()
+	rootfs, state := nsState(t)
+	d := ns.New(ns.Config{StateDir: state, AgentPath: agentBin, CgroupParent: "lbb-pool-test", Logger: testLogger(t)})
+	if err := runtime.CheckRequirements(d); err != nil {
+		testkit.SkipPrivileged(t, "%v", err)
+	}
+	o := Options{
+		Driver: d, Log: testLogger(t), Min: min, Tick: time.Hour,
+		Keys: []Key{
+			{Name: "python", Image: rootfs, Language: agent.LangPython, Limits: nsLimits},
+			{Name: "node", Image: rootfs, Language: agent.LangNode, Limits: nsLimits},
+		},
+	}
+	p := newTestPool(t, o, edit, func() { destroyLeftovers(t, d) })
+	return &nsEnv{d: d, p: p, image: rootfs}
+}
+
+// nsState checks what real ns sandboxes need (root, user namespaces, the base image) and
+// makes a state directory that the sandboxes' users can reach: the image's rootfs and the
+// directory.
+func nsState(t testing.TB) (rootfs, state string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real sandboxes; skipped in -short mode")
 	}
@@ -45,41 +66,23 @@ func newNSPool(t testing.TB, min int, edit func(*Options)) *nsEnv {
 	if err != nil {
 		testkit.SkipPrivileged(t, "no base image: %v", err)
 	}
-	state := t.TempDir()
+	state = t.TempDir()
 	for d := state; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o711); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := ns.New(ns.Config{StateDir: state, AgentPath: agentBin, CgroupParent: "lbb-pool-test", Logger: testLogger(t)})
-	if err := runtime.CheckRequirements(d); err != nil {
-		testkit.SkipPrivileged(t, "%v", err)
+	return img.Rootfs, state
+}
+
+// destroyLeftovers fails the test for each sandbox d still holds, and destroys it.
+func destroyLeftovers(t testing.TB, d *ns.Driver) {
+	t.Helper()
+	left, _ := d.List(context.Background())
+	for _, id := range left {
+		t.Errorf("sandbox %s left: %v", id, d.Leftovers(id))
+		d.Destroy(context.Background(), id)
 	}
-	o := Options{
-		Driver: d, Log: testLogger(t), Min: min, Tick: time.Hour,
-		Keys: []Key{
-			{Name: "python", Image: img.Rootfs, Language: agent.LangPython, Limits: nsLimits},
-			{Name: "node", Image: img.Rootfs, Language: agent.LangNode, Limits: nsLimits},
-		},
-	}
-	if edit != nil {
-		edit(&o)
-	}
-	p, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		left, _ := d.List(context.Background())
-		for _, id := range left {
-			t.Errorf("sandbox %s left: %v", id, d.Leftovers(id))
-			d.Destroy(context.Background(), id)
-		}
-	})
-	return &nsEnv{d: d, p: p, image: img.Rootfs}
 }
 
 func (e *nsEnv) spec() runtime.Spec {

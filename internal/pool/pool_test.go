@@ -73,6 +73,18 @@ func newPool(t *testing.T, edit func(*Options)) *env {
 		Keys: []Key{{Name: "py", Image: testImage, Language: agent.LangPython, Imports: []string{}, Limits: testLimits}},
 		Min:  2, Tick: time.Hour, // no adaptive changes unless a test ticks
 	}
+	p := newTestPool(t, o, edit, func() {
+		if left, _ := d.List(context.Background()); len(left) > 0 {
+			t.Errorf("sandboxes left after Close and Release: %v", left)
+		}
+	})
+	return &env{dir: dir, d: d, p: p, reg: reg}
+}
+
+// newTestPool makes a pool of o as edit changes it, closed when the test ends; then left
+// checks what the driver still holds.
+func newTestPool(t testing.TB, o Options, edit func(*Options), left func()) *Pool {
+	t.Helper()
 	if edit != nil {
 		edit(&o)
 	}
@@ -84,11 +96,9 @@ func newPool(t *testing.T, edit func(*Options)) *env {
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		if left, _ := d.List(context.Background()); len(left) > 0 {
-			t.Errorf("sandboxes left after Close and Release: %v", left)
-		}
+		left()
 	})
-	return &env{dir: dir, d: d, p: p, reg: reg}
+	return p
 }
 
 func ctxT(t testing.TB) context.Context {

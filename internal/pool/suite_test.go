@@ -33,12 +33,10 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
-	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
-	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // suiteLimits are the limits classes the suites create sandboxes with: the pool keeps a key
@@ -69,25 +67,11 @@ func TestSuitePrestarted(t *testing.T) {
 }
 
 func runSuites(t *testing.T, lang string, known map[string]string) {
-	if testing.Short() {
-		t.Skip("starts real sandboxes; skipped in -short mode")
-	}
-	testkit.RequiresRoot(t)
-	testkit.RequiresUserNS(t)
-	img, err := images.Current(images.DefaultDir(""))
-	if err != nil {
-		testkit.SkipPrivileged(t, "no base image: %v", err)
-	}
-	state := t.TempDir()
-	for d := state; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rootfs, state := nsState(t)
 	cfg := ns.Config{StateDir: state, AgentPath: agentBin, CgroupParent: "lbb-pool-suite", Logger: testLogger(t)}
 	var keys []Key
 	for i, l := range suiteLimits {
-		k := Key{Name: fmt.Sprintf("suite-%d", i), Image: img.Rootfs, Limits: l, Min: 1, Max: 4}
+		k := Key{Name: fmt.Sprintf("suite-%d", i), Image: rootfs, Limits: l, Min: 1, Max: 4}
 		if i == 0 {
 			k.Language, k.Imports, k.Min, k.Max = lang, []string{}, 3, 8
 		}
@@ -106,12 +90,7 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		d := ns.New(cfg)
-		left, _ := d.List(context.Background())
-		for _, id := range left {
-			t.Errorf("sandbox %s left: %v", id, d.Leftovers(id))
-			d.Destroy(context.Background(), id)
-		}
+		destroyLeftovers(t, ns.New(cfg))
 		if st.warm == 0 {
 			t.Error("no sandbox came from the pool")
 		}
@@ -125,7 +104,7 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 		}
 		return &suiteDriver{st: st, d: &bridgedDriver{ns.New(cfg)}}
 	}, runtimetest.Options{
-		Image:     img.Rootfs,
+		Image:     rootfs,
 		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(st.slotOf(id)) },
 		HostFiles: []string{agentBin, filepath.Join(state, ".agent", "*")},
 		Known:     known,
@@ -136,7 +115,7 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			id := fmt.Sprintf("sbx_suite_warm_%d", os.Getpid())
-			if err := d.Create(ctx, runtime.Spec{ID: id, Image: img.Rootfs}); err != nil {
+			if err := d.Create(ctx, runtime.Spec{ID: id, Image: rootfs}); err != nil {
 				t.Fatal(err)
 			}
 			defer d.Destroy(ctx, id)

@@ -243,11 +243,7 @@ func (q queries) ListSandboxesByStatus(ctx context.Context, statuses ...string) 
 	if len(statuses) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(statuses))
-	for i, s := range statuses {
-		args[i] = s
-	}
-	return q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, args...)
+	return q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, anys(statuses)...)
 }
 
 // Commands.
@@ -356,11 +352,7 @@ func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) (
 	if len(statuses) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(statuses))
-	for i, s := range statuses {
-		args[i] = s
-	}
-	return q.listCommands(ctx, `SELECT `+commandCols+` FROM commands WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, args...)
+	return q.listCommands(ctx, `SELECT `+commandCols+` FROM commands WHERE status IN (`+inList(len(statuses))+`) ORDER BY id`, anys(statuses)...)
 }
 
 // Templates.

@@ -277,3 +277,12 @@ func pageLimit(p store.Page) int {
 func inList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }
+
+// anys is xs as query arguments.
+func anys[T any](xs []T) []any {
+	args := make([]any, len(xs))
+	for i, x := range xs {
+		args[i] = x
+	}
+	return args
+}

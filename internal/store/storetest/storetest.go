@@ -65,6 +65,16 @@ func wantClass(t *testing.T, err error, class errdefs.Class) {
 	}
 }
 
+// getInGraph checks that get answers want in graph main, and not found in graph other.
+func getInGraph[T any](t *testing.T, get func(ctx context.Context, graph, id string) (T, error), id string, want T) {
+	t.Helper()
+	got, err := get(ctx, "main", id)
+	must(t, err)
+	equal(t, got, want)
+	_, err = get(ctx, "other", id)
+	wantClass(t, err, errdefs.ClassNotFound)
+}
+
 func equal(t *testing.T, got, want any) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
@@ -136,11 +146,7 @@ func testSandboxes(t *testing.T, s store.Store) {
 	a.Isolation = "gvisor"
 	must(t, s.CreateSandbox(ctx, a))
 	wantClass(t, s.CreateSandbox(ctx, a), errdefs.ClassConflict)
-	got, err := s.GetSandbox(ctx, "main", a.ID)
-	must(t, err)
-	equal(t, got, a)
-	_, err = s.GetSandbox(ctx, "other", a.ID)
-	wantClass(t, err, errdefs.ClassNotFound)
+	getInGraph(t, s.GetSandbox, a.ID, a)
 
 	b := newSandbox("main")
 	b.Status = store.SandboxRunning
@@ -156,7 +162,7 @@ func testSandboxes(t *testing.T, s store.Store) {
 	a.Status, a.EndReason, a.StartedAt, a.EndedAt = store.SandboxDestroyed, store.EndRunFinished, ptr(now()), ptr(now())
 	a.Usage = store.Usage{VCPUMs: 12.5, GiBMs: 3}
 	must(t, s.UpdateSandbox(ctx, a))
-	got, _ = s.GetSandbox(ctx, "main", a.ID)
+	got, _ := s.GetSandbox(ctx, "main", a.ID)
 	equal(t, got, a)
 	wrong := a
 	wrong.Graph = "other"
@@ -190,18 +196,14 @@ func testCommands(t *testing.T, s store.Store) {
 	orphan := c
 	orphan.ID, orphan.SandboxID = ids.New(ids.Command), "sbx_nope"
 	wantClass(t, s.CreateCommand(ctx, orphan), errdefs.ClassNotFound)
-	got, err := s.GetCommand(ctx, "main", c.ID)
-	must(t, err)
-	equal(t, got, c)
-	_, err = s.GetCommand(ctx, "other", c.ID)
-	wantClass(t, err, errdefs.ClassNotFound)
+	getInGraph(t, s.GetCommand, c.ID, c)
 
 	c.Status, c.OK, c.Result, c.ExitCode = store.CommandSucceeded, true, json.RawMessage(`6`), ptr(0)
 	c.Stdout = store.Output{Head: "hi\n", Tail: "", Bytes: 3}
 	c.Stderr = store.Output{Head: "warn", Tail: "ing", Bytes: 70000}
 	c.FinishedAt, c.DurationMs = ptr(now()), 9
 	must(t, s.UpdateCommand(ctx, c))
-	got, _ = s.GetCommand(ctx, "main", c.ID)
+	got, _ := s.GetCommand(ctx, "main", c.ID)
 	equal(t, got, c)
 
 	p := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindProcess,
@@ -412,24 +414,29 @@ func testPagination(t *testing.T, s store.Store) {
 		must(t, s.CreateSandbox(ctx, sb))
 		want = append([]string{sb.ID}, want...)
 	}
-	var got []string
+	got, pages := pageThrough(t, s, store.SandboxFilter{}, 3)
+	equal(t, got, want)
+	if pages != 3 {
+		t.Fatalf("%d pages, want 3", pages)
+	}
+}
+
+// pageThrough lists the sandboxes of graph main that f matches, limit a page, following
+// the cursors to the end: their ids and the number of pages.
+func pageThrough(t *testing.T, s store.Store, f store.SandboxFilter, limit int) (got []string, pages int) {
+	t.Helper()
 	cursor := ""
-	pages := 0
 	for {
-		list, next, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{}, store.Page{Limit: 3, Cursor: cursor})
+		list, next, err := s.ListSandboxes(ctx, "main", f, store.Page{Limit: limit, Cursor: cursor})
 		must(t, err)
 		pages++
 		for _, sb := range list {
 			got = append(got, sb.ID)
 		}
 		if next == "" {
-			break
+			return got, pages
 		}
 		cursor = next
-	}
-	equal(t, got, want)
-	if pages != 3 {
-		t.Fatalf("%d pages, want 3", pages)
 	}
 }
 
@@ -443,12 +450,8 @@ func testFiles(t *testing.T, s store.Store) {
 		must(t, s.CreateFile(ctx, f))
 	}
 	wantClass(t, s.CreateFile(ctx, a), errdefs.ClassConflict)
-	got, err := s.GetFile(ctx, "main", a.ID)
-	must(t, err)
-	equal(t, got, a)
-	_, err = s.GetFile(ctx, "other", a.ID)
-	wantClass(t, err, errdefs.ClassNotFound)
-	got, err = s.GetFileBySHA256(ctx, "main", "aa")
+	getInGraph(t, s.GetFile, a.ID, a)
+	got, err := s.GetFileBySHA256(ctx, "main", "aa")
 	must(t, err)
 	equal(t, got.ID, b.ID) // the newest
 	_, err = s.GetFileBySHA256(ctx, "main", "cc")
@@ -477,19 +480,7 @@ func testSandboxLabels(t *testing.T, s store.Store) {
 			want = append([]string{sb.ID}, want...)
 		}
 	}
-	var got []string
-	cursor := ""
-	for pages := 0; ; pages++ {
-		page, next, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Labels: map[string]string{"team": "a"}}, store.Page{Limit: 3, Cursor: cursor})
-		must(t, err)
-		for _, sb := range page {
-			got = append(got, sb.ID)
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
+	got, _ := pageThrough(t, s, store.SandboxFilter{Labels: map[string]string{"team": "a"}}, 3)
 	equal(t, got, want)
 	page, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Labels: map[string]string{"team": "a", "i": "300"}}, store.Page{})
 	must(t, err)
@@ -530,11 +521,7 @@ func testSnapshots(t *testing.T, s store.Store) {
 	b := mk(sb.ID, nil)
 	c := mk(other.ID, nil)
 	wantClass(t, s.CreateSnapshot(ctx, a), errdefs.ClassConflict)
-	got, err := s.GetSnapshot(ctx, "main", a.ID)
-	must(t, err)
-	equal(t, got, a)
-	_, err = s.GetSnapshot(ctx, "other", a.ID)
-	wantClass(t, err, errdefs.ClassNotFound)
+	getInGraph(t, s.GetSnapshot, a.ID, a)
 
 	list, next, err := s.ListSnapshots(ctx, "main", sb.ID, store.Page{Limit: 1})
 	must(t, err)
