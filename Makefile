@@ -51,8 +51,9 @@ FUZZTIME ?= 10s
 fuzz: build ## Run every Go fuzz target (func FuzzX in a _test.go) for FUZZTIME (10s) each.
 	@set -e; for f in $$(git grep -l --untracked '^func Fuzz' -- '*_test.go'); do \
 	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
-	    echo "fuzz ./$$(dirname $$f) $$fn"; \
-	    LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test ./$$(dirname $$f) -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); \
+	    d=$$(dirname $$f); m=.; case $$d in sdk/go*) m=sdk/go; d=$${d#sdk/go}; d=$${d#/};; esac; \
+	    echo "fuzz $$m/$$d $$fn"; \
+	    (cd $$m && LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test ./$$d -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME)); \
 	  done; done
 
 include sdk/sdk.mk
