@@ -107,7 +107,7 @@ func (s *Sandboxes[S]) MakeDir(id string) error {
 // Layout is what Create makes of a new sandbox in its state directory.
 type Layout struct {
 	// Disk answers the disk image to copy (sparsely) as disk.img: a formatted template, or a
-	// checkpoint's disk.
+	// checkpoint's disk. Nil makes no disk (the local driver's sandboxes have none).
 	Disk func() (string, error)
 	// Dirs are made in the state directory, with DirMode.
 	Dirs    []string
@@ -128,6 +128,9 @@ func (s *Sandboxes[S]) Create(id string, l Layout) error {
 		return err
 	}
 	if err := u.Step("disk", func() error {
+		if l.Disk == nil {
+			return nil
+		}
 		img, err := l.Disk()
 		if err != nil {
 			return err
