@@ -109,7 +109,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	}
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
-	return d.sbs.Create(spec.ID, driverkit.Layout{
+	return d.sbs.Create(ctx, spec.ID, driverkit.Layout{
 		Dirs:      []string{"workspace", "etc", "home", "tmp"},
 		DirMode:   0o700,
 		StateFile: "spec.json",
