@@ -131,9 +131,13 @@ func p50(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
+// parentOf is pid's parent, 0 when pid is gone.
 func parentOf(pid int) int {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
