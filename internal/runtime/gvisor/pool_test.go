@@ -43,16 +43,7 @@ func TestPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		left, _ := d.List(context.Background())
-		for _, id := range left {
-			t.Errorf("sandbox %s left after Close: %v", id, d.Leftovers(id))
-			d.Destroy(context.Background(), id)
-		}
-	})
+	runtimetest.CloseLeavesNothing(t, p, d, d.Leftovers)
 	p.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -101,6 +101,26 @@ func Logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// CloseLeavesNothing closes c when the test ends (a pool, say, that holds sandboxes of d),
+// then fails the test for each sandbox d still lists, with what of it is on the host
+// (leftovers), and destroys it.
+func CloseLeavesNothing(t testing.TB, c io.Closer, d runtime.Driver, leftovers func(id string) []string) {
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		ctx := context.Background()
+		left, err := d.List(ctx)
+		if err != nil {
+			t.Errorf("list: %v", err)
+		}
+		for _, id := range left {
+			t.Errorf("sandbox %s left after Close: %v", id, leftovers(id))
+			d.Destroy(ctx, id)
+		}
+	})
+}
+
 // Cold is what the steps of a cold start took.
 type Cold struct {
 	Create, Start time.Duration
