@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/moby/sys/mountinfo"
 )
@@ -181,57 +180,6 @@ func ReadProcs(dir string) ([]int, error) {
 		}
 	}
 	return pids, nil
-}
-
-// Rmdir removes a group directory, retrying while the kernel still counts exiting tasks. A
-// missing directory is no error.
-func Rmdir(ctx context.Context, dir string) error {
-	return poll(ctx, "remove "+dir, func() (bool, error) {
-		err := os.Remove(dir)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return true, nil
-		}
-		if errors.Is(err, errBusy) {
-			return false, nil // tasks still exiting
-		}
-		return false, err
-	})
-}
-
-// remove kills what is left in group name of m and removes its directories.
-func remove(ctx context.Context, m Manager, name string) error {
-	if err := validName(name); err != nil {
-		return err
-	}
-	if err := m.Kill(ctx, name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var errs []error
-	for _, d := range m.Paths(name) {
-		errs = append(errs, Rmdir(ctx, d))
-	}
-	return errors.Join(errs...)
-}
-
-// poll calls f until it reports done, backing off from 100µs to 20ms.
-func poll(ctx context.Context, what string, f func() (bool, error)) error {
-	for delay := 100 * time.Microsecond; ; delay *= 2 {
-		done, err := f()
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		if delay > 20*time.Millisecond {
-			delay = 20 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(delay):
-		}
-	}
 }
 
 // warm takes the kernel's global cgroup migration lock once, without moving anything, by

@@ -7,11 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 )
-
-var errBusy = syscall.EBUSY
 
 // v1Controllers are the hierarchies a sandbox joins; the first three are required.
 var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer", "blkio"}
@@ -71,17 +67,11 @@ func (m *v1) Paths(name string) []string {
 	return out
 }
 
-func (m *v1) Create(name string, l Limits) (err error) {
-	if err := validName(name); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			err = errors.Join(err, m.Remove(ctx, name))
-		}
-	}()
+func (m *v1) Create(name string, l Limits) error {
+	return create(m, name, func() error { return m.create(name, l) })
+}
+
+func (m *v1) create(name string, l Limits) error {
 	for _, d := range m.Paths(name) {
 		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
 			return err
@@ -215,38 +205,12 @@ func (m *v1) Kill(ctx context.Context, name string) error {
 		return nil
 	}
 	if _, err := os.Stat(m.dir("freezer", name)); errors.Is(err, os.ErrNotExist) {
-		return m.killLoop(ctx, name)
+		return killLoop(ctx, m, name)
 	}
-	// Freeze so that nothing forks between reading the list and killing it. A task stuck in
-	// the kernel may keep the group FREEZING; kill anyway after a short wait.
-	fctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	ferr := m.Freeze(fctx, name)
-	cancel()
-	pids, err := m.Procs(name)
-	if err != nil {
+	if err := freezeKill(ctx, m, name); err != nil {
 		return err
 	}
-	for _, p := range pids {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
-	if err := m.Thaw(ctx, name); err != nil {
-		return errors.Join(err, ferr)
-	}
-	return m.killLoop(ctx, name)
-}
-
-// killLoop kills until the group is empty: without a frozen group, a fork may race a kill.
-func (m *v1) killLoop(ctx context.Context, name string) error {
-	return poll(ctx, "kill group "+name, func() (bool, error) {
-		pids, err := m.Procs(name)
-		if err != nil {
-			return false, err
-		}
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		return len(pids) == 0, nil
-	})
+	return killLoop(ctx, m, name)
 }
 
 func (m *v1) Stats(name string) (Stats, error) {
@@ -258,13 +222,6 @@ func (m *v1) Stats(name string) (Stats, error) {
 }
 
 func (m *v1) Remove(ctx context.Context, name string) error { return remove(ctx, m, name) }
-
-func validName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return fmt.Errorf("cgroup: invalid name %q", name)
-	}
-	return nil
-}
 
 func (m *v1) SetCPUWeight(name string, weight int) error {
 	if err := validName(name); err != nil {

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,21 +62,15 @@ func (m *v2) dir(name string) string { return filepath.Join(m.root, m.parent, na
 
 func (m *v2) Paths(name string) []string { return []string{m.dir(name)} }
 
-func (m *v2) Create(name string, l Limits) (err error) {
-	if err := validName(name); err != nil {
-		return err
-	}
+func (m *v2) Create(name string, l Limits) error {
+	return create(m, name, func() error { return m.create(name, l) })
+}
+
+func (m *v2) create(name string, l Limits) error {
 	d := m.dir(name)
 	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			err = errors.Join(err, m.Remove(ctx, name))
-		}
-	}()
 	if l.MemoryBytes > 0 {
 		if err := writeFile(d, "memory.max", fmt.Sprint(l.MemoryBytes)); err != nil {
 			return err
@@ -169,24 +161,11 @@ func (m *v2) Kill(ctx context.Context, name string) error {
 	}
 	// cgroup.kill (Linux 5.14) kills the whole subtree atomically, with no fork race.
 	if err := writeFile(d, "cgroup.kill", "1"); err != nil {
-		fctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		ferr := m.Freeze(fctx, name)
-		cancel()
-		pids, _ := m.Procs(name)
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		if err := m.Thaw(ctx, name); err != nil {
-			return errors.Join(err, ferr)
+		if err := freezeKill(ctx, m, name); err != nil {
+			return err
 		}
 	}
-	return poll(ctx, "kill group "+name, func() (bool, error) {
-		pids, err := m.Procs(name)
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		return len(pids) == 0, err
-	})
+	return killLoop(ctx, m, name)
 }
 
 func (m *v2) Stats(name string) (Stats, error) {

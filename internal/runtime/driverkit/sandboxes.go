@@ -34,9 +34,11 @@ type Sandboxes[S runtime.Sandbox] struct {
 	Held func(id string) bool
 	Log  *slog.Logger
 
-	locks   Locks
-	mu      sync.Mutex
-	started map[string]S
+	locks     Locks
+	mu        sync.Mutex
+	started   map[string]S
+	tmplOnce  sync.Once
+	templates hostdisk.Templates
 }
 
 // Path is a file of sandbox id's state directory (the directory itself without elem).
@@ -106,9 +108,11 @@ func (s *Sandboxes[S]) MakeDir(id string) error {
 
 // Layout is what Create makes of a new sandbox in its state directory.
 type Layout struct {
-	// Disk answers the disk image to copy (sparsely) as disk.img: a formatted template, or a
-	// checkpoint's disk.
-	Disk func() (string, error)
+	// Disk is the disk image to copy (sparsely) as disk.img: a checkpoint's disk. Empty takes
+	// a fresh one of DiskMiB, formatted once per size under <Dir>/.templates; without either
+	// the sandbox has no disk (the local driver's have none).
+	Disk    string
+	DiskMiB int64
 	// Dirs are made in the state directory, with DirMode.
 	Dirs    []string
 	DirMode os.FileMode
@@ -120,7 +124,7 @@ type Layout struct {
 
 // Create makes sandbox id's state directory as l says; on failure nothing stays. The caller
 // holds id's lock.
-func (s *Sandboxes[S]) Create(id string, l Layout) error {
+func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 	dir := s.Path(id)
 	var u undo.Stack
 	if err := u.Step("state directory", func() error { return s.MakeDir(id) },
@@ -128,9 +132,16 @@ func (s *Sandboxes[S]) Create(id string, l Layout) error {
 		return err
 	}
 	if err := u.Step("disk", func() error {
-		img, err := l.Disk()
-		if err != nil {
-			return err
+		img := l.Disk
+		if img == "" && l.DiskMiB > 0 {
+			s.tmplOnce.Do(func() { s.templates.Dir = filepath.Join(s.Dir, ".templates") })
+			var err error
+			if img, err = s.templates.Get(ctx, l.DiskMiB); err != nil {
+				return err
+			}
+		}
+		if img == "" {
+			return nil
 		}
 		return hostdisk.CopySparse(img, filepath.Join(dir, "disk.img"))
 	}, nil); err != nil {
@@ -176,6 +187,27 @@ func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) 
 		return hostdisk.Unmount(ctx, diskDir)
 	})
 	return major, minor, err
+}
+
+// UnmountDisk is the stop step that undoes MountDisk: it unmounts sandbox id's disk, checks
+// that nothing is mounted under its state directory any more, and then waits until no loop
+// device holds disk.img. A file system also mounted in a namespace the kernel is still
+// tearing down (gvisor's gofer's) lives on until that is gone, and mounting the image again
+// meanwhile would run two ext4 instances on one disk; its loop device detaches itself
+// (autoclear) when the last mount goes.
+func (s *Sandboxes[S]) UnmountDisk(ctx context.Context, id string) error {
+	dir := s.Path(id)
+	var errs []error
+	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
+		errs = append(errs, err)
+	}
+	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
+		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...) // a mount holds the loop device: no use waiting
+	}
+	return hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img"))
 }
 
 // UndoContext is the context of an undo step: it must run even when the step's context is

@@ -53,36 +53,18 @@ func TestFigures(t *testing.T) {
 	var cold, create, startT, first []time.Duration
 	for i := range 10 {
 		id := fmt.Sprintf("sbx_fig_cold%d", i)
-		t0 := time.Now()
-		if err := d.Create(ctx, runtime.Spec{ID: id, Image: img}); err != nil {
-			t.Fatal(err)
-		}
-		t1 := time.Now()
-		sb, err := d.Start(ctx, id)
+		c, err := runtimetest.BootCold(ctx, d, runtime.Spec{ID: id, Image: img})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t2 := time.Now()
-		c, err := agent.NewClient(sb.Conn())
-		if err != nil {
-			t.Fatal(err)
-		}
-		exec(c, "/bin/true")
-		t3 := time.Now()
-		cold, create, startT, first = append(cold, t3.Sub(t0)), append(create, t1.Sub(t0)), append(startT, t2.Sub(t1)), append(first, t3.Sub(t2))
-		c.Close()
+		cold, create, startT, first = append(cold, c.Total()), append(create, c.Create), append(startT, c.Start), append(first, c.FirstExec)
 		destroyed(t, d, id)
 	}
 	t.Logf("cold create→first exec: p50 %v (create %v, start %v, first exec %v)", p50(cold), p50(create), p50(startT), p50(first))
 
 	// Warm: exec round trips and cold Python runs in one sandbox.
 	id := "sbx_fig_warm"
-	if err := d.Create(ctx, runtime.Spec{ID: id, Image: img}); err != nil {
-		t.Fatal(err)
-	}
-	defer destroyed(t, d, id)
-	sb, err := d.Start(ctx, id)
-	b := start(t, d, sb, err)
+	b := boot(t, ctx, d, runtime.Spec{ID: id, Image: img})
 	var rt, py []time.Duration
 	for range 30 {
 		t0 := time.Now()
@@ -104,13 +86,8 @@ func TestFigures(t *testing.T) {
 
 	// Idle memory: five sandboxes, then what their host processes hold and their cgroups count.
 	for i := range 5 {
-		id := fmt.Sprintf("sbx_fig_idle%d", i)
-		if err := d.Create(ctx, runtime.Spec{ID: id, Image: img}); err != nil {
-			t.Fatal(err)
-		}
-		defer destroyed(t, d, id)
-		sb, err := d.Start(ctx, id)
-		b := start(t, d, sb, err)
+		b := boot(t, ctx, d, runtime.Spec{ID: fmt.Sprintf("sbx_fig_idle%d", i), Image: img})
+		sb := b.sb
 		exec(b.c, "/bin/true")
 		defer func(sb runtime.Sandbox) {
 			st, _ := sb.Stats(ctx)
@@ -154,9 +131,13 @@ func p50(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
+// parentOf is pid's parent, 0 when pid is gone.
 func parentOf(pid int) int {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }

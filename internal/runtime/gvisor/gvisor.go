@@ -84,7 +84,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
-	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -127,8 +126,7 @@ func DefaultConfig() Config {
 
 // Driver is the gvisor runtime driver.
 type Driver struct {
-	cfg       Config
-	templates hostdisk.Templates
+	cfg Config
 
 	filesMu sync.Mutex
 	agent   driverkit.AgentCopy
@@ -154,7 +152,7 @@ func New(cfg Config) *Driver {
 	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
 	cfg.Platform = cmp.Or(cfg.Platform, def.Platform)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
-	d := &Driver{cfg: cfg, templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")}}
+	d := &Driver{cfg: cfg}
 	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger}
 	return d
 }
@@ -200,13 +198,9 @@ func (d *Driver) newState(spec runtime.Spec) (state, error) {
 
 // create makes the state directory and the disk: a fresh one, or a copy of disk when set.
 func (d *Driver) create(ctx context.Context, st state, disk string) error {
-	return d.sbs.Create(st.Spec.ID, driverkit.Layout{
-		Disk: func() (string, error) {
-			if disk != "" {
-				return disk, nil
-			}
-			return d.templates.Get(ctx, st.Spec.Limits.DiskMiB)
-		},
+	return d.sbs.Create(ctx, st.Spec.ID, driverkit.Layout{
+		Disk:      disk,
+		DiskMiB:   st.Spec.Limits.DiskMiB,
 		Dirs:      []string{"disk", "bundle"},
 		DirMode:   0o711,
 		StateFile: "state.json",
@@ -441,26 +435,11 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 	if err := removeCgroups(ctx, d.cfg.CgroupParent, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
-		errs = append(errs, err)
-	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
-	}
-	if err := diskReleased(ctx, filepath.Join(dir, "disk.img")); err != nil {
+	if err := d.sbs.UnmountDisk(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	_ = os.Remove(filepath.Join(dir, "lbb", "chan", agentSocket))
 	return errors.Join(errs...)
-}
-
-// diskReleased waits until no loop device holds img. The gofer mounted the disk's
-// directories in its own mount namespace, which the kernel tears down after the gofer is
-// gone: until then the file system lives on (unmounting it here only removes this
-// namespace's mount), and mounting img again meanwhile would run two ext4 instances on one
-// disk. Its loop device detaches itself (autoclear) when the last mount goes.
-func diskReleased(ctx context.Context, img string) error {
-	return hostdisk.WaitDetached(ctx, img)
 }
 
 // waitReaped waits until the processes pids are gone, zombies included: their parent (runsc)

@@ -5,7 +5,6 @@ package gvisor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,12 +42,12 @@ func requires(t testing.TB) {
 // newConfig is a driver configuration on a fresh state directory.
 func newConfig(t testing.TB) gvisor.Config {
 	return gvisor.Config{
-		StateDir:     traversableTempDir(t),
+		StateDir:     runtimetest.StateDir(t),
 		Runsc:        runscPath(),
 		AgentPath:    testkit.Agent(t),
 		CgroupParent: "lbb-gvisor-test",
 		DebugLogDir:  os.Getenv("LBB_RUNSC_DEBUG_DIR"),
-		Logger:       testLogger(t),
+		Logger:       runtimetest.Logger(),
 	}
 }
 
@@ -62,23 +61,17 @@ func TestRuntime(t *testing.T) {
 	})
 }
 
-// traversableTempDir is a fresh state directory whose ancestors the sandbox's ids can search
-// (t.TempDir makes them 0700).
-func traversableTempDir(t testing.TB) string {
-	dir := t.TempDir()
-	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
+// newDriver skips a test that cannot run here (requires), then answers a driver on
+// newConfig whose requirements hold, and the base image.
+func newDriver(t testing.TB) (*gvisor.Driver, string) {
+	t.Helper()
+	requires(t)
+	img := runtimetest.FindImage(t)
+	d := gvisor.New(newConfig(t))
+	if err := runtime.CheckRequirements(d); err != nil {
+		t.Fatal(err)
 	}
-	return dir
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
+	return d, img
 }
 
 // box is a started sandbox with a client for the tests of this file.
@@ -100,6 +93,18 @@ func start(t testing.TB, d *gvisor.Driver, sb runtime.Sandbox, err error) *box {
 	}
 	t.Cleanup(func() { c.Close() })
 	return &box{t: t, id: sb.ID(), sb: sb, c: c}
+}
+
+// boot creates sandbox spec and starts it; it is destroyed (and checked for leftovers) when
+// the test ends.
+func boot(t testing.TB, ctx context.Context, d *gvisor.Driver, spec runtime.Spec) *box {
+	t.Helper()
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyed(t, d, spec.ID) })
+	sb, err := d.Start(ctx, spec.ID)
+	return start(t, d, sb, err)
 }
 
 // sh runs script and answers its stdout; it fails the test unless the script exits 0.
@@ -132,33 +137,20 @@ func destroyed(t testing.TB, d *gvisor.Driver, id string) {
 }
 
 func TestSmoke(t *testing.T) {
-	requires(t)
-	img := runtimetest.FindImage(t)
-	d := gvisor.New(newConfig(t))
-	if err := runtime.CheckRequirements(d); err != nil {
-		t.Fatal(err)
-	}
+	d, img := newDriver(t)
 	ctx := context.Background()
 	id := "sbx_smoke"
-	if err := d.Create(ctx, runtime.Spec{ID: id, Image: img}); err != nil {
-		t.Fatal(err)
-	}
-	defer destroyed(t, d, id)
 	t0 := time.Now()
-	sb, err := d.Start(ctx, id)
-	b := start(t, d, sb, err)
-	t.Logf("started in %v", time.Since(t0))
+	b := boot(t, ctx, d, runtime.Spec{ID: id, Image: img})
+	t.Logf("created and started in %v", time.Since(t0))
 	t.Log(b.sh("id; uname -a; cat /proc/self/status | grep -E 'Cap|Seccomp|NoNew'; ls -la / /workspace /.lbb; df -h /workspace /tmp; echo hi > /workspace/f"))
-	st, err := sb.Stats(ctx)
+	st, err := b.sb.Stats(ctx)
 	t.Logf("stats %+v %v", st, err)
 	if err := d.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	sb, err = d.Start(ctx, id)
-	b = start(t, d, sb, err)
-	if out := b.sh("cat /workspace/f"); out != "hi\n" {
-		t.Errorf("after restart: %q", out)
-	}
+	sb, err := d.Start(ctx, id)
+	start(t, d, sb, err).shows("cat /workspace/f", "hi\n", "after restart")
 }
 
 // server is a Python process that holds a random value in memory only and answers it, with a
@@ -175,6 +167,22 @@ while True:
     c.sendall(("%s %d" % (v, n)).encode()); c.close()
 ' </dev/null >/dev/null 2>&1 &
 for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 7777)).close()' 2>/dev/null && break; sleep 0.05; done`
+
+// answers fails the test unless the server (who) answers value v and count n.
+func (b *box) answers(who, v string, n int) {
+	b.t.Helper()
+	if v2, n2 := b.ask(); v2 != v || n2 != n {
+		b.t.Errorf("%s says %s %d, want %s %d", who, v2, n2, v, n)
+	}
+}
+
+// shows fails the test unless script prints want.
+func (b *box) shows(script, want, what string) {
+	b.t.Helper()
+	if out := b.sh(script); out != want {
+		b.t.Errorf("%s: %q", what, out)
+	}
+}
 
 // ask asks the server, and answers its value and count.
 func (b *box) ask() (string, int) {
@@ -193,22 +201,13 @@ func (b *box) ask() (string, int) {
 // from the same checkpoint, each going on from the checkpoint's state; the workspaces go
 // their own ways.
 func TestCheckpoint(t *testing.T) {
-	requires(t)
-	img := runtimetest.FindImage(t)
-	d := gvisor.New(newConfig(t))
-	if err := runtime.CheckRequirements(d); err != nil {
-		t.Fatal(err)
-	}
+	d, img := newDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const a, f = "sbx_cp_a", "sbx_cp_fork"
-	if err := d.Create(ctx, runtime.Spec{ID: a, Image: img, Limits: runtime.Limits{MemoryMiB: 512, TmpMiB: 128}}); err != nil {
-		t.Fatal(err)
-	}
-	defer destroyed(t, d, a)
+	b := boot(t, ctx, d, runtime.Spec{ID: a, Image: img, Limits: runtime.Limits{MemoryMiB: 512, TmpMiB: 128}})
 	defer destroyed(t, d, f)
-	sb, err := d.Start(ctx, a)
-	b := start(t, d, sb, err)
+	sb := b.sb
 	b.sh(server)
 	b.sh("echo before > /workspace/f; head -c 100000000 /dev/urandom > /tmp/big")
 	v, n := b.ask()
@@ -229,35 +228,25 @@ func TestCheckpoint(t *testing.T) {
 		t.Errorf("the Sentry %d survives Checkpoint", pid)
 	}
 
-	t0 = time.Now()
-	sb, err = d.Restore(ctx, a, dir)
-	b = start(t, d, sb, err)
-	t.Logf("restore: %v", time.Since(t0))
-	if v2, n2 := b.ask(); v2 != v || n2 != n+1 {
-		t.Errorf("after restore the server says %s %d, want %s %d", v2, n2, v, n+1)
+	restore := func(id, what string) *box {
+		t.Helper()
+		t0 := time.Now()
+		sb, err := d.Restore(ctx, id, dir)
+		b := start(t, d, sb, err)
+		t.Logf("%s: %v", what, time.Since(t0))
+		return b
 	}
-	if out := b.sh("cat /workspace/f; wc -c < /tmp/big"); out != "before\n100000000\n" {
-		t.Errorf("after restore: %q", out)
-	}
+	b = restore(a, "restore")
+	b.answers("after restore the server", v, n+1)
+	b.shows("cat /workspace/f; wc -c < /tmp/big", "before\n100000000\n", "after restore")
 	b.sh("echo a > /workspace/f")
 
-	t0 = time.Now()
-	fsb, err := d.Restore(ctx, f, dir)
-	fb := start(t, d, fsb, err)
-	t.Logf("fork: %v", time.Since(t0))
-	if v2, n2 := fb.ask(); v2 != v || n2 != n+1 {
-		t.Errorf("the fork's server says %s %d, want %s %d", v2, n2, v, n+1)
-	}
-	if out := fb.sh("cat /workspace/f"); out != "before\n" {
-		t.Errorf("the fork's workspace: %q", out)
-	}
+	fb := restore(f, "fork")
+	fb.answers("the fork's server", v, n+1)
+	fb.shows("cat /workspace/f", "before\n", "the fork's workspace")
 	fb.sh("echo fork > /workspace/f")
-	if out := b.sh("cat /workspace/f"); out != "a\n" {
-		t.Errorf("the fork wrote into the original's workspace: %q", out)
-	}
-	if v2, n2 := b.ask(); v2 != v || n2 != n+2 {
-		t.Errorf("the original's server says %s %d, want %s %d", v2, n2, v, n+2)
-	}
+	b.shows("cat /workspace/f", "a\n", "the fork wrote into the original's workspace")
+	b.answers("the original's server", v, n+2)
 	// A restore into a sandbox that runs is refused; a second fork from the same checkpoint works.
 	if _, err := d.Restore(ctx, a, dir); err == nil {
 		t.Error("Restore of a started sandbox succeeded")

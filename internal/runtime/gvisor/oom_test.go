@@ -14,8 +14,6 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
-	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
-	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 )
 
 // TestMemoryBombs runs memory bombs the hostile suite does not: a bomb of many threads, and
@@ -28,9 +26,7 @@ import (
 // sometimes does not answer `runsc ps`; the guard then lets the kernel end the sandbox
 // (about one run in three).
 func TestMemoryBombs(t *testing.T) {
-	requires(t)
-	img := runtimetest.FindImage(t)
-	d := gvisor.New(newConfig(t))
+	d, img := newDriver(t)
 	for i, bomb := range []struct{ name, script, known string }{
 		{"three processes", `for i in 1 2 3; do python3 -c "x = b'x' * (300 << 20); print('survived')" & done; wait`,
 			"in a later round the Sentry may not answer and the sandbox ends (issue 7)"},
@@ -50,13 +46,7 @@ print('survived', len(bufs))"`, ""},
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			id := fmt.Sprintf("sbx_bomb%d", i)
-			if err := d.Create(ctx, runtime.Spec{ID: id, Image: img, Limits: runtime.Limits{MemoryMiB: 128}}); err != nil {
-				t.Fatal(err)
-			}
-			defer destroyed(t, d, id)
-			sb, err := d.Start(ctx, id)
-			b := start(t, d, sb, err)
+			b := boot(t, ctx, d, runtime.Spec{ID: fmt.Sprintf("sbx_bomb%d", i), Image: img, Limits: runtime.Limits{MemoryMiB: 128}})
 			p, err := b.c.Exec(ctx, agent.ExecRequest{ID: "bomb", Argv: []string{"/bin/sh", "-c", bomb.script}, TimeoutMs: 60000}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +58,7 @@ print('survived', len(bufs))"`, ""},
 			if err != nil || ex.TimedOut || strings.Contains(out.String(), "survived") {
 				t.Errorf("bomb: %+v %v", ex, err)
 			}
-			st, err := sb.Stats(ctx)
+			st, err := b.sb.Stats(ctx)
 			// Several bombs may take a few rounds, each lifting the limit a little more.
 			if err != nil || st.OOMKills == 0 || st.MemoryMaxBytes > 160<<20 {
 				t.Errorf("stats after the bomb: %+v %v (want OOMKills > 0, peak <= 160 MiB)", st, err)
@@ -89,18 +79,10 @@ print('survived', len(bufs))"`, ""},
 // it is done. The guard cannot save the sandbox; what it must do is let the kernel end it
 // whole (the Sentry killed) within moments, and leave nothing behind.
 func TestMemoryBombInSentry(t *testing.T) {
-	requires(t)
-	img := runtimetest.FindImage(t)
-	d := gvisor.New(newConfig(t))
+	d, img := newDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const id = "sbx_bomb_read"
-	if err := d.Create(ctx, runtime.Spec{ID: id, Image: img, Limits: runtime.Limits{MemoryMiB: 128}}); err != nil {
-		t.Fatal(err)
-	}
-	defer destroyed(t, d, id)
-	sb, err := d.Start(ctx, id)
-	b := start(t, d, sb, err)
+	b := boot(t, ctx, d, runtime.Spec{ID: "sbx_bomb_read", Image: img, Limits: runtime.Limits{MemoryMiB: 128}})
 	p, err := b.c.Exec(ctx, agent.ExecRequest{ID: "bomb", Argv: []string{"python3", "-c",
 		"x = open('/dev/zero', 'rb').read(600 << 20); print('survived', len(x))"}, TimeoutMs: 60000}, nil)
 	if err != nil {
@@ -109,7 +91,7 @@ func TestMemoryBombInSentry(t *testing.T) {
 	t0 := time.Now()
 	go p.Wait(io.Discard, io.Discard)
 	select {
-	case <-sb.Done():
+	case <-b.sb.Done():
 		t.Logf("the sandbox ended after %v", time.Since(t0))
 	case <-time.After(45 * time.Second):
 		t.Fatal("the sandbox still runs 45 s after its memory was full")

@@ -33,31 +33,17 @@ def run(input, config):
 // a claim thaws one and runs Python in the pre-started interpreter, two claims draw different
 // random numbers, and a released slot leaves nothing on the host.
 func TestPool(t *testing.T) {
-	requires(t)
-	img := runtimetest.FindImage(t)
-	d := gvisor.New(newConfig(t))
-	if err := runtime.CheckRequirements(d); err != nil {
-		t.Fatal(err)
-	}
+	d, img := newDriver(t)
 	lim := runtime.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024, TmpMiB: 64}
 	p, err := pool.New(pool.Options{
-		Driver: d, Log: testLogger(t), Min: 2, Tick: time.Hour,
+		Driver: d, Log: runtimetest.Logger(), Min: 2, Tick: time.Hour,
 		// The default imports: numpy and pandas, loaded while the slot is built.
 		Keys: []pool.Key{{Name: "python", Image: img, Language: agent.LangPython, Limits: lim}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		left, _ := d.List(context.Background())
-		for _, id := range left {
-			t.Errorf("sandbox %s left after Close: %v", id, d.Leftovers(id))
-			d.Destroy(context.Background(), id)
-		}
-	})
+	runtimetest.CloseLeavesNothing(t, p, d, d.Leftovers)
 	p.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

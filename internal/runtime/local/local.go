@@ -18,12 +18,9 @@
 package local
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -31,15 +28,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
-	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
 // Options configure the driver.
@@ -55,9 +51,8 @@ type Options struct {
 
 // Driver is the local driver. Its methods are safe for concurrent use.
 type Driver struct {
-	opts    Options
-	mu      sync.Mutex
-	running map[string]*sandbox
+	opts Options
+	sbs  driverkit.Sandboxes[*sandbox]
 }
 
 var (
@@ -71,9 +66,11 @@ func New(opts Options) *Driver {
 		opts.Path = os.Getenv("PATH")
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{opts: opts, running: map[string]*sandbox{}}
+	d := &Driver{opts: opts}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: opts.StateDir, Halt: d.halt, Log: opts.Logger}
+	return d
 }
 
 // Name is "local".
@@ -104,41 +101,20 @@ func (d *Driver) Requirements() []runtime.Requirement {
 	}
 }
 
-func (d *Driver) dir(id string) (string, error) {
-	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
-		return "", errdefs.InvalidArgument("sandbox id %q", id)
-	}
-	return filepath.Join(d.opts.StateDir, id), nil
-}
-
-// Create makes the sandbox's directories; no process runs.
+// Create makes the sandbox's directories; no process runs. They are the caller's alone
+// (0700): the agent runs as the caller.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
-	dir, err := d.dir(spec.ID)
-	if err != nil {
+	if err := driverkit.CheckID(spec.ID); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(d.opts.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return errdefs.Conflict("sandbox %s already exists", spec.ID)
-		}
-		return err
-	}
-	b, _ := json.MarshalIndent(spec, "", "  ")
-	err = errors.Join(
-		os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600),
-		os.Mkdir(filepath.Join(dir, "workspace"), 0o755),
-		os.Mkdir(filepath.Join(dir, "etc"), 0o755),
-		os.Mkdir(filepath.Join(dir, "home"), 0o700),
-		os.Mkdir(filepath.Join(dir, "tmp"), 0o700),
-	)
-	if err != nil {
-		os.RemoveAll(dir)
-		return fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
-	}
-	return nil
+	unlock := d.sbs.Lock(spec.ID)
+	defer unlock()
+	return d.sbs.Create(ctx, spec.ID, driverkit.Layout{
+		Dirs:      []string{"workspace", "etc", "home", "tmp"},
+		DirMode:   0o700,
+		StateFile: "spec.json",
+		State:     spec,
+	})
 }
 
 // readyTimeout bounds how long Start waits for the agent to speak.
@@ -146,25 +122,19 @@ const readyTimeout = 30 * time.Second
 
 // Start runs the agent and returns once it has spoken on the channel.
 func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) {
-	dir, err := d.dir(id)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(filepath.Join(dir, "spec.json")); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrNotFound)
+	return d.sbs.Start(ctx, id, func() (*sandbox, error) {
+		if _, err := os.Stat(d.sbs.Path(id, "spec.json")); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, driverkit.NotFound(id)
+			}
+			return nil, err
 		}
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if sb := d.running[id]; sb != nil {
-		select {
-		case <-sb.done:
-		default:
-			return nil, errdefs.Conflict("sandbox %s is already started", id)
-		}
-	}
+		return d.start(ctx, id)
+	})
+}
+
+func (d *Driver) start(ctx context.Context, id string) (*sandbox, error) {
+	dir := d.sbs.Path(id)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -195,13 +165,13 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 	}
 	logW.Close()
 	log := d.opts.Logger.With("sandbox", id)
-	go logLines(log, logR)
+	go driverkit.LogAgent(log, logR)
 	sb := &sandbox{id: id, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		close(sb.done)
 	}()
-	fail := func(err error) (runtime.Sandbox, error) {
+	fail := func(err error) (*sandbox, error) {
 		hostEnd.Close()
 		cmd.Process.Kill()
 		<-sb.done
@@ -219,58 +189,26 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 		conn.Close()
 		return fail(fmt.Errorf("the agent did not start: %w", err))
 	}
-	d.running[id] = sb
 	log.Debug("sandbox started", "pid", cmd.Process.Pid)
 	return sb, nil
 }
 
 // Stop kills every process of the sandbox and the agent; the directory stays.
-func (d *Driver) Stop(ctx context.Context, id string) error {
-	dir, err := d.dir(id)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	sb := d.running[id]
-	delete(d.running, id)
-	d.mu.Unlock()
-	if sb != nil {
-		sb.stop(ctx)
-	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("sandbox %s: %w", id, runtime.ErrNotFound)
-	}
-	return nil
-}
+func (d *Driver) Stop(ctx context.Context, id string) error { return d.sbs.Stop(ctx, id) }
 
 // Destroy stops the sandbox and removes its directory. An unknown id is not an error.
-func (d *Driver) Destroy(ctx context.Context, id string) error {
-	dir, err := d.dir(id)
-	if err != nil {
-		return err
-	}
-	if err := d.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return err
-	}
-	return os.RemoveAll(dir)
-}
+func (d *Driver) Destroy(ctx context.Context, id string) error { return d.sbs.Destroy(ctx, id) }
 
 // List names the sandboxes with a directory.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	entries, err := os.ReadDir(d.opts.StateDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+func (d *Driver) List(ctx context.Context) ([]string, error) { return d.sbs.List() }
+
+// halt stops sandbox id if this driver started it: nothing of a sandbox outlives the driver
+// that started it (the agent dies with it: Pdeathsig).
+func (d *Driver) halt(ctx context.Context, id string) error {
+	if sb, ok := d.sbs.Take(id); ok {
+		sb.stop(ctx)
 	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(d.opts.StateDir, e.Name(), "spec.json")); err == nil {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return nil
 }
 
 type sandbox struct {
@@ -394,14 +332,4 @@ func killTree(pid int) int {
 		}
 	}
 	return n
-}
-
-// logLines copies the agent's output to the logger, a line at a time.
-func logLines(log *slog.Logger, r io.ReadCloser) {
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		log.Info("agent", "line", sc.Text())
-	}
 }

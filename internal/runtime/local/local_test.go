@@ -17,9 +17,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-var agentBin string
-
-func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 func connect(t *testing.T, sb runtime.Sandbox) *agent.Client {
 	t.Helper()
@@ -46,7 +44,7 @@ func sh(t *testing.T, c *agent.Client, script string) string {
 
 func TestLifecycle(t *testing.T) {
 	state := t.TempDir()
-	d := New(Options{AgentPath: agentBin, StateDir: state})
+	d := New(Options{AgentPath: testkit.Agent(t), StateDir: state})
 	if err := runtime.CheckRequirements(d); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +129,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestDestroyHungAgent(t *testing.T) {
-	d := New(Options{AgentPath: agentBin, StateDir: t.TempDir()})
+	d := New(Options{AgentPath: testkit.Agent(t), StateDir: t.TempDir()})
 	ctx := context.Background()
 	if err := d.Create(ctx, runtime.Spec{ID: "sbx_hung"}); err != nil {
 		t.Fatal(err)
@@ -168,7 +166,7 @@ func TestRequirements(t *testing.T) {
 	if err := runtime.CheckRequirements(d); err == nil || !strings.Contains(err.Error(), "lbb-agent") {
 		t.Errorf("missing agent: %v", err)
 	}
-	if err := New(Options{AgentPath: agentBin, StateDir: t.TempDir()}).Create(context.Background(), runtime.Spec{ID: "../x"}); err == nil {
+	if err := New(Options{AgentPath: testkit.Agent(t), StateDir: t.TempDir()}).Create(context.Background(), runtime.Spec{ID: "../x"}); err == nil {
 		t.Error("an id with a slash was accepted")
 	}
 }

@@ -16,9 +16,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-var agentBin string
-
-func TestMain(m *testing.M) { testkit.Main(m, &agentBin) }
+func TestMain(m *testing.M) { testkit.Main(m, nil) }
 
 // freezing is a local driver that can also freeze (it counts the calls): a second kind of
 // driver, so that routing to an ability is seen to reach the right one.
@@ -62,6 +60,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) reopen(t *testing.T) {
 	t.Helper()
+	agentBin := testkit.Agent(t)
 	e.a = local.New(local.Options{AgentPath: agentBin, StateDir: e.dirA})
 	e.b = &freezing{Driver: local.New(local.Options{AgentPath: agentBin, StateDir: e.dirB})}
 	m, err := mux.New(mux.Options{Default: "a", Drivers: map[string]runtime.Driver{"a": e.a, "b": e.b}})
@@ -84,8 +83,14 @@ func list(t *testing.T, d runtime.Driver) []string {
 }
 
 // echo runs a command in a started sandbox and answers its stdout.
-func echo(t *testing.T, sb runtime.Sandbox, word string) string {
+// startEcho starts sandbox id through m and fails the test unless `echo word` in it prints
+// word.
+func startEcho(t *testing.T, m *mux.Driver, id, word string) {
 	t.Helper()
+	sb, err := m.Start(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := agent.NewClient(sb.Conn())
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +103,9 @@ func echo(t *testing.T, sb runtime.Sandbox, word string) string {
 	if ex, err := p.Wait(&out, &errb); err != nil || ex.ExitCode != 0 {
 		t.Fatalf("echo: %+v %v %s", ex, err, errb.String())
 	}
-	return out.String()
+	if got := out.String(); got != word+"\n" {
+		t.Errorf("echo = %q", got)
+	}
 }
 
 func TestRoute(t *testing.T) {
@@ -130,13 +137,7 @@ func TestRoute(t *testing.T) {
 			t.Errorf("Runtime(%s) = %q, %v; want %q", id, got, err, want)
 		}
 	}
-	sb, err := e.m.Start(ctx, "sbx_mux2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := echo(t, sb, "on-b"); got != "on-b\n" {
-		t.Errorf("echo = %q", got)
-	}
+	startEcho(t, e.m, "sbx_mux2", "on-b")
 	if err := e.m.Stop(ctx, "sbx_mux2"); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestRoute(t *testing.T) {
 		t.Errorf("Runtime of a destroyed sandbox: %v, want ErrNotFound", err)
 	}
 
-	err = e.m.Create(ctx, runtime.Spec{ID: "sbx_mux4", Runtime: "microvm"})
+	err := e.m.Create(ctx, runtime.Spec{ID: "sbx_mux4", Runtime: "microvm"})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Create on an unknown runtime: %v, want invalid_request", err)
 	}
@@ -172,11 +173,7 @@ func TestRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sb, err := e.m.Start(ctx, "sbx_old2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo(t, sb, "before")
+	startEcho(t, e.m, "sbx_old2", "before")
 	if err := e.m.Stop(ctx, "sbx_old2"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +182,7 @@ func TestRestart(t *testing.T) {
 	if got, err := e.m.Runtime("sbx_old2"); err != nil || got != "b" {
 		t.Fatalf("after a restart, Runtime(sbx_old2) = %q, %v; want b", got, err)
 	}
-	sb, err = e.m.Start(ctx, "sbx_old2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := echo(t, sb, "after"); got != "after\n" {
-		t.Errorf("echo = %q", got)
-	}
+	startEcho(t, e.m, "sbx_old2", "after")
 	if err := e.m.Freeze(ctx, "sbx_old2"); err != nil {
 		t.Fatal(err)
 	}

@@ -40,14 +40,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
-	"github.com/littlebigbrain/lbb/internal/runtime/undo"
-
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
 // Config configures the driver. Zero fields take the defaults of DefaultConfig.
@@ -90,8 +88,7 @@ func DefaultConfig() Config {
 
 // Driver is the ns runtime driver.
 type Driver struct {
-	cfg       Config
-	templates hostdisk.Templates
+	cfg Config
 
 	cgOnce sync.Once
 	cg     cgroup.Manager
@@ -121,7 +118,7 @@ func New(cfg Config) *Driver {
 	cfg.IO = cmp.Or(cfg.IO, def.IO)
 	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
-	d := &Driver{cfg: cfg, templates: hostdisk.Templates{Dir: filepath.Join(cfg.StateDir, ".templates")}}
+	d := &Driver{cfg: cfg}
 	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Log: cfg.Logger}
 	return d
 }
@@ -151,8 +148,8 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 
-	return d.sbs.Create(spec.ID, driverkit.Layout{
-		Disk:      func() (string, error) { return d.templates.Get(ctx, spec.Limits.DiskMiB) },
+	return d.sbs.Create(ctx, spec.ID, driverkit.Layout{
+		DiskMiB:   spec.Limits.DiskMiB,
 		Dirs:      []string{"disk", "root"}, // mount points
 		DirMode:   0o755,
 		StateFile: "spec.json",
@@ -510,13 +507,8 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 		sb.conn.Close()
 	}
 	t2 := time.Now()
-	if err := hostdisk.Unmount(ctx, filepath.Join(d.dir(id), "disk")); err != nil {
+	if err := d.sbs.UnmountDisk(ctx, id); err != nil {
 		errs = append(errs, err)
-	} else if err := hostdisk.WaitDetached(ctx, filepath.Join(d.dir(id), "disk.img")); err != nil {
-		errs = append(errs, err)
-	}
-	if m, err := hostdisk.MountsUnder(d.dir(id)); err != nil || len(m) > 0 {
-		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
 	d.cfg.Logger.Debug("sandbox stopped", "sandbox", id, "kill", t1.Sub(t0), "cgroups", t2.Sub(t1), "unmount", time.Since(t2))
 	if err := errors.Join(errs...); err != nil {

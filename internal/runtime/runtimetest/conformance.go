@@ -129,8 +129,7 @@ func (e *env) conformance(t *testing.T) {
 	t.Run("stop keeps the workspace", func(t *testing.T) {
 		b := e.boot(t, runtime.Limits{})
 		b.ok("echo persisted > /workspace/keep; echo gone > /tmp/lost")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := timeout(t, time.Minute)
 		if err := e.d.Stop(ctx, b.id); err != nil {
 			t.Fatal(err)
 		}
@@ -154,8 +153,7 @@ func (e *env) conformance(t *testing.T) {
 	t.Run("destroy", func(t *testing.T) {
 		b := e.boot(t, runtime.Limits{})
 		b.ok("sleep 1000 >/dev/null 2>&1 & echo x > /workspace/f")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := timeout(t, time.Minute)
 		if err := e.d.Destroy(ctx, b.id); err != nil {
 			t.Fatal(err)
 		}
@@ -175,8 +173,7 @@ func (e *env) conformance(t *testing.T) {
 
 	t.Run("destroy never started", func(t *testing.T) {
 		id := e.create(t, runtime.Limits{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := timeout(t, time.Minute)
 		ids, err := e.d.List(ctx)
 		if err != nil || !slices.Contains(ids, id) {
 			t.Errorf("List = %v, %v: lacks %s", ids, err, id)
@@ -194,8 +191,7 @@ func (e *env) conformance(t *testing.T) {
 
 	t.Run("create twice", func(t *testing.T) {
 		id := e.create(t, runtime.Limits{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := timeout(t, time.Minute)
 		if err := e.d.Create(ctx, runtime.Spec{ID: id, Image: e.opts.Image}); err == nil {
 			t.Error("a second Create of the same id succeeded")
 		}
@@ -220,8 +216,7 @@ func (e *env) conformance(t *testing.T) {
 		if err == nil {
 			t.Error("a stopped agent answered a ping")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := timeout(t, 30*time.Second)
 		start := time.Now()
 		if err := e.d.Destroy(ctx, b.id); err != nil {
 			t.Fatal(err)
@@ -292,8 +287,7 @@ func (e *env) conformance(t *testing.T) {
 		b := e.boot(t, runtime.Limits{})
 		b.ok("sleep 1000 >/dev/null 2>&1 &")
 		d2 := e.newDriver(t)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := timeout(t, time.Minute)
 		ids, err := d2.List(ctx)
 		if err != nil || !slices.Contains(ids, b.id) {
 			t.Fatalf("List = %v, %v: lacks %s", ids, err, b.id)

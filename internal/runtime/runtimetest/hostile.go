@@ -307,13 +307,16 @@ func (e *env) stdoutFlood(t *testing.T) {
 	}
 }
 
-func (e *env) network(t *testing.T) {
-	// A server on the host's loopback, which the sandbox must not reach.
+// HostSecret starts a TCP server on the host's loopback, which a sandbox must not reach: it
+// answers every connection with "host secret". It answers the server's port; the server
+// ends with the test.
+func HostSecret(t testing.TB) int {
+	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -324,8 +327,27 @@ func (e *env) network(t *testing.T) {
 			c.Close()
 		}
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	// And one on an abstract unix socket, which only a network namespace separates.
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// AttemptPy is Python that defines attempt(host, port), which connects with a 3 s timeout
+// and answers "connected: " and what the server said, or the error's errno name
+// (ECONNREFUSED, ENETUNREACH…). A sandbox's test prints what attempt answers.
+const AttemptPy = `import errno, socket
+def attempt(host, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        return "connected: " + s.recv(100).decode()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
+`
+
+func (e *env) network(t *testing.T) {
+	// A server on the host's loopback, and one on an abstract unix socket, which only a
+	// network namespace separates: the sandbox must reach neither.
+	port := HostSecret(t)
 	abstract := "lbb-hostile-" + randHex(6)
 	uln, err := net.Listen("unix", "@"+abstract)
 	if err != nil {
@@ -342,16 +364,7 @@ func (e *env) network(t *testing.T) {
 	if out := b.ok("tail -n +2 /proc/net/route; tail -n +2 /proc/net/ipv6_route 2>/dev/null | grep -v ' lo$' || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("routes: %q", out)
 	}
-	r := b.py(fmt.Sprintf(`
-import socket, errno
-def attempt(host, port):
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect((host, port))
-        return "connected: " + s.recv(100).decode()
-    except OSError as e:
-        return errno.errorcode.get(e.errno, str(e))
+	r := b.py(AttemptPy + fmt.Sprintf(`
 print("host", attempt("127.0.0.1", %d))
 u = socket.socket(socket.AF_UNIX)
 try:

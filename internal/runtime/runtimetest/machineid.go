@@ -1,7 +1,6 @@
 package runtimetest
 
 import (
-	"context"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -31,8 +30,7 @@ func (e *env) machineID(t *testing.T) {
 	if r := a.sh("echo x > /etc/hostname.lbb-test || exit 1; rm -f /etc/hostname.lbb-test"); r.exit.ExitCode == 0 {
 		t.Errorf("created a file in /etc: %v", r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := timeout(t, time.Minute)
 	if err := e.d.Stop(ctx, a.id); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -78,6 +80,87 @@ func FindImage(t testing.TB) string {
 	return list[0].Rootfs
 }
 
+// StateDir is a fresh state directory for a driver whose ancestors the sandbox's ids can
+// search (t.TempDir makes them 0700).
+func StateDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Logger is a driver's logger in tests: debug lines on stderr under -v, else nothing.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// CloseLeavesNothing closes c when the test ends (a pool, say, that holds sandboxes of d),
+// then fails the test for each sandbox d still lists, with what of it is on the host
+// (leftovers), and destroys it.
+func CloseLeavesNothing(t testing.TB, c io.Closer, d runtime.Driver, leftovers func(id string) []string) {
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		ctx := context.Background()
+		left, err := d.List(ctx)
+		if err != nil {
+			t.Errorf("list: %v", err)
+		}
+		for _, id := range left {
+			t.Errorf("sandbox %s left after Close: %v", id, leftovers(id))
+			d.Destroy(ctx, id)
+		}
+	})
+}
+
+// Cold is what the steps of a cold start took.
+type Cold struct {
+	Create, Start time.Duration
+	// FirstExec is connecting to the agent and running /bin/true.
+	FirstExec time.Duration
+}
+
+// Total is create to the end of the first exec.
+func (c Cold) Total() time.Duration { return c.Create + c.Start + c.FirstExec }
+
+// BootCold creates sandbox spec on d, starts it and runs /bin/true in it, timing each step.
+// The sandbox stays: the caller destroys it.
+func BootCold(ctx context.Context, d runtime.Driver, spec runtime.Spec) (Cold, error) {
+	var c Cold
+	t0 := time.Now()
+	if err := d.Create(ctx, spec); err != nil {
+		return c, err
+	}
+	t1 := time.Now()
+	sb, err := d.Start(ctx, spec.ID)
+	if err != nil {
+		return c, err
+	}
+	t2 := time.Now()
+	cl, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		return c, err
+	}
+	defer cl.Close()
+	p, err := cl.Exec(ctx, agent.ExecRequest{ID: "true", Argv: []string{"/bin/true"}}, nil)
+	if err != nil {
+		return c, err
+	}
+	if ex, err := p.Wait(nil, nil); err != nil || ex.ExitCode != 0 {
+		return c, fmt.Errorf("/bin/true: %+v %v", ex, err)
+	}
+	c.Create, c.Start, c.FirstExec = t1.Sub(t0), t2.Sub(t1), time.Since(t2)
+	return c, nil
+}
+
 type env struct {
 	d         runtime.Driver
 	opts      Options
@@ -102,12 +185,17 @@ type box struct {
 	pid int // the init's host pid, when the driver tells
 }
 
+// timeout is a context for the calls of a test, which ends after d or with the test.
+func timeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func (e *env) create(t *testing.T, lim runtime.Limits) string {
 	t.Helper()
 	id := newID("")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := e.d.Create(ctx, runtime.Spec{ID: id, Image: e.opts.Image, Limits: lim}); err != nil {
+	if err := e.d.Create(timeout(t, time.Minute), runtime.Spec{ID: id, Image: e.opts.Image, Limits: lim}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	t.Cleanup(func() { e.destroyAndCheck(t, id, 0) })
@@ -122,8 +210,7 @@ func (e *env) boot(t *testing.T, lim runtime.Limits) *box {
 
 func (e *env) start(t *testing.T, id string) *box {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
+	ctx := timeout(t, 5*time.Minute)
 	sb, err := e.d.Start(ctx, id)
 	if err != nil {
 		t.Fatalf("start: %v", err)
