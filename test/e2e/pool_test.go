@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/testkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -256,17 +256,9 @@ def run(input, config):
 			defer os.Remove(p)
 		}
 	}
-	port := testkit.Greeter(t, "host secret\n")
+	port := runtimetest.HostSecret(t)
 	paths, _ := json.Marshal(planted)
-	m = s.runWarm(t, "host-reach", fmt.Sprintf(`import os, socket, errno
-def attempt(host, port):
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect((host, port))
-        return "connected: " + s.recv(100).decode()
-    except OSError as e:
-        return errno.errorcode.get(e.errno, str(e))
+	m = s.runWarm(t, "host-reach", runtimetest.AttemptPy+fmt.Sprintf(`import os
 def run(input, config):
     return {"files": [p for p in %s if os.path.exists(p)],
             "host": attempt("127.0.0.1", %d), "out": attempt("1.1.1.1", 80),

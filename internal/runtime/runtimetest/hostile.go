@@ -22,6 +22,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 func (e *env) hostile(t *testing.T) {
@@ -312,22 +313,7 @@ func (e *env) stdoutFlood(t *testing.T) {
 // ends with the test.
 func HostSecret(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host secret\n"))
-			c.Close()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return testkit.Greeter(t, "host secret\n")
 }
 
 // AttemptPy is Python that defines attempt(host, port), which connects with a 3 s timeout
