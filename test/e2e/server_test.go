@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -143,6 +144,10 @@ func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Rege
 	watch := testkit.WatchLines(ready)
 	p.cmd.Stderr = io.MultiWriter(log, watch)
 	p.cmd.Stdout = log
+	// Wait returns at most this long after the process itself exited, even when a process it
+	// started still holds its stdout or stderr (Wait then answers exec.ErrWaitDelay, which
+	// stop reports): the shutdown a test times is the server's.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +164,13 @@ func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Rege
 
 // stop ends the server with SIGTERM and waits for it, then its host agent.
 func (s *server) stop() {
-	s.proc.end(syscall.SIGTERM)
-	s.host.end(syscall.SIGTERM)
+	for _, p := range []*proc{s.proc, s.host} {
+		if err := p.end(syscall.SIGTERM); errors.Is(err, exec.ErrWaitDelay) {
+			// A process the server started outlived it holding its output: issue 12's
+			// "shutdown leaves nothing", not fixed yet.
+			s.t.Logf("%s exited, but a process it started still held its output %s later", p.cmd.Args[1], p.cmd.WaitDelay)
+		}
+	}
 	if s.t.Failed() {
 		s.t.Logf("lbb serve log:\n%s", lastLines(s.stderr.String(), 40))
 	}
@@ -172,17 +182,19 @@ func (s *server) kill9() {
 	s.host.end(syscall.SIGKILL)
 }
 
-// end signals the process and waits for it (killing it after 2 minutes).
-func (p *proc) end(sig syscall.Signal) {
+// end signals the process and waits for it (killing it after 2 minutes), and answers what
+// its Wait answered.
+func (p *proc) end(sig syscall.Signal) error {
 	if p == nil || p.cmd.ProcessState != nil {
-		return
+		return nil
 	}
 	p.cmd.Process.Signal(sig)
 	select {
-	case <-p.exited:
+	case err := <-p.exited:
+		return err
 	case <-time.After(2 * time.Minute):
 		p.cmd.Process.Kill()
-		<-p.exited
+		return <-p.exited
 	}
 }
 
