@@ -80,7 +80,9 @@ func (l *Local) path(digest string) string {
 	return filepath.Join(l.dir, "sha256", digest[:2], digest)
 }
 
-// ctxReader stops a copy when its context ends.
+// ContextReader reads from r until ctx ends: a copy from it stops with ctx's error.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/output"
 )
@@ -168,7 +169,7 @@ func (h *Local) WriteStdin(ctx context.Context, commandID string, r io.Reader, c
 	}
 	c.stdinMu.Lock()
 	defer c.stdinMu.Unlock()
-	n, err := io.Copy(countingWriter{c.stdin, &c.stdinBytes}, ctxReader{ctx, r})
+	n, err := io.Copy(countingWriter{c.stdin, &c.stdinBytes}, blobs.ContextReader(ctx, r))
 	res.Bytes = n
 	if err != nil {
 		if errors.Is(err, io.ErrClosedPipe) || strings.Contains(err.Error(), "has ended") {
@@ -220,16 +221,4 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
