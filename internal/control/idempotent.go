@@ -37,10 +37,14 @@ func keyOfCommand(ctx context.Context, q store.Queries, commandID string) (r sto
 	return r, err == nil, err
 }
 
-// finishKey, in the transaction q, keeps resp as the answer of the idempotency record r and
+// finishKey, in the transaction q, keeps resp (a run's without its result) as the answer of the idempotency record r and
 // writes the call's audit entry with target, unless the entry is already taken (or there is
 // none).
 func (s *Service) finishKey(ctx context.Context, q store.Queries, r store.Idempotency, resp Response, at *time.Time, audit *PendingAudit, target string) error {
+	if runAnswer(r) {
+		// The command record keeps the result; a replay reads it back (storedAnswer).
+		resp.Body = withoutResult(resp.Body)
+	}
 	idempotency.Finish(&r, resp, at)
 	if err := q.UpdateIdempotency(ctx, r); err != nil {
 		return err
