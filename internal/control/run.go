@@ -62,27 +62,27 @@ type RunResult struct {
 	Result json.RawMessage `json:"result"`
 	// ResultTruncated: the result was larger than the server's --max-result-bytes; the File
 	// ResultFile holds it (GET /v1/files/{id}/content), ResultBytes long.
-	ResultTruncated bool   `json:"result_truncated,omitempty"`
-	ResultBytes     int64  `json:"result_bytes,omitempty"`
-	ResultFile      string `json:"result_file,omitempty"`
-	Error           string `json:"error,omitempty"`
-	Command    string             `json:"command"`
-	Sandbox    string             `json:"sandbox"`
-	Status     string             `json:"status"`
-	ExitCode   *int               `json:"exit_code"`
-	Signal     string             `json:"signal,omitempty"`
-	DurationMs int64              `json:"duration_ms"`
-	Stdout     store.Output       `json:"stdout"`
-	Stderr     store.Output       `json:"stderr"`
-	Base       string             `json:"base"`
-	Template   *store.TemplateRef `json:"template,omitempty"`
-	Limits     store.Limits       `json:"limits"`
-	Isolation  string             `json:"isolation,omitempty"`
-	TimeoutMs  int64              `json:"timeout_ms"`
-	Usage      store.Usage        `json:"usage"`
-	CreatedAt  time.Time          `json:"created_at"`
-	StartedAt  *time.Time         `json:"started_at,omitempty"`
-	FinishedAt *time.Time         `json:"finished_at,omitempty"`
+	ResultTruncated bool               `json:"result_truncated,omitempty"`
+	ResultBytes     int64              `json:"result_bytes,omitempty"`
+	ResultFile      string             `json:"result_file,omitempty"`
+	Error           string             `json:"error,omitempty"`
+	Command         string             `json:"command"`
+	Sandbox         string             `json:"sandbox"`
+	Status          string             `json:"status"`
+	ExitCode        *int               `json:"exit_code"`
+	Signal          string             `json:"signal,omitempty"`
+	DurationMs      int64              `json:"duration_ms"`
+	Stdout          store.Output       `json:"stdout"`
+	Stderr          store.Output       `json:"stderr"`
+	Base            string             `json:"base"`
+	Template        *store.TemplateRef `json:"template,omitempty"`
+	Limits          store.Limits       `json:"limits"`
+	Isolation       string             `json:"isolation,omitempty"`
+	TimeoutMs       int64              `json:"timeout_ms"`
+	Usage           store.Usage        `json:"usage"`
+	CreatedAt       time.Time          `json:"created_at"`
+	StartedAt       *time.Time         `json:"started_at,omitempty"`
+	FinishedAt      *time.Time         `json:"finished_at,omitempty"`
 }
 
 // RouteCreateSandbox is the route idempotency keys of one-call runs belong to.
