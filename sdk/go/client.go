@@ -176,6 +176,27 @@ func IsConflict(err error) bool { return StatusOf(err) == http.StatusConflict }
 // IsInvalid reports whether the server found the request malformed (400).
 func IsInvalid(err error) bool { return StatusOf(err) == http.StatusBadRequest }
 
+// Codes of the graph's quotas: a call that would go past a count quota answers 429
+// quota_exceeded, past a byte quota 413 quota_bytes_exceeded; the message names the quota,
+// its usage and limit (Client.Quotas reads them all). Deleting something makes room; the
+// SDK does not retry them.
+const (
+	CodeQuotaExceeded      = "quota_exceeded"
+	CodeQuotaBytesExceeded = "quota_bytes_exceeded"
+)
+
+// IsQuotaExceeded reports whether the call would have taken the graph past one of its
+// quotas (a count or bytes).
+func IsQuotaExceeded(err error) bool {
+	c := CodeOf(err)
+	return c == CodeQuotaExceeded || c == CodeQuotaBytesExceeded
+}
+
+// Quotas returns the graph's quotas: usage and limits (GET /v1/quotas).
+func (c *Client) Quotas(ctx context.Context) (*Quotas, error) {
+	return get[Quotas](ctx, c, "/v1/quotas", nil)
+}
+
 // NewIdempotencyKey returns a fresh random key.
 func NewIdempotencyKey() string {
 	b := make([]byte, 16)
