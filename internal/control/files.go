@@ -148,7 +148,9 @@ func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Re
 	if strings.ContainsAny(name, "/\x00") || len(name) > 255 {
 		return Response{}, errdefs.InvalidArgument("name %q: a file name, without slashes, of at most 255 bytes", name)
 	}
-	if err := s.roomForFile(ctx, c.Graph, unknownSize); err != nil {
+	// Before the bytes are read, unless the key names an earlier call (which may have filled
+	// the quota): its retry is answered from the key.
+	if err := s.roomForFile(ctx, c.Graph, unknownSize); err != nil && !s.keyTaken(ctx, c.Graph, idemKey) {
 		return Response{}, err
 	}
 	st, err := bs.Stage(ctx, r, s.cfg.MaxFileBytes)

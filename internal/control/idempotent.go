@@ -27,6 +27,15 @@ func (s *Service) keys() idempotency.Keys {
 	return idempotency.Keys{Store: s.st, Now: s.now, MaxWait: s.cfg.MaxWait, Log: s.log}
 }
 
+// keyTaken reports whether an earlier call reserved key in graph.
+func (s *Service) keyTaken(ctx context.Context, graph, key string) bool {
+	if key == "" {
+		return false
+	}
+	_, err := s.st.GetIdempotency(ctx, graph, key)
+	return err == nil
+}
+
 // keyOfCommand answers the idempotency record of the call that started a command; ok is
 // false when none did (a command started without a key) or on an error.
 func keyOfCommand(ctx context.Context, q store.Queries, commandID string) (r store.Idempotency, ok bool, err error) {

@@ -85,12 +85,21 @@ func TestFileQuotas(t *testing.T) {
 	}
 	_, err := e.upload(t, e.caller, "b", "12345")
 	wantQuota(t, "5 bytes past 6 of 10", err, control.QuotaFileBytes, 6, 10)
-	b, err := e.upload(t, e.caller, "b", "1234")
+	uploadB := func() (control.Response, error) {
+		return e.svc.UploadFile(ctx, e.caller, "b", strings.NewReader("1234"), "upload-b")
+	}
+	resp, err := uploadB()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var b store.File
+	json.Unmarshal(resp.Body, &b)
 	_, err = e.upload(t, e.caller, "c", "")
 	wantQuota(t, "a third File", err, control.QuotaFiles, 2, 2)
+	// The retry of the upload that filled the quota gets its answer, not a refusal.
+	if again, err := uploadB(); err != nil || !again.Replayed || !bytes.Equal(again.Body, resp.Body) {
+		t.Fatalf("retry of the upload that filled the quota: %s %v", again.Body, err)
+	}
 	// Another graph has quotas of its own.
 	other := control.Caller{Graph: "other", Key: e.caller.Key}
 	if _, err := e.upload(t, other, "a", "1234567890"); err != nil {

@@ -42,8 +42,9 @@ type Options struct {
 	Graph string
 	// HTTPClient makes the requests; http.DefaultClient when nil.
 	HTTPClient *http.Client
-	// MaxRetries bounds the retries of a call that failed on the network, or with 429 or
-	// 503; 0 means 8, negative means none.
+	// MaxRetries bounds the retries of a call that failed on the network, or with 429 (but
+	// not quota_exceeded: a quota stays full until something is deleted) or 503; 0 means 8,
+	// negative means none.
 	MaxRetries int
 	// UserAgent is sent with every request.
 	UserAgent string
