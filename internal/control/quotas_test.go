@@ -474,3 +474,36 @@ func TestSnapshotQuotas(t *testing.T) {
 		t.Fatalf("snapshots: %+v", got)
 	}
 }
+
+// TestLargeResultInSandbox: run() in a long-lived sandbox answers like a one-call run: a
+// result past the cap is a File, a smaller one is in the record alone, and its key's replay
+// reads it back.
+func TestLargeResultInSandbox(t *testing.T) {
+	e := setup3(t, func(c *config.Config) { c.MaxResultBytes = 1024 })
+	sb := e.create(t, control.CreateRequest{})
+	runIn := func(key, code string) control.RunResult {
+		t.Helper()
+		resp, err := e.svc.RunIn(ctx, e.caller, sb.ID, control.RunInRequest{RunBody: control.RunBody{Code: code}}, key, "h-"+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeResult(t, resp)
+	}
+	r := runIn("big", "def run(input, config):\n    return 'x' * 3000")
+	if !r.OK || !isNull(r.Result) || !r.ResultTruncated || r.ResultBytes != 3002 || r.ResultFile == "" {
+		t.Fatalf("large: %+v", r)
+	}
+	if f, err := e.svc.GetFile(ctx, "main", r.ResultFile); err != nil || f.Size != 3002 || f.Origin.Command != r.Command {
+		t.Fatalf("its File: %+v %v", f, err)
+	}
+	small := runIn("small", "def run(input, config):\n    return {'n': 41 + 1}")
+	if string(small.Result) != `{"n":42}` {
+		t.Fatalf("small: %s", small.Result)
+	}
+	if k, _ := e.st.GetIdempotency(ctx, "main", "small"); !bytes.Contains(k.ResponseBody, []byte(`"result":null`)) {
+		t.Fatalf("the key keeps the result: %s", k.ResponseBody)
+	}
+	if again := runIn("small", "def run(input, config):\n    return {'n': 41 + 1}"); string(again.Result) != `{"n":42}` {
+		t.Fatalf("replay: %s", again.Result)
+	}
+}
