@@ -134,9 +134,17 @@ func filesImport(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []stri
 	return answer(cf, e, err, func(e *lbb.FileEntry) { fmt.Printf("%s\t%d bytes\tsha256 %s\n", e.Path, e.Size, e.SHA256) })
 }
 
+func filesDelete(ctx context.Context, c *lbb.Client, cf *clientFlags, pos []string) error {
+	f, err := c.GraphFiles.Delete(ctx, pos[0])
+	return answer(cf, f, err, func(f *lbb.File) { fmt.Printf("deleted %s (%s, %d bytes)\n", f.ID, orDash(f.Name), f.Size) })
+}
+
 func origin(o lbb.FileOrigin) string {
-	if o.Kind == "sandbox" {
+	switch o.Kind {
+	case "sandbox":
 		return o.Sandbox + ":" + o.Path
+	case "result":
+		return "result of " + o.Command
 	}
 	return o.Kind
 }

@@ -67,6 +67,7 @@ bytes and exits 125. An error of lbb or the server exits 1, a usage error 2.`},
 			{name: "list", args: "[--limit N]", help: "the graph's Files", run: filesList},
 			{name: "download", args: "FILE_ID [LOCAL]", help: "a File's bytes (to stdout without LOCAL)", run: filesCall(1, 2, filesDownload)},
 			{name: "import", args: "SANDBOX PATH SHA256", help: "copy a File of the graph into a workspace", run: filesCall(3, 3, filesImport)},
+			{name: "delete", args: "FILE_ID", help: "delete a File of the graph (its bytes go with the last File that names them;\nworkspaces that imported it keep their copies)", run: filesCall(1, 1, filesDelete)},
 		},
 	}
 	commands["templates"] = command{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,7 +77,11 @@ func runRun(ctx context.Context, args []string) error {
 		if s := run.Stdout.String(); s != "" {
 			fmt.Fprint(os.Stderr, s)
 		}
-		if run.OK {
+		if run.OK && run.ResultTruncated {
+			if err := printResultFile(ctx, c, &run.RunResult); err != nil {
+				return err
+			}
+		} else if run.OK {
 			var v any
 			if err := json.Unmarshal(run.Result, &v); err == nil {
 				printJSON(v)
@@ -94,6 +99,24 @@ func runRun(ctx context.Context, args []string) error {
 		}
 		return exitError{1, msg}
 	}
+	return nil
+}
+
+// printResultFile prints a result larger than its record keeps, from the File that holds it.
+func printResultFile(ctx context.Context, c *lbb.Client, run *lbb.RunResult) error {
+	if run.ResultFile == "" {
+		return exitError{1, fmt.Sprintf("run %s: %s", run.Command, run.Error)}
+	}
+	fmt.Fprintf(os.Stderr, "the result (%d bytes) is kept as File %s (lbb files download %s)\n", run.ResultBytes, run.ResultFile, run.ResultFile)
+	rc, err := c.GraphFiles.Content(ctx, run.ResultFile)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if _, err := io.Copy(os.Stdout, rc); err != nil {
+		return err
+	}
+	fmt.Println()
 	return nil
 }
 

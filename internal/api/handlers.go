@@ -73,6 +73,8 @@ func (s *Server) routes() {
 	s.handle("GET", "/v1/files", filesR, graph, !audited, s.listGraphFiles)
 	s.handle("GET", "/v1/files/{id}", filesR, graph, !audited, s.getGraphFile)
 	s.handle("GET", "/v1/files/{id}/content", filesR, graph, !audited, s.graphFileContent)
+	s.handle("DELETE", "/v1/files/{id}", filesW, graph, audited, s.deleteGraphFile)
+	s.handle("GET", "/v1/quotas", scopeAny, graph, !audited, s.getQuotas)
 	// Importing a File into a sandbox reads the File.
 	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile).Also = []string{filesR}
 

@@ -349,6 +349,17 @@ func (s *Server) getGraphFile(w http.ResponseWriter, r *http.Request, c *call) e
 	return answer(w, http.StatusOK, f, err)
 }
 
+func (s *Server) deleteGraphFile(w http.ResponseWriter, r *http.Request, c *call) error {
+	c.target = r.PathValue("id")
+	f, err := s.svc.DeleteFile(r.Context(), c.caller.Graph, c.target)
+	return answer(w, http.StatusOK, f, err)
+}
+
+func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request, c *call) error {
+	q, err := s.svc.Quotas(r.Context(), c.caller.Graph)
+	return answer(w, http.StatusOK, q, err)
+}
+
 func (s *Server) graphFileContent(w http.ResponseWriter, r *http.Request, c *call) error {
 	f, rc, err := s.svc.OpenGraphFile(r.Context(), c.caller.Graph, r.PathValue("id"))
 	if err != nil {

@@ -150,6 +150,26 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("graphFileContent", gf+"/{id}/content", 401, "GET", gf+"/"+fid+"/content"+q, "", nil, "")
 	check("graphFileContent", gf+"/{id}/content", 403, "GET", gf+"/"+fid+"/content"+q, reader, nil, "")
 	check("graphFileContent", gf+"/{id}/content", 404, "GET", gf+"/"+fid+"/content?graph=other", other, nil, "")
+	// A File a template version names stays; another goes, with its blob.
+	check("createTemplate", "/v1/sandboxes/templates", 201, "POST", "/v1/sandboxes/templates"+q, admin, nil,
+		`{"name": "reads-kept", "code": "def run(i, c): return i", "files": [{"file": "`+fid+`", "path": "k.txt"}]}`)
+	const gd = gf + "/{id}"
+	upID := up["id"].(string)
+	check("deleteGraphFile", gd, 409, "DELETE", gf+"/"+fid+q, admin, nil, "")
+	check("deleteGraphFile", gd, 401, "DELETE", gf+"/"+upID+q, "", nil, "")
+	check("deleteGraphFile", gd, 403, "DELETE", gf+"/"+upID+q, reader, nil, "")
+	check("deleteGraphFile", gd, 404, "DELETE", gf+"/"+upID+"?graph=other", other, nil, "")
+	if r := check("deleteGraphFile", gd, 200, "DELETE", gf+"/"+upID+q, admin, nil, "").json(t); r["id"] != upID {
+		t.Fatalf("delete: %v", r)
+	}
+	check("deleteGraphFile", gd, 404, "DELETE", gf+"/"+upID+q, admin, nil, "")
+	check("graphFileContent", gf+"/{id}/content", 404, "GET", gf+"/"+upID+"/content"+q, admin, nil, "")
+	quotas := check("getQuotas", "/v1/quotas", 200, "GET", "/v1/quotas"+q, reader, nil, "").json(t)
+	if f := quotas["quotas"].(map[string]any)["files"].(map[string]any); f["usage"] != 1.0 || f["limit"] != 10000.0 {
+		t.Fatalf("quotas: %v", quotas)
+	}
+	check("getQuotas", "/v1/quotas", 401, "GET", "/v1/quotas"+q, "", nil, "")
+	check("getQuotas", "/v1/quotas", 404, "GET", "/v1/quotas"+q, other, nil, "")
 
 	const im = "/v1/sandboxes/files/content"
 	imq := im + q + "&sandbox=" + a + "&path=imported/a.txt&source_sha256="

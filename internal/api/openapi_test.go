@@ -207,22 +207,11 @@ func jsonType(v any) string {
 	return "unknown"
 }
 
-// TestOpenAPIContract exercises every documented route for every status code the document
-// gives it, and checks each answer against the documented schema.
-func TestOpenAPIContract(t *testing.T) {
-	d := loadDoc(t)
-	s := newServer(t, func(c *config.Config) {
-		c.MaxRunningPerGraph = 1
-		c.MaxBodyBytes = 4096
-		c.MaxFileBytes = 4096
-	})
-	seen := map[string]bool{} // "METHOD /path STATUS"
-	reader := s.key([]string{"main"}, []string{store.ScopeSandboxesRead})
-	other := s.key([]string{"other"}, nil)
-	admin := s.admin
-	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
-
-	check := func(op, pattern string, want int, method, path, key string, hdr map[string]string, body string) reply {
+// checker answers a check of one call to s: its status is want, the document gives that
+// status to the route, and the answer matches the documented schema. seen collects what
+// was checked.
+func checker(t *testing.T, d doc, s *server, seen map[string]bool) checkFunc {
+	return func(op, pattern string, want int, method, path, key string, hdr map[string]string, body string) reply {
 		t.Helper()
 		r := s.do(method, path, key, hdr, body)
 		if r.status != want {
@@ -248,6 +237,23 @@ func TestOpenAPIContract(t *testing.T) {
 		seen[fmt.Sprintf("%s %s %d", method, pattern, want)] = true
 		return r
 	}
+}
+
+// TestOpenAPIContract exercises every documented route for every status code the document
+// gives it, and checks each answer against the documented schema.
+func TestOpenAPIContract(t *testing.T) {
+	d := loadDoc(t)
+	s := newServer(t, func(c *config.Config) {
+		c.MaxRunningPerGraph = 1
+		c.MaxBodyBytes = 4096
+		c.MaxFileBytes = 4096
+	})
+	seen := map[string]bool{} // "METHOD /path STATUS"
+	reader := s.key([]string{"main"}, []string{store.ScopeSandboxesRead})
+	other := s.key([]string{"other"}, nil)
+	admin := s.admin
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	check := checker(t, d, s, seen)
 
 	check("healthz", "/healthz", 200, "GET", "/healthz", "", nil, "")
 	check("metrics", "/metrics", 200, "GET", "/metrics", admin, nil, "")
@@ -348,6 +354,7 @@ func TestOpenAPIContract(t *testing.T) {
 
 	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
 	snapshotContract(t, s, check, admin, reader, other, sbxID, stopped)
+	quotaContract(t, d, seen)
 
 	// 503: a server that is shutting down takes no run.
 	time.Sleep(50 * time.Millisecond)

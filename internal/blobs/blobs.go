@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,17 +26,46 @@ type Info struct {
 }
 
 // Store keeps blobs by content. Implementations are safe for concurrent use.
+//
+// Adding and removing the last name of a blob go in steps, so that the record store can
+// order them (control's Files): Stage writes the bytes aside, Publish puts them in place
+// (inside the transaction that records the File), Discard drops what was not published;
+// Trash takes a blob out of place (inside the transaction that deletes its last File), and
+// after the commit Purge removes it for good, or Restore puts it back when the commit failed.
 type Store interface {
 	// Put streams r into the store and answers its digest and size. More than max bytes
 	// (max > 0) fail with a PayloadTooLarge error and keep nothing. Putting bytes that are
 	// there already keeps one copy.
 	Put(ctx context.Context, r io.Reader, max int64) (Info, error)
+	// Stage streams r aside, as Put does, without putting it in place yet.
+	Stage(ctx context.Context, r io.Reader, max int64) (*Staged, error)
+	// Publish puts staged bytes in place under their digest (kept once when they are there
+	// already). The staged copy is used up.
+	Publish(ctx context.Context, st *Staged) error
+	// Discard drops staged bytes that were not published; after Publish it does nothing.
+	Discard(st *Staged)
 	// Open streams a blob; an unknown digest is NotFound. The caller closes the reader.
 	Open(ctx context.Context, sha256 string) (io.ReadCloser, Info, error)
 	// Stat answers a blob's size; an unknown digest is NotFound.
 	Stat(ctx context.Context, sha256 string) (Info, error)
 	// Delete removes a blob; an unknown digest is no error.
 	Delete(ctx context.Context, sha256 string) error
+	// Trash takes a blob out of place (Open no longer finds it) and keeps it aside; an
+	// unknown digest is no error.
+	Trash(ctx context.Context, sha256 string) error
+	// Restore puts a trashed blob back in place (dropping it when the same bytes are there
+	// again); Purge removes it. Either is no error for a digest with nothing in the trash.
+	Restore(ctx context.Context, sha256 string) error
+	Purge(ctx context.Context, sha256 string) error
+	// Digests lists the blobs in place and those in the trash.
+	Digests(ctx context.Context) (placed, trashed []string, err error)
+}
+
+// Staged is bytes a Store holds aside until Publish or Discard.
+type Staged struct {
+	Info
+	// path is where they are; "" once published or discarded.
+	path string
 }
 
 // ValidDigest reports whether s is a lower-case hex SHA-256.
@@ -52,8 +82,8 @@ func ValidDigest(s string) bool {
 }
 
 // Local keeps blobs in a directory: <dir>/sha256/<first two hex digits>/<digest>, written
-// to a temporary file first and renamed into place once whole, so a reader never sees a
-// partial blob.
+// to a temporary file first (<dir>/tmp) and renamed into place once whole, so a reader
+// never sees a partial blob. Trashed blobs wait in <dir>/trash/<digest>.
 type Local struct {
 	dir string
 }
@@ -62,7 +92,7 @@ var _ Store = (*Local)(nil)
 
 // NewLocal returns a store in dir, made when missing.
 func NewLocal(dir string) (*Local, error) {
-	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp")} {
+	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("blobs: %w", err)
 		}
@@ -96,15 +126,23 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // Put implements Store.
-func (l *Local) Put(ctx context.Context, r io.Reader, max int64) (_ Info, err error) {
+func (l *Local) Put(ctx context.Context, r io.Reader, max int64) (Info, error) {
+	st, err := l.Stage(ctx, r, max)
+	if err != nil {
+		return Info{}, err
+	}
+	defer l.Discard(st)
+	return st.Info, l.Publish(ctx, st)
+}
+
+// Stage implements Store.
+func (l *Local) Stage(ctx context.Context, r io.Reader, max int64) (_ *Staged, err error) {
 	f, err := os.CreateTemp(filepath.Join(l.dir, "tmp"), "put-")
 	if err != nil {
-		return Info{}, fmt.Errorf("blobs: %w", err)
+		return nil, fmt.Errorf("blobs: %w", err)
 	}
 	defer func() {
-		if f != nil {
-			f.Close()
-		}
+		f.Close()
 		if err != nil {
 			os.Remove(f.Name())
 		}
@@ -116,38 +154,49 @@ func (l *Local) Put(ctx context.Context, r io.Reader, max int64) (_ Info, err er
 	}
 	n, err := io.Copy(io.MultiWriter(f, h), src)
 	if err != nil {
-		return Info{}, fmt.Errorf("blobs: writing: %w", err)
+		return nil, fmt.Errorf("blobs: writing: %w", err)
 	}
 	if max > 0 && n > max {
-		return Info{}, errdefs.New(errdefs.ClassPayloadTooLarge, "", "the file is larger than this server's cap of %d bytes", max)
+		return nil, errdefs.New(errdefs.ClassPayloadTooLarge, "", "the file is larger than this server's cap of %d bytes", max)
 	}
 	if err := f.Sync(); err != nil {
-		return Info{}, fmt.Errorf("blobs: %w", err)
+		return nil, fmt.Errorf("blobs: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return Info{}, fmt.Errorf("blobs: %w", err)
+	if err := f.Chmod(0o400); err != nil {
+		return nil, fmt.Errorf("blobs: %w", err)
 	}
-	tmp := f.Name()
-	f = nil
-	info := Info{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
-	dst := l.path(info.SHA256)
-	if fi, serr := os.Stat(dst); serr == nil && fi.Size() == n {
+	return &Staged{Info: Info{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, path: f.Name()}, nil
+}
+
+// Publish implements Store.
+func (l *Local) Publish(ctx context.Context, st *Staged) error {
+	if st.path == "" {
+		return fmt.Errorf("blobs: %s was published or discarded already", st.SHA256)
+	}
+	tmp := st.path
+	st.path = ""
+	dst := l.path(st.SHA256)
+	if fi, err := os.Stat(dst); err == nil && fi.Size() == st.Size {
 		os.Remove(tmp)
-		return info, nil
+		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		os.Remove(tmp)
-		return Info{}, fmt.Errorf("blobs: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o400); err != nil {
-		os.Remove(tmp)
-		return Info{}, fmt.Errorf("blobs: %w", err)
+		return fmt.Errorf("blobs: %w", err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		os.Remove(tmp)
-		return Info{}, fmt.Errorf("blobs: %w", err)
+		return fmt.Errorf("blobs: %w", err)
 	}
-	return info, nil
+	return nil
+}
+
+// Discard implements Store.
+func (l *Local) Discard(st *Staged) {
+	if st != nil && st.path != "" {
+		os.Remove(st.path)
+		st.path = ""
+	}
 }
 
 // Open implements Store.
@@ -192,6 +241,74 @@ func (l *Local) Delete(ctx context.Context, digest string) error {
 		return fmt.Errorf("blobs: %w", err)
 	}
 	return nil
+}
+
+func (l *Local) trashPath(digest string) string { return filepath.Join(l.dir, "trash", digest) }
+
+// Trash implements Store.
+func (l *Local) Trash(ctx context.Context, digest string) error {
+	if !ValidDigest(digest) {
+		return errdefs.InvalidArgument("%q is not a sha256 digest", digest)
+	}
+	if err := os.Rename(l.path(digest), l.trashPath(digest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("blobs: %w", err)
+	}
+	return nil
+}
+
+// Restore implements Store.
+func (l *Local) Restore(ctx context.Context, digest string) error {
+	if !ValidDigest(digest) {
+		return errdefs.InvalidArgument("%q is not a sha256 digest", digest)
+	}
+	src := l.trashPath(digest)
+	if _, err := os.Stat(l.path(digest)); err == nil {
+		return l.Purge(ctx, digest) // the same bytes were put in place again meanwhile
+	}
+	if err := os.MkdirAll(filepath.Dir(l.path(digest)), 0o700); err != nil {
+		return fmt.Errorf("blobs: %w", err)
+	}
+	if err := os.Rename(src, l.path(digest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("blobs: %w", err)
+	}
+	return nil
+}
+
+// Purge implements Store.
+func (l *Local) Purge(ctx context.Context, digest string) error {
+	if !ValidDigest(digest) {
+		return errdefs.InvalidArgument("%q is not a sha256 digest", digest)
+	}
+	if err := os.Remove(l.trashPath(digest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("blobs: %w", err)
+	}
+	return nil
+}
+
+// Digests implements Store.
+func (l *Local) Digests(ctx context.Context) (placed, trashed []string, err error) {
+	err = filepath.WalkDir(filepath.Join(l.dir, "sha256"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && ValidDigest(d.Name()) {
+			placed = append(placed, d.Name())
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("blobs: %w", err)
+	}
+	es, err := os.ReadDir(filepath.Join(l.dir, "trash"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("blobs: %w", err)
+	}
+	for _, e := range es {
+		if ValidDigest(e.Name()) {
+			trashed = append(trashed, e.Name())
+		}
+	}
+	return placed, trashed, nil
 }
 
 // Digest is the hex SHA-256 of b, for tests and small payloads.

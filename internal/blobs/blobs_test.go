@@ -99,3 +99,83 @@ func TestLocalConcurrentPuts(t *testing.T) {
 	}
 	r.Close()
 }
+
+// TestStagedAndTrash: staged bytes are not readable until published and leave nothing when
+// discarded; a trashed blob is not readable, and comes back or goes for good.
+func TestStagedAndTrash(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("staged bytes")
+	st, err := s.Stage(ctx, bytes.NewReader(data), 0)
+	if err != nil || st.SHA256 != Digest(data) || st.Size != int64(len(data)) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := s.Stat(ctx, st.SHA256); !errdefs.IsNotFound(err) {
+		t.Fatalf("staged bytes are readable: %v", err)
+	}
+	if err := s.Publish(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(ctx, st); err == nil {
+		t.Fatal("published twice")
+	}
+	s.Discard(st) // after Publish: nothing
+	if _, err := s.Stat(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := s.Stage(ctx, strings.NewReader("never published"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Discard(dropped)
+	if tmps, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+
+	if err := s.Trash(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, st.SHA256); !errdefs.IsNotFound(err) {
+		t.Fatalf("a trashed blob is readable: %v", err)
+	}
+	placed, trashed, err := s.Digests(ctx)
+	if err != nil || len(placed) != 0 || len(trashed) != 1 || trashed[0] != st.SHA256 {
+		t.Fatalf("placed %v, trashed %v, %v", placed, trashed, err)
+	}
+	if err := s.Restore(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, st.SHA256); err != nil {
+		t.Fatalf("restored: %v", err)
+	}
+	// Trashed, then the same bytes put in place again: Restore keeps one copy.
+	if err := s.Trash(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, bytes.NewReader(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if placed, trashed, _ := s.Digests(ctx); len(placed) != 1 || len(trashed) != 0 {
+		t.Fatalf("placed %v, trashed %v", placed, trashed)
+	}
+	if err := s.Trash(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, st.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []func(context.Context, string) error{s.Trash, s.Restore, s.Purge} {
+		if err := f(ctx, st.SHA256); err != nil {
+			t.Fatalf("on nothing: %v", err)
+		}
+	}
+	if placed, trashed, _ := s.Digests(ctx); len(placed) != 0 || len(trashed) != 0 {
+		t.Fatalf("placed %v, trashed %v", placed, trashed)
+	}
+}

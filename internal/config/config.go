@@ -23,6 +23,22 @@ type Limits struct {
 	DiskMiB   int64
 }
 
+// Quotas bound, per graph, the counts and bytes of what outlives a run. Each is a flag
+// --quota-<name> (LBB_QUOTA_<NAME>).
+type Quotas struct {
+	Files         int64
+	FileBytes     int64
+	Snapshots     int64
+	SnapshotBytes int64
+	// Checkpoints are the sandboxes paused with their memory saved to disk.
+	Checkpoints     int64
+	CheckpointBytes int64
+	// StoppedSandboxes and StoppedDiskBytes: a stopped sandbox's disk counts at its size
+	// limit, what it may fill once resumed.
+	StoppedSandboxes int64
+	StoppedDiskBytes int64
+}
+
 // Config is the server's configuration.
 type Config struct {
 	Addr      string
@@ -52,6 +68,14 @@ type Config struct {
 	MaxWait     time.Duration
 
 	MaxRunningPerGraph int
+	// MaxSandboxesPerGraph bounds a graph's sandboxes that hold a disk: starting, running,
+	// paused and stopped ones.
+	MaxSandboxesPerGraph int
+	// Quotas bound what each graph keeps on the host between runs.
+	Quotas Quotas
+	// MaxResultBytes is the largest run result a record and an answer carry; a larger one is
+	// kept as a File of the graph the answer names.
+	MaxResultBytes int64
 	// MaxStreamsPerKey bounds the output streams (SSE) and long-polls one API key holds
 	// open at once.
 	MaxStreamsPerKey int
@@ -93,33 +117,41 @@ type Config struct {
 // Default returns the configuration with every default filled in.
 func Default() Config {
 	return Config{
-		Addr:               "127.0.0.1:7700",
-		DataDir:            "/var/lib/lbb",
-		Runtime:            "ns",
-		Defaults:           Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
-		Max:                Limits{MemoryMiB: 8192, CPUs: 4, Pids: 4096, DiskMiB: 10240},
-		DefaultTimeout:     60 * time.Second,
-		MaxTimeout:         time.Hour,
-		DefaultLifetime:    600 * time.Second,
-		MaxLifetime:        time.Hour,
-		DefaultWait:        60 * time.Second,
-		MaxWait:            5 * time.Minute,
-		MaxRunningPerGraph: 10,
-		MaxStreamsPerKey:   64,
-		MaxBodyBytes:       10 << 20,
-		MaxFileBytes:       100 << 20,
-		OutputHeadBytes:    16 << 10,
-		OutputTailBytes:    16 << 10,
-		SandboxRetention:   30 * 24 * time.Hour,
-		OutputRetention:    7 * 24 * time.Hour,
-		JanitorInterval:    time.Minute,
-		ShutdownGrace:      30 * time.Second,
-		LogLevel:           "info",
-		Pool:               true,
-		PoolMin:            2,
-		PoolMax:            8,
-		PoolRefill:         1,
-		PoolGvisorMin:      1,
+		Addr:                 "127.0.0.1:7700",
+		DataDir:              "/var/lib/lbb",
+		Runtime:              "ns",
+		Defaults:             Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
+		Max:                  Limits{MemoryMiB: 8192, CPUs: 4, Pids: 4096, DiskMiB: 10240},
+		DefaultTimeout:       60 * time.Second,
+		MaxTimeout:           time.Hour,
+		DefaultLifetime:      600 * time.Second,
+		MaxLifetime:          time.Hour,
+		DefaultWait:          60 * time.Second,
+		MaxWait:              5 * time.Minute,
+		MaxRunningPerGraph:   10,
+		MaxSandboxesPerGraph: 100,
+		Quotas: Quotas{
+			Files: 10000, FileBytes: 10 << 30,
+			Snapshots: 100, SnapshotBytes: 100 << 30,
+			Checkpoints: 100, CheckpointBytes: 100 << 30,
+			StoppedSandboxes: 100, StoppedDiskBytes: 256 << 30,
+		},
+		MaxResultBytes:   1 << 20,
+		MaxStreamsPerKey: 64,
+		MaxBodyBytes:     10 << 20,
+		MaxFileBytes:     100 << 20,
+		OutputHeadBytes:  16 << 10,
+		OutputTailBytes:  16 << 10,
+		SandboxRetention: 30 * 24 * time.Hour,
+		OutputRetention:  7 * 24 * time.Hour,
+		JanitorInterval:  time.Minute,
+		ShutdownGrace:    30 * time.Second,
+		LogLevel:         "info",
+		Pool:             true,
+		PoolMin:          2,
+		PoolMax:          8,
+		PoolRefill:       1,
+		PoolGvisorMin:    1,
 	}
 }
 
@@ -147,6 +179,16 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DefaultWait, "default-wait", c.DefaultWait, "how long a call waits for its command when it names no wait_ms")
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
 	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running sandboxes per graph")
+	fs.IntVar(&c.MaxSandboxesPerGraph, "max-sandboxes-per-graph", c.MaxSandboxesPerGraph, "sandboxes per graph that hold a disk: running, paused and stopped (at least --max-running-per-graph)")
+	fs.Int64Var(&c.Quotas.Files, "quota-files", c.Quotas.Files, "Files of the graph per graph")
+	fs.Int64Var(&c.Quotas.FileBytes, "quota-file-bytes", c.Quotas.FileBytes, "bytes of Files of the graph per graph")
+	fs.Int64Var(&c.Quotas.Snapshots, "quota-snapshots", c.Quotas.Snapshots, "snapshots per graph")
+	fs.Int64Var(&c.Quotas.SnapshotBytes, "quota-snapshot-bytes", c.Quotas.SnapshotBytes, "bytes of snapshots per graph")
+	fs.Int64Var(&c.Quotas.Checkpoints, "quota-checkpoints", c.Quotas.Checkpoints, "sandboxes paused with their memory on disk, per graph")
+	fs.Int64Var(&c.Quotas.CheckpointBytes, "quota-checkpoint-bytes", c.Quotas.CheckpointBytes, "bytes of the checkpoints of paused sandboxes per graph")
+	fs.Int64Var(&c.Quotas.StoppedSandboxes, "quota-stopped-sandboxes", c.Quotas.StoppedSandboxes, "stopped sandboxes per graph")
+	fs.Int64Var(&c.Quotas.StoppedDiskBytes, "quota-stopped-disk-bytes", c.Quotas.StoppedDiskBytes, "bytes of stopped sandboxes' disks per graph (each at its size limit)")
+	fs.Int64Var(&c.MaxResultBytes, "max-result-bytes", c.MaxResultBytes, "largest run result kept in its record and answer; a larger one is kept as a File of the graph")
 	fs.IntVar(&c.MaxStreamsPerKey, "max-streams-per-key", c.MaxStreamsPerKey, "output streams and long-polls one API key may hold open at once")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key (by default it needs an admin key)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body")
@@ -259,6 +301,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRunningPerGraph < 1 {
 		bad("--max-running-per-graph must be at least 1")
+	}
+	// Every running sandbox holds a disk: the cap of those is at least the running one.
+	c.MaxSandboxesPerGraph = max(c.MaxSandboxesPerGraph, c.MaxRunningPerGraph)
+	q := c.Quotas
+	for _, v := range []int64{q.Files, q.FileBytes, q.Snapshots, q.SnapshotBytes, q.Checkpoints, q.CheckpointBytes, q.StoppedSandboxes, q.StoppedDiskBytes} {
+		if v < 0 {
+			bad("--quota-* must not be negative (0 allows none)")
+			break
+		}
+	}
+	if c.MaxResultBytes < 1<<10 {
+		bad("--max-result-bytes must be at least 1024")
 	}
 	if c.MaxStreamsPerKey < 1 {
 		bad("--max-streams-per-key must be at least 1")

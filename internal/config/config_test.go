@@ -61,6 +61,18 @@ func TestLoad(t *testing.T) {
 		}},
 		{name: "host agent without token", args: []string{"--host-agent", "http://127.0.0.1:7702"}, wantErr: true},
 		{name: "host agent not a URL", args: []string{"--host-agent", "127.0.0.1:7702", "--host-agent-token", "t"}, wantErr: true},
+		{name: "quotas", args: []string{"--quota-file-bytes", "2048", "--max-result-bytes", "4096"}, env: map[string]string{"LBB_QUOTA_FILES": "3"}, check: func(t *testing.T, c Config) {
+			if c.Quotas.Files != 3 || c.Quotas.FileBytes != 2048 || c.MaxResultBytes != 4096 || c.Quotas.Snapshots != 100 || c.MaxSandboxesPerGraph != 100 {
+				t.Errorf("quotas: %+v, max result %d, sandboxes %d", c.Quotas, c.MaxResultBytes, c.MaxSandboxesPerGraph)
+			}
+		}},
+		{name: "sandbox cap at least the running one", args: []string{"--max-running-per-graph", "500"}, check: func(t *testing.T, c Config) {
+			if c.MaxSandboxesPerGraph != 500 {
+				t.Errorf("max-sandboxes-per-graph %d, want 500", c.MaxSandboxesPerGraph)
+			}
+		}},
+		{name: "negative quota", args: []string{"--quota-snapshots", "-1"}, wantErr: true},
+		{name: "tiny result cap", env: map[string]string{"LBB_MAX_RESULT_BYTES": "10"}, wantErr: true},
 		{name: "bad env", env: map[string]string{"LBB_MAX_PIDS": "many"}, wantErr: true},
 		{name: "default above cap", args: []string{"--default-memory-mib", "9000", "--max-memory-mib", "4096"}, wantErr: true},
 		{name: "bad addr", args: []string{"--addr", "nowhere"}, wantErr: true},

@@ -300,24 +300,32 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	if out.Infrastructure != "" {
 		log.Warn("command ended by an infrastructure failure", "status", out.Status, "err", out.Infrastructure)
 	}
-	var resp Response
-	var err error
-	if cmd.Kind == store.KindRun {
-		sb, gerr := s.st.GetSandbox(context.Background(), cmd.Graph, cmd.SandboxID)
-		if gerr != nil {
-			sb = store.Sandbox{ID: cmd.SandboxID}
-		}
-		resp, err = idempotency.JSON(idempotency.Done, render(cmd, sb))
-	} else {
-		resp, err = idempotency.JSON(idempotency.Done, cmd)
-	}
-	if err != nil {
-		log.Error("rendering a command", "err", err)
-	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var sb store.Sandbox
+	if cmd.Kind == store.KindRun {
+		var err error
+		if sb, err = s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID); err != nil {
+			sb = store.Sandbox{ID: cmd.SandboxID}
+		}
+	}
+	large := s.stageResult(wctx, &cmd)
+	defer s.discard(large)
+	answer := func() Response {
+		if cmd.Kind == store.KindRun {
+			return s.answerRun(cmd, sb)
+		}
+		resp, err := idempotency.JSON(idempotency.Done, cmd)
+		if err != nil {
+			log.Error("rendering a command", "err", err)
+		}
+		return resp
+	}
+	var resp Response
 	endRecord := timing.Start(ctx, "record")
-	err = s.st.WithTx(wctx, func(q store.Queries) error {
+	err := s.st.WithTx(wctx, func(q store.Queries) error {
+		s.keepResult(wctx, q, &cmd, large)
+		resp = answer()
 		if err := q.UpdateCommand(wctx, cmd); err != nil {
 			return err
 		}
@@ -330,6 +338,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	endRecord()
 	if err != nil {
 		log.Error("recording the end of a command", "err", err)
+		resp = answer()
 	}
 	log.Info("command ended", "status", cmd.Status, "duration_ms", cmd.DurationMs)
 	inf.resp = resp

@@ -69,9 +69,10 @@ type Service struct {
 	janitorStop chan struct{}
 	janitorDone chan struct{}
 
-	// lmu guards the long-lived sandboxes held (running or stopped).
-	lmu  sync.Mutex
-	held map[string]*heldSandbox
+	// lmu guards the long-lived sandboxes held (running or stopped) and the graphs' locks.
+	lmu        sync.Mutex
+	held       map[string]*heldSandbox
+	graphLocks map[string]*sync.Mutex
 
 	stopEvents context.CancelFunc
 }
@@ -84,6 +85,7 @@ func New(o Options) *Service {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.Config.MaxSandboxesPerGraph = max(o.Config.MaxSandboxesPerGraph, o.Config.MaxRunningPerGraph)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Service{
 		st: o.Store, host: o.Host, blobs: o.Blobs, image: o.Image, cfg: o.Config, log: o.Log,

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -116,13 +117,17 @@ func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey 
 		if e.Size > s.cfg.MaxFileBytes {
 			return Response{}, errdefs.New(errdefs.ClassPayloadTooLarge, "", "%s is %d bytes; this server keeps Files of up to %d", p, e.Size, s.cfg.MaxFileBytes)
 		}
-		info, err := bs.Put(ctx, rc, s.cfg.MaxFileBytes)
+		if err := s.roomForFile(ctx, c.Graph, max(e.Size, unknownSize)); err != nil {
+			return Response{}, err
+		}
+		st, err := bs.Stage(ctx, rc, s.cfg.MaxFileBytes)
 		if err != nil {
 			return Response{}, err
 		}
-		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: info.SHA256, Size: info.Size, Name: e.Name,
+		defer bs.Discard(st)
+		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: st.SHA256, Size: st.Size, Name: e.Name,
 			Origin: store.FileOrigin{Kind: store.FileFromSandbox, Sandbox: sandboxID, Path: e.Path, Key: c.Key.ID}, CreatedAt: s.now()}
-		if err := s.st.CreateFile(ctx, f); err != nil {
+		if err := s.st.WithTx(ctx, func(q store.Queries) error { return s.createFile(ctx, q, bs, f, st) }); err != nil {
 			return Response{}, err
 		}
 		s.log.Info("file kept", "graph", c.Graph, "file", f.ID, "sandbox", sandboxID, "sha256", f.SHA256, "bytes", f.Size)
@@ -143,20 +148,180 @@ func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Re
 	if strings.ContainsAny(name, "/\x00") || len(name) > 255 {
 		return Response{}, errdefs.InvalidArgument("name %q: a file name, without slashes, of at most 255 bytes", name)
 	}
-	info, err := bs.Put(ctx, r, s.cfg.MaxFileBytes)
+	// Before the bytes are read, unless the key names an earlier call (which may have filled
+	// the quota): its retry is answered from the key.
+	if err := s.roomForFile(ctx, c.Graph, unknownSize); err != nil && !s.keyTaken(ctx, c.Graph, idemKey) {
+		return Response{}, err
+	}
+	st, err := bs.Stage(ctx, r, s.cfg.MaxFileBytes)
 	if err != nil {
 		return Response{}, err
 	}
-	hash := idempotency.Hash(RouteKeepFile, c.Graph, "upload", name, info.SHA256)
+	defer bs.Discard(st)
+	hash := idempotency.Hash(RouteKeepFile, c.Graph, "upload", name, st.SHA256)
 	return s.keys().Do(ctx, c.Graph, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
-		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: info.SHA256, Size: info.Size, Name: name,
+		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: st.SHA256, Size: st.Size, Name: name,
 			Origin: store.FileOrigin{Kind: store.FileFromUpload, Key: c.Key.ID}, CreatedAt: s.now()}
-		if err := s.st.CreateFile(ctx, f); err != nil {
+		if err := s.st.WithTx(ctx, func(q store.Queries) error { return s.createFile(ctx, q, bs, f, st) }); err != nil {
 			return Response{}, err
 		}
 		s.log.Info("file uploaded", "graph", c.Graph, "file", f.ID, "sha256", f.SHA256, "bytes", f.Size)
 		return idempotency.JSON(idempotency.Created, f)
 	})
+}
+
+// Files of the graph are content-addressed: one blob holds the bytes of every File, of any
+// graph, with the same sha256, and goes when the last of them is deleted. A File and its
+// blob change together in one transaction of the store, where a File's creation and the
+// deletion of the last File with the same bytes exclude each other (store.Queries.DeleteFile):
+//
+//   - a new File's bytes are staged aside first; the transaction checks the graph's quotas,
+//     writes the record and then puts the bytes in place (kept once when there already);
+//   - deleting the last File with some bytes takes the blob out of place (into the blob
+//     store's trash) inside its transaction, and removes it for good after the commit (or
+//     puts it back when the commit failed).
+//
+// So a File created while its bytes' last File is deleted either commits first (the delete
+// then sees it and keeps the blob) or after (and puts its own copy in place). A crash between
+// the two steps of either leaves a blob in place that no File names, or one in the trash that
+// a File still names: Recover's sweepBlobs removes the first and puts the second back.
+
+// roomForFile refuses a File of size bytes (unknownSize: not known yet) where the graph's
+// quotas have no room: before its bytes are read; createFile checks again with the record.
+func (s *Service) roomForFile(ctx context.Context, graph string, size int64) error {
+	u, err := s.st.GraphUsage(ctx, graph)
+	if err != nil {
+		return err
+	}
+	return s.checkQuotas(graph, u, adds{QuotaFiles, 1}, adds{QuotaFileBytes, size})
+}
+
+// createFile records f, whose bytes st holds, within the graph's quotas, and puts its bytes
+// in place, in the transaction q.
+func (s *Service) createFile(ctx context.Context, q store.Queries, bs blobs.Store, f store.File, st *blobs.Staged) error {
+	u, err := q.GraphUsage(ctx, f.Graph)
+	if err != nil {
+		return err
+	}
+	if err := s.checkQuotas(f.Graph, u, adds{QuotaFiles, 1}, adds{QuotaFileBytes, f.Size}); err != nil {
+		return err
+	}
+	if err := q.CreateFile(ctx, f); err != nil {
+		return err
+	}
+	if err := bs.Publish(ctx, st); err != nil {
+		// The transaction may go on (a run's records): without the File.
+		if _, _, derr := q.DeleteFile(ctx, f.Graph, f.ID); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return err
+	}
+	return nil
+}
+
+// DeleteFile deletes a File of the graph (DELETE /v1/files/{id}) and answers it; its bytes
+// go with the last File, of any graph, that names them. Workspaces that imported it keep
+// their copies. A File a template version names (by id, or by sha256 when no other File of
+// the graph has those bytes) is file_in_use: versions are immutable and runs of them read it.
+func (s *Service) DeleteFile(ctx context.Context, graph, id string) (store.File, error) {
+	bs, err := s.blobStore()
+	if err != nil {
+		return store.File{}, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	var f store.File
+	var last, trashed bool
+	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		var err error
+		if f, last, err = q.DeleteFile(ctx, graph, id); err != nil {
+			return err
+		}
+		refs := []string{f.ID}
+		if _, err := q.GetFileBySHA256(ctx, graph, f.SHA256); errdefs.IsNotFound(err) {
+			refs = append(refs, f.SHA256)
+		} else if err != nil {
+			return err
+		}
+		tpls, err := q.TemplatesNamingFile(ctx, graph, refs...)
+		if err != nil {
+			return err
+		}
+		if len(tpls) > 0 {
+			names := make([]string, len(tpls))
+			for i, t := range tpls {
+				names[i] = fmt.Sprintf("%s@%d", t.Name, t.Version)
+			}
+			return errdefs.New(errdefs.ClassConflict, errdefs.CodeFileInUse,
+				"file %s is named by template version %s; template versions are immutable and their runs read it, so it stays",
+				id, strings.Join(names, ", "))
+		}
+		if !last {
+			return nil
+		}
+		if err := bs.Trash(ctx, f.SHA256); err != nil {
+			return err
+		}
+		trashed = true
+		return nil
+	})
+	if err != nil {
+		if trashed {
+			if rerr := bs.Restore(ctx, f.SHA256); rerr != nil {
+				s.log.Error("putting back a blob whose File was not deleted", "sha256", f.SHA256, "err", rerr)
+			}
+		}
+		return store.File{}, err
+	}
+	if last {
+		if err := bs.Purge(ctx, f.SHA256); err != nil {
+			s.log.Error("removing a deleted blob", "sha256", f.SHA256, "err", err)
+		}
+	}
+	s.log.Info("file deleted", "graph", graph, "file", id, "sha256", f.SHA256, "blob_removed", last)
+	return f, nil
+}
+
+// sweepBlobs runs at start, before any File is created: a blob in place that no File names
+// (a crash after it was put in place, before its record committed) goes; one in the trash
+// that a File still names (a crash before its deletion committed) is put back, and any other
+// in the trash goes.
+func (s *Service) sweepBlobs(ctx context.Context) (removed int, err error) {
+	if s.blobs == nil {
+		return 0, nil
+	}
+	placed, trashed, err := s.blobs.Digests(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, sha := range trashed {
+		named, err := s.st.BlobNamed(ctx, sha)
+		if err != nil {
+			return removed, err
+		}
+		if named {
+			err = s.blobs.Restore(ctx, sha)
+		} else {
+			err = s.blobs.Purge(ctx, sha)
+		}
+		if err != nil {
+			return removed, err
+		}
+	}
+	for _, sha := range placed {
+		named, err := s.st.BlobNamed(ctx, sha)
+		if err != nil || named {
+			if err != nil {
+				return removed, err
+			}
+			continue
+		}
+		if err := s.blobs.Delete(ctx, sha); err != nil {
+			return removed, err
+		}
+		removed++
+		s.log.Warn("blob no File names removed", "sha256", sha)
+	}
+	return removed, nil
 }
 
 // ImportFile copies the graph's File with this sha256 into a workspace at path

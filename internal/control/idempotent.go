@@ -27,6 +27,15 @@ func (s *Service) keys() idempotency.Keys {
 	return idempotency.Keys{Store: s.st, Now: s.now, MaxWait: s.cfg.MaxWait, Log: s.log}
 }
 
+// keyTaken reports whether an earlier call reserved key in graph.
+func (s *Service) keyTaken(ctx context.Context, graph, key string) bool {
+	if key == "" {
+		return false
+	}
+	_, err := s.st.GetIdempotency(ctx, graph, key)
+	return err == nil
+}
+
 // keyOfCommand answers the idempotency record of the call that started a command; ok is
 // false when none did (a command started without a key) or on an error.
 func keyOfCommand(ctx context.Context, q store.Queries, commandID string) (r store.Idempotency, ok bool, err error) {
@@ -37,10 +46,14 @@ func keyOfCommand(ctx context.Context, q store.Queries, commandID string) (r sto
 	return r, err == nil, err
 }
 
-// finishKey, in the transaction q, keeps resp as the answer of the idempotency record r and
+// finishKey, in the transaction q, keeps resp (a run's without its result) as the answer of the idempotency record r and
 // writes the call's audit entry with target, unless the entry is already taken (or there is
 // none).
 func (s *Service) finishKey(ctx context.Context, q store.Queries, r store.Idempotency, resp Response, at *time.Time, audit *PendingAudit, target string) error {
+	if runAnswer(r) {
+		// The command record keeps the result; a replay reads it back (storedAnswer).
+		resp.Body = withoutResult(resp.Body)
+	}
 	idempotency.Finish(&r, resp, at)
 	if err := q.UpdateIdempotency(ctx, r); err != nil {
 		return err

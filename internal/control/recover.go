@@ -26,6 +26,8 @@ type Recovered struct {
 	// Released are idempotency keys of calls that ran no code and were cut off; a retry
 	// with one does the work.
 	Released int
+	// BlobsRemoved are blobs that no File named (a crash cut off their File's creation).
+	BlobsRemoved int
 }
 
 // Recover runs at start, before the server serves: every command still queued or running
@@ -144,6 +146,9 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			return rec, fmt.Errorf("recover: snapshots: %w", err)
 		}
 		kept = append(kept, snaps...)
+	}
+	if rec.BlobsRemoved, err = s.sweepBlobs(ctx); err != nil {
+		return rec, fmt.Errorf("recover: blobs: %w", err)
 	}
 	rec.Reaped, err = s.host.Reap(ctx, kept)
 	s.metrics.reaped.Add(float64(len(rec.Reaped)))

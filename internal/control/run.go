@@ -58,26 +58,31 @@ type OriginBody struct {
 
 // RunResult is the answer to a one-call run, and what its idempotency key replays.
 type RunResult struct {
-	OK         bool               `json:"ok"`
-	Result     json.RawMessage    `json:"result"`
-	Error      string             `json:"error,omitempty"`
-	Command    string             `json:"command"`
-	Sandbox    string             `json:"sandbox"`
-	Status     string             `json:"status"`
-	ExitCode   *int               `json:"exit_code"`
-	Signal     string             `json:"signal,omitempty"`
-	DurationMs int64              `json:"duration_ms"`
-	Stdout     store.Output       `json:"stdout"`
-	Stderr     store.Output       `json:"stderr"`
-	Base       string             `json:"base"`
-	Template   *store.TemplateRef `json:"template,omitempty"`
-	Limits     store.Limits       `json:"limits"`
-	Isolation  string             `json:"isolation,omitempty"`
-	TimeoutMs  int64              `json:"timeout_ms"`
-	Usage      store.Usage        `json:"usage"`
-	CreatedAt  time.Time          `json:"created_at"`
-	StartedAt  *time.Time         `json:"started_at,omitempty"`
-	FinishedAt *time.Time         `json:"finished_at,omitempty"`
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result"`
+	// ResultTruncated: the result was larger than the server's --max-result-bytes; the File
+	// ResultFile holds it (GET /v1/files/{id}/content), ResultBytes long.
+	ResultTruncated bool               `json:"result_truncated,omitempty"`
+	ResultBytes     int64              `json:"result_bytes,omitempty"`
+	ResultFile      string             `json:"result_file,omitempty"`
+	Error           string             `json:"error,omitempty"`
+	Command         string             `json:"command"`
+	Sandbox         string             `json:"sandbox"`
+	Status          string             `json:"status"`
+	ExitCode        *int               `json:"exit_code"`
+	Signal          string             `json:"signal,omitempty"`
+	DurationMs      int64              `json:"duration_ms"`
+	Stdout          store.Output       `json:"stdout"`
+	Stderr          store.Output       `json:"stderr"`
+	Base            string             `json:"base"`
+	Template        *store.TemplateRef `json:"template,omitempty"`
+	Limits          store.Limits       `json:"limits"`
+	Isolation       string             `json:"isolation,omitempty"`
+	TimeoutMs       int64              `json:"timeout_ms"`
+	Usage           store.Usage        `json:"usage"`
+	CreatedAt       time.Time          `json:"created_at"`
+	StartedAt       *time.Time         `json:"started_at,omitempty"`
+	FinishedAt      *time.Time         `json:"finished_at,omitempty"`
 }
 
 // RouteCreateSandbox is the route idempotency keys of one-call runs belong to.
@@ -191,13 +196,8 @@ func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, err
 			if existing, err = idempotency.Reserve(ctx, q, r); err != nil || existing != nil {
 				return err
 			}
-			n, err := q.CountActiveSandboxes(ctx, p.sandbox.Graph)
-			if err != nil {
+			if err := s.checkCap(ctx, q, p.sandbox.Graph, true); err != nil {
 				return err
-			}
-			if n >= s.cfg.MaxRunningPerGraph {
-				return errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes,
-					"graph %s has %d running sandboxes, the most it may have; retry later with the same Idempotency-Key", p.sandbox.Graph, n)
 			}
 			if err := q.CreateSandbox(ctx, p.sandbox); err != nil {
 				return err
@@ -214,8 +214,13 @@ func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, err
 
 // replay answers a call whose key is already reserved.
 func (s *Service) replay(ctx context.Context, c Caller, r store.Idempotency, reqHash string, wait time.Duration) (Response, error) {
-	if resp, done, err := idempotency.Answer(r, reqHash); done || err != nil {
-		return resp, err
+	if _, done, err := idempotency.Answer(r, reqHash); done || err != nil {
+		if done {
+			resp := s.storedAnswer(ctx, r)
+			resp.Replayed = true
+			return resp, nil
+		}
+		return Response{}, err
 	}
 	s.mu.Lock()
 	inf := s.inflight[r.CommandID]
@@ -243,7 +248,7 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	}
 	// Finished meanwhile (in another process, or between the timer and here)?
 	if r, err := s.st.GetIdempotencyByCommand(ctx, commandID); err == nil && r.State == store.IdempotencyDone {
-		return idempotency.Stored(r), nil
+		return s.storedAnswer(ctx, r), nil
 	}
 	cmd, err := s.st.GetCommand(ctx, graph, commandID)
 	if err != nil {
@@ -318,16 +323,16 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	cmd, sb := p.command, p.sandbox
 	applyOutcome(&cmd, &sb, out)
 	endSandbox(&sb, out)
-	body, err := json.Marshal(render(cmd, sb))
-	if err != nil {
-		log.Error("rendering run result", "err", err)
-	}
-	resp := Response{Outcome: idempotency.Done, Body: body}
 	// The records must be written even when the server is stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	large := s.stageResult(ctx, &cmd)
+	defer s.discard(large)
+	var resp Response
 	endRecord := timing.Start(timing.With(ctx, p.timings), "record")
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		s.keepResult(ctx, q, &cmd, large)
+		resp = s.answerRun(cmd, sb)
 		if err := q.UpdateCommand(ctx, cmd); err != nil {
 			return err
 		}
@@ -344,6 +349,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	if err != nil {
 		// The records stay running; the next start marks them lost.
 		log.Error("recording the end of a run", "err", err)
+		resp = s.answerRun(cmd, sb)
 	}
 	log.Info("run ended", "status", cmd.Status, "duration_ms", cmd.DurationMs, "ok", cmd.OK)
 	inf.resp = resp
@@ -420,6 +426,7 @@ func endSandbox(sb *store.Sandbox, out hostagent.RunResult) {
 func render(cmd store.Command, sb store.Sandbox) RunResult {
 	return RunResult{
 		OK: cmd.OK, Result: cmd.Result, Error: cmd.Error, Command: cmd.ID, Sandbox: sb.ID, Status: cmd.Status,
+		ResultTruncated: cmd.ResultTruncated, ResultBytes: cmd.ResultBytes, ResultFile: cmd.ResultFile,
 		ExitCode: cmd.ExitCode, Signal: cmd.Signal, DurationMs: cmd.DurationMs, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
 		CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,

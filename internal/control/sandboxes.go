@@ -189,7 +189,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		// A graph at its cap starts nothing (the check is repeated with the insert, which
 		// settles a race by destroying the sandbox). A crash before the insert leaves a
 		// driver sandbox that no record claims, which Recover reaps.
-		if err := s.checkCap(ctx, s.st, c.Graph); err != nil {
+		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {
 			return Response{}, err
 		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
@@ -297,7 +297,7 @@ func (s *Service) admit(ctx context.Context, sb *store.Sandbox, started hostagen
 	at := started.StartedAt.UTC().Truncate(time.Millisecond)
 	sb.Status, sb.StartedAt = store.SandboxRunning, &at
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
-		if err := s.checkCap(ctx, q, sb.Graph); err != nil {
+		if err := s.checkCap(ctx, q, sb.Graph, true); err != nil {
 			return err
 		}
 		return q.CreateSandbox(ctx, *sb)
@@ -340,19 +340,6 @@ func validMetadata(md map[string]string) error {
 
 func runtimeLimits(l store.Limits) runtime.Limits {
 	return runtime.Limits{MemoryMiB: l.MemoryMiB, CPUs: l.CPUs, Pids: l.Pids, DiskMiB: l.DiskMiB}
-}
-
-// checkCap refuses a sandbox beyond the graph's cap of running ones.
-func (s *Service) checkCap(ctx context.Context, q store.Queries, graph string) error {
-	n, err := q.CountActiveSandboxes(ctx, graph)
-	if err != nil {
-		return err
-	}
-	if n >= s.cfg.MaxRunningPerGraph {
-		return errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes,
-			"graph %s has %d running sandboxes, the most it may have; stop or delete one, or retry later", graph, n)
-	}
-	return nil
 }
 
 // sandboxFor reads a long-lived sandbox's record and whether this server holds it.
@@ -401,7 +388,7 @@ func (s *Service) stopHost(ctx context.Context, sb *store.Sandbox) {
 	}
 	s.waitCommands(sb.ID)
 	addUsage(sb, u)
-	sb.PausedAt, sb.PauseMode = nil, ""
+	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 }
 
 // StopSandbox ends a sandbox's processes and keeps its disk. Stopping a stopped sandbox is
@@ -417,6 +404,19 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 		if err == nil && ended(sb) {
 			err = errdefs.Conflict("sandbox %s is %s", id, sb.Status)
 		}
+		return sb, err
+	}
+	// A stopped sandbox keeps its disk: the graph's quotas of those are checked before, as
+	// the host cannot start it again as it was. The graph's lock keeps two stops from
+	// passing the check together.
+	gl := s.graphLock(graph)
+	gl.Lock()
+	defer gl.Unlock()
+	u, err := s.st.GraphUsage(ctx, graph)
+	if err != nil {
+		return sb, err
+	}
+	if err := s.checkQuotas(graph, u, adds{QuotaStopped, 1}, adds{QuotaStoppedDiskBytes, sb.Limits.DiskMiB << 20}); err != nil {
 		return sb, err
 	}
 	wctx := context.WithoutCancel(ctx)
@@ -453,7 +453,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		if cur.Status != store.SandboxStopped && cur.Status != store.SandboxPaused {
 			return nil
 		}
-		if err := s.checkCap(wctx, q, graph); err != nil {
+		if err := s.checkCap(wctx, q, graph, false); err != nil {
 			return err
 		}
 		sb.Status = store.SandboxStarting
@@ -475,7 +475,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		}
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
-	sb.Status, sb.PausedAt, sb.PauseMode, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", "", ""
+	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
@@ -527,7 +527,7 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	addUsage(&sb, u)
 	s.removeHeld(id)
 	now := s.now()
-	sb.PausedAt, sb.PauseMode = nil, ""
+	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 	sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, reason, &now
 	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 		return sb, err
@@ -589,7 +589,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			if err := s.dropSnapshots(ctx, sb.Graph, sb.ID); err != nil {
 				s.log.Error("removing a sandbox's snapshots", "sandbox", sb.ID, "err", err)
 			}
-			sb.PausedAt, sb.PauseMode = nil, ""
+			sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
 			rec.Expired = append(rec.Expired, sb.ID)
 		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
@@ -611,7 +611,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 				if _, err := s.host.Stop(ctx, sb.ID); err != nil {
 					sb.Error = err.Error()
 				}
-				sb.PausedAt, sb.PauseMode = nil, ""
+				sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 				sb.Status, sb.EndReason = store.SandboxStopped, store.EndServerRestart
 				rec.Stopped = append(rec.Stopped, sb.ID)
 			}

@@ -115,13 +115,51 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	}
 	// Checkpointed, it is stopped: its run so far is metered, its RAM free.
 	addUsage(&sb, p.Usage)
+	running := sb
 	now := s.now()
-	sb.Status, sb.PausedAt, sb.PauseMode = store.SandboxPaused, &now, p.Mode
-	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
+	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = store.SandboxPaused, &now, p.Mode, p.Bytes
+	// A checkpoint's size is known once it is taken: the graph's quotas of checkpoints are
+	// checked with the record, and a pause past them is undone.
+	var over error
+	err = s.st.WithTx(wctx, func(q store.Queries) error {
+		if p.Mode == store.PauseCheckpoint {
+			u, err := q.GraphUsage(wctx, graph)
+			if err != nil {
+				return err
+			}
+			if over = s.checkQuotas(graph, u, adds{QuotaCheckpoints, 1}, adds{QuotaCheckpointBytes, p.Bytes}); over != nil {
+				return over
+			}
+		}
+		return q.UpdateSandbox(wctx, sb)
+	})
+	if over != nil {
+		return s.unpause(wctx, sb, running, over)
+	}
+	if err != nil {
 		return sb, err
 	}
-	s.log.Info("sandbox paused", "graph", graph, "sandbox", id, "mode", p.Mode, "ms", msSince(t0))
+	s.log.Info("sandbox paused", "graph", graph, "sandbox", id, "mode", p.Mode, "bytes", p.Bytes, "ms", msSince(t0))
 	return sb, nil
+}
+
+// unpause wakes a sandbox whose pause went past the graph's quotas (over) and answers over;
+// one that does not wake is recorded paused, so that a resume may wake it.
+func (s *Service) unpause(ctx context.Context, paused, running store.Sandbox, over error) (store.Sandbox, error) {
+	_, err := s.host.Resume(ctx, hostagent.ResumeRequest{ID: running.ID, Limits: runtimeLimits(running.Limits), Runtime: running.Isolation})
+	rec := running
+	if err != nil {
+		rec = paused
+		rec.Error = "resume failed: " + err.Error()
+	}
+	if uerr := s.st.UpdateSandbox(ctx, rec); uerr != nil {
+		return rec, uerr
+	}
+	if err != nil {
+		return rec, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s: its pause went past the graph's quota (%v) and it did not wake; it is paused: %w", running.ID, over, err))
+	}
+	s.log.Info("pause undone: past the graph's quota", "graph", running.Graph, "sandbox", running.ID, "err", over)
+	return rec, over
 }
 
 // SnapshotSandbox saves a running sandbox with its memory (POST /v1/sandboxes/{id}/snapshot);
@@ -153,6 +191,15 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 	if sb.Status != store.SandboxRunning {
 		return snap, errdefs.Conflict("sandbox %s is %s; only a running sandbox can be snapshotted", id, sb.Status)
 	}
+	// Its size is known once it is taken (checked again with its record): refuse here only
+	// what cannot fit whatever its size.
+	u, err := s.st.GraphUsage(ctx, graph)
+	if err != nil {
+		return snap, err
+	}
+	if err := s.checkQuotas(graph, u, adds{QuotaSnapshots, 1}, adds{QuotaSnapshotBytes, unknownSize}); err != nil {
+		return snap, err
+	}
 	t0 := time.Now()
 	info, err := s.host.Snapshot(ctx, id, snap.ID)
 	took := time.Since(t0)
@@ -174,7 +221,17 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 		s.log.Error("recording a sandbox's usage", "sandbox", id, "err", err)
 	}
 	snap.SizeBytes, snap.CreatedAt, snap.DurationMs = info.Bytes, s.now(), float64(took.Microseconds())/1000
-	if err := s.st.CreateSnapshot(ctx, snap); err != nil {
+	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		u, err := q.GraphUsage(ctx, graph)
+		if err != nil {
+			return err
+		}
+		if err := s.checkQuotas(graph, u, adds{QuotaSnapshots, 1}, adds{QuotaSnapshotBytes, snap.SizeBytes}); err != nil {
+			return err
+		}
+		return q.CreateSnapshot(ctx, snap)
+	})
+	if err != nil {
 		if derr := s.host.DeleteSnapshot(ctx, snap.ID); derr != nil {
 			s.log.Error("removing a snapshot that got no record", "snapshot", snap.ID, "err", derr)
 		}
@@ -370,7 +427,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 					"sandbox %s has %d command(s) running; wait for them or kill them, then be forked", id, n)
 			}
 		}
-		if err := s.checkCap(ctx, s.st, c.Graph); err != nil {
+		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {
 			return Response{}, err
 		}
 		var snap store.Snapshot
@@ -404,7 +461,7 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 	sb.ID, sb.Status, sb.OneCall, sb.EnvNames, sb.Metadata = ids.New(ids.Sandbox), store.SandboxStarting, false, sortedKeys(envNames), md
 	sb.Origin = store.Origin{Key: c.Key.ID}
 	sb.CreatedAt, sb.StartedAt, sb.EndedAt, sb.EndReason, sb.Error = s.now(), nil, nil, "", ""
-	sb.Usage, sb.PausedAt, sb.PauseMode = store.Usage{}, nil, ""
+	sb.Usage, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = store.Usage{}, nil, "", 0
 	sb.ForkedFrom = &store.ForkedFrom{Sandbox: from.ID, Snapshot: snap.ID}
 	exp := sb.CreatedAt.Add(time.Duration(req.ExpiresInSeconds) * time.Second)
 	if req.ExpiresInSeconds == 0 {

@@ -54,6 +54,14 @@ const (
 	CodeNotSupported = "not_supported"
 	// CodeCommandsRunning: the call would break a command still running (a Conflict).
 	CodeCommandsRunning = "commands_running"
+	// CodeQuotaExceeded: the call would take the graph past one of its count quotas (a
+	// LimitExceeded); deleting something frees room, a retry alone does not.
+	CodeQuotaExceeded = "quota_exceeded"
+	// CodeQuotaBytesExceeded: the call would take the graph past one of its byte quotas (a
+	// PayloadTooLarge).
+	CodeQuotaBytesExceeded = "quota_bytes_exceeded"
+	// CodeFileInUse: a File a template version names cannot be deleted (a Conflict).
+	CodeFileInUse = "file_in_use"
 )
 
 // Error is a classified error with a stable code.

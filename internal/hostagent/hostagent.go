@@ -219,6 +219,8 @@ type Paused struct {
 	// Mode is store.PauseCheckpoint or store.PauseFreeze.
 	Mode  string      `json:"mode"`
 	Usage store.Usage `json:"usage"`
+	// Bytes is the size of the checkpoint on disk (0 for a frozen sandbox).
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // SnapshotInfo describes a saved snapshot.

@@ -143,7 +143,7 @@ func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
 		return Paused{}, err
 	}
 	if mode == store.PauseCheckpoint {
-		return Paused{Mode: mode, Usage: u}, nil
+		return Paused{Mode: mode, Usage: u, Bytes: diskUsage(dir)}, nil
 	}
 	os.RemoveAll(dir)
 	h.setRunning(s, l)

@@ -75,6 +75,17 @@ func outputs(errMsg string, stdout, stderr lbb.Output) string {
 	return s
 }
 
+// resultOrFile is result, or where a result too large for its record is kept.
+func resultOrFile(r json.RawMessage, truncated bool, n int64, file string) string {
+	switch {
+	case !truncated:
+		return result(r)
+	case file == "":
+		return fmt.Sprintf("result: %d bytes, larger than the server keeps in a record, and not kept (the error says why)\n", n)
+	}
+	return fmt.Sprintf("result: %d bytes, larger than the server keeps in a record: kept as File %s of the graph (GET /v1/files/%s/content)\n", n, file, file)
+}
+
 func result(r json.RawMessage) string {
 	if len(r) == 0 || string(r) == "null" {
 		return "result: null\n"
@@ -109,7 +120,7 @@ func formatRun(r *lbb.Run, inSandbox bool) string {
 		fmt.Fprintf(&b, "Still running: lbb_sandboxes_read action=get_command command_id=%s wait_ms=30000 reads its end.\n", r.Command)
 		return b.String()
 	}
-	b.WriteString(result(r.Result))
+	b.WriteString(resultOrFile(r.Result, r.ResultTruncated, r.ResultBytes, r.ResultFile))
 	return b.String() + outputs(r.Error, r.Stdout, r.Stderr)
 }
 
@@ -151,7 +162,7 @@ func formatCommand(c *lbb.Command) string {
 		fmt.Fprintf(&b, "Still running: lbb_sandboxes_read action=get_command command_id=%s wait_ms=30000 reads its end.\n", c.ID)
 	}
 	if c.Kind == "run" && lbb.Done(c.Status) {
-		b.WriteString(result(c.Result))
+		b.WriteString(resultOrFile(c.Result, c.ResultTruncated, c.ResultBytes, c.ResultFile))
 	}
 	return b.String() + outputs(c.Error, c.Stdout, c.Stderr)
 }

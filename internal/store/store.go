@@ -39,8 +39,11 @@ type Queries interface {
 	GetSandbox(ctx context.Context, graph, id string) (Sandbox, error)
 	UpdateSandbox(ctx context.Context, s Sandbox) error
 	ListSandboxes(ctx context.Context, graph string, f SandboxFilter, p Page) ([]Sandbox, string, error)
-	// CountActiveSandboxes counts the graph's sandboxes that are starting or running.
-	CountActiveSandboxes(ctx context.Context, graph string) (int, error)
+	// CountSandboxes counts the graph's sandboxes that are starting or running (running),
+	// and those and the paused and stopped ones, which hold a disk (held).
+	CountSandboxes(ctx context.Context, graph string) (running, held int, err error)
+	// GraphUsage answers what the graph holds, for its quotas.
+	GraphUsage(ctx context.Context, graph string) (GraphUsage, error)
 
 	CreateSnapshot(ctx context.Context, s Snapshot) error
 	GetSnapshot(ctx context.Context, graph, id string) (Snapshot, error)
@@ -80,6 +83,17 @@ type Queries interface {
 	// GetFileBySHA256 returns the graph's newest File with these bytes.
 	GetFileBySHA256(ctx context.Context, graph, sha256 string) (File, error)
 	ListFiles(ctx context.Context, graph string, p Page) ([]File, string, error)
+	// DeleteFile removes a File of the graph and answers it; last says no File of any graph
+	// names its bytes any more. CreateFile and DeleteFile of the same bytes exclude each other
+	// until their transactions end (both write the blob's row), so that the caller can put
+	// the bytes in place or take them away inside its transaction, in step with the records.
+	DeleteFile(ctx context.Context, graph, id string) (f File, last bool, err error)
+	// BlobNamed reports whether a File of any graph names the bytes with this sha256 (the
+	// blob's row that CreateFile writes and the last DeleteFile deletes).
+	BlobNamed(ctx context.Context, sha256 string) (bool, error)
+	// TemplatesNamingFile lists the template versions of the graph whose files name one of
+	// refs (a File id or sha256, as the template wrote it).
+	TemplatesNamingFile(ctx context.Context, graph string, refs ...string) ([]TemplateRef, error)
 
 	AppendAudit(ctx context.Context, e AuditEntry) error
 	// ListAudit lists entries newest first; graph "" lists every graph's.
@@ -241,6 +255,8 @@ type Sandbox struct {
 	// PauseMode is how it was paused (PauseCheckpoint, PauseFreeze), so that resume, also
 	// after a restart, knows how to wake it.
 	PauseMode string `json:"-"`
+	// CheckpointBytes is the size of its checkpoint while it is paused with one.
+	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 	// ForkedFrom names the sandbox and snapshot a fork started from.
 	ForkedFrom *ForkedFrom `json:"forked_from,omitempty"`
 }
@@ -330,14 +346,20 @@ type Command struct {
 	EnvNames  []string `json:"env_names,omitempty"`
 	TimeoutMs int64    `json:"timeout_ms"`
 
-	Status   string          `json:"status"`
-	OK       bool            `json:"ok"`
-	Result   json.RawMessage `json:"result,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	ExitCode *int            `json:"exit_code"`
-	Signal   string          `json:"signal,omitempty"`
-	Stdout   Output          `json:"stdout"`
-	Stderr   Output          `json:"stderr"`
+	Status string          `json:"status"`
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	// ResultTruncated says the result was larger than the server keeps in a record: Result
+	// is empty, ResultBytes its size and ResultFile the File of the graph that holds it
+	// (empty when the graph's Files quota had no room for it; Error then says so).
+	ResultTruncated bool   `json:"result_truncated,omitempty"`
+	ResultBytes     int64  `json:"result_bytes,omitempty"`
+	ResultFile      string `json:"result_file,omitempty"`
+	Error           string `json:"error,omitempty"`
+	ExitCode        *int   `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	Stdout          Output `json:"stdout"`
+	Stderr          Output `json:"stderr"`
 
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	Origin         Origin     `json:"origin"`
@@ -442,15 +464,36 @@ type File struct {
 const (
 	FileFromSandbox = "sandbox"
 	FileFromUpload  = "upload"
+	// FileFromResult: the result of a run, larger than the server keeps in its record.
+	FileFromResult = "result"
 )
 
-// FileOrigin says where a File came from: a workspace file (sandbox and path) or an upload,
-// and the key that kept it.
+// FileOrigin says where a File came from: a workspace file (sandbox and path), an upload or
+// a run's result (command), and the key that kept it.
 type FileOrigin struct {
 	Kind    string `json:"kind"`
 	Sandbox string `json:"sandbox,omitempty"`
 	Path    string `json:"path,omitempty"`
+	Command string `json:"command,omitempty"`
 	Key     string `json:"key,omitempty"`
+}
+
+// GraphUsage is what a graph holds: the sandboxes it runs and keeps, its Files (each at its
+// size, even where graphs share bytes), snapshots and checkpoints.
+type GraphUsage struct {
+	// Running: starting or running sandboxes. Sandboxes: those and the paused and stopped.
+	Running   int64 `json:"running"`
+	Sandboxes int64 `json:"sandboxes"`
+	// Stopped sandboxes, their disks each at its size limit (what it may fill once resumed).
+	Stopped          int64 `json:"stopped"`
+	StoppedDiskBytes int64 `json:"stopped_disk_bytes"`
+	// Checkpoints: sandboxes paused with their memory on disk.
+	Checkpoints     int64 `json:"checkpoints"`
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
+	Files           int64 `json:"files"`
+	FileBytes       int64 `json:"file_bytes"`
+	Snapshots       int64 `json:"snapshots"`
+	SnapshotBytes   int64 `json:"snapshot_bytes"`
 }
 
 // CommandFilter narrows a command list.

@@ -42,8 +42,9 @@ type Options struct {
 	Graph string
 	// HTTPClient makes the requests; http.DefaultClient when nil.
 	HTTPClient *http.Client
-	// MaxRetries bounds the retries of a call that failed on the network, or with 429 or
-	// 503; 0 means 8, negative means none.
+	// MaxRetries bounds the retries of a call that failed on the network, or with 429 (but
+	// not quota_exceeded: a quota stays full until something is deleted) or 503; 0 means 8,
+	// negative means none.
 	MaxRetries int
 	// UserAgent is sent with every request.
 	UserAgent string
@@ -175,6 +176,27 @@ func IsConflict(err error) bool { return StatusOf(err) == http.StatusConflict }
 
 // IsInvalid reports whether the server found the request malformed (400).
 func IsInvalid(err error) bool { return StatusOf(err) == http.StatusBadRequest }
+
+// Codes of the graph's quotas: a call that would go past a count quota answers 429
+// quota_exceeded, past a byte quota 413 quota_bytes_exceeded; the message names the quota,
+// its usage and limit (Client.Quotas reads them all). Deleting something makes room; the
+// SDK does not retry them.
+const (
+	CodeQuotaExceeded      = "quota_exceeded"
+	CodeQuotaBytesExceeded = "quota_bytes_exceeded"
+)
+
+// IsQuotaExceeded reports whether the call would have taken the graph past one of its
+// quotas (a count or bytes).
+func IsQuotaExceeded(err error) bool {
+	c := CodeOf(err)
+	return c == CodeQuotaExceeded || c == CodeQuotaBytesExceeded
+}
+
+// Quotas returns the graph's quotas: usage and limits (GET /v1/quotas).
+func (c *Client) Quotas(ctx context.Context) (*Quotas, error) {
+	return get[Quotas](ctx, c, "/v1/quotas", nil)
+}
 
 // NewIdempotencyKey returns a fresh random key.
 func NewIdempotencyKey() string {

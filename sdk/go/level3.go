@@ -309,6 +309,13 @@ func (s *GraphFilesService) Content(ctx context.Context, id string) (io.ReadClos
 	return resp.Body, nil
 }
 
+// Delete deletes a File of the graph and returns its record. Its bytes go with the last
+// File, of any graph, that names them; workspaces that imported it keep their copies. A File
+// a template version names stays (409, CodeOf: file_in_use).
+func (s *GraphFilesService) Delete(ctx context.Context, id string) (*File, error) {
+	return call[File](ctx, s.c, request{method: http.MethodDelete, path: "/v1/files/" + url.PathEscape(id), retry: true})
+}
+
 // Import copies the File of the graph with this sha256 into a sandbox's workspace at path.
 func (s *GraphFilesService) Import(ctx context.Context, sandboxID, path, sha256 string, opts ...CallOption) (*FileEntry, error) {
 	o := applyOptions(opts)

@@ -2,6 +2,7 @@ package lbb
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -76,6 +77,15 @@ func (c *Client) raw(ctx context.Context, r rawRequest) (*http.Response, error) 
 		resp, err := c.http.Do(req)
 		retryable := err != nil && ctx.Err() == nil ||
 			err == nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway)
+		if retryable && err == nil && resp.StatusCode == http.StatusTooManyRequests {
+			// A quota stays full until something is deleted: no retry helps.
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if e := decodeError(resp.StatusCode, b); CodeOf(e) == CodeQuotaExceeded {
+				return nil, e
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+		}
 		if canRetry && retryable && attempt < c.maxRetries {
 			wait := backoff
 			if err == nil {

@@ -57,11 +57,20 @@ type Command struct {
 	Origin   Origin          `json:"origin"`
 
 	// Result any JSON value
-	Result    json.RawMessage `json:"result,omitempty"`
-	Sandbox   string          `json:"sandbox"`
-	Signal    string          `json:"signal,omitempty"`
-	StartedAt *time.Time      `json:"started_at,omitempty"`
-	Status    string          `json:"status"`
+	Result json.RawMessage `json:"result,omitempty"`
+
+	// ResultBytes with result_truncated: the result's size in bytes
+	ResultBytes int64 `json:"result_bytes,omitempty"`
+
+	// ResultFile with result_truncated: the File of the graph (fil_…) that holds the result (GET /v1/files/{id}/content); absent when the graph's Files quotas had no room for it (error says so)
+	ResultFile string `json:"result_file,omitempty"`
+
+	// ResultTruncated the result was larger than the server's --max-result-bytes: result is null and result_file holds it
+	ResultTruncated bool       `json:"result_truncated,omitempty"`
+	Sandbox         string     `json:"sandbox"`
+	Signal          string     `json:"signal,omitempty"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	Status          string     `json:"status"`
 
 	// Stderr The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
 	Stderr     Output `json:"stderr"`
@@ -111,6 +120,8 @@ type GraphFile struct {
 
 // FileOrigin defines model for File.origin.
 type FileOrigin struct {
+	// Command result: the run whose result it holds
+	Command string `json:"command,omitempty"`
 	Key     string `json:"key,omitempty"`
 	Kind    string `json:"kind"`
 	Path    string `json:"path,omitempty"`
@@ -178,6 +189,55 @@ type Output struct {
 	Tail    string `json:"tail"`
 }
 
+// Quota one quota of a graph: what it holds and the most it may
+type Quota struct {
+	Limit int64  `json:"limit"`
+	Unit  string `json:"unit"`
+	Usage int64  `json:"usage"`
+}
+
+// Quotas a graph's quotas by name, and the caps of one call. running_sandboxes: starting or running; sandboxes: those and the paused and stopped (each holds a disk); stopped_sandboxes and stopped_disk_bytes: stopped sandboxes and their disks, each at its size limit; checkpoints and checkpoint_bytes: sandboxes paused with their memory on disk; files and file_bytes: Files of the graph, each at its size; snapshots and snapshot_bytes.
+type Quotas struct {
+	Graph string `json:"graph"`
+
+	// MaxFileBytes the largest File
+	MaxFileBytes int64 `json:"max_file_bytes"`
+
+	// MaxResultBytes the largest result a run's record keeps; a larger one is kept as a File of the graph
+	MaxResultBytes int64 `json:"max_result_bytes"`
+	Quotas         struct {
+		// CheckpointBytes one quota of a graph: what it holds and the most it may
+		CheckpointBytes Quota `json:"checkpoint_bytes"`
+
+		// Checkpoints one quota of a graph: what it holds and the most it may
+		Checkpoints Quota `json:"checkpoints"`
+
+		// FileBytes one quota of a graph: what it holds and the most it may
+		FileBytes Quota `json:"file_bytes"`
+
+		// Files one quota of a graph: what it holds and the most it may
+		Files Quota `json:"files"`
+
+		// RunningSandboxes one quota of a graph: what it holds and the most it may
+		RunningSandboxes Quota `json:"running_sandboxes"`
+
+		// Sandboxes one quota of a graph: what it holds and the most it may
+		Sandboxes Quota `json:"sandboxes"`
+
+		// SnapshotBytes one quota of a graph: what it holds and the most it may
+		SnapshotBytes Quota `json:"snapshot_bytes"`
+
+		// Snapshots one quota of a graph: what it holds and the most it may
+		Snapshots Quota `json:"snapshots"`
+
+		// StoppedDiskBytes one quota of a graph: what it holds and the most it may
+		StoppedDiskBytes Quota `json:"stopped_disk_bytes"`
+
+		// StoppedSandboxes one quota of a graph: what it holds and the most it may
+		StoppedSandboxes Quota `json:"stopped_sandboxes"`
+	} `json:"quotas"`
+}
+
 // runBody One call of run(input, config): code or template.
 type runBody struct {
 	Base string `json:"base,omitempty"`
@@ -238,11 +298,20 @@ type RunResult struct {
 	OK     bool   `json:"ok"`
 
 	// Result the JSON value run returned; null when it did not
-	Result    json.RawMessage `json:"result"`
-	Sandbox   string          `json:"sandbox"`
-	Signal    string          `json:"signal,omitempty"`
-	StartedAt *time.Time      `json:"started_at,omitempty"`
-	Status    string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+
+	// ResultBytes with result_truncated: the result's size in bytes
+	ResultBytes int64 `json:"result_bytes,omitempty"`
+
+	// ResultFile with result_truncated: the File of the graph (fil_…) that holds the result (GET /v1/files/{id}/content); absent when the graph's Files quotas had no room for it (error says so)
+	ResultFile string `json:"result_file,omitempty"`
+
+	// ResultTruncated the result was larger than the server's --max-result-bytes: result is null and result_file holds it
+	ResultTruncated bool       `json:"result_truncated,omitempty"`
+	Sandbox         string     `json:"sandbox"`
+	Signal          string     `json:"signal,omitempty"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	Status          string     `json:"status"`
 
 	// Stderr The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
 	Stderr Output `json:"stderr"`
@@ -256,8 +325,11 @@ type RunResult struct {
 
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
-	Base      string    `json:"base"`
-	CreatedAt time.Time `json:"created_at"`
+	Base string `json:"base"`
+
+	// CheckpointBytes the size of its checkpoint on disk while it is paused with one (gvisor)
+	CheckpointBytes int64     `json:"checkpoint_bytes,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
 
 	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died)
 	EndReason string     `json:"end_reason,omitempty"`

@@ -2,10 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
+	"testing/fstest"
 
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/sqlstore"
 	"github.com/littlebigbrain/lbb/internal/store/storetest"
 )
 
@@ -28,5 +32,49 @@ func TestMigrateTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
+	}
+}
+
+// TestMigrateBlobs: migration 0005 registers the blobs the Files of an older store name, so
+// that the start's sweep of blobs no File names keeps them.
+func TestMigrateBlobs(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lbb.db")
+	w, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upTo4 := fstest.MapFS{}
+	for _, name := range []string{"0001_init.sql", "0002_files.sql", "0003_isolation.sql", "0004_snapshots.sql"} {
+		b, err := migrations.ReadFile("migrations/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upTo4[name] = &fstest.MapFile{Data: b}
+	}
+	if err := sqlstore.New(w, w, sqlstore.Dialect{Name: "sqlite", IsUnique: isUnique, Migrations: upTo4}).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, sha := range []string{"aa", "aa", "bb"} {
+		if _, err := w.Exec(`INSERT INTO files (id, graph, sha256, size, created_at) VALUES (?, 'main', ?, 3, 1)`, fmt.Sprint("fil_", i), sha); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	db, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for sha, want := range map[string]bool{"aa": true, "bb": true, "cc": false} {
+		if named, err := db.BlobNamed(ctx, sha); err != nil || named != want {
+			t.Errorf("blob %s named: %v %v, want %v", sha, named, err, want)
+		}
+	}
+	if _, last, err := db.DeleteFile(ctx, "main", "fil_0"); err != nil || last {
+		t.Fatalf("delete one of two: last %v %v", last, err)
+	}
+	if _, last, err := db.DeleteFile(ctx, "main", "fil_1"); err != nil || !last {
+		t.Fatalf("delete the other: last %v %v", last, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -106,7 +107,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
-	paused_at, pause_mode, forked_from, isolation`
+	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -118,7 +119,7 @@ func sandboxArgs(s store.Sandbox) []any {
 		jsonText(s.Limits), jsonText(s.EnvNames), jsonText(s.Metadata), jsonText(s.Origin), ms(s.CreatedAt),
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
 		s.Usage.VCPUMs, s.Usage.GiBMs,
-		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation}
+		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes}
 }
 
 func forkedFromText(f *store.ForkedFrom) any {
@@ -139,7 +140,7 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
-		&paused, &pauseMode, &forkedFrom, &s.Isolation)
+		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes)
 	if err != nil {
 		return s, err
 	}
@@ -182,7 +183,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
-		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -232,11 +233,64 @@ func (q queries) listSandboxesByLabel(ctx context.Context, graph string, f store
 	}
 }
 
-func (q queries) CountActiveSandboxes(ctx context.Context, graph string) (int, error) {
-	var n int
-	err := q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE graph = ? AND status IN (?, ?)`,
-		graph, store.SandboxStarting, store.SandboxRunning).Scan(&n)
-	return n, err
+func (q queries) CountSandboxes(ctx context.Context, graph string) (running, held int, err error) {
+	err = q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END), 0) FROM sandboxes
+		WHERE graph = ? AND status IN (?, ?, ?, ?)`, store.SandboxStarting, store.SandboxRunning,
+		graph, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped).Scan(&held, &running)
+	return running, held, err
+}
+
+func (q queries) GraphUsage(ctx context.Context, graph string) (store.GraphUsage, error) {
+	var u store.GraphUsage
+	rows, err := q.query(ctx, `SELECT status, pause_mode, COUNT(*), COALESCE(SUM(checkpoint_bytes), 0) FROM sandboxes
+		WHERE graph = ? AND status IN (?, ?, ?, ?) GROUP BY status, pause_mode`,
+		graph, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+	if err != nil {
+		return u, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var mode sql.NullString
+		var n, bytes int64
+		if err := rows.Scan(&status, &mode, &n, &bytes); err != nil {
+			return u, err
+		}
+		u.Sandboxes += n
+		switch {
+		case status == store.SandboxStarting || status == store.SandboxRunning:
+			u.Running += n
+		case status == store.SandboxStopped:
+			u.Stopped += n
+		case mode.String == store.PauseCheckpoint:
+			u.Checkpoints += n
+			u.CheckpointBytes += bytes
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return u, err
+	}
+	// A disk's size limit is in the limits JSON: summed here, not in SQL, whose JSON
+	// functions differ between databases.
+	limits, err := collect(ctx, q, func(r row) (sql.NullString, error) {
+		var l sql.NullString
+		return l, r.Scan(&l)
+	}, `SELECT limits FROM sandboxes WHERE graph = ? AND status = ?`, graph, store.SandboxStopped)
+	if err != nil {
+		return u, err
+	}
+	for _, l := range limits {
+		var lim store.Limits
+		if err := fromJSON(l, &lim); err != nil {
+			return u, err
+		}
+		u.StoppedDiskBytes += lim.DiskMiB << 20
+	}
+	if err := q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files WHERE graph = ?`, graph).Scan(&u.Files, &u.FileBytes); err != nil {
+		return u, err
+	}
+	err = q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM snapshots WHERE graph = ?`, graph).Scan(&u.Snapshots, &u.SnapshotBytes)
+	return u, err
 }
 
 func (q queries) ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]store.Sandbox, error) {
@@ -251,7 +305,7 @@ func (q queries) ListSandboxesByStatus(ctx context.Context, statuses ...string) 
 const commandCols = `id, graph, sandbox_id, kind, one_call, argv, cwd, stdin_bytes, language, code, input, config,
 	template_id, template_name, template_version, env_names, timeout_ms, status, ok, result, error, exit_code, signal,
 	stdout_head, stdout_tail, stdout_bytes, stderr_head, stderr_tail, stderr_bytes, output_expired,
-	idempotency_key, origin, created_at, started_at, finished_at, duration_ms`
+	idempotency_key, origin, created_at, started_at, finished_at, duration_ms, result_truncated, result_bytes, result_file`
 
 func commandArgs(c store.Command, oneCall bool) []any {
 	var tid, tname, tver any
@@ -267,25 +321,27 @@ func commandArgs(c store.Command, oneCall bool) []any {
 		jsonText(c.EnvNames), c.TimeoutMs, c.Status, b2i(c.OK), nullRaw(c.Result), nullStr(c.Error), exit, nullStr(c.Signal),
 		c.Stdout.Head, c.Stdout.Tail, c.Stdout.Bytes, c.Stderr.Head, c.Stderr.Tail, c.Stderr.Bytes,
 		b2i(c.Stdout.Expired || c.Stderr.Expired), nullStr(c.IdempotencyKey), jsonText(c.Origin),
-		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs}
+		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs,
+		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile)}
 }
 
 func scanCommand(sc row) (store.Command, error) {
 	var c store.Command
-	var oneCall, ok, expired int
-	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin sql.NullString
+	var oneCall, ok, expired, truncated int
+	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile sql.NullString
 	var tver, exit, started, finished sql.NullInt64
 	var created int64
 	err := sc.Scan(&c.ID, &c.Graph, &c.SandboxID, &c.Kind, &oneCall, &argv, &cwd, &c.StdinBytes, &lang, &code, &input, &config,
 		&tid, &tname, &tver, &env, &c.TimeoutMs, &c.Status, &ok, &result, &errStr, &exit, &signal,
 		&c.Stdout.Head, &c.Stdout.Tail, &c.Stdout.Bytes, &c.Stderr.Head, &c.Stderr.Tail, &c.Stderr.Bytes, &expired,
-		&idem, &origin, &created, &started, &finished, &c.DurationMs)
+		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile)
 	if err != nil {
 		return c, err
 	}
 	c.Cwd, c.Language, c.Code, c.Error, c.Signal, c.IdempotencyKey = cwd.String, lang.String, code.String, errStr.String, signal.String, idem.String
 	c.Input, c.Config, c.Result = rawFrom(input), rawFrom(config), rawFrom(result)
 	c.OK = ok != 0
+	c.ResultTruncated, c.ResultFile = truncated != 0, resultFile.String
 	c.Stdout.Expired, c.Stderr.Expired = expired != 0, expired != 0
 	if tid.Valid {
 		c.Template = &store.TemplateRef{ID: tid.String, Name: tname.String, Version: int(tver.Int64)}
@@ -311,7 +367,7 @@ func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
 	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
 		return notFound(err, "sandbox %s not found", c.SandboxID)
 	}
-	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(36)+`)`, commandArgs(c, oneCall != 0)...)
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(39)+`)`, commandArgs(c, oneCall != 0)...)
 	return err
 }
 
@@ -327,7 +383,8 @@ func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
 		config = ?, template_id = ?, template_name = ?, template_version = ?, env_names = ?, timeout_ms = ?, status = ?,
 		ok = ?, result = ?, error = ?, exit_code = ?, signal = ?, stdout_head = ?, stdout_tail = ?, stdout_bytes = ?,
 		stderr_head = ?, stderr_tail = ?, stderr_bytes = ?, output_expired = ?, idempotency_key = ?, origin = ?,
-		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ? WHERE id = ? AND graph = ?`,
+		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ?, result_truncated = ?, result_bytes = ?, result_file = ?
+		WHERE id = ? AND graph = ?`,
 		append(args[5:], c.ID, c.Graph)...)
 	return mustAffect(res, err, "command "+c.ID)
 }
@@ -502,9 +559,68 @@ func scanFile(sc row) (store.File, error) {
 }
 
 func (q queries) CreateFile(ctx context.Context, f store.File) error {
+	// The blob's row first: a DeleteFile of the last File with these bytes waits for this
+	// transaction, or this one for it (store.Queries.DeleteFile).
+	if _, err := q.exec(ctx, `INSERT INTO blobs (sha256, size, created_at) VALUES (?, ?, ?)
+		ON CONFLICT (sha256) DO UPDATE SET size = excluded.size`, f.SHA256, f.Size, ms(f.CreatedAt)); err != nil {
+		return err
+	}
 	_, err := q.exec(ctx, `INSERT INTO files (`+fileCols+`) VALUES (`+inList(7)+`)`,
 		f.ID, f.Graph, f.SHA256, f.Size, nullStr(f.Name), jsonText(f.Origin), ms(f.CreatedAt))
 	return err
+}
+
+func (q queries) DeleteFile(ctx context.Context, graph, id string) (store.File, bool, error) {
+	f, err := q.GetFile(ctx, graph, id)
+	if err != nil {
+		return f, false, err
+	}
+	if _, err := q.exec(ctx, `DELETE FROM files WHERE graph = ? AND id = ?`, graph, id); err != nil {
+		return f, false, err
+	}
+	// Writing the blob's row waits for a transaction creating a File with these bytes, whose
+	// File the count below then sees.
+	if _, err := q.exec(ctx, `UPDATE blobs SET size = size WHERE sha256 = ?`, f.SHA256); err != nil {
+		return f, false, err
+	}
+	var n int
+	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM files WHERE sha256 = ?`, f.SHA256).Scan(&n); err != nil {
+		return f, false, err
+	}
+	if n > 0 {
+		return f, false, nil
+	}
+	_, err = q.exec(ctx, `DELETE FROM blobs WHERE sha256 = ?`, f.SHA256)
+	return f, err == nil, err
+}
+
+func (q queries) BlobNamed(ctx context.Context, sha256 string) (bool, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM blobs WHERE sha256 = ?`, sha256).Scan(&n)
+	return n > 0, err
+}
+
+func (q queries) TemplatesNamingFile(ctx context.Context, graph string, refs ...string) ([]store.TemplateRef, error) {
+	var out []store.TemplateRef
+	seen := map[store.TemplateRef]bool{}
+	for _, ref := range refs {
+		// files is JSON text: LIKE narrows the versions, the decoded list decides.
+		ts, err := q.listTemplates(ctx, `SELECT `+templateCols+` FROM templates WHERE graph = ? AND files LIKE ?
+			ORDER BY name, version`, graph, "%"+ref+"%")
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			r := store.TemplateRef{ID: t.ID, Name: t.Name, Version: t.Version}
+			for _, tf := range t.Files {
+				if strings.EqualFold(tf.File, ref) && !seen[r] {
+					seen[r] = true
+					out = append(out, r)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 func (q queries) GetFile(ctx context.Context, graph, id string) (store.File, error) {

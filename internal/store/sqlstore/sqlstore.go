@@ -174,6 +174,18 @@ func (db *DB) DeleteEndedSandboxes(ctx context.Context, before time.Time, limit 
 	return n, err
 }
 
+func (db *DB) CreateFile(ctx context.Context, f store.File) error {
+	return db.WithTx(ctx, func(q store.Queries) error { return q.CreateFile(ctx, f) })
+}
+
+func (db *DB) DeleteFile(ctx context.Context, graph, id string) (f store.File, last bool, err error) {
+	err = db.WithTx(ctx, func(q store.Queries) error {
+		f, last, err = q.DeleteFile(ctx, graph, id)
+		return err
+	})
+	return f, last, err
+}
+
 func (db *DB) ExpireRunOutput(ctx context.Context, before time.Time, limit int) (ids []string, err error) {
 	err = db.WithTx(ctx, func(q store.Queries) error {
 		ids, err = q.ExpireRunOutput(ctx, before, limit)

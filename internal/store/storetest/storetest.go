@@ -39,6 +39,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"IdempotencyDelete", testIdempotencyDelete},
 		{"Snapshots", testSnapshots},
 		{"PausedAndForked", testPausedAndForked},
+		{"GraphUsage", testGraphUsage},
+		{"DeleteFile", testDeleteFile},
+		{"DeleteFileConcurrent", testDeleteFileConcurrent},
+		{"TemplatesNamingFile", testTemplatesNamingFile},
+		{"TruncatedResult", testTruncatedResult},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -153,10 +158,10 @@ func testSandboxes(t *testing.T, s store.Store) {
 	must(t, s.CreateSandbox(ctx, b))
 	c := newSandbox("other")
 	must(t, s.CreateSandbox(ctx, c))
-	n, err := s.CountActiveSandboxes(ctx, "main")
+	running, held, err := s.CountSandboxes(ctx, "main")
 	must(t, err)
-	if n != 2 {
-		t.Fatalf("active in main = %d, want 2", n)
+	if running != 2 || held != 2 {
+		t.Fatalf("running in main = %d, held %d, want 2 and 2", running, held)
 	}
 
 	a.Status, a.EndReason, a.StartedAt, a.EndedAt = store.SandboxDestroyed, store.EndRunFinished, ptr(now()), ptr(now())
@@ -577,8 +582,8 @@ func testPausedAndForked(t *testing.T, s store.Store) {
 	must(t, s.UpdateSandbox(ctx, sb))
 	got, _ = s.GetSandbox(ctx, "main", sb.ID)
 	equal(t, got, sb)
-	if n, _ := s.CountActiveSandboxes(ctx, "main"); n != 0 {
-		t.Fatalf("a paused sandbox counts as running: %d", n)
+	if running, held, _ := s.CountSandboxes(ctx, "main"); running != 0 || held != 1 {
+		t.Fatalf("a paused sandbox: %d running, %d held; want 0 and 1", running, held)
 	}
 	paused, err := s.ListSandboxesByStatus(ctx, store.SandboxPaused)
 	must(t, err)
@@ -589,4 +594,145 @@ func testPausedAndForked(t *testing.T, s store.Store) {
 	must(t, s.UpdateSandbox(ctx, sb))
 	got, _ = s.GetSandbox(ctx, "main", sb.ID)
 	equal(t, got, sb)
+}
+
+func testGraphUsage(t *testing.T, s store.Store) {
+	mk := func(graph, status, mode string, diskMiB, checkpoint int64) {
+		sb := newSandbox(graph)
+		sb.OneCall, sb.Status, sb.PauseMode, sb.Limits.DiskMiB, sb.CheckpointBytes = false, status, mode, diskMiB, checkpoint
+		if status == store.SandboxDestroyed {
+			sb.EndedAt = ptr(now())
+		}
+		must(t, s.CreateSandbox(ctx, sb))
+	}
+	mk("main", store.SandboxRunning, "", 1024, 0)
+	mk("main", store.SandboxStarting, "", 1024, 0)
+	mk("main", store.SandboxStopped, "", 100, 0)
+	mk("main", store.SandboxStopped, "", 200, 0)
+	mk("main", store.SandboxPaused, store.PauseCheckpoint, 1024, 5000)
+	mk("main", store.SandboxPaused, store.PauseFreeze, 1024, 0)
+	mk("main", store.SandboxDestroyed, "", 1024, 0)
+	mk("other", store.SandboxStopped, "", 1024, 0)
+	for i, size := range []int64{10, 20} {
+		must(t, s.CreateFile(ctx, store.File{ID: ids.New(ids.File), Graph: "main", SHA256: fmt.Sprint("f", i), Size: size, CreatedAt: now()}))
+	}
+	must(t, s.CreateFile(ctx, store.File{ID: ids.New(ids.File), Graph: "other", SHA256: "f0", Size: 10, CreatedAt: now()}))
+	must(t, s.CreateSnapshot(ctx, store.Snapshot{ID: ids.New(ids.Snapshot), Graph: "main", SandboxID: "sbx_1", Isolation: "gvisor", SizeBytes: 7, CreatedAt: now()}))
+	got, err := s.GraphUsage(ctx, "main")
+	must(t, err)
+	equal(t, got, store.GraphUsage{Running: 2, Sandboxes: 6, Stopped: 2, StoppedDiskBytes: 300 << 20, Checkpoints: 1, CheckpointBytes: 5000,
+		Files: 2, FileBytes: 30, Snapshots: 1, SnapshotBytes: 7})
+	running, held, err := s.CountSandboxes(ctx, "main")
+	must(t, err)
+	if running != 2 || held != 6 {
+		t.Fatalf("CountSandboxes = %d running, %d held; want 2 and 6", running, held)
+	}
+	got, err = s.GraphUsage(ctx, "none")
+	must(t, err)
+	equal(t, got, store.GraphUsage{})
+}
+
+// testDeleteFile: a blob is named while any File of any graph names it; the last DeleteFile
+// says so.
+func testDeleteFile(t *testing.T, s store.Store) {
+	a := store.File{ID: ids.New(ids.File), Graph: "main", SHA256: "aa", Size: 3, CreatedAt: now()}
+	b := store.File{ID: ids.New(ids.File), Graph: "other", SHA256: "aa", Size: 3, CreatedAt: now()}
+	must(t, s.CreateFile(ctx, a))
+	must(t, s.CreateFile(ctx, b))
+	_, _, err := s.DeleteFile(ctx, "other", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	got, last, err := s.DeleteFile(ctx, "main", a.ID)
+	must(t, err)
+	equal(t, got, a)
+	equal(t, last, false)
+	named, err := s.BlobNamed(ctx, "aa")
+	must(t, err)
+	equal(t, named, true)
+	_, err = s.GetFile(ctx, "main", a.ID)
+	wantClass(t, err, errdefs.ClassNotFound)
+	var lastInTx bool
+	must(t, s.WithTx(ctx, func(q store.Queries) error {
+		_, lastInTx, err = q.DeleteFile(ctx, "other", b.ID)
+		return err
+	}))
+	equal(t, lastInTx, true)
+	named, err = s.BlobNamed(ctx, "aa")
+	must(t, err)
+	equal(t, named, false)
+	// The bytes may be named again.
+	must(t, s.CreateFile(ctx, store.File{ID: ids.New(ids.File), Graph: "main", SHA256: "aa", Size: 3, CreatedAt: now()}))
+	named, _ = s.BlobNamed(ctx, "aa")
+	equal(t, named, true)
+}
+
+// testDeleteFileConcurrent: files of the same bytes created while the last one is deleted
+// leave either the new Files and a named blob, or nothing named — never a File whose blob
+// a DeleteFile called last.
+func testDeleteFileConcurrent(t *testing.T, s store.Store) {
+	for round := 0; round < 20; round++ {
+		sha := fmt.Sprint("race", round)
+		old := store.File{ID: ids.New(ids.File), Graph: "main", SHA256: sha, Size: 1, CreatedAt: now()}
+		must(t, s.CreateFile(ctx, old))
+		var wg sync.WaitGroup
+		var last bool
+		var derr, cerr error
+		fresh := store.File{ID: ids.New(ids.File), Graph: "other", SHA256: sha, Size: 1, CreatedAt: now()}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			derr = s.WithTx(ctx, func(q store.Queries) error {
+				var err error
+				_, last, err = q.DeleteFile(ctx, "main", old.ID)
+				return err
+			})
+		}()
+		go func() { defer wg.Done(); cerr = s.CreateFile(ctx, fresh) }()
+		wg.Wait()
+		must(t, derr)
+		must(t, cerr)
+		named, err := s.BlobNamed(ctx, sha)
+		must(t, err)
+		if !named {
+			t.Fatalf("round %d: a File names %s but the store says nothing does", round, sha)
+		}
+		if last {
+			// The delete ran first, alone: the new File came after, and names the bytes again.
+			if _, err := s.GetFile(ctx, "other", fresh.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func testTemplatesNamingFile(t *testing.T, s store.Store) {
+	id := ids.New(ids.Template)
+	tpl := store.Template{ID: id, Graph: "main", Name: "a", Base: "lbb/python", CreatedAt: now(),
+		Files: []store.TemplateFile{{File: "fil_1", Path: "x"}, {File: "abcd", Path: "y"}}}
+	_, err := s.CreateTemplateVersion(ctx, tpl)
+	must(t, err)
+	tpl.Files = nil
+	_, err = s.CreateTemplateVersion(ctx, tpl)
+	must(t, err)
+	other := tpl
+	other.Graph, other.Files = "other", []store.TemplateFile{{File: "fil_1", Path: "x"}}
+	_, err = s.CreateTemplateVersion(ctx, other)
+	must(t, err)
+	got, err := s.TemplatesNamingFile(ctx, "main", "fil_1", "ABCD")
+	must(t, err)
+	equal(t, got, []store.TemplateRef{{ID: id, Name: "a", Version: 1}})
+	got, err = s.TemplatesNamingFile(ctx, "main", "fil_2", "fil_")
+	must(t, err)
+	equal(t, len(got), 0)
+}
+
+func testTruncatedResult(t *testing.T, s store.Store) {
+	sb := newSandbox("main")
+	must(t, s.CreateSandbox(ctx, sb))
+	c := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindRun, Status: store.CommandRunning, CreatedAt: now()}
+	must(t, s.CreateCommand(ctx, c))
+	c.Status, c.ResultTruncated, c.ResultBytes, c.ResultFile = store.CommandSucceeded, true, 5<<20, "fil_1"
+	must(t, s.UpdateCommand(ctx, c))
+	got, err := s.GetCommand(ctx, "main", c.ID)
+	must(t, err)
+	equal(t, got, c)
 }

@@ -232,10 +232,39 @@ def test_openapi_has_the_routes_the_sdk_calls(lbb: LbbClient) -> None:
         ("post", "/v1/sandboxes/{id}/files/mkdir"), ("post", "/v1/commands/{id}/stdin"),
         ("post", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates"), ("get", "/v1/sandboxes/templates/{name}"),
         ("post", "/v1/files"), ("get", "/v1/files"), ("get", "/v1/files/{id}"), ("get", "/v1/files/{id}/content"),
-        ("put", "/v1/sandboxes/files/content"),
+        ("put", "/v1/sandboxes/files/content"), ("delete", "/v1/files/{id}"), ("get", "/v1/quotas"),
     ]
     missing = [f"{m.upper()} {p}" for m, p in used if m not in paths.get(p, {})]
     assert not missing, f"routes the SDK calls that /v1/openapi.json does not have: {missing}"
+
+
+def test_files_delete_and_quotas(lbb: LbbClient) -> None:
+    before = lbb.quotas()
+    assert before.graph == "main" and before.max_result_bytes == 1 << 20
+    files = before.quotas["files"]
+    assert files.unit == "count" and files.limit > 0
+    data = uuid.uuid4().hex.encode() * 3
+    f = lbb.files.upload(data, name="q.bin")
+    after = lbb.quotas()
+    assert after.quotas["files"].usage == files.usage + 1
+    assert after.quotas["file_bytes"].usage == before.quotas["file_bytes"].usage + len(data)
+    gone = lbb.files.delete(f.id)
+    assert gone.id == f.id and gone.size == len(data)
+    with pytest.raises(sdk.NotFoundError):
+        lbb.files.get(f.id)
+    with pytest.raises(sdk.NotFoundError):
+        lbb.files.delete(f.id)
+    assert lbb.quotas().quotas["files"].usage == files.usage
+
+
+def test_async_files_delete_and_quotas(server: Any) -> None:
+    async def main() -> None:
+        async with sdk.AsyncLbbClient(server.url, api_key=server.key, graph="main") as c:
+            f = await c.files.upload(b"async quota bytes", name="a.bin")
+            assert (await c.quotas()).quotas["files"].usage >= 1
+            assert (await c.files.delete(f.id)).sha256 == f.sha256
+
+    asyncio.run(main())
 
 
 # The async client

@@ -21,11 +21,14 @@ CASES = [
     (409, "conflict", lbb.ConflictError),
     (409, "not_supported", lbb.NotSupportedError),
     (409, "commands_running", lbb.CommandsRunningError),
+    (409, "file_in_use", lbb.FileInUseError),
     (413, "payload_too_large", lbb.PayloadTooLargeError),
+    (413, "quota_bytes_exceeded", lbb.QuotaBytesExceededError),
     (422, "unprocessable", lbb.UnprocessableError),
     (422, "idempotency_key_reused", lbb.IdempotencyConflictError),
     (429, "limit_exceeded", lbb.RateLimitError),
     (429, "too_many_sandboxes", lbb.TooManySandboxesError),
+    (429, "quota_exceeded", lbb.QuotaExceededError),
     (500, "internal", lbb.InternalServerError),
     (503, "unavailable", lbb.UnavailableError),
     # A code whose class does not fit the status: the status decides.
@@ -79,3 +82,25 @@ def test_connection_error_after_retries():
     with pytest.raises(lbb.APIConnectionError) as ei:
         c.sandboxes.run(code="x")
     assert ei.value.status is None and ei.value.code == "connection_error"
+
+
+def test_quota_exceeded_is_not_retried():
+    """A quota stays full until something is deleted: 429 quota_exceeded is raised at once,
+    while 429 too_many_sandboxes is retried."""
+    calls = {"n": 0}
+
+    def handler(seen, nth):
+        calls["n"] += 1
+        if seen.path == "/v1/files":
+            return error(429, "quota_exceeded", "graph main: quota files (Files of the graph) exceeded: usage 2, limit 2", "req_q")
+        return error(429, "too_many_sandboxes", "graph main has 10 running sandboxes", "req_t")
+
+    with FakeServer(handler) as srv:
+        c = lbb.LbbClient(srv.url, api_key="k", max_retries=2)
+        with pytest.raises(lbb.QuotaExceededError) as ei:
+            c.files.upload(b"x", name="x")
+        assert calls["n"] == 1 and "usage 2, limit 2" in ei.value.message
+        calls["n"] = 0
+        with pytest.raises(lbb.TooManySandboxesError):
+            c.sandboxes.run(code="x", input=1)
+        assert calls["n"] == 3

@@ -20,6 +20,8 @@ SCHEMAS = {
     lbb.Template: "Template",
     lbb.FileInfo: "FileEntry",
     lbb.File: "File",
+    lbb.Quota: "Quota",
+    lbb.Quotas: "Quotas",
 }
 
 

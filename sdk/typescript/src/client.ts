@@ -18,6 +18,7 @@ import {
   toFileInfo,
   toGraphFile,
   toPage,
+  toQuotas,
   toRunResult,
   toSandboxInfo,
   toSnapshot,
@@ -27,6 +28,7 @@ import {
   type GraphFile,
   type Limits,
   type Page,
+  type Quotas,
   type RunResult,
   type SandboxInfo,
   type Snapshot,
@@ -37,6 +39,7 @@ import type {
   WireCommand,
   WireCreateSandboxRequest,
   WireForkRequest,
+  WireQuotas,
   WireRunBody,
   WireRunResult,
   WireSandbox,
@@ -241,7 +244,7 @@ export class Transport {
         await sleep(backoffMs(attempt), o.signal);
         continue;
       }
-      if (RETRY_STATUSES.has(resp.status) && attempt < maxRetries) {
+      if (RETRY_STATUSES.has(resp.status) && attempt < maxRetries && !fullQuota(resp.status, answer)) {
         await sleep(backoffMs(attempt, resp.headers.get("retry-after")), o.signal);
         continue;
       }
@@ -924,6 +927,16 @@ export class Snapshots {
   }
 }
 
+/** A 429 quota_exceeded: a quota stays full until something is deleted, so no retry helps. */
+function fullQuota(status: number, answer: Uint8Array): boolean {
+  if (status !== 429) return false;
+  try {
+    return (JSON.parse(new TextDecoder().decode(answer)) as { error?: { code?: string } }).error?.code === "quota_exceeded";
+  } catch {
+    return false;
+  }
+}
+
 /** Files of the graph (/v1/files): content-addressed, outliving sandboxes. */
 export class Files {
   constructor(private readonly t: Transport) {}
@@ -957,6 +970,14 @@ export class Files {
   async content(id: string, o: CallOptions = {}): Promise<Uint8Array> {
     const resp = await this.t.request("GET", `/v1/files/${encodeURIComponent(id)}/content`, o);
     return new Uint8Array(await resp.arrayBuffer());
+  }
+
+  /**
+   * Deletes a File; its bytes go with the last File, of any graph, that names them. Workspaces
+   * that imported it keep their copies. Throws FileInUseError while a template version names it.
+   */
+  async delete(id: string, o: CallOptions = {}): Promise<GraphFile> {
+    return toGraphFile(await this.t.json("DELETE", `/v1/files/${encodeURIComponent(id)}`, o));
   }
 }
 
@@ -994,6 +1015,11 @@ export class LbbClient {
   /** GET /healthz. */
   health(o: CallOptions = {}): Promise<Record<string, unknown>> {
     return this.t.json("GET", "/healthz", { graph: false, signal: o.signal });
+  }
+
+  /** The graph's quotas: usage and limits (GET /v1/quotas). */
+  async quotas(o: CallOptions = {}): Promise<Quotas> {
+    return toQuotas(await this.t.json<WireQuotas>("GET", "/v1/quotas", o));
   }
 
   /** The server's OpenAPI document. */

@@ -66,8 +66,12 @@ export class ConflictError extends APIStatusError {}
 export class NotSupportedError extends ConflictError {}
 /** 409 `commands_running`: a command still runs in the sandbox; pause and snapshot never break one. */
 export class CommandsRunningError extends ConflictError {}
+/** 409 `file_in_use`: a template version names the File, so it stays. */
+export class FileInUseError extends ConflictError {}
 /** 413: the body or file is larger than the server takes. */
 export class PayloadTooLargeError extends APIStatusError {}
+/** 413 `quota_bytes_exceeded`: the call would take the graph past a byte quota (the message names it, its usage and limit); deleting something makes room. */
+export class QuotaBytesExceededError extends PayloadTooLargeError {}
 /** 422: the request is well-formed but cannot be done. */
 export class UnprocessableError extends APIStatusError {}
 /** 422 `idempotency_key_reused`: the key was used before with a different request. */
@@ -76,6 +80,8 @@ export class IdempotencyConflictError extends UnprocessableError {}
 export class RateLimitError extends APIStatusError {}
 /** 429 `too_many_sandboxes`: the graph has as many running sandboxes as it may. */
 export class TooManySandboxesError extends RateLimitError {}
+/** 429 `quota_exceeded`: the call would take the graph past a count quota (the message names it, its usage and limit); deleting something makes room, so it is not retried. */
+export class QuotaExceededError extends RateLimitError {}
 /** 5xx other than 503: the server failed. */
 export class InternalServerError extends APIStatusError {}
 /** 503: the service cannot do this now; a retry later may work. */
@@ -104,6 +110,9 @@ const byCode: Record<string, StatusErrorClass> = {
   isolation_unavailable: IsolationUnavailableError,
   not_supported: NotSupportedError,
   commands_running: CommandsRunningError,
+  quota_exceeded: QuotaExceededError,
+  quota_bytes_exceeded: QuotaBytesExceededError,
+  file_in_use: FileInUseError,
 };
 
 const defaultCodes: Record<number, string> = {

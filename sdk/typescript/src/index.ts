@@ -63,6 +63,8 @@ export type {
   FileInfo,
   GraphFile,
   Page,
+  Quota,
+  Quotas,
 } from "./types.js";
 export { outputText } from "./types.js";
 export type * from "./wire.js";

@@ -6,7 +6,7 @@ export interface components {
     schemas: {
         Error: {
             error: {
-                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, unavailable, method_not_allowed, internal */
+                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, quota_exceeded, quota_bytes_exceeded, file_in_use, unavailable, method_not_allowed, internal */
                 code: string;
                 message: string;
                 request_id: string;
@@ -96,6 +96,12 @@ export interface components {
             ok: boolean;
             /** @description the JSON value run returned; null when it did not */
             result: unknown;
+            /** @description the result was larger than the server's --max-result-bytes: result is null and result_file holds it */
+            result_truncated?: boolean;
+            /** @description with result_truncated: the result's size in bytes */
+            result_bytes?: number;
+            /** @description with result_truncated: the File of the graph (fil_…) that holds the result (GET /v1/files/{id}/content); absent when the graph's Files quotas had no room for it (error says so) */
+            result_file?: string;
             error?: string;
             command: string;
             sandbox: string;
@@ -157,6 +163,8 @@ export interface components {
              * @description when the sandbox was paused; only while it is
              */
             paused_at?: string;
+            /** @description the size of its checkpoint on disk while it is paused with one (gvisor) */
+            checkpoint_bytes?: number;
             forked_from?: components["schemas"]["ForkedFrom"];
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
@@ -183,6 +191,12 @@ export interface components {
             ok: boolean;
             /** @description any JSON value */
             result?: unknown;
+            /** @description the result was larger than the server's --max-result-bytes: result is null and result_file holds it */
+            result_truncated?: boolean;
+            /** @description with result_truncated: the result's size in bytes */
+            result_bytes?: number;
+            /** @description with result_truncated: the File of the graph (fil_…) that holds the result (GET /v1/files/{id}/content); absent when the graph's Files quotas had no room for it (error says so) */
+            result_file?: string;
             error?: string;
             exit_code: number | null;
             signal?: string;
@@ -395,9 +409,11 @@ export interface components {
             name?: string;
             origin: {
                 /** @enum {string} */
-                kind: "sandbox" | "upload";
+                kind: "sandbox" | "upload" | "result";
                 sandbox?: string;
                 path?: string;
+                /** @description result: the run whose result it holds */
+                command?: string;
                 key?: string;
             };
             /** Format: date-time */
@@ -467,6 +483,33 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+        };
+        /** @description one quota of a graph: what it holds and the most it may */
+        Quota: {
+            usage: number;
+            limit: number;
+            /** @enum {string} */
+            unit: "count" | "bytes";
+        };
+        /** @description a graph's quotas by name, and the caps of one call. running_sandboxes: starting or running; sandboxes: those and the paused and stopped (each holds a disk); stopped_sandboxes and stopped_disk_bytes: stopped sandboxes and their disks, each at its size limit; checkpoints and checkpoint_bytes: sandboxes paused with their memory on disk; files and file_bytes: Files of the graph, each at its size; snapshots and snapshot_bytes. */
+        Quotas: {
+            graph: string;
+            quotas: {
+                running_sandboxes: components["schemas"]["Quota"];
+                sandboxes: components["schemas"]["Quota"];
+                stopped_sandboxes: components["schemas"]["Quota"];
+                stopped_disk_bytes: components["schemas"]["Quota"];
+                checkpoints: components["schemas"]["Quota"];
+                checkpoint_bytes: components["schemas"]["Quota"];
+                files: components["schemas"]["Quota"];
+                file_bytes: components["schemas"]["Quota"];
+                snapshots: components["schemas"]["Quota"];
+                snapshot_bytes: components["schemas"]["Quota"];
+            };
+            /** @description the largest File */
+            max_file_bytes: number;
+            /** @description the largest result a run's record keeps; a larger one is kept as a File of the graph */
+            max_result_bytes: number;
         };
     };
     responses: never;

@@ -12,6 +12,8 @@ import type {
   WireFileInfo,
   WireLimits,
   WireOutput,
+  WireQuota,
+  WireQuotas,
   WireRunResult,
   WireSandbox,
   WireSnapshot,
@@ -53,7 +55,14 @@ export interface TemplateRef {
 export interface RunResult<R = unknown> {
   /** True when run() returned and the process exited with code 0. */
   ok: boolean;
+  /** null when resultTruncated: the File resultFile holds it. */
   result: R;
+  /** The result was larger than the server keeps in a record (its --max-result-bytes). */
+  resultTruncated?: boolean;
+  /** With resultTruncated: the result's size in bytes. */
+  resultBytes?: number;
+  /** With resultTruncated: the File of the graph (`fil_…`) that holds the result (files.content); absent when the graph's Files quotas had no room (error says so). */
+  resultFile?: string;
   error?: string;
   /** The id (`cmd_…`) of the command record of this run. */
   command: string;
@@ -87,6 +96,9 @@ export interface Command {
   exitCode: number | null;
   signal?: string;
   result?: unknown;
+  resultTruncated?: boolean;
+  resultBytes?: number;
+  resultFile?: string;
   error?: string;
   argv?: string[];
   cwd?: string;
@@ -200,6 +212,25 @@ export interface GraphFile {
   raw: WireFile;
 }
 
+/** One quota of a graph: what it holds and the most it may. */
+export interface Quota {
+  usage: number;
+  limit: number;
+  unit: "count" | "bytes";
+}
+
+/**
+ * A graph's quotas by name (running_sandboxes, sandboxes, stopped_sandboxes, stopped_disk_bytes,
+ * checkpoints, checkpoint_bytes, files, file_bytes, snapshots, snapshot_bytes) and the caps of one call.
+ */
+export interface Quotas {
+  graph: string;
+  quotas: Record<string, Quota>;
+  maxFileBytes: number;
+  maxResultBytes: number;
+  raw: WireQuotas;
+}
+
 /** One page of a list; pass nextCursor as cursor for the next. */
 export interface Page<T> {
   data: T[];
@@ -255,6 +286,9 @@ export function toRunResult<R = unknown>(w: WireRunResult): RunResult<R> {
   return {
     ok: Boolean(w.ok),
     result: (w.result ?? null) as R,
+    ...opt("resultTruncated", w.result_truncated),
+    ...opt("resultBytes", w.result_bytes),
+    ...opt("resultFile", w.result_file),
     ...opt("error", w.error),
     command: w.command,
     sandbox: w.sandbox,
@@ -297,6 +331,9 @@ export function toCommand(w: WireCommand): Command {
     exitCode: w.exit_code ?? null,
     ...opt("signal", w.signal),
     ...("result" in w ? { result: w.result } : {}),
+    ...opt("resultTruncated", w.result_truncated),
+    ...opt("resultBytes", w.result_bytes),
+    ...opt("resultFile", w.result_file),
     ...opt("error", w.error),
     ...opt("argv", w.argv),
     ...opt("cwd", w.cwd),
@@ -403,6 +440,12 @@ export function toGraphFile(w: WireFile): GraphFile {
     ...opt("createdAt", w.created_at),
     raw: w,
   };
+}
+
+export function toQuotas(w: WireQuotas): Quotas {
+  const quotas: Record<string, Quota> = {};
+  for (const [name, q] of Object.entries(w.quotas as Record<string, WireQuota>)) quotas[name] = { usage: q.usage, limit: q.limit, unit: q.unit };
+  return { graph: w.graph, quotas, maxFileBytes: w.max_file_bytes, maxResultBytes: w.max_result_bytes, raw: w };
 }
 
 /** Reads a list answer: `{"data": [...], "next_cursor": ...}` (or `entries`, `files`, `snapshots`), or a bare array. */

@@ -46,6 +46,9 @@ export type WireFileInfo = Schemas["FileEntry"];
 /** A File of the graph: GET /v1/files/{id}. */
 export type WireFile = Schemas["File"];
 export type WireError = Schemas["Error"];
+/** GET /v1/quotas. */
+export type WireQuotas = Schemas["Quotas"];
+export type WireQuota = Schemas["Quota"];
 
 export interface WireList<T> {
   data: T[];

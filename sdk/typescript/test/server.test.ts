@@ -221,6 +221,25 @@ test("sandboxes.list filters by status and label", async (t) => {
 
 type OpenAPI = { paths?: Record<string, Record<string, any>>; components?: { schemas?: Record<string, any> } };
 
+test("files: delete, and the graph's quotas follow", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const before = await lbb.quotas();
+  assert.equal(before.graph, "main");
+  assert.equal(before.maxResultBytes, 1 << 20);
+  assert.equal(before.quotas.files!.unit, "count");
+  const data = randomUUID().repeat(3);
+  const f = await lbb.files.upload(data, { name: "q.txt" });
+  const after = await lbb.quotas();
+  assert.equal(after.quotas.files!.usage, before.quotas.files!.usage + 1);
+  assert.equal(after.quotas.file_bytes!.usage, before.quotas.file_bytes!.usage + data.length);
+  const gone = await lbb.files.delete(f.id);
+  assert.equal(gone.id, f.id);
+  await assert.rejects(lbb.files.get(f.id), NotFoundError);
+  await assert.rejects(lbb.files.delete(f.id), NotFoundError);
+  assert.equal((await lbb.quotas()).quotas.files!.usage, before.quotas.files!.usage);
+});
+
 test("openapi: every route the SDK calls is in the document", async (t) => {
   const lbb = client(t);
   if (!lbb) return;
@@ -235,7 +254,7 @@ test("openapi: every route the SDK calls is in the document", async (t) => {
     ["post", "/v1/sandboxes/{id}/files/mkdir"], ["post", "/v1/commands/{id}/stdin"],
     ["post", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates"], ["get", "/v1/sandboxes/templates/{name}"],
     ["post", "/v1/files"], ["get", "/v1/files"], ["get", "/v1/files/{id}"], ["get", "/v1/files/{id}/content"],
-    ["put", "/v1/sandboxes/files/content"],
+    ["put", "/v1/sandboxes/files/content"], ["delete", "/v1/files/{id}"], ["get", "/v1/quotas"],
     ["post", "/v1/sandboxes/{id}/pause"], ["post", "/v1/sandboxes/{id}/snapshot"], ["get", "/v1/sandboxes/{id}/snapshots"],
     ["post", "/v1/sandboxes/{id}/fork"], ["get", "/v1/snapshots/{id}"], ["delete", "/v1/snapshots/{id}"],
   ];
@@ -289,6 +308,8 @@ test("openapi: each route the SDK calls answers (and takes) the schema of its wi
     ["get", "/v1/sandboxes/{id}/snapshots", "200", "SnapshotList"],
     ["get", "/v1/sandboxes/{id}/files", "200", "FileEntryList"],
     ["get", "/v1/files/{id}", "200", "File"],
+    ["delete", "/v1/files/{id}", "200", "File"],
+    ["get", "/v1/quotas", "200", "Quotas"],
   ];
   const wrong = checks.filter(([m, p, st, name]) => !refs(at(m, p, st)).includes(name)).map(([m, p, st, name]) => `${m.toUpperCase()} ${p} ${st}: ${name}`);
   assert.deepEqual(wrong, [], "routes whose schema in /v1/openapi.json is not the one the SDK's wire type is");

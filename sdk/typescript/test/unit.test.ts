@@ -13,6 +13,7 @@ import {
   AuthenticationError,
   CommandsRunningError,
   ConflictError,
+  FileInUseError,
   IdempotencyConflictError,
   IdempotencyKeyRequiredError,
   InternalServerError,
@@ -25,6 +26,8 @@ import {
   PathOutsideWorkspaceError,
   PayloadTooLargeError,
   PermissionDeniedError,
+  QuotaBytesExceededError,
+  QuotaExceededError,
   RateLimitError,
   SSEDecoder,
   TooManySandboxesError,
@@ -51,11 +54,14 @@ describe("errors", () => {
     [409, "conflict", ConflictError],
     [409, "not_supported", NotSupportedError],
     [409, "commands_running", CommandsRunningError],
+    [409, "file_in_use", FileInUseError],
     [413, "payload_too_large", PayloadTooLargeError],
+    [413, "quota_bytes_exceeded", QuotaBytesExceededError],
     [422, "unprocessable", UnprocessableError],
     [422, "idempotency_key_reused", IdempotencyConflictError],
     [429, "limit_exceeded", RateLimitError],
     [429, "too_many_sandboxes", TooManySandboxesError],
+    [429, "quota_exceeded", QuotaExceededError],
     [500, "internal", InternalServerError],
     [503, "unavailable", UnavailableError],
     [404, "too_many_sandboxes", NotFoundError],
@@ -155,6 +161,22 @@ describe("idempotency and retries", () => {
       async (srv) => {
         const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k", maxRetries: 2 });
         await assert.rejects(lbb.sandboxes.run({ code: CODE }), (e: unknown) => e instanceof UnavailableError && e.requestId === "req_3");
+        assert.equal(srv.requests("POST", "/v1/sandboxes").length, 3);
+      },
+    );
+  });
+
+  test("no retry of a 429 quota_exceeded; a 429 too_many_sandboxes is retried", async () => {
+    await withServer(
+      (seen) =>
+        seen.path === "/v1/files"
+          ? error(429, "quota_exceeded", "graph main: quota files (Files of the graph) exceeded: usage 2, limit 2")
+          : { ...error(429, "too_many_sandboxes", "graph main has 10 running sandboxes"), headers: { "Retry-After": "0" } },
+      async (srv) => {
+        const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k", maxRetries: 2 });
+        await assert.rejects(lbb.files.upload("x", { name: "x" }), (e: unknown) => e instanceof QuotaExceededError && /usage 2, limit 2/.test(e.message));
+        assert.equal(srv.requests("POST", "/v1/files").length, 1);
+        await assert.rejects(lbb.sandboxes.run({ code: CODE }), TooManySandboxesError);
         assert.equal(srv.requests("POST", "/v1/sandboxes").length, 3);
       },
     );

@@ -35,6 +35,7 @@ from ._models import (
     File,
     FileInfo,
     Page,
+    Quotas,
     Record,
     RunResult,
     SandboxRecord,
@@ -99,7 +100,7 @@ class _API:
                 await asyncio.sleep(_core.backoff(attempt))
                 attempt += 1
                 continue
-            if resp.status_code in _core.RETRY_STATUSES and attempt < retries:
+            if attempt < retries and _core.retryable(resp.status_code, resp.content):
                 await asyncio.sleep(_core.backoff(attempt, resp.headers.get("retry-after")))
                 attempt += 1
                 continue
@@ -692,6 +693,12 @@ class AsyncFiles:
     async def content(self, file_id: str) -> bytes:
         return (await self._api.request("GET", f"/v1/files/{file_id}/content")).content
 
+    async def delete(self, file_id: str) -> File:
+        """Deletes a File; its bytes go with the last File, of any graph, that names them.
+        Workspaces that imported it keep their copies. Raises FileInUseError while a template
+        version names it."""
+        return File(await self._api.json("DELETE", f"/v1/files/{file_id}"))
+
 
 class AsyncLbbClient:
     """The asyncio client.
@@ -730,6 +737,10 @@ class AsyncLbbClient:
     async def health(self) -> Record:
         """GET /healthz."""
         return Record(await self._api.json("GET", "/healthz", graph=False))
+
+    async def quotas(self) -> Quotas:
+        """The graph's quotas: usage and limits (``GET /v1/quotas``)."""
+        return Quotas(await self._api.json("GET", "/v1/quotas"))
 
     async def openapi(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""

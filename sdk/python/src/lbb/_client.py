@@ -30,6 +30,7 @@ from ._models import (
     File,
     FileInfo,
     Page,
+    Quotas,
     Record,
     RunResult,
     SandboxRecord,
@@ -94,7 +95,7 @@ class _API:
                 time.sleep(_core.backoff(attempt))
                 attempt += 1
                 continue
-            if resp.status_code in _core.RETRY_STATUSES and attempt < retries:
+            if attempt < retries and _core.retryable(resp.status_code, resp.content):
                 time.sleep(_core.backoff(attempt, resp.headers.get("retry-after")))
                 attempt += 1
                 continue
@@ -687,6 +688,12 @@ class Files:
     def content(self, file_id: str) -> bytes:
         return (self._api.request("GET", f"/v1/files/{file_id}/content")).content
 
+    def delete(self, file_id: str) -> File:
+        """Deletes a File; its bytes go with the last File, of any graph, that names them.
+        Workspaces that imported it keep their copies. Raises FileInUseError while a template
+        version names it."""
+        return File(self._api.json("DELETE", f"/v1/files/{file_id}"))
+
 
 class LbbClient:
     """The synchronous client.
@@ -725,6 +732,10 @@ class LbbClient:
     def health(self) -> Record:
         """GET /healthz."""
         return Record(self._api.json("GET", "/healthz", graph=False))
+
+    def quotas(self) -> Quotas:
+        """The graph's quotas: usage and limits (``GET /v1/quotas``)."""
+        return Quotas(self._api.json("GET", "/v1/quotas"))
 
     def openapi(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""

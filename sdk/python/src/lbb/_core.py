@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import uuid
@@ -20,6 +21,9 @@ POLL_WAIT_MS = 30_000
 # Statuses worth a retry with the same request (and Idempotency-Key): the server or a proxy
 # in front of it could not take the call now.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Codes of answers with a retry status that no retry helps: a quota stays full until
+# something is deleted.
+NO_RETRY_CODES = frozenset({"quota_exceeded"})
 # Methods that change state: each logical call gets one Idempotency-Key, kept on its retries.
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -84,6 +88,18 @@ def base_headers(opts: Options) -> Dict[str, str]:
         h["Authorization"] = f"Bearer {opts.api_key}"
     h.update(opts.headers)
     return h
+
+
+def retryable(status: int, content: bytes) -> bool:
+    """Whether an answer is worth a retry of the same request."""
+    if status not in RETRY_STATUSES:
+        return False
+    if status == 429 and b"quota_exceeded" in content:
+        try:
+            return json.loads(content)["error"]["code"] not in NO_RETRY_CODES
+        except (ValueError, KeyError, TypeError):
+            return True
+    return True
 
 
 def new_idempotency_key() -> str:

@@ -103,8 +103,17 @@ class CommandsRunningError(ConflictError):
     for none and never break one, so end or wait for it first."""
 
 
+class FileInUseError(ConflictError):
+    """409 ``file_in_use``: a template version names the File, so it stays."""
+
+
 class PayloadTooLargeError(APIStatusError):
     """413: the body or file is larger than the server takes."""
+
+
+class QuotaBytesExceededError(PayloadTooLargeError):
+    """413 ``quota_bytes_exceeded``: the call would take the graph past one of its byte quotas;
+    the message names it, its usage and limit. Deleting something makes room; a retry alone does not."""
 
 
 class UnprocessableError(APIStatusError):
@@ -123,6 +132,11 @@ class TooManySandboxesError(RateLimitError):
     """429 ``too_many_sandboxes``: the graph has as many running sandboxes as it may."""
 
 
+class QuotaExceededError(RateLimitError):
+    """429 ``quota_exceeded``: the call would take the graph past one of its count quotas; the
+    message names it, its usage and limit. Deleting something makes room; it is not retried."""
+
+
 class InternalServerError(APIStatusError):
     """5xx other than 503: the server failed."""
 
@@ -139,6 +153,9 @@ _BY_CODE: Dict[str, Type[APIStatusError]] = {
     "isolation_unavailable": IsolationUnavailableError,
     "not_supported": NotSupportedError,
     "commands_running": CommandsRunningError,
+    "quota_exceeded": QuotaExceededError,
+    "quota_bytes_exceeded": QuotaBytesExceededError,
+    "file_in_use": FileInUseError,
 }
 
 _BY_STATUS: Dict[int, Type[APIStatusError]] = {

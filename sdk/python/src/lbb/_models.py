@@ -150,7 +150,12 @@ class _Process(Record):
     status = _str()
     ok = _bool("True when the process exited with code 0 (for a run: when run() returned).")
     exit_code: _Field[Optional[int]] = _raw()
-    result = _raw("What run(input, config) returned, as JSON values.")
+    result = _raw("What run(input, config) returned, as JSON values (``None`` when result_truncated).")
+    result_truncated = _bool(
+        "True when the result was larger than the server keeps in a record: ``result_file`` is the File of the graph that holds it."
+    )
+    result_bytes = _int("With result_truncated: the result's size in bytes.")
+    result_file = _str(doc="With result_truncated: the File (``fil_…``) that holds the result, ``\"\"`` when the graph's quota had no room.")
     duration_ms = _int()
     stdout = _output()
     stderr = _output()
@@ -191,6 +196,7 @@ class SandboxRecord(Record):
     status = _str()
     isolation = _str(doc='The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it.')
     paused_at: _Field[Optional[str]] = _Field(lambda v: v or None, doc="When it was paused (RFC 3339), only while it is.")
+    checkpoint_bytes = _int("The size of its checkpoint on disk while it is paused with one (gvisor).")
     forked_from = _of(ForkedFrom, "The sandbox and snapshot it was forked from; ``None`` unless it is a fork.")
 
 
@@ -230,6 +236,30 @@ class File(Record):
 
     id = _str()
     sha256 = _str()
+    size = _int()
+    name = _str()
+
+
+class Quota(Record):
+    """One quota of a graph: what it holds (``usage``) and the most it may (``limit``), a
+    ``"count"`` or ``"bytes"`` (``unit``)."""
+
+    usage = _int()
+    limit = _int()
+    unit = _str()
+
+
+class Quotas(Record):
+    """A graph's quotas by name (``quotas["files"].usage``) and the caps of one call."""
+
+    graph = _str()
+    quotas: _Field[Dict[str, Quota]] = _Field(
+        lambda v: {k: x if isinstance(x, Quota) else Quota(x) for k, x in (v or {}).items()},
+        doc="Each quota by name: running_sandboxes, sandboxes, stopped_sandboxes, stopped_disk_bytes, checkpoints, "
+        "checkpoint_bytes, files, file_bytes, snapshots, snapshot_bytes.",
+    )
+    max_file_bytes = _int()
+    max_result_bytes = _int()
 
 
 class Page(List[R]):
