@@ -180,3 +180,31 @@ func unmountViews(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// HostIDs is what the host shows of a running sandbox's identity: the mapping of its user
+// namespace (its ids 0..Count-1 are host ids Base..) and the host uid that owns it.
+type HostIDs struct {
+	Base, Count, Owner uint32
+}
+
+// ProcessIDs reads the identity of the user namespace process pid runs in.
+func ProcessIDs(pid int) (HostIDs, error) {
+	var ids HostIDs
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		return ids, err
+	}
+	var inside uint32
+	if _, err := fmt.Sscan(string(b), &inside, &ids.Base, &ids.Count); err != nil || inside != 0 {
+		return ids, fmt.Errorf("uid_map of %d: %q %v", pid, b, err)
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return ids, err
+	}
+	defer f.Close()
+	const nsGetOwnerUID = 0xb704 // NS_GET_OWNER_UID: _IO(0xb7, 0x4)
+	owner, err := unix.IoctlGetUint32(int(f.Fd()), nsGetOwnerUID)
+	ids.Owner = owner
+	return ids, err
+}

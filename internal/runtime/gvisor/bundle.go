@@ -22,8 +22,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 )
 
 // Inside the sandbox.
@@ -38,15 +38,16 @@ const (
 const cpuPeriod = 100_000 // µs
 
 // ociSpec is the sandbox's OCI spec: the image read-only, the disk and the /.lbb directory
-// bound in, the agent as the init, no capabilities, limits.
-func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
+// bound in, the agent as the init, no capabilities, limits. The sandbox's ids map onto
+// ident.Mapped; it sees its image and disk through views (driverkit.MountViews).
+func (d *Driver) ociSpec(st state, dir string, ident driverkit.Identity, views driverkit.Views) *specs.Spec {
 	spec := st.Spec
 	lim := spec.Limits
-	disk := filepath.Join(dir, "disk")
+	disk := views.Disk
 	tmp := fmt.Sprintf("size=%dm", lim.TmpMiB)
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	rw := []string{"rbind", "rw", "nosuid", "nodev"}
-	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: runtime.IDBase, Size: runtime.IDCount}}
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: ident.Mapped.Base, Size: ident.Mapped.Count}}
 	rlimit := func(typ string, n uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: n, Soft: n} }
 	return &specs.Spec{
 		Version: specs.Version,
@@ -79,7 +80,7 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 			},
 			NoNewPrivileges: true,
 		},
-		Root:     &specs.Root{Path: spec.Image, Readonly: true},
+		Root:     &specs.Root{Path: views.Rootfs, Readonly: true},
 		Hostname: spec.Hostname,
 		Mounts: []specs.Mount{
 			// Read-only: nothing in it is the sandbox's to write (/proc/sysrq-trigger above all).
@@ -119,8 +120,9 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 func ptr[T any](v T) *T { return &v }
 
 // prepareLbbDir (re)makes <dir>/lbb, mounted read-only at /.lbb: the agent, the seccomp
-// filter (both hard links to the driver's copies), and chan/ for the agent's socket.
-func (d *Driver) prepareLbbDir(dir string) error {
+// filter (both hard links to the driver's copies, the host root's), and chan/ for the agent's
+// socket, owned by the sandbox's root (uid on the host).
+func (d *Driver) prepareLbbDir(dir string, uid int) error {
 	agentBin, err := d.agentBinary()
 	if err != nil {
 		return err
@@ -133,7 +135,7 @@ func (d *Driver) prepareLbbDir(dir string) error {
 	if err := os.RemoveAll(lbb); err != nil {
 		return err
 	}
-	if err := mkdirOwned(lbb, 0o755); err != nil {
+	if err := mkdirOwned(lbb, 0o755, uid); err != nil {
 		return err
 	}
 	if err := linkOrCopy(agentBin, filepath.Join(lbb, "agent")); err != nil {
@@ -142,7 +144,7 @@ func (d *Driver) prepareLbbDir(dir string) error {
 	if err := linkOrCopy(filter, filepath.Join(lbb, "seccomp.bpf")); err != nil {
 		return fmt.Errorf("seccomp filter: %w", err)
 	}
-	return mkdirOwned(filepath.Join(lbb, "chan"), 0o700)
+	return mkdirOwned(filepath.Join(lbb, "chan"), 0o700, uid)
 }
 
 // hideAgent removes the sandbox's link to the agent binary once the agent runs: a process
@@ -152,15 +154,15 @@ func hideAgent(dir string) error {
 	return os.Remove(filepath.Join(dir, "lbb", "agent"))
 }
 
-// mkdirOwned makes a directory that belongs to the sandbox's root.
-func mkdirOwned(path string, mode os.FileMode) error {
+// mkdirOwned makes a directory that belongs to uid (and its group): the sandbox's root.
+func mkdirOwned(path string, mode os.FileMode, uid int) error {
 	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		return err
 	}
-	return os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase))
+	return os.Lchown(path, uid, uid)
 }
 
 // linkOrCopy hard-links src at dst, or copies it (with its owner and mode) across devices.
@@ -195,13 +197,14 @@ func linkOrCopy(src, dst string) error {
 	return err
 }
 
-// agentBinary answers the driver's copy of the agent, owned by the sandbox's root and readable
-// by it alone (gVisor reads what it executes: an executable-only file does not start). The
-// copy is named by its content, so a rebuilt agent gets a new one and a running sandbox keeps
-// its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the agent
-// runs (hideAgent).
+// agentBinary answers the driver's copy of the agent: the host root's, readable and executable
+// by every sandbox (gVisor reads what it executes: an executable-only file does not start)
+// and writable by none, checked byte for byte before it is used again (driverkit.WriteOnce).
+// The copy is named by its content, so a rebuilt agent gets a new one and a running sandbox
+// keeps its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the
+// agent runs (hideAgent).
 func (d *Driver) agentBinary() (string, error) {
-	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), int(runtime.IDBase), 0o500)
+	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), 0, 0o555)
 }
 
 // seccompFile answers the file of the agent's seccomp filter, written once per content.
@@ -224,8 +227,9 @@ func (d *Driver) seccompFile() (string, error) {
 	return dst, nil
 }
 
-// listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root.
-func listenAgent(chanDir string) (*net.UnixListener, error) {
+// listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root
+// (uid on the host).
+func listenAgent(chanDir string, uid int) (*net.UnixListener, error) {
 	path := filepath.Join(chanDir, agentSocket)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -245,7 +249,7 @@ func listenAgent(chanDir string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+	if err := os.Lchown(path, uid, uid); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -346,11 +350,16 @@ func checkToken(c net.Conn, token string) bool {
 // machineIDFile is the file on a sandbox's disk bound over its /etc/machine-id.
 const machineIDFile = "machine-id"
 
-// prepareDisk makes the directories of a mounted disk, owned by the sandbox's root: the
-// workspace, /root (first filled from the image's) and /var/tmp; and its machine id's file
-// (empty until the agent writes one).
+// prepareDisk makes the directories of a mounted disk, owned by the sandbox's root as disks
+// store it (the shared range: see driverkit.MountViews): the workspace, /root (first filled
+// from the image's) and /var/tmp; and its machine id's file (empty until the agent writes
+// one). The disk's root is the host's, traversable by the sandbox's ids.
 func prepareDisk(diskDir, image string) error {
-	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755); err != nil {
+	root := int(hostids.Shared.Base)
+	if err := os.Chmod(diskDir, 0o711); err != nil {
+		return err
+	}
+	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755, root); err != nil {
 		return err
 	}
 	mid := filepath.Join(diskDir, machineIDFile)
@@ -363,13 +372,13 @@ func prepareDisk(diskDir, image string) error {
 			return err
 		}
 	}
-	if err := os.Lchown(mid, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+	if err := os.Lchown(mid, root, root); err != nil {
 		return err
 	}
 	if err := os.Chmod(mid, 0o644); err != nil {
 		return err
 	}
-	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky); err != nil {
+	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky, root); err != nil {
 		return err
 	}
 	home := filepath.Join(diskDir, "home")

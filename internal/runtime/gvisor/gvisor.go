@@ -84,6 +84,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -105,7 +107,10 @@ type Config struct {
 	Platform string
 	// DebugLogDir, when set, gets runsc's debug logs, in a directory per sandbox.
 	DebugLogDir string
-	Logger      *slog.Logger
+	// IDRegistry is the host-wide registry of sandbox host id ranges (default
+	// hostids.DefaultDir); every driver of the host must share it.
+	IDRegistry string
+	Logger     *slog.Logger
 }
 
 // DefaultRunsc is where scripts/install-runsc.sh puts runsc.
@@ -153,7 +158,8 @@ func New(cfg Config) *Driver {
 	cfg.Platform = cmp.Or(cfg.Platform, def.Platform)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
 	d := &Driver{cfg: cfg}
-	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger,
+		IDs: &hostids.Registry{Dir: cfg.IDRegistry}, IDMap: idmap.Check}
 	return d
 }
 
@@ -202,7 +208,7 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 		Disk:      disk,
 		DiskMiB:   st.Spec.Limits.DiskMiB,
 		Dirs:      []string{"disk", "bundle"},
-		DirMode:   0o711,
+		DirMode:   0o700,
 		StateFile: "state.json",
 		State:     st,
 	})
@@ -249,22 +255,31 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	}, nil); err != nil {
 		return nil, err
 	}
+	var ident driverkit.Identity
+	if err := u.Step("host ids", func() (err error) { ident, err = d.sbs.Identity(id, spec.Image); return err }, nil); err != nil {
+		return nil, err
+	}
+	root := int(ident.Mapped.Base) // the sandbox's root on the host
 	if _, _, err := d.sbs.MountDisk(ctx, &u, id); err != nil {
 		return nil, err
 	}
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
 		return nil, err
 	}
-	if err := u.Step("/.lbb", func() error { return d.prepareLbbDir(dir) }, nil); err != nil {
+	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.Step("/.lbb", func() error { return d.prepareLbbDir(dir, root) }, nil); err != nil {
 		return nil, err
 	}
 	var ln *net.UnixListener
-	if err := u.Step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan")); return err },
+	if err := u.Step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan"), root); return err },
 		func() error { return ln.Close() }); err != nil {
 		return nil, err
 	}
 	if err := u.Step("bundle", func() error {
-		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
+		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir, ident, views))
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -552,6 +567,18 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	return out
+}
+
+// HostIDs answers who started sandbox id is on the host: its gofer's identity, the one host
+// process that opens its files. (The Sentry runs as nobody, in a user namespace of its own;
+// both namespaces are runsc's, owned by the host's root.)
+func (d *Driver) HostIDs(id string) (driverkit.HostIDs, error) {
+	for _, p := range d.processes(id) {
+		if p.kind == gofer {
+			return driverkit.ProcessIDs(p.pid)
+		}
+	}
+	return driverkit.HostIDs{}, fmt.Errorf("sandbox %s has no gofer", id)
 }
 
 // The host processes of a sandbox.

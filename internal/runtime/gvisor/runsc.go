@@ -39,6 +39,10 @@ func (d *Driver) globalFlags(id string) []string {
 		// The default (null) bind-mounts one namespace under --root for all gofers, which
 		// stays mounted after the last sandbox.
 		"--gofer-network-namespace=new",
+		// A fork is restored with its own host ids (its user namespace's mapping differs from
+		// the checkpoint's): runsc then logs the difference instead of refusing. The Sentry
+		// keeps no host ids (only the gofer, which runs with the new mapping, uses them).
+		"--restore-spec-validation=warning",
 	}
 	if d.cfg.DebugLogDir != "" {
 		// SIGUSR2 makes the Sentry panic with every goroutine's stack in its log: the way

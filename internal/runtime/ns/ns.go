@@ -623,6 +623,19 @@ func (d *Driver) Leftovers(id string) []string {
 	return out
 }
 
+// HostIDs answers who started sandbox id is on the host, as its processes show it.
+func (d *Driver) HostIDs(id string) (driverkit.HostIDs, error) {
+	cg, err := d.cgroups()
+	if err != nil {
+		return driverkit.HostIDs{}, err
+	}
+	pids, err := cg.Procs(id)
+	if err != nil || len(pids) == 0 {
+		return driverkit.HostIDs{}, fmt.Errorf("sandbox %s has no process: %v", id, err)
+	}
+	return driverkit.ProcessIDs(pids[0])
+}
+
 // agentBinary answers the agent binary the init bind-mounts: a copy under the state
 // directory, which the sandbox's ids can search, whereas AgentPath may sit anywhere (in a
 // private home directory, say), with the mode the sandbox needs (0711). The copy is named by

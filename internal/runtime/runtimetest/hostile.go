@@ -69,6 +69,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("devices", e.known("devices", e.devices))
 	t.Run("agent's threads", e.known("agent's threads", e.agentThreads))
 	t.Run("per-user counters", e.known("per-user counters", e.perUserCounters))
+	t.Run("host identity", e.known("host identity", e.hostIdentity))
 
 }
 
@@ -1020,4 +1021,62 @@ func hostCounters() error {
 		unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(p)), 0, 0)
 	}
 	return errors.Join(errs...)
+}
+
+// hostIdentity: each sandbox is a user of its own on the host. Its ids map onto a host range
+// no other sandbox holds (where the host can make idmapped mounts), and nobody else on the
+// host — another sandbox's root, had it escaped, or any other account — can list its state
+// directory or read its workspace, not even a file the sandbox made world-readable.
+func (e *env) hostIdentity(t *testing.T) {
+	if e.opts.HostIDs == nil || e.opts.StateDirOf == nil {
+		t.Skip("the driver's test does not say where sandboxes live on the host")
+	}
+	a := e.boot(t, runtime.Limits{})
+	b := e.boot(t, runtime.Limits{})
+	secret := randHex(16)
+	b.ok("echo " + secret + " > /workspace/secret && chmod 644 /workspace/secret && sync")
+	ia, err := e.opts.HostIDs(a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := e.opts.HostIDs(b.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host ids: %+v and %+v", ia, ib)
+	switch {
+	case e.opts.SharedIDs:
+		t.Log("this host makes no idmapped mounts: both map the shared range")
+	case ia.Base == runtime.IDBase || ib.Base == runtime.IDBase:
+		t.Errorf("a sandbox maps the shared range %d: %+v %+v", runtime.IDBase, ia, ib)
+	case ia.Base < ib.Base+ib.Count && ib.Base < ia.Base+ia.Count:
+		t.Errorf("two sandboxes share host ids: %+v %+v", ia, ib)
+	}
+	// The file, as the host stores it.
+	dir := e.opts.StateDirOf(b.id)
+	var file string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && d.Name() == "secret" {
+			if data, _ := os.ReadFile(p); strings.TrimSpace(string(data)) == secret {
+				file = p
+			}
+		}
+		return nil
+	})
+	if file == "" {
+		t.Fatalf("the workspace file is nowhere under %s", dir)
+	}
+	others := []uint32{65534} // nobody, for any other account of the host
+	if !e.opts.SharedIDs {
+		others = append(others, ia.Base) // the other sandbox's root
+	}
+	for _, uid := range others {
+		for _, argv := range [][]string{{"cat", file}, {"ls", dir}} {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+			if out, err := cmd.CombinedOutput(); err == nil {
+				t.Errorf("host uid %d ran %q: %s", uid, argv, out)
+			}
+		}
+	}
 }
