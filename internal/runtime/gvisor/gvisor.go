@@ -291,6 +291,13 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	var cmd *exec.Cmd
 	exited := make(chan struct{})
 	if err := u.Step("runsc", func() error {
+		// runsc's state is root's alone (runsc would make its directory 0711).
+		if err := os.MkdirAll(d.runscRoot(), 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.runscRoot(), 0o700); err != nil {
+			return err
+		}
 		_ = os.Remove(filepath.Join(dir, "sentry.pid"))
 		args := []string{"run", "--bundle", filepath.Join(dir, "bundle"), "--pid-file", filepath.Join(dir, "sentry.pid"), id}
 		if memDir != "" {
@@ -316,12 +323,13 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		}()
 		return nil
 	}, func() error {
-		ctx, cancel := driverkit.UndoContext()
-		defer cancel()
-		err := d.cleanup(ctx, id)
+		// runsc first: one that has not started the sandbox yet would wait for it, and it
+		// takes the Sentry and the gofer with it (they die with it: attached).
 		_ = cmd.Process.Kill()
 		<-exited
-		return err
+		ctx, cancel := driverkit.UndoContext()
+		defer cancel()
+		return d.cleanup(ctx, id)
 	}); err != nil {
 		logR.Close()
 		return nil, err
@@ -444,8 +452,18 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, out))
 		}
 	}
-	if err := waitGone(ctx, func() bool { return len(d.processes(id)) == 0 }); err != nil {
+	// What is left has nothing more to do: a runsc that had not started the sandbox yet (it
+	// would wait for it), or one whose children are gone.
+	if err := waitGone(ctx, func() bool {
+		procs := d.processes(id)
+		for _, p := range procs {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		return len(procs) == 0
+	}); err != nil {
 		errs = append(errs, fmt.Errorf("processes %v: %w", d.processes(id), err))
+	} else if err := d.removeOrphanRunscFiles(id); err != nil {
+		errs = append(errs, err)
 	}
 	if err := removeCgroups(ctx, d.cfg.CgroupParent, id); err != nil {
 		errs = append(errs, err)

@@ -90,6 +90,22 @@ func (d *Driver) hasRunscState(id string) bool {
 	return false
 }
 
+// removeOrphanRunscFiles removes what a runsc killed before it wrote the sandbox's state
+// leaves of it (its lock, the Sentry's control socket), which runsc delete, finding no state,
+// leaves too. The caller made sure no process of the sandbox runs.
+func (d *Driver) removeOrphanRunscFiles(id string) error {
+	if _, err := os.Lstat(filepath.Join(d.runscRoot(), id+"_sandbox:"+id+".state")); err == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range []string{id + "_sandbox:" + id + ".lock", "runsc-" + id + ".sock"} {
+		if err := os.Remove(filepath.Join(d.runscRoot(), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // runscEvents is what `runsc events --stats` says, the part the driver reads.
 type runscEvents struct {
 	Data struct {
