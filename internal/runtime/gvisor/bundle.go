@@ -66,14 +66,21 @@ func (d *Driver) ociSpec(st state, dir string, ident driverkit.Identity, views d
 				// Devices the Sentry always makes and a sandbox never needs: FUSE (a file system
 				// served from inside) and TUN/TAP (a network device of its own).
 				"LBB_AGENT_REMOVE=/dev/fuse,/dev/net",
+				// A user of its own, which no process it starts shares: none can signal it
+				// (gVisor's PID 1 has no shield against SIGKILL and SIGSTOP from inside).
+				fmt.Sprintf("LBB_AGENT_UID=%d", agentUID),
 			},
 			Cwd: "/",
-			// Every set empty: no capability at all.
-			Capabilities: &specs.LinuxCapabilities{},
+			// What the agent needs to become agentUID and give its processes uid 0; it drops
+			// all but CAP_SETUID at once, and its processes get none (lbb-agent's uid.go).
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  []string{"CAP_SETUID", "CAP_SETPCAP"},
+				Effective: []string{"CAP_SETUID", "CAP_SETPCAP"},
+				Permitted: []string{"CAP_SETUID", "CAP_SETPCAP"},
+			},
 			Rlimits: []specs.POSIXRlimit{
 				rlimit("RLIMIT_NOFILE", d.cfg.NoFile),
-				// Tasks (threads included) of the sandbox's root, the agent's among them.
-				rlimit("RLIMIT_NPROC", uint64(lim.Pids)),
+				rlimit("RLIMIT_NPROC", nproc(lim.Pids)),
 				rlimit("RLIMIT_CORE", 0),
 				// No file outgrows the disk, not even a sparse one.
 				rlimit("RLIMIT_FSIZE", uint64(lim.DiskMiB)<<20),
@@ -118,6 +125,21 @@ func (d *Driver) ociSpec(st state, dir string, ident driverkit.Identity, views d
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// agentUID is the agent's real uid inside a gvisor sandbox (lbb-agent --uid): no account of
+// the image, and no process of the sandbox can become it (none holds CAP_SETUID).
+const agentUID = 65533
+
+// agentTasks is what of a sandbox's Pids the agent keeps for its threads and the processes it
+// starts directly.
+const agentTasks = 16
+
+// nproc is the sandbox's RLIMIT_NPROC. gVisor counts tasks per real uid at their creation:
+// the agent's threads and the processes it starts (agentUID), then what those start (root),
+// each up to the limit; both within the sandbox's Pids, with agentTasks of it the agent's.
+func nproc(pids int64) uint64 {
+	return uint64(max(pids-agentTasks, pids/2))
+}
 
 // prepareLbbDir (re)makes <dir>/lbb, mounted read-only at /.lbb: the agent, the seccomp
 // filter (both hard links to the driver's copies, the host root's), and chan/ for the agent's
