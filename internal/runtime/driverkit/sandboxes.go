@@ -327,7 +327,8 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 func (s *Sandboxes[S]) List() ([]string, error) { return StateDirs(s.Dir) }
 
 // Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
-// loop devices on its disk, and of cgroups (its cgroup directories) those that exist. After
+// loop devices on its disk, its claim of host ids, and of cgroups (its cgroup directories)
+// those that exist. After
 // Destroy it is empty; the conformance suite and a janitor use it. A driver adds what else
 // it leaves (processes, runsc's state).
 func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
@@ -346,6 +347,11 @@ func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
 	}
 	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
 		out = append(out, "loop device "+l)
+	}
+	if s.IDs != nil {
+		for _, r := range s.IDs.HeldBy(dir) {
+			out = append(out, fmt.Sprintf("host ids %d+%d still claimed", r.Base, r.Count))
+		}
 	}
 	return out
 }

@@ -6,9 +6,14 @@
 //
 // A sandbox is, on the host:
 //
+//	<StateDir>/<id>/             0710 to the sandbox's root's group: no other host user enters
 //	<StateDir>/<id>/state.json   the Spec, limits resolved, and the agent's token
+//	<StateDir>/<id>/ids.json     its own range of host ids (hostids), claimed at Create
 //	<StateDir>/<id>/disk.img     its disk: a sparse ext4 file, its size the workspace quota
 //	<StateDir>/<id>/disk/        disk.img loop-mounted while started: workspace/, home/, vartmp/
+//	<StateDir>/<id>/rootfs/      while started, the image through an idmapped mount onto the
+//	<StateDir>/<id>/layer/       sandbox's range (the OCI root), and its disk likewise (the
+//	                             bind mounts' sources)
 //	<StateDir>/<id>/lbb/         what is mounted read-only at /.lbb: the agent, the seccomp
 //	                             filter, and chan/, where the host listens for the agent
 //	<StateDir>/<id>/bundle/      the OCI bundle runsc runs (config.json)
@@ -20,9 +25,11 @@
 //
 // Inside: the image is the root, read-only; /workspace, /root and /var/tmp are the sandbox's
 // disk; /tmp, /dev/shm and /run are the Sentry's memory (tmpfs, bounded); no network device
-// but lo (--network=none); the user namespace maps ids 0..65535 onto host runtime.IDBase..,
-// so the image's files belong to the sandbox's root and what it writes lands as such. The
-// agent is PID 1 with no capabilities and no_new_privs. Limits: memory and CPU through the
+// but lo (--network=none); the user namespace maps ids 0..65535 onto the sandbox's own host
+// range (the shared one where the host makes no idmapped mounts), so the image's files belong
+// to the sandbox's root and what it writes lands as such; the gofer, the one host process that
+// opens its files, runs as that root. The agent is PID 1 with no_new_privs and CAP_SETUID
+// alone, as a real uid of its own (see "What gVisor does differently"). Limits: memory and CPU through the
 // sandbox's cgroup (the Sentry's own memory counts: the limit is what the sandbox costs the
 // host), processes through RLIMIT_NPROC inside (a host pids limit would starve the Sentry of
 // threads: it crashes with "newosproc"), the disk by its size.
@@ -53,7 +60,10 @@
 //     agent makes itself non-dumpable (connect mode), and loads the ns driver's seccomp filter
 //     (internal/runtime/seccomp), which drops signals to PID 1 (see seccomp.go). runsc's OCI
 //     seccomp answers EPERM only, which would break clone3's fallback. The agent's link in
-//     /.lbb goes once it runs (hideAgent).
+//     /.lbb goes once it runs (hideAgent). A signal to one of the agent's thread ids reaches
+//     the agent too, and no filter knows those ids: the agent runs as real uid agentUID
+//     (effective 0) and starts its processes as root, so the kernel's permission check
+//     refuses every signal they send it.
 //   - The i386 system calls (int 0x80) do not exist in gVisor: they fail with ENOSYS and no
 //     filter sees them.
 //   - /sys has no class/net: an empty, read-only /sys/class/net/lo is mounted.

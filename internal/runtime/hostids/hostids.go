@@ -112,6 +112,22 @@ func (g Registry) Release(r Range, owner string) error {
 	return nil
 }
 
+// HeldBy lists the ranges owner holds (a destroyed sandbox holds none).
+func (g Registry) HeldBy(owner string) []Range {
+	ents, _ := os.ReadDir(g.dir())
+	var out []Range
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n <= 0 || n >= maxRanges {
+			continue
+		}
+		if cur, err := os.Readlink(filepath.Join(g.dir(), e.Name())); err == nil && cur == owner {
+			out = append(out, rangeN(n))
+		}
+	}
+	return out
+}
+
 func number(r Range) (int, bool) {
 	if r.Count != runtime.IDCount || r.Base <= runtime.IDBase || (r.Base-runtime.IDBase)%runtime.IDCount != 0 {
 		return 0, false

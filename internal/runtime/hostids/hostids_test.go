@@ -49,6 +49,9 @@ func TestClaimKeepRelease(t *testing.T) {
 	if ok, err := g.Keep(r, a); !ok || err != nil {
 		t.Fatalf("keep by its owner: %v %v", ok, err)
 	}
+	if held := g.HeldBy(a); len(held) != 1 || held[0] != r {
+		t.Fatalf("held by its owner: %v, want %v", held, r)
+	}
 	if ok, _ := g.Keep(r, owner("other")); ok {
 		t.Fatal("another owner kept a held range")
 	}

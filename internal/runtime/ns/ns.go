@@ -5,20 +5,26 @@
 //
 // A sandbox is, on the host:
 //
+//	<StateDir>/<id>/            0710 to the sandbox's root's group: no other host user enters
 //	<StateDir>/<id>/spec.json   the Spec, limits resolved
+//	<StateDir>/<id>/ids.json    its own range of host ids (hostids), claimed at Create
 //	<StateDir>/<id>/disk.img    its disk: a sparse ext4 file, its size the workspace quota
-//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside)
+//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside,
+//	                            stored with the shared ids)
+//	<StateDir>/<id>/rootfs/     while started, the image through an idmapped mount onto the
+//	<StateDir>/<id>/layer/      sandbox's range, and its disk likewise: the overlay's layers
 //	<StateDir>/<id>/root/       where the init mounts the overlay, in the sandbox's own mount
 //	                            namespace only
 //	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
 //
 // beside <StateDir>/.templates (a formatted disk per size, copied sparsely by Create) and
-// <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it).
+// <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it, root's).
 //
-// Inside: user (ids 0..65535 = host runtime.IDBase..), mount, pid, net (lo only), ipc,
-// uts and cgroup namespaces; the image read-only under a writable overlay; the agent as
-// PID 1 with no capabilities, no_new_privs, Landlock and a seccomp filter. See init.go for
-// the sandbox side.
+// Inside: user (ids 0..65535 = the sandbox's own host range, or the shared one where the host
+// makes no idmapped mounts; the namespace owned by the range's first id: see
+// driverkit.SpawnAs), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
+// read-only under a writable overlay; the agent as PID 1 with no capabilities, no_new_privs,
+// Landlock and a seccomp filter. See init.go for the sandbox side.
 package ns
 
 import (
