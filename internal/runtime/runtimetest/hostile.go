@@ -463,6 +463,7 @@ func (e *env) syscalls(t *testing.T) {
 		{"delete_module", unix.SYS_DELETE_MODULE, []uint64{0, 0}, unix.EPERM},
 		{"keyctl", unix.SYS_KEYCTL, []uint64{0, 0}, unix.EPERM},
 		{"add_key", unix.SYS_ADD_KEY, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
+		{"request_key", unix.SYS_REQUEST_KEY, []uint64{0, 0, 0, 0}, unix.EPERM},
 		{"bpf", unix.SYS_BPF, []uint64{0, 0, 0}, unix.EPERM},
 		{"perf_event_open", unix.SYS_PERF_EVENT_OPEN, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
 		{"unshare(CLONE_NEWUSER)", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWUSER}, unix.EPERM},
