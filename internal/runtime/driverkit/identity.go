@@ -70,14 +70,24 @@ func (s *Sandboxes[S]) idmapOK(image string) bool {
 
 // claim gives sandbox id a range and records it in its state directory.
 func (s *Sandboxes[S]) claim(id string) (hostids.Range, error) {
-	r, err := s.IDs.Claim(s.Path(id))
+	r, err := s.IDs.Claim(s.claimant(id))
 	if err != nil {
 		return r, err
 	}
 	if err := WriteJSON(s.Path(id, identityFile), r); err != nil {
-		return r, errors.Join(err, s.IDs.Release(r, s.Path(id)))
+		return r, errors.Join(err, s.IDs.Release(r, s.claimant(id)))
 	}
 	return r, nil
+}
+
+// claimant is who holds sandbox id's range in the registry: its state directory, absolute (a
+// claim whose directory is gone is free again).
+func (s *Sandboxes[S]) claimant(id string) string {
+	p, err := filepath.Abs(s.Path(id))
+	if err != nil {
+		return s.Path(id)
+	}
+	return p
 }
 
 // release gives back sandbox id's range, when it has one.
@@ -86,7 +96,7 @@ func (s *Sandboxes[S]) release(id string) error {
 	if err := ReadJSON(s.Path(id, identityFile), id, &r); err != nil {
 		return nil // none recorded (or the directory is gone): nothing held by this path
 	}
-	return s.IDs.Release(r, s.Path(id))
+	return s.IDs.Release(r, s.claimant(id))
 }
 
 // Identity answers who sandbox id is on the host for a start from image: its range (claimed
@@ -101,7 +111,7 @@ func (s *Sandboxes[S]) Identity(id, image string) (Identity, error) {
 	err := ReadJSON(s.Path(id, identityFile), id, &r)
 	if err == nil {
 		var kept bool
-		if kept, err = s.IDs.Keep(r, s.Path(id)); err == nil && !kept {
+		if kept, err = s.IDs.Keep(r, s.claimant(id)); err == nil && !kept {
 			err = os.ErrNotExist // taken by another sandbox meanwhile: a new one
 		}
 	}

@@ -308,7 +308,8 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 	if s.IDs != nil {
 		var r hostids.Range
 		if ReadJSON(s.Path(id, identityFile), id, &r) == nil {
-			release = func() error { return s.IDs.Release(r, dir) }
+			owner := s.claimant(id)
+			release = func() error { return s.IDs.Release(r, owner) }
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -349,7 +350,7 @@ func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
 		out = append(out, "loop device "+l)
 	}
 	if s.IDs != nil {
-		for _, r := range s.IDs.HeldBy(dir) {
+		for _, r := range s.IDs.HeldBy(s.claimant(id)) {
 			out = append(out, fmt.Sprintf("host ids %d+%d still claimed", r.Base, r.Count))
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -62,10 +63,16 @@ func (g Registry) dir() string {
 	return g.Dir
 }
 
-// Claim gives owner (a sandbox's state directory, absolute) a free range.
+// Claim gives owner (a sandbox's state directory, absolute) a free range. The first claim
+// of a process also frees every claim whose owner is gone (see Sweep).
 func (g Registry) Claim(owner string) (Range, error) {
 	if err := os.MkdirAll(g.dir(), 0o700); err != nil {
 		return Range{}, fmt.Errorf("host id registry: %w", err)
+	}
+	if _, swept := sweptDirs.LoadOrStore(g.dir(), true); !swept {
+		if err := g.Sweep(); err != nil {
+			return Range{}, err
+		}
 	}
 	// Probing from a random place finds a free range in a few tries while the registry is
 	// far from full, without listing it.
@@ -108,6 +115,34 @@ func (g Registry) Release(r Range, owner string) error {
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("host id registry: %w", err)
+	}
+	return nil
+}
+
+// sweptDirs are the registries this process has swept.
+var sweptDirs sync.Map
+
+// Sweep frees every claim whose owner is gone: sandboxes whose state directory was removed
+// without their release (a test's temporary data directory, a process that died).
+func (g Registry) Sweep() error {
+	unlock, err := g.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ents, err := os.ReadDir(g.dir())
+	if err != nil {
+		return fmt.Errorf("host id registry: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(g.dir(), e.Name())
+		cur, err := os.Readlink(p)
+		if err != nil || !filepath.IsAbs(cur) {
+			continue
+		}
+		if _, err := os.Lstat(cur); errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(p)
+		}
 	}
 	return nil
 }

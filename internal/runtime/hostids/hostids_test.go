@@ -79,3 +79,32 @@ func TestClaimKeepRelease(t *testing.T) {
 		t.Fatal("the shared range was claimed")
 	}
 }
+
+func TestSweep(t *testing.T) {
+	g := Registry{Dir: filepath.Join(t.TempDir(), "ids")}
+	live, gone := filepath.Join(t.TempDir(), "live"), filepath.Join(t.TempDir(), "gone")
+	for _, d := range []string{live, gone} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rl, err := g.Claim(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Claim(gone); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(gone)
+	if err := g.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(g.Dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || len(g.HeldBy(live)) != 1 || g.HeldBy(live)[0] != rl { // the lock file and live's claim
+		t.Fatalf("after a sweep: %v", names)
+	}
+}
