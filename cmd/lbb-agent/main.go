@@ -78,7 +78,7 @@ func ignoreSignals() {
 
 // options are the agent's flags, each also settable as LBB_AGENT_<NAME>.
 type options struct {
-	fd                            int
+	fd, uid                       int
 	connect, seccomp, remove      string
 	workspace, etcDir, path, home string
 	verbose                       bool
@@ -90,6 +90,7 @@ func run() error {
 	fs.IntVar(&o.fd, "fd", 3, "the channel's file descriptor")
 	fs.StringVar(&o.connect, "connect", "", "instead of --fd: connect to this unix socket, again after each disconnection (also LBB_AGENT_CONNECT; see connect.go)")
 	fs.StringVar(&o.seccomp, "seccomp", "", "load this raw BPF program as the seccomp filter of the agent and its processes")
+	fs.IntVar(&o.uid, "uid", 0, "run as this real uid (effective uid 0, CAP_SETUID alone kept), so that the processes it starts (uid 0) cannot signal it; needs CAP_SETUID and CAP_SETPCAP (see uid.go)")
 	fs.StringVar(&o.remove, "remove", "", "remove these files (comma-separated) at start: devices a sandbox must not have that its kernel (gVisor's) always makes")
 	fs.StringVar(&o.workspace, "workspace", agent.Workspace, "the workspace directory")
 	fs.StringVar(&o.etcDir, "etc-dir", "/etc", "where identity writes hostname and machine-id")
@@ -121,6 +122,11 @@ func run() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
+	if o.uid != 0 {
+		if err := ownUID(o.uid); err != nil {
+			return err
+		}
+	}
 	if o.seccomp != "" {
 		if err := loadSeccomp(o.seccomp); err != nil {
 			return err
@@ -151,7 +157,8 @@ func run() error {
 
 	reserveThreads(agentThreads)
 
-	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home, Logger: log})
+	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home,
+		RootProcesses: o.uid != 0, Logger: log})
 	if err != nil {
 		return err
 	}

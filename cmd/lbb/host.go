@@ -122,6 +122,14 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		return err
 	case <-ctx.Done():
 	}
+	// The warm pool builds no more slots, and those it holds go, meanwhile (cleanup closes
+	// it; the deferred call then does nothing).
+	poolClosed := make(chan struct{})
+	go func() {
+		defer close(poolClosed)
+		cleanup()
+	}()
+	defer func() { <-poolClosed }()
 	// The control plane ends its runs before it goes; calls still open here (events,
 	// followers) get the grace, then end.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)

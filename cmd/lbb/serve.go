@@ -168,6 +168,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
+	// The warm pool builds no more slots, and those it holds go, while runs drain: a build
+	// left to run on would outlive the grace period, and the server with it.
+	poolClosed := make(chan struct{})
+	go func() {
+		defer close(poolClosed)
+		if warm != nil {
+			warm.Close()
+		}
+	}()
 	// Stop taking connections and requests at once; the handlers of runs still going wait for
 	// them, which the service lets finish for the grace period and then ends.
 	shutdownDone := make(chan error, 1)
@@ -184,6 +193,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := <-shutdownDone; err != nil {
 		log.Warn("closing connections", "err", err)
 	}
+	<-poolClosed
 	log.Info("stopped")
 	return nil
 }

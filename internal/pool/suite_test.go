@@ -35,6 +35,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 )
@@ -104,10 +105,13 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 		}
 		return &suiteDriver{st: st, d: &bridgedDriver{ns.New(cfg)}}
 	}, runtimetest.Options{
-		Image:     rootfs,
-		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(st.slotOf(id)) },
-		HostFiles: []string{agentBin, filepath.Join(state, ".agent", "*")},
-		Known:     known,
+		Image:      rootfs,
+		Leftovers:  func(id string) []string { return ns.New(cfg).Leftovers(st.slotOf(id)) },
+		HostFiles:  []string{agentBin, filepath.Join(state, ".agent", "*")},
+		StateDirOf: func(id string) string { return filepath.Join(state, st.slotOf(id)) },
+		HostIDs:    func(id string) (driverkit.HostIDs, error) { return ns.New(cfg).HostIDs(st.slotOf(id)) },
+		SharedIDs:  idmap.CheckOverlay(rootfs) != nil,
+		Known:      known,
 	})
 	if lang != "" {
 		t.Run("run goes to the pre-started interpreter", func(t *testing.T) {

@@ -191,10 +191,12 @@ func CheckRequirements(d Driver) error {
 // ErrNotFound is returned for a sandbox id the driver has no state for.
 var ErrNotFound = errors.New("sandbox not found")
 
-// Sandbox user ids. Every sandbox's user namespace maps its ids 0..IDCount-1 onto host ids
-// IDBase..IDBase+IDCount-1, an unprivileged range no host account uses. Base images are
-// built owned by that range (their root is host uid IDBase), so that inside a sandbox the
-// image's files belong to its root.
+// Sandbox user ids. Base images and sandbox disks are stored owned by host ids
+// IDBase..IDBase+IDCount-1, an unprivileged range no host account uses (their root is host
+// uid IDBase). Each sandbox's user namespace maps its ids 0..IDCount-1 onto a range of its own
+// above it and sees those files through idmapped mounts onto that range, so that inside the
+// image's files belong to its root; where the host cannot make idmapped mounts, it maps this
+// shared range itself (see internal/runtime/hostids).
 const (
 	IDBase  uint32 = 1_000_000_000
 	IDCount uint32 = 65536

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // sandboxTraces lists what of a sandbox is left on the host: mounts, cgroups, processes.
@@ -83,7 +85,9 @@ func TestCrashRecovery(t *testing.T) {
 // TestGracefulShutdown stops the server with SIGTERM while a run sleeps past the grace
 // period: the server ends the sandbox and records how.
 func TestGracefulShutdown(t *testing.T) {
-	s := startServer(t, "--shutdown-grace", "1s")
+	// 3 s: the half-second run must be claimed and finish within it, and under load a claim
+	// alone has taken 0.6 s.
+	s := startServer(t, "--shutdown-grace", "3s")
 	quick, mq := s.run("quick", `{"run": {"code": "import time\ndef run(input, config):\n    time.sleep(0.5)\n    return 'done'"}, "wait_ms": 0}`)
 	slow, ms := s.run("slow", `{"run": {"code": "import time\ndef run(input, config):\n    time.sleep(60)"}, "wait_ms": 0}`)
 	if quick.status != 202 || slow.status != 202 {
@@ -107,6 +111,87 @@ func TestGracefulShutdown(t *testing.T) {
 	if c["status"] != "killed" || sb["end_reason"] != "server_shutdown" {
 		t.Fatalf("a run past the grace period: command %v, sandbox %v", c["status"], sb["end_reason"])
 	}
+}
+
+// TestShutdownLeavesNothing stops, with SIGTERM, a server (on each isolation) that holds a
+// long-lived sandbox running a command, a one-call run in flight, and its warm pool, being
+// built: once it has exited, nothing of theirs is left on the host — no process (none names
+// its data directory or holds its output), no mount, no loop device, no cgroup.
+func TestShutdownLeavesNothing(t *testing.T) {
+	for _, iso := range []string{"ns", "gvisor"} {
+		t.Run(iso, func(t *testing.T) {
+			requireEnv(t)
+			if _, no := runsc(); iso == "gvisor" && no != "" {
+				testkit.SkipPrivileged(t, "%s", no)
+			}
+			s := startServer(t, "--runtime", iso, "--shutdown-grace", "1s")
+			r := s.call("POST", "/v1/sandboxes?graph=main", "", nil, `{"expires_in_seconds": 300}`)
+			if r.status != 201 {
+				t.Fatalf("create: %d %s", r.status, r.body)
+			}
+			sb := r.obj(t)["id"].(string)
+			c := s.call("POST", "/v1/sandboxes/"+sb+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "sleeper"},
+				`{"argv": ["sh", "-c", "sleep 300 & sleep 300"], "wait_ms": 0}`)
+			if c.status != 202 {
+				t.Fatalf("command: %d %s", c.status, c.body)
+			}
+			run, m := s.run("in-flight", `{"run": {"code": "import time\ndef run(input, config):\n    time.sleep(60)"}, "wait_ms": 0}`)
+			if run.status != 202 {
+				t.Fatalf("run: %d %s", run.status, run.body)
+			}
+			ids := []string{sb, m["sandbox"].(string)}
+			if left := s.traces(ids); len(left) == 0 {
+				t.Fatal("the running sandboxes leave no trace to look for")
+			}
+			t0 := time.Now()
+			s.stop()
+			// It ends what it started within its grace period: a step that ignored the
+			// shutdown (a warm pool's build waiting out its 30 s for an agent) kept the server
+			// alive far longer.
+			if d := time.Since(t0); d > 15*time.Second {
+				t.Errorf("the server took %v to stop, with a grace period of 1s", d)
+			}
+			var left []string
+			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if left = s.traces(ids); len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("left after the server stopped:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}
+
+// traces lists what of the server's sandboxes (ids, and any other) is on the host:
+// processes whose command line names its data directory, mounts under it, loop devices on
+// its files, and the sandboxes' cgroups and processes (sandboxTraces).
+func (s *server) traces(ids []string) []string {
+	var left []string
+	for _, id := range ids {
+		left = append(left, sandboxTraces(id)...)
+	}
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmdlines {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), s.dataDir) {
+			left = append(left, "process "+p+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, s.dataDir) {
+				left = append(left, "mount: "+line)
+			}
+		}
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range backing {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), s.dataDir) {
+			left = append(left, "loop device "+p+": "+strings.TrimSpace(string(b)))
+		}
+	}
+	return left
 }
 
 // TestRetention runs the janitor with short retention periods.

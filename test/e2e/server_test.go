@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,6 +84,11 @@ var remoteHost = os.Getenv("LBB_E2E_REMOTE_HOST") == "1"
 type proc struct {
 	cmd    *exec.Cmd
 	exited chan error
+	// stdio is the pipe the process writes its stdout and stderr to; drained is closed once
+	// every writer of it is gone (the process, and whatever inherited it).
+	stdio   *os.File
+	stdioID string // "pipe:[inode]", as /proc/<pid>/fd shows it
+	drained chan struct{}
 }
 
 // newDataDir makes a data directory the sandboxes' own user ids can traverse to.
@@ -140,17 +144,30 @@ func (s *server) start() {
 // stderr matches ready, with the line's first group.
 func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Regexp) (*proc, string) {
 	t.Helper()
-	p := &proc{cmd: exec.Command(lbbBin, args...), exited: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(lbbBin, args...), exited: make(chan error, 1), drained: make(chan struct{})}
 	watch := testkit.WatchLines(ready)
-	p.cmd.Stderr = io.MultiWriter(log, watch)
-	p.cmd.Stdout = log
-	// Wait returns at most this long after the process itself exited, even when a process it
-	// started still holds its stdout or stderr (Wait then answers exec.ErrWaitDelay, which
-	// stop reports): the shutdown a test times is the server's.
-	p.cmd.WaitDelay = 5 * time.Second
-	if err := p.cmd.Start(); err != nil {
+	// A pipe of the test's own rather than one exec makes: after the process exits, the test
+	// can name whoever still holds it (stop).
+	r, w, err := os.Pipe()
+	if err != nil {
 		t.Fatal(err)
 	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(w.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	p.stdio, p.stdioID = r, fmt.Sprintf("pipe:[%d]", st.Ino)
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	err = p.cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		io.Copy(io.MultiWriter(log, watch), r)
+		close(p.drained)
+	}()
 	go func() { p.exited <- p.cmd.Wait() }()
 	select {
 	case u := <-watch.Found():
@@ -162,13 +179,12 @@ func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Rege
 	return nil, ""
 }
 
-// stop ends the server with SIGTERM and waits for it, then its host agent.
+// stop ends the server with SIGTERM and waits for it, then its host agent. A process either
+// started that outlives it holding its output fails the test, named.
 func (s *server) stop() {
 	for _, p := range []*proc{s.proc, s.host} {
-		if err := p.end(syscall.SIGTERM); errors.Is(err, exec.ErrWaitDelay) {
-			// A process the server started outlived it holding its output: issue 12's
-			// "shutdown leaves nothing", not fixed yet.
-			s.t.Logf("%s exited, but a process it started still held its output %s later", p.cmd.Args[1], p.cmd.WaitDelay)
+		if held := p.end(syscall.SIGTERM); len(held) > 0 {
+			s.t.Errorf("%s exited, but processes it started still hold its output: %s", p.cmd.Args[1], strings.Join(held, "; "))
 		}
 	}
 	if s.t.Failed() {
@@ -182,20 +198,44 @@ func (s *server) kill9() {
 	s.host.end(syscall.SIGKILL)
 }
 
-// end signals the process and waits for it (killing it after 2 minutes), and answers what
-// its Wait answered.
-func (p *proc) end(sig syscall.Signal) error {
+// end signals the process and waits for it (killing it after 2 minutes), then up to 5 s for
+// its output to end, and answers the processes that still hold it then.
+func (p *proc) end(sig syscall.Signal) (held []string) {
 	if p == nil || p.cmd.ProcessState != nil {
 		return nil
 	}
 	p.cmd.Process.Signal(sig)
 	select {
-	case err := <-p.exited:
-		return err
+	case <-p.exited:
 	case <-time.After(2 * time.Minute):
 		p.cmd.Process.Kill()
-		return <-p.exited
+		<-p.exited
 	}
+	select {
+	case <-p.drained:
+	case <-time.After(5 * time.Second):
+		held = holders(p.stdioID)
+		p.stdio.Close() // the copy ends; the holders keep a pipe nobody reads
+	}
+	return held
+}
+
+// holders lists the processes (pid and command line) that have open the file that
+// /proc/<pid>/fd shows as link.
+func holders(link string) []string {
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	seen := map[string]bool{}
+	for _, fd := range fds {
+		pid := strings.Split(fd, "/")[2]
+		if l, err := os.Readlink(fd); err != nil || l != link || seen[pid] || pid == fmt.Sprint(os.Getpid()) {
+			continue
+		}
+		seen[pid] = true
+		cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		out = append(out, pid+" "+strings.ReplaceAll(strings.TrimSpace(string(cmdline)), "\x00", " "))
+	}
+	return out
 }
 
 // metrics is the server's /metrics, and its host agent's (the warm pool's) when remote.

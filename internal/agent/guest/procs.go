@@ -50,6 +50,9 @@ type procTable struct {
 	seq     uint64             // counts starts
 	kick    chan struct{}      // wakes the reaper when it had no child
 	once    sync.Once
+	// asRoot: the agent runs as a real uid of its own (Options.RootProcesses) and gives
+	// the processes it starts uid 0.
+	asRoot bool
 }
 
 // table is the process table: there is one reaper per process, so one table.
@@ -91,6 +94,10 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 	t.mu.Unlock()
 
 	sys := &syscall.SysProcAttr{Setpgid: true}
+	if t.asRoot {
+		// The agent's own real uid (lbb-agent --uid) is not its processes': they run as root.
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	}
 	if sp.pdeathsig {
 		sys.Pdeathsig = syscall.SIGKILL
 	}

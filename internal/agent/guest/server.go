@@ -38,8 +38,11 @@ type Options struct {
 	// Home is the HOME of processes; default /root (the sandbox user is root; caches that
 	// the image prepared there, such as matplotlib's, are found, and dotfiles do not litter
 	// the workspace).
-	Home   string
-	Logger *slog.Logger
+	Home string
+	// RootProcesses starts every process as uid 0 (real, effective and saved): the agent runs
+	// as a real uid of its own (lbb-agent --uid), which its processes must not share.
+	RootProcesses bool
+	Logger        *slog.Logger
 }
 
 // Server is the agent.
@@ -72,6 +75,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	table.asRoot = opts.RootProcesses
 	ws, err := OpenWorkspace(opts.Workspace)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostdisk"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -32,8 +33,15 @@ type Sandboxes[S runtime.Sandbox] struct {
 	// Held, when set, reports whether the driver holds something of id besides its state
 	// directory and the started ones (runsc's state): Destroy then has work to do.
 	Held func(id string) bool
-	Log  *slog.Logger
+	// IDs, when set, gives each sandbox a range of host ids of its own (see Identity), claimed
+	// at Create and released at Destroy.
+	IDs *hostids.Registry
+	// IDMap, when set, says whether a sandbox of an image can map its ids onto its own range
+	// (see MountViews); without it, or where it refuses, sandboxes map the shared range.
+	IDMap IDMapCheck
+	Log   *slog.Logger
 
+	idmaps    idmapCache
 	locks     Locks
 	mu        sync.Mutex
 	started   map[string]S
@@ -88,8 +96,11 @@ func (s *Sandboxes[S]) Started(id string) (S, error) {
 	return sb, nil
 }
 
-// MakeDir makes sandbox id's state directory, traversable (0711) by the sandbox's ids, which
-// reach their mount points through it; conflict when it exists.
+// MakeDir makes sandbox id's state directory; conflict when it exists. Dir itself is
+// traversable by everyone (0711), not listable: each sandbox's ids reach their own directory
+// through it. A driver that gives sandboxes host ids keeps a sandbox's directory to root
+// (0700) until Identity lets the sandbox's ids through; one that does not (local) makes it
+// 0711.
 func (s *Sandboxes[S]) MakeDir(id string) error {
 	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
 		return err
@@ -97,7 +108,11 @@ func (s *Sandboxes[S]) MakeDir(id string) error {
 	if err := os.Chmod(s.Dir, 0o711); err != nil {
 		return err
 	}
-	if err := os.Mkdir(s.Path(id), 0o711); err != nil {
+	mode := os.FileMode(0o711)
+	if s.IDs != nil {
+		mode = 0o700
+	}
+	if err := os.Mkdir(s.Path(id), mode); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return errdefs.Conflict("sandbox %s already exists", id)
 		}
@@ -130,6 +145,12 @@ func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 	if err := u.Step("state directory", func() error { return s.MakeDir(id) },
 		func() error { return os.RemoveAll(dir) }); err != nil {
 		return err
+	}
+	if s.IDs != nil {
+		if err := u.Step("host ids", func() error { _, err := s.claim(id); return err },
+			func() error { return s.release(id) }); err != nil {
+			return err
+		}
 	}
 	if err := u.Step("disk", func() error {
 		img := l.Disk
@@ -198,6 +219,9 @@ func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) 
 func (s *Sandboxes[S]) UnmountDisk(ctx context.Context, id string) error {
 	dir := s.Path(id)
 	var errs []error
+	if err := unmountViews(dir); err != nil {
+		errs = append(errs, err)
+	}
 	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
 		errs = append(errs, err)
 	}
@@ -280,8 +304,21 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 		// Never remove a directory something is still mounted under.
 		return fmt.Errorf("destroy: %w", err)
 	}
+	var release func() error
+	if s.IDs != nil {
+		var r hostids.Range
+		if ReadJSON(s.Path(id, identityFile), id, &r) == nil {
+			owner := s.claimant(id)
+			release = func() error { return s.IDs.Release(r, owner) }
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	if release != nil {
+		if err := release(); err != nil {
+			return fmt.Errorf("destroy sandbox %s: %w", id, err)
+		}
 	}
 	s.Log.Debug("sandbox destroyed", "sandbox", id)
 	return nil
@@ -291,7 +328,8 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 func (s *Sandboxes[S]) List() ([]string, error) { return StateDirs(s.Dir) }
 
 // Leftovers lists what of sandbox id is on the host: its state directory, mounts under it,
-// loop devices on its disk, and of cgroups (its cgroup directories) those that exist. After
+// loop devices on its disk, its claim of host ids, and of cgroups (its cgroup directories)
+// those that exist. After
 // Destroy it is empty; the conformance suite and a janitor use it. A driver adds what else
 // it leaves (processes, runsc's state).
 func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
@@ -310,6 +348,11 @@ func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
 	}
 	for _, l := range hostdisk.LoopDevicesFor(filepath.Join(dir, "disk.img")) {
 		out = append(out, "loop device "+l)
+	}
+	if s.IDs != nil {
+		for _, r := range s.IDs.HeldBy(s.claimant(id)) {
+			out = append(out, fmt.Sprintf("host ids %d+%d still claimed", r.Base, r.Count))
+		}
 	}
 	return out
 }

@@ -22,8 +22,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 )
 
 // Inside the sandbox.
@@ -38,15 +38,16 @@ const (
 const cpuPeriod = 100_000 // µs
 
 // ociSpec is the sandbox's OCI spec: the image read-only, the disk and the /.lbb directory
-// bound in, the agent as the init, no capabilities, limits.
-func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
+// bound in, the agent as the init, no capabilities, limits. The sandbox's ids map onto
+// ident.Mapped; it sees its image and disk through views (driverkit.MountViews).
+func (d *Driver) ociSpec(st state, dir string, ident driverkit.Identity, views driverkit.Views) *specs.Spec {
 	spec := st.Spec
 	lim := spec.Limits
-	disk := filepath.Join(dir, "disk")
+	disk := views.Disk
 	tmp := fmt.Sprintf("size=%dm", lim.TmpMiB)
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	rw := []string{"rbind", "rw", "nosuid", "nodev"}
-	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: runtime.IDBase, Size: runtime.IDCount}}
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: ident.Mapped.Base, Size: ident.Mapped.Count}}
 	rlimit := func(typ string, n uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: n, Soft: n} }
 	return &specs.Spec{
 		Version: specs.Version,
@@ -65,21 +66,28 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 				// Devices the Sentry always makes and a sandbox never needs: FUSE (a file system
 				// served from inside) and TUN/TAP (a network device of its own).
 				"LBB_AGENT_REMOVE=/dev/fuse,/dev/net",
+				// A user of its own, which no process it starts shares: none can signal it
+				// (gVisor's PID 1 has no shield against SIGKILL and SIGSTOP from inside).
+				fmt.Sprintf("LBB_AGENT_UID=%d", agentUID),
 			},
 			Cwd: "/",
-			// Every set empty: no capability at all.
-			Capabilities: &specs.LinuxCapabilities{},
+			// What the agent needs to become agentUID and give its processes uid 0; it drops
+			// all but CAP_SETUID at once, and its processes get none (lbb-agent's uid.go).
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  []string{"CAP_SETUID", "CAP_SETPCAP"},
+				Effective: []string{"CAP_SETUID", "CAP_SETPCAP"},
+				Permitted: []string{"CAP_SETUID", "CAP_SETPCAP"},
+			},
 			Rlimits: []specs.POSIXRlimit{
 				rlimit("RLIMIT_NOFILE", d.cfg.NoFile),
-				// Tasks (threads included) of the sandbox's root, the agent's among them.
-				rlimit("RLIMIT_NPROC", uint64(lim.Pids)),
+				rlimit("RLIMIT_NPROC", nproc(lim.Pids)),
 				rlimit("RLIMIT_CORE", 0),
 				// No file outgrows the disk, not even a sparse one.
 				rlimit("RLIMIT_FSIZE", uint64(lim.DiskMiB)<<20),
 			},
 			NoNewPrivileges: true,
 		},
-		Root:     &specs.Root{Path: spec.Image, Readonly: true},
+		Root:     &specs.Root{Path: views.Rootfs, Readonly: true},
 		Hostname: spec.Hostname,
 		Mounts: []specs.Mount{
 			// Read-only: nothing in it is the sandbox's to write (/proc/sysrq-trigger above all).
@@ -118,9 +126,25 @@ func (d *Driver) ociSpec(st state, dir string) *specs.Spec {
 
 func ptr[T any](v T) *T { return &v }
 
+// agentUID is the agent's real uid inside a gvisor sandbox (lbb-agent --uid): no account of
+// the image, and no process of the sandbox can become it (none holds CAP_SETUID).
+const agentUID = 65533
+
+// agentTasks is what of a sandbox's Pids the agent keeps for its threads and the processes it
+// starts directly.
+const agentTasks = 16
+
+// nproc is the sandbox's RLIMIT_NPROC. gVisor counts tasks per real uid at their creation:
+// the agent's threads and the processes it starts (agentUID), then what those start (root),
+// each up to the limit; both within the sandbox's Pids, with agentTasks of it the agent's.
+func nproc(pids int64) uint64 {
+	return uint64(max(pids-agentTasks, pids/2))
+}
+
 // prepareLbbDir (re)makes <dir>/lbb, mounted read-only at /.lbb: the agent, the seccomp
-// filter (both hard links to the driver's copies), and chan/ for the agent's socket.
-func (d *Driver) prepareLbbDir(dir string) error {
+// filter (both hard links to the driver's copies, the host root's), and chan/ for the agent's
+// socket, owned by the sandbox's root (uid on the host).
+func (d *Driver) prepareLbbDir(dir string, uid int) error {
 	agentBin, err := d.agentBinary()
 	if err != nil {
 		return err
@@ -133,7 +157,7 @@ func (d *Driver) prepareLbbDir(dir string) error {
 	if err := os.RemoveAll(lbb); err != nil {
 		return err
 	}
-	if err := mkdirOwned(lbb, 0o755); err != nil {
+	if err := mkdirOwned(lbb, 0o755, uid); err != nil {
 		return err
 	}
 	if err := linkOrCopy(agentBin, filepath.Join(lbb, "agent")); err != nil {
@@ -142,7 +166,7 @@ func (d *Driver) prepareLbbDir(dir string) error {
 	if err := linkOrCopy(filter, filepath.Join(lbb, "seccomp.bpf")); err != nil {
 		return fmt.Errorf("seccomp filter: %w", err)
 	}
-	return mkdirOwned(filepath.Join(lbb, "chan"), 0o700)
+	return mkdirOwned(filepath.Join(lbb, "chan"), 0o700, uid)
 }
 
 // hideAgent removes the sandbox's link to the agent binary once the agent runs: a process
@@ -152,15 +176,15 @@ func hideAgent(dir string) error {
 	return os.Remove(filepath.Join(dir, "lbb", "agent"))
 }
 
-// mkdirOwned makes a directory that belongs to the sandbox's root.
-func mkdirOwned(path string, mode os.FileMode) error {
+// mkdirOwned makes a directory that belongs to uid (and its group): the sandbox's root.
+func mkdirOwned(path string, mode os.FileMode, uid int) error {
 	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		return err
 	}
-	return os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase))
+	return os.Lchown(path, uid, uid)
 }
 
 // linkOrCopy hard-links src at dst, or copies it (with its owner and mode) across devices.
@@ -195,13 +219,14 @@ func linkOrCopy(src, dst string) error {
 	return err
 }
 
-// agentBinary answers the driver's copy of the agent, owned by the sandbox's root and readable
-// by it alone (gVisor reads what it executes: an executable-only file does not start). The
-// copy is named by its content, so a rebuilt agent gets a new one and a running sandbox keeps
-// its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the agent
-// runs (hideAgent).
+// agentBinary answers the driver's copy of the agent: the host root's, readable and executable
+// by every sandbox (gVisor reads what it executes: an executable-only file does not start)
+// and writable by none, checked byte for byte before it is used again (driverkit.WriteOnce).
+// The copy is named by its content, so a rebuilt agent gets a new one and a running sandbox
+// keeps its own. Each sandbox gets a hard link in its /.lbb, which Start removes once the
+// agent runs (hideAgent).
 func (d *Driver) agentBinary() (string, error) {
-	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), int(runtime.IDBase), 0o500)
+	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), 0, 0o555)
 }
 
 // seccompFile answers the file of the agent's seccomp filter, written once per content.
@@ -224,8 +249,9 @@ func (d *Driver) seccompFile() (string, error) {
 	return dst, nil
 }
 
-// listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root.
-func listenAgent(chanDir string) (*net.UnixListener, error) {
+// listenAgent listens on chan/agent.sock for the agent, the socket owned by the sandbox's root
+// (uid on the host).
+func listenAgent(chanDir string, uid int) (*net.UnixListener, error) {
 	path := filepath.Join(chanDir, agentSocket)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -245,7 +271,7 @@ func listenAgent(chanDir string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Lchown(path, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+	if err := os.Lchown(path, uid, uid); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -346,11 +372,16 @@ func checkToken(c net.Conn, token string) bool {
 // machineIDFile is the file on a sandbox's disk bound over its /etc/machine-id.
 const machineIDFile = "machine-id"
 
-// prepareDisk makes the directories of a mounted disk, owned by the sandbox's root: the
-// workspace, /root (first filled from the image's) and /var/tmp; and its machine id's file
-// (empty until the agent writes one).
+// prepareDisk makes the directories of a mounted disk, owned by the sandbox's root as disks
+// store it (the shared range: see driverkit.MountViews): the workspace, /root (first filled
+// from the image's) and /var/tmp; and its machine id's file (empty until the agent writes
+// one). The disk's root is the host's, traversable by the sandbox's ids.
 func prepareDisk(diskDir, image string) error {
-	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755); err != nil {
+	root := int(hostids.Shared.Base)
+	if err := os.Chmod(diskDir, 0o711); err != nil {
+		return err
+	}
+	if err := mkdirOwned(filepath.Join(diskDir, "workspace"), 0o755, root); err != nil {
 		return err
 	}
 	mid := filepath.Join(diskDir, machineIDFile)
@@ -363,13 +394,13 @@ func prepareDisk(diskDir, image string) error {
 			return err
 		}
 	}
-	if err := os.Lchown(mid, int(runtime.IDBase), int(runtime.IDBase)); err != nil {
+	if err := os.Lchown(mid, root, root); err != nil {
 		return err
 	}
 	if err := os.Chmod(mid, 0o644); err != nil {
 		return err
 	}
-	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky); err != nil {
+	if err := mkdirOwned(filepath.Join(diskDir, "vartmp"), 0o777|os.ModeSticky, root); err != nil {
 		return err
 	}
 	home := filepath.Join(diskDir, "home")

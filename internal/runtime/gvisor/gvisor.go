@@ -6,9 +6,14 @@
 //
 // A sandbox is, on the host:
 //
+//	<StateDir>/<id>/             0710 to the sandbox's root's group: no other host user enters
 //	<StateDir>/<id>/state.json   the Spec, limits resolved, and the agent's token
+//	<StateDir>/<id>/ids.json     its own range of host ids (hostids), claimed at Create
 //	<StateDir>/<id>/disk.img     its disk: a sparse ext4 file, its size the workspace quota
 //	<StateDir>/<id>/disk/        disk.img loop-mounted while started: workspace/, home/, vartmp/
+//	<StateDir>/<id>/rootfs/      while started, the image through an idmapped mount onto the
+//	<StateDir>/<id>/layer/       sandbox's range (the OCI root), and its disk likewise (the
+//	                             bind mounts' sources)
 //	<StateDir>/<id>/lbb/         what is mounted read-only at /.lbb: the agent, the seccomp
 //	                             filter, and chan/, where the host listens for the agent
 //	<StateDir>/<id>/bundle/      the OCI bundle runsc runs (config.json)
@@ -20,9 +25,11 @@
 //
 // Inside: the image is the root, read-only; /workspace, /root and /var/tmp are the sandbox's
 // disk; /tmp, /dev/shm and /run are the Sentry's memory (tmpfs, bounded); no network device
-// but lo (--network=none); the user namespace maps ids 0..65535 onto host runtime.IDBase..,
-// so the image's files belong to the sandbox's root and what it writes lands as such. The
-// agent is PID 1 with no capabilities and no_new_privs. Limits: memory and CPU through the
+// but lo (--network=none); the user namespace maps ids 0..65535 onto the sandbox's own host
+// range (the shared one where the host makes no idmapped mounts), so the image's files belong
+// to the sandbox's root and what it writes lands as such; the gofer, the one host process that
+// opens its files, runs as that root. The agent is PID 1 with no_new_privs and CAP_SETUID
+// alone, as a real uid of its own (see "What gVisor does differently"). Limits: memory and CPU through the
 // sandbox's cgroup (the Sentry's own memory counts: the limit is what the sandbox costs the
 // host), processes through RLIMIT_NPROC inside (a host pids limit would starve the Sentry of
 // threads: it crashes with "newosproc"), the disk by its size.
@@ -53,7 +60,10 @@
 //     agent makes itself non-dumpable (connect mode), and loads the ns driver's seccomp filter
 //     (internal/runtime/seccomp), which drops signals to PID 1 (see seccomp.go). runsc's OCI
 //     seccomp answers EPERM only, which would break clone3's fallback. The agent's link in
-//     /.lbb goes once it runs (hideAgent).
+//     /.lbb goes once it runs (hideAgent). A signal to one of the agent's thread ids reaches
+//     the agent too, and no filter knows those ids: the agent runs as real uid agentUID
+//     (effective 0) and starts its processes as root, so the kernel's permission check
+//     refuses every signal they send it.
 //   - The i386 system calls (int 0x80) do not exist in gVisor: they fail with ENOSYS and no
 //     filter sees them.
 //   - /sys has no class/net: an empty, read-only /sys/class/net/lo is mounted.
@@ -84,6 +94,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -105,7 +117,10 @@ type Config struct {
 	Platform string
 	// DebugLogDir, when set, gets runsc's debug logs, in a directory per sandbox.
 	DebugLogDir string
-	Logger      *slog.Logger
+	// IDRegistry is the host-wide registry of sandbox host id ranges (default
+	// hostids.DefaultDir); every driver of the host must share it.
+	IDRegistry string
+	Logger     *slog.Logger
 }
 
 // DefaultRunsc is where scripts/install-runsc.sh puts runsc.
@@ -153,7 +168,8 @@ func New(cfg Config) *Driver {
 	cfg.Platform = cmp.Or(cfg.Platform, def.Platform)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
 	d := &Driver{cfg: cfg}
-	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Held: d.hasRunscState, Log: cfg.Logger,
+		IDs: &hostids.Registry{Dir: cfg.IDRegistry}, IDMap: idmap.Check}
 	return d
 }
 
@@ -202,7 +218,7 @@ func (d *Driver) create(ctx context.Context, st state, disk string) error {
 		Disk:      disk,
 		DiskMiB:   st.Spec.Limits.DiskMiB,
 		Dirs:      []string{"disk", "bundle"},
-		DirMode:   0o711,
+		DirMode:   0o700,
 		StateFile: "state.json",
 		State:     st,
 	})
@@ -249,22 +265,31 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	}, nil); err != nil {
 		return nil, err
 	}
+	var ident driverkit.Identity
+	if err := u.Step("host ids", func() (err error) { ident, err = d.sbs.Identity(id, spec.Image); return err }, nil); err != nil {
+		return nil, err
+	}
+	root := int(ident.Mapped.Base) // the sandbox's root on the host
 	if _, _, err := d.sbs.MountDisk(ctx, &u, id); err != nil {
 		return nil, err
 	}
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
 		return nil, err
 	}
-	if err := u.Step("/.lbb", func() error { return d.prepareLbbDir(dir) }, nil); err != nil {
+	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.Step("/.lbb", func() error { return d.prepareLbbDir(dir, root) }, nil); err != nil {
 		return nil, err
 	}
 	var ln *net.UnixListener
-	if err := u.Step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan")); return err },
+	if err := u.Step("listen", func() (err error) { ln, err = listenAgent(filepath.Join(dir, "lbb", "chan"), root); return err },
 		func() error { return ln.Close() }); err != nil {
 		return nil, err
 	}
 	if err := u.Step("bundle", func() error {
-		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir))
+		return driverkit.WriteJSON(filepath.Join(dir, "bundle", "config.json"), d.ociSpec(st, dir, ident, views))
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -276,6 +301,13 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	var cmd *exec.Cmd
 	exited := make(chan struct{})
 	if err := u.Step("runsc", func() error {
+		// runsc's state is root's alone (runsc would make its directory 0711).
+		if err := os.MkdirAll(d.runscRoot(), 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.runscRoot(), 0o700); err != nil {
+			return err
+		}
 		_ = os.Remove(filepath.Join(dir, "sentry.pid"))
 		args := []string{"run", "--bundle", filepath.Join(dir, "bundle"), "--pid-file", filepath.Join(dir, "sentry.pid"), id}
 		if memDir != "" {
@@ -301,12 +333,13 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 		}()
 		return nil
 	}, func() error {
-		ctx, cancel := driverkit.UndoContext()
-		defer cancel()
-		err := d.cleanup(ctx, id)
+		// runsc first: one that has not started the sandbox yet would wait for it, and it
+		// takes the Sentry and the gofer with it (they die with it: attached).
 		_ = cmd.Process.Kill()
 		<-exited
-		return err
+		ctx, cancel := driverkit.UndoContext()
+		defer cancel()
+		return d.cleanup(ctx, id)
 	}); err != nil {
 		logR.Close()
 		return nil, err
@@ -429,8 +462,18 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, out))
 		}
 	}
-	if err := waitGone(ctx, func() bool { return len(d.processes(id)) == 0 }); err != nil {
+	// What is left has nothing more to do: a runsc that had not started the sandbox yet (it
+	// would wait for it), or one whose children are gone.
+	if err := waitGone(ctx, func() bool {
+		procs := d.processes(id)
+		for _, p := range procs {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		return len(procs) == 0
+	}); err != nil {
 		errs = append(errs, fmt.Errorf("processes %v: %w", d.processes(id), err))
+	} else if err := d.removeOrphanRunscFiles(id); err != nil {
+		errs = append(errs, err)
 	}
 	if err := removeCgroups(ctx, d.cfg.CgroupParent, id); err != nil {
 		errs = append(errs, err)
@@ -552,6 +595,18 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	return out
+}
+
+// HostIDs answers who started sandbox id is on the host: its gofer's identity, the one host
+// process that opens its files. (The Sentry runs as nobody, in a user namespace of its own;
+// both namespaces are runsc's, owned by the host's root.)
+func (d *Driver) HostIDs(id string) (driverkit.HostIDs, error) {
+	for _, p := range d.processes(id) {
+		if p.kind == gofer {
+			return driverkit.ProcessIDs(p.pid)
+		}
+	}
+	return driverkit.HostIDs{}, fmt.Errorf("sandbox %s has no gofer", id)
 }
 
 // The host processes of a sandbox.

@@ -15,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
@@ -58,6 +59,9 @@ func TestRuntime(t *testing.T) {
 		Leftovers: func(id string) []string { return gvisor.New(cfg).Leftovers(id) },
 		HostFiles: []string{cfg.AgentPath, cfg.Runsc, filepath.Join(cfg.StateDir, ".agent", "*"),
 			filepath.Join(cfg.StateDir, ".seccomp", "*")},
+		StateDirOf: func(id string) string { return filepath.Join(cfg.StateDir, id) },
+		HostIDs:    gvisor.New(cfg).HostIDs,
+		SharedIDs:  idmap.Check(runtimetest.FindImage(t)) != nil,
 	})
 }
 
@@ -282,7 +286,8 @@ func TestFailedStart(t *testing.T) {
 		t.Logf("start: %v", err)
 	}
 	for _, l := range d.Leftovers(id) {
-		if !strings.HasPrefix(l, "state directory") {
+		// The sandbox exists (created): its state directory and host ids stay.
+		if !strings.HasPrefix(l, "state directory") && !strings.HasPrefix(l, "host ids") {
 			t.Errorf("after a failed start: %s", l)
 		}
 	}

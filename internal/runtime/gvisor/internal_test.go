@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // dropped without holding up the agent, whose connection comes through with its bytes intact.
 func TestAcceptAgent(t *testing.T) {
 	dir := t.TempDir()
-	ln, err := listenAgent(dir)
+	ln, err := listenAgent(dir, os.Getuid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestAcceptAgent(t *testing.T) {
 }
 
 func TestAcceptAgentExited(t *testing.T) {
-	ln, err := listenAgent(t.TempDir())
+	ln, err := listenAgent(t.TempDir(), os.Getuid())
 	if err != nil {
 		t.Fatal(err)
 	}

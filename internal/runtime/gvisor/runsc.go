@@ -39,6 +39,10 @@ func (d *Driver) globalFlags(id string) []string {
 		// The default (null) bind-mounts one namespace under --root for all gofers, which
 		// stays mounted after the last sandbox.
 		"--gofer-network-namespace=new",
+		// A fork is restored with its own host ids (its user namespace's mapping differs from
+		// the checkpoint's): runsc then logs the difference instead of refusing. The Sentry
+		// keeps no host ids (only the gofer, which runs with the new mapping, uses them).
+		"--restore-spec-validation=warning",
 	}
 	if d.cfg.DebugLogDir != "" {
 		// SIGUSR2 makes the Sentry panic with every goroutine's stack in its log: the way
@@ -84,6 +88,22 @@ func (d *Driver) hasRunscState(id string) bool {
 		}
 	}
 	return false
+}
+
+// removeOrphanRunscFiles removes what a runsc killed before it wrote the sandbox's state
+// leaves of it (its lock, the Sentry's control socket), which runsc delete, finding no state,
+// leaves too. The caller made sure no process of the sandbox runs.
+func (d *Driver) removeOrphanRunscFiles(id string) error {
+	if _, err := os.Lstat(filepath.Join(d.runscRoot(), id+"_sandbox:"+id+".state")); err == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range []string{id + "_sandbox:" + id + ".lock", "runsc-" + id + ".sock"} {
+		if err := os.Remove(filepath.Join(d.runscRoot(), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // runscEvents is what `runsc events --stats` says, the part the driver reads.

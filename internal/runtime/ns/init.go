@@ -41,8 +41,8 @@ type initConfig struct {
 	Hostname string `json:"hostname"`
 	// Image, Upper, Work and Root are host paths: the overlay's lower, upper and work
 	// directories and its mount point. Agent is the agent binary on the host. The init
-	// reaches them as the sandbox's root, an unprivileged id on the host: their directories
-	// must be searchable by others.
+	// reaches them as the sandbox's root, an unprivileged id on the host: through the state
+	// directory (searchable by others) and the sandbox's own (by its group).
 	Image   string   `json:"image"`
 	Upper   string   `json:"upper"`
 	Work    string   `json:"work"`

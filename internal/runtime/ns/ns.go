@@ -5,20 +5,26 @@
 //
 // A sandbox is, on the host:
 //
+//	<StateDir>/<id>/            0710 to the sandbox's root's group: no other host user enters
 //	<StateDir>/<id>/spec.json   the Spec, limits resolved
+//	<StateDir>/<id>/ids.json    its own range of host ids (hostids), claimed at Create
 //	<StateDir>/<id>/disk.img    its disk: a sparse ext4 file, its size the workspace quota
-//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside)
+//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside,
+//	                            stored with the shared ids)
+//	<StateDir>/<id>/rootfs/     while started, the image through an idmapped mount onto the
+//	<StateDir>/<id>/layer/      sandbox's range, and its disk likewise: the overlay's layers
 //	<StateDir>/<id>/root/       where the init mounts the overlay, in the sandbox's own mount
 //	                            namespace only
 //	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
 //
 // beside <StateDir>/.templates (a formatted disk per size, copied sparsely by Create) and
-// <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it).
+// <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it, root's).
 //
-// Inside: user (ids 0..65535 = host runtime.IDBase..), mount, pid, net (lo only), ipc,
-// uts and cgroup namespaces; the image read-only under a writable overlay; the agent as
-// PID 1 with no capabilities, no_new_privs, Landlock and a seccomp filter. See init.go for
-// the sandbox side.
+// Inside: user (ids 0..65535 = the sandbox's own host range, or the shared one where the host
+// makes no idmapped mounts; the namespace owned by the range's first id: see
+// driverkit.SpawnAs), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
+// read-only under a writable overlay; the agent as PID 1 with no capabilities, no_new_privs,
+// Landlock and a seccomp filter. See init.go for the sandbox side.
 package ns
 
 import (
@@ -45,6 +51,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -65,7 +73,10 @@ type Config struct {
 	IO IOLimits
 	// NoFile is the sandbox's RLIMIT_NOFILE (default 4096).
 	NoFile uint64
-	Logger *slog.Logger
+	// IDRegistry is the host-wide registry of sandbox host id ranges (default
+	// hostids.DefaultDir); every driver of the host must share it.
+	IDRegistry string
+	Logger     *slog.Logger
 }
 
 // IOLimits throttles a sandbox's workspace disk. With cgroup v1 only direct and synchronous
@@ -119,7 +130,8 @@ func New(cfg Config) *Driver {
 	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
 	d := &Driver{cfg: cfg}
-	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Log: cfg.Logger}
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Log: cfg.Logger,
+		IDs: &hostids.Registry{Dir: cfg.IDRegistry}, IDMap: idmap.CheckOverlay}
 	return d
 }
 
@@ -151,7 +163,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	return d.sbs.Create(ctx, spec.ID, driverkit.Layout{
 		DiskMiB:   spec.Limits.DiskMiB,
 		Dirs:      []string{"disk", "root"}, // mount points
-		DirMode:   0o755,
+		DirMode:   0o700,
 		StateFile: "spec.json",
 		State:     spec,
 	})
@@ -189,11 +201,19 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	if err := u.Step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
 		return nil, err
 	}
+	var ident driverkit.Identity
+	if err := u.Step("host ids", func() (err error) { ident, err = d.sbs.Identity(id, spec.Image); return err }, nil); err != nil {
+		return nil, err
+	}
 	major, minor, err := d.sbs.MountDisk(ctx, &u, id)
 	if err != nil {
 		return nil, err
 	}
 	if err := u.Step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
+		return nil, err
+	}
+	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	if err != nil {
 		return nil, err
 	}
 
@@ -229,8 +249,8 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(runtime.IDBase), Size: int(runtime.IDCount)}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(runtime.IDBase), Size: int(runtime.IDCount)}},
+			UidMappings:                idMap(ident),
+			GidMappings:                idMap(ident),
 			GidMappingsEnableSetgroups: true,
 			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
 			Setsid:                     true,
@@ -248,7 +268,8 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		defer cgFD.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgFD.Fd())
 	}
-	if err := u.Step("start init", func() error { return driverkit.Spawn(cmd) }, func() error {
+	// The user namespace is the sandbox's own range's (its first id owns it): see SpawnAs.
+	if err := u.Step("start init", func() error { return driverkit.SpawnAs(cmd, ident.Owner()) }, func() error {
 		_ = cmd.Process.Kill()
 		_, err := cmd.Process.Wait()
 		return err
@@ -263,9 +284,9 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	// nothing of the sandbox's before the go signal.
 	icfg := initConfig{
 		Hostname: spec.Hostname,
-		Image:    spec.Image,
-		Upper:    filepath.Join(diskDir, "upper"),
-		Work:     filepath.Join(diskDir, "work"),
+		Image:    views.Rootfs,
+		Upper:    filepath.Join(views.Disk, "upper"),
+		Work:     filepath.Join(views.Disk, "work"),
 		Root:     filepath.Join(dir, "root"),
 		Agent:    agentBin,
 		TmpMiB:   lim.TmpMiB,
@@ -326,6 +347,11 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	return sb, nil
 }
 
+// idMap maps the sandbox's ids 0..65535 onto its range on the host.
+func idMap(ident driverkit.Identity) []syscall.SysProcIDMap {
+	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ident.Mapped.Base), Size: int(ident.Mapped.Count)}}
+}
+
 // agentEnv is the agent's whole environment; nothing of the host's is passed.
 func agentEnv(spec runtime.Spec) []string {
 	return []string{
@@ -339,8 +365,12 @@ func agentEnv(spec runtime.Spec) []string {
 }
 
 // prepareLayer makes the overlay's upper and work directories on a mounted disk, owned by the
-// sandbox's root.
+// sandbox's root as disks store it (the shared range: see driverkit.MountViews). The disk's
+// root is the host's, traversable by the sandbox's ids, which reach upper/ and work/ through it.
 func prepareLayer(diskDir string) error {
+	if err := os.Chmod(diskDir, 0o711); err != nil {
+		return err
+	}
 	for _, d := range []struct {
 		name string
 		mode os.FileMode
@@ -597,6 +627,19 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	return out
+}
+
+// HostIDs answers who started sandbox id is on the host, as its processes show it.
+func (d *Driver) HostIDs(id string) (driverkit.HostIDs, error) {
+	cg, err := d.cgroups()
+	if err != nil {
+		return driverkit.HostIDs{}, err
+	}
+	pids, err := cg.Procs(id)
+	if err != nil || len(pids) == 0 {
+		return driverkit.HostIDs{}, fmt.Errorf("sandbox %s has no process: %v", id, err)
+	}
+	return driverkit.ProcessIDs(pids[0])
 }
 
 // agentBinary answers the agent binary the init bind-mounts: a copy under the state

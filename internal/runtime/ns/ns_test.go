@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
@@ -33,8 +34,11 @@ func TestRuntime(t *testing.T) {
 	stateDir := runtimetest.StateDir(t)
 	cfg := ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: runtimetest.Logger()}
 	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return ns.New(cfg) }, runtimetest.Options{
-		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(id) },
-		HostFiles: []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
+		Leftovers:  func(id string) []string { return ns.New(cfg).Leftovers(id) },
+		HostFiles:  []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
+		StateDirOf: func(id string) string { return filepath.Join(stateDir, id) },
+		HostIDs:    ns.New(cfg).HostIDs,
+		SharedIDs:  idmap.CheckOverlay(runtimetest.FindImage(t)) != nil,
 	})
 }
 

@@ -320,6 +320,49 @@ func (e *env) conformance(t *testing.T) {
 	t.Run("machine id", e.machineID)
 
 	t.Run("run", e.runs)
+
+	t.Run("start cancelled", e.startCancelled)
+}
+
+// startCancelled: a Start whose context ends while the sandbox boots (as a server's shutdown
+// ends a warm pool's builds) answers soon, and what it began is gone once the sandbox is
+// stopped. The context ends at several points of the boot, from before the first process
+// to about when the agent answers.
+func (e *env) startCancelled(t *testing.T) {
+	for _, after := range []time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond,
+		80 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond} {
+		id := e.create(t, runtime.Limits{})
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		t0 := time.Now()
+		sb, err := e.d.Start(ctx, id)
+		took := time.Since(t0)
+		cancel()
+		t.Logf("cancelled after %v: answered in %v (%v)", after, took.Round(time.Millisecond), err)
+		// Far longer than any boot, far shorter than a wait that ignores the context.
+		if took > after+10*time.Second {
+			t.Errorf("a Start cancelled after %v answered only after %v", after, took)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.d.Stop(sctx, id); err != nil {
+			t.Errorf("stop after a cancelled start: %v", err)
+		}
+		scancel()
+		if err == nil {
+			select {
+			case <-sb.Done():
+			case <-time.After(10 * time.Second):
+				t.Errorf("the sandbox started before the cancel is not done after Stop")
+			}
+		}
+		if e.opts.Leftovers != nil {
+			for _, l := range e.opts.Leftovers(id) {
+				// A stopped sandbox keeps its state directory and its host ids.
+				if !strings.HasPrefix(l, "state directory") && !strings.HasPrefix(l, "host ids") {
+					t.Errorf("stopped after a start cancelled after %v: %s", after, l)
+				}
+			}
+		}
+	}
 }
 
 // runs checks the run(input, config) harnesses of the three bases.

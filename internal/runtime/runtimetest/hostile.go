@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +19,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -64,6 +67,9 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("socket families", e.known("socket families", e.socketFamilies))
 	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
 	t.Run("devices", e.known("devices", e.devices))
+	t.Run("agent's threads", e.known("agent's threads", e.agentThreads))
+	t.Run("per-user counters", e.known("per-user counters", e.perUserCounters))
+	t.Run("host identity", e.known("host identity", e.hostIdentity))
 
 }
 
@@ -457,6 +463,7 @@ func (e *env) syscalls(t *testing.T) {
 		{"delete_module", unix.SYS_DELETE_MODULE, []uint64{0, 0}, unix.EPERM},
 		{"keyctl", unix.SYS_KEYCTL, []uint64{0, 0}, unix.EPERM},
 		{"add_key", unix.SYS_ADD_KEY, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
+		{"request_key", unix.SYS_REQUEST_KEY, []uint64{0, 0, 0, 0}, unix.EPERM},
 		{"bpf", unix.SYS_BPF, []uint64{0, 0, 0}, unix.EPERM},
 		{"perf_event_open", unix.SYS_PERF_EVENT_OPEN, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
 		{"unshare(CLONE_NEWUSER)", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWUSER}, unix.EPERM},
@@ -803,6 +810,274 @@ ls /dev`)
 	for _, l := range lines {
 		if strings.HasPrefix(l, "present ") || strings.HasSuffix(l, "/proc/sysrq-trigger") {
 			t.Errorf("%s (/dev: %s)", l, strings.Join(lines, " "))
+		}
+	}
+}
+
+// agentThreads: the agent's threads have ids of their own, and on Linux a signal sent to
+// one goes to the whole agent. SIGSTOP or SIGKILL to any of them ends neither the agent nor
+// the sandbox (Linux drops both for a pid namespace's init from inside; gVisor's init has
+// no such shield).
+func (e *env) agentThreads(t *testing.T) {
+	b := e.boot(t, runtime.Limits{})
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	p, err := b.c.Exec(ctx, agent.ExecRequest{ID: "threads", Argv: []string{"python3", "-c", `
+import os, signal, time
+tids = set()
+try: tids |= {int(t) for t in os.listdir("/proc/1/task")}
+except OSError: pass
+for n in range(2, 500):  # thread ids are not listed in /proc, but they are there
+    try:
+        with open(f"/proc/{n}/status") as f:
+            if any(l.split() == ["Tgid:", "1"] for l in f): tids.add(n)
+    except OSError: pass
+tids.discard(1)
+print("agent threads", sorted(tids), flush=True)
+for sig in (signal.SIGSTOP, signal.SIGKILL):
+    for t in sorted(tids):
+        try: os.kill(t, sig)
+        except OSError as e: print("kill", t, sig.name, "errno", e.errno)
+time.sleep(0.5)
+print("sent", flush=True)
+`}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	ex, err := p.Wait(&out, nil)
+	t.Logf("%s", out.String())
+	if err != nil {
+		t.Fatalf("the program's stream ended: %v (exit %+v)", err, ex)
+	}
+	if !strings.Contains(out.String(), "agent threads [") {
+		t.Fatalf("found no agent thread: %q %+v", out.String(), ex)
+	}
+	select {
+	case <-b.sb.Done():
+		t.Fatal("the sandbox ended after signals to its agent's threads")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := b.ping(); err != nil {
+		t.Fatalf("the agent does not answer after signals to its threads: %v", err)
+	}
+	if out := b.ok("echo alive"); out != "alive\n" {
+		t.Errorf("after signals to the agent's threads: %q", out)
+	}
+}
+
+// grabCountersPy takes all it can of the kernel's per-user counters — inotify instances,
+// queued signals, POSIX message queue bytes —, prints how many of each it got, and holds them
+// until its stdin closes.
+const grabCountersPy = `
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+got = {}
+fds = []
+while len(fds) < 5000:
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0: break
+    fds.append(fd)
+got["inotify"] = len(fds)
+sig = signal.SIGRTMIN + 2
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+n, pid = 0, os.getpid()
+while n < 300000 and libc.sigqueue(pid, sig, ctypes.c_void_p(0)) == 0:
+    n += 1
+got["sigpending"] = n
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long), ("cur", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+qs = 0
+for i in range(200):
+    a = Attr(0, 10, 8192, 0)
+    if libc.mq_open(b"/lbb-grab-%d-%d" % (os.getpid(), i), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(a)) < 0:
+        got["mqueue_errno"] = ctypes.get_errno()
+        break
+    qs += 1
+got["mqueue"] = qs
+print(" ".join(f"{k}={v}" for k, v in got.items()), flush=True)
+sys.stdin.read()
+`
+
+// perUserCounters: the kernel counts inotify instances, queued signals and message queue
+// bytes per user, and charges what a process in a user namespace takes to the owner of that
+// namespace too. A sandbox that takes all it can of each leaves host root its own (root's
+// inotify_init1 still works), and a second sandbox its own.
+func (e *env) perUserCounters(t *testing.T) {
+	a := e.boot(t, runtime.Limits{})
+	held := a.grab()
+	defer held.release()
+	t.Logf("the first sandbox holds %v", held.got)
+	if held.got["inotify"] == 0 {
+		t.Fatalf("the sandbox got no inotify instance at all: %v", held.got)
+	}
+	if err := hostCounters(); err != nil {
+		t.Errorf("host root, while a sandbox holds all it can: %v", err)
+	}
+	b := e.boot(t, runtime.Limits{})
+	other := b.grab()
+	defer other.release()
+	t.Logf("the second sandbox holds %v", other.got)
+	// Each holds a share of its own: the second gets as much as the first did.
+	for _, k := range []string{"inotify", "sigpending", "mqueue"} {
+		if n := held.got[k]; other.got[k] < n/2 {
+			t.Errorf("%s: the second sandbox got %d while the first holds %d", k, other.got[k], n)
+		}
+	}
+}
+
+// held is what grab took in a sandbox, and releases it.
+type held struct {
+	got     map[string]int
+	release func()
+}
+
+// grab runs grabCountersPy in the sandbox and answers what it holds.
+func (b *box) grab() held {
+	b.t.Helper()
+	stdinR, stdinW := io.Pipe()
+	outR, outW := io.Pipe()
+	p, err := b.c.Exec(b.ctx, agent.ExecRequest{ID: fmt.Sprintf("grab_%d", cmdSeq.Add(1)), Argv: []string{"python3", "-c", grabCountersPy}}, stdinR)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var errb strings.Builder
+	go func() {
+		defer close(done)
+		ex, err := p.Wait(outW, &errb)
+		outW.CloseWithError(fmt.Errorf("grab ended: %+v %v: %s", ex, err, errb.String()))
+	}()
+	release := func() {
+		stdinW.Close()
+		go io.Copy(io.Discard, outR)
+		<-done
+	}
+	line, err := readLine(outR)
+	if err != nil {
+		release()
+		b.t.Fatalf("grab: %v", err)
+	}
+	got := map[string]int{}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		var n int
+		fmt.Sscan(v, &n)
+		got[k] = n
+	}
+	return held{got: got, release: release}
+}
+
+func readLine(r io.Reader) (string, error) {
+	var line []byte
+	buf := make([]byte, 1)
+	for {
+		if _, err := r.Read(buf); err != nil {
+			return string(line), err
+		}
+		if buf[0] == '\n' {
+			return string(line), nil
+		}
+		line = append(line, buf[0])
+	}
+}
+
+// hostCounters takes one of each counter grabCountersPy takes, as this (root) process, and
+// gives it back.
+func hostCounters() error {
+	var errs []error
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("inotify_init1: %w", err))
+	} else {
+		unix.Close(fd)
+	}
+	// A queued signal to a child of the host's root (one the child blocks), as sigqueue sends it.
+	child := exec.Command("sleep", "10")
+	if err := child.Start(); err != nil {
+		errs = append(errs, err)
+	} else {
+		defer child.Wait()
+		defer child.Process.Kill()
+		var info [128]byte // siginfo_t: si_signo, si_errno, si_code, then si_pid and si_uid
+		const sig = 36     // SIGRTMIN+2 as libc (and Python) count: the kernel's 32 and 33 are libc's
+		binary.NativeEndian.PutUint32(info[0:], sig)
+		binary.NativeEndian.PutUint32(info[8:], uint32(0xffffffff)) // SI_QUEUE (-1)
+		binary.NativeEndian.PutUint32(info[16:], uint32(os.Getpid()))
+		// The default action of a real-time signal ends sleep, which is as good as queued.
+		if _, _, errno := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, uintptr(child.Process.Pid), uintptr(sig),
+			uintptr(unsafe.Pointer(&info[0]))); errno != 0 {
+			errs = append(errs, fmt.Errorf("rt_sigqueueinfo: %w", errno))
+		}
+	}
+	name := fmt.Sprintf("lbb-hostile-%d", os.Getpid())
+	attr := [8]int64{0, 1, 16, 0}
+	p, _ := unix.BytePtrFromString(name)
+	q, _, errno := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(p)), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600,
+		uintptr(unsafe.Pointer(&attr[0])), 0, 0)
+	if errno != 0 {
+		errs = append(errs, fmt.Errorf("mq_open: %w", errno))
+	} else {
+		unix.Close(int(q))
+		unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(p)), 0, 0)
+	}
+	return errors.Join(errs...)
+}
+
+// hostIdentity: each sandbox is a user of its own on the host. Its ids map onto a host range
+// no other sandbox holds (where the host can make idmapped mounts), and nobody else on the
+// host — another sandbox's root, had it escaped, or any other account — can list its state
+// directory or read its workspace, not even a file the sandbox made world-readable.
+func (e *env) hostIdentity(t *testing.T) {
+	if e.opts.HostIDs == nil || e.opts.StateDirOf == nil {
+		t.Skip("the driver's test does not say where sandboxes live on the host")
+	}
+	a := e.boot(t, runtime.Limits{})
+	b := e.boot(t, runtime.Limits{})
+	secret := randHex(16)
+	b.ok("echo " + secret + " > /workspace/secret && chmod 644 /workspace/secret && sync")
+	ia, err := e.opts.HostIDs(a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := e.opts.HostIDs(b.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host ids: %+v and %+v", ia, ib)
+	switch {
+	case e.opts.SharedIDs:
+		t.Log("this host makes no idmapped mounts: both map the shared range")
+	case ia.Base == runtime.IDBase || ib.Base == runtime.IDBase:
+		t.Errorf("a sandbox maps the shared range %d: %+v %+v", runtime.IDBase, ia, ib)
+	case ia.Base < ib.Base+ib.Count && ib.Base < ia.Base+ia.Count:
+		t.Errorf("two sandboxes share host ids: %+v %+v", ia, ib)
+	}
+	// The file, as the host stores it.
+	dir := e.opts.StateDirOf(b.id)
+	var file string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && d.Name() == "secret" {
+			if data, _ := os.ReadFile(p); strings.TrimSpace(string(data)) == secret {
+				file = p
+			}
+		}
+		return nil
+	})
+	if file == "" {
+		t.Fatalf("the workspace file is nowhere under %s", dir)
+	}
+	others := []uint32{65534} // nobody, for any other account of the host
+	if !e.opts.SharedIDs {
+		others = append(others, ia.Base) // the other sandbox's root
+	}
+	for _, uid := range others {
+		for _, argv := range [][]string{{"cat", file}, {"ls", dir}} {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+			if out, err := cmd.CombinedOutput(); err == nil {
+				t.Errorf("host uid %d ran %q: %s", uid, argv, out)
+			}
 		}
 	}
 }

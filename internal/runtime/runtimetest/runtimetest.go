@@ -27,6 +27,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -42,6 +43,15 @@ type Options struct {
 	// byte-identical after it: the driver's binaries that a sandbox could try to overwrite
 	// (the agent, the init). The test binary, which a driver may re-execute, is always checked.
 	HostFiles []string
+	// StateDirOf is the host directory that holds sandbox id's state and disk: no other host
+	// user may read anything in it. Nil skips the checks that need it.
+	StateDirOf func(id string) string
+	// HostIDs answers who started sandbox id is on the host, as its host processes show it
+	// (driverkit.HostIDs). Nil skips the checks that need it.
+	HostIDs func(id string) (driverkit.HostIDs, error)
+	// SharedIDs says every sandbox maps the shared host id range here (the host cannot make
+	// the idmapped mounts a range of each sandbox's own needs).
+	SharedIDs bool
 	// Known names hostile tests ("memory bomb") that the driver is known to fail, with the
 	// issue-tracked reason: they skip, saying it. For a driver still being built only; ns
 	// has none.

@@ -1,0 +1,121 @@
+//go:build linux
+
+// Package idmap shows a directory through an idmapped mount (mount_setattr with
+// MOUNT_ATTR_IDMAP, Linux 5.12 and later): its files, stored with one range of host ids,
+// appear owned by another, and what is written through the mount is stored back with the
+// first. Images and sandbox disks are stored with the shared range (hostids.Shared); each
+// sandbox sees them, through such mounts, owned by its own.
+package idmap
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Userns answers a user namespace that maps count ids from (inside it) onto host ids from to:
+// the mapping an idmapped mount applies. It is held by the returned file alone.
+func Userns(from, to, count uint32) (*os.File, error) {
+	m := []syscall.SysProcIDMap{{ContainerID: int(from), HostID: int(to), Size: int(count)}}
+	// A process that never runs: traced, it stops at its exec, before its first
+	// instruction; its namespace is opened and it is killed. (No other way of making a user
+	// namespace suits a multithreaded program: unshare needs a single thread.)
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"lbb-idmap-userns"}
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: m,
+		GidMappings: m,
+		Ptrace:      true,
+		// Should this thread end before the kill below, the process must not run on.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
+	}
+	return f, nil
+}
+
+// Attrs are what else an idmapped mount is: MOUNT_ATTR_RDONLY, _NOSUID, _NODEV, _NOEXEC.
+type Attrs uint64
+
+// The attributes of mounts a sandbox reaches.
+const (
+	ReadOnly Attrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	Writable Attrs = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+)
+
+// Mount mounts directory src at dst (a directory) through userns's mapping, with attrs.
+func Mount(src, dst string, userns *os.File, attrs Attrs) error {
+	fd, err := clone(src, userns, attrs)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("idmapped mount of %s on %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// clone answers a detached idmapped mount of src.
+func clone(src string, userns *os.File, attrs Attrs) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("idmapped mount of %s: open_tree: %w", src, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | uint64(attrs), Userns_fd: uint64(userns.Fd())}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("idmapped mount of %s: mount_setattr: %w", src, err)
+	}
+	return fd, nil
+}
+
+// Check reports whether this host can make an idmapped mount of dir (its kernel, its file
+// system, and the calling process's privileges).
+func Check(dir string) error {
+	ns, err := Userns(0, 0, 1)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	fd, err := clone(dir, ns, ReadOnly)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
+// CheckOverlay is Check for a directory that will be a layer of an overlay mount, which
+// takes idmapped layers from Linux 5.19.
+func CheckOverlay(dir string) error {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return err
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		return fmt.Errorf("kernel release %q: %w", release, err)
+	}
+	if major < 5 || major == 5 && minor < 19 {
+		return fmt.Errorf("Linux %s: overlayfs takes idmapped layers from 5.19", release)
+	}
+	return Check(dir)
+}
