@@ -81,9 +81,9 @@ var (
 	heldReq   = hostagent.HeldRead{CommandID: "cmd_2", Stdout: 12, Stderr: 3, Max: 1 << 16}
 	held      = hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: 12, Data: []byte("line\n")},
 		{Stream: "stderr", Offset: 3, Data: []byte{0xff, 0, 'x'}}}}
-	paused    = hostagent.Paused{Mode: "checkpoint", Usage: usage}
-	snapshot  = hostagent.SnapshotInfo{ID: "snp_1", Bytes: 1 << 30, Sandbox: sandbox}
-	execReq   = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_2", Argv: []string{"sh", "-c", "cat"},
+	paused   = hostagent.Paused{Mode: "checkpoint", Usage: usage}
+	snapshot = hostagent.SnapshotInfo{ID: "snp_1", Bytes: 1 << 30, Sandbox: sandbox}
+	execReq  = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_2", Argv: []string{"sh", "-c", "cat"},
 		Env: map[string]string{"X": "y"}, Cwd: "/workspace/sub", Timeout: 3 * time.Minute, Stdin: []byte{0, 1, 2, 255},
 		StdinOpen: true, HeadBytes: 5, TailBytes: 6}
 	execRun = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_3",
@@ -179,6 +179,7 @@ func (f *fake) ReadOutput(ctx context.Context, id, stream string, off int64, mos
 	}
 	return start, data, nil
 }
+
 // ReadHeld answers held, pieces of bytes that are not all text.
 func (f *fake) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
 	return held, f.rec("ReadHeld", req)
