@@ -117,7 +117,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("commandStdin", si, 413, "POST", "/v1/commands/"+catID+"/stdin"+q, admin, nil, strings.Repeat("x", 5000))
 	check("commandStdin", si, 200, "POST", "/v1/commands/"+catID+"/stdin"+q+"&close=true", admin, nil, "c")
 	if c := check("getCommand", "/v1/commands/{id}", 200, "GET", "/v1/commands/"+catID+q+"&wait_ms=10000", reader, nil, "").json(t); c["status"] != "succeeded" ||
-		!strings.HasPrefix(c["stdout"].(map[string]any)["head"].(string), "ab") {
+		!strings.HasPrefix(c["stdout"].(map[string]any)["head"].(string)+c["stdout"].(map[string]any)["tail"].(string), "ab") {
 		t.Fatalf("stdin: %v", c)
 	}
 	check("commandStdin", si, 409, "POST", "/v1/commands/"+ran["id"].(string)+"/stdin"+q, admin, nil, "c")
