@@ -22,12 +22,18 @@ import type {
 
 export type { CommandStatus, SandboxStatus };
 
-/** What a record keeps of one output stream. */
+/**
+ * What a record keeps of one output stream: its head and tail, which never repeat a byte (a
+ * stream that fits the tail is all in the tail), and its size. `truncated` and `droppedBytes`
+ * say how much head and tail do not hold.
+ */
 export interface Output {
   head: string;
   tail: string;
   bytes: number;
   expired?: boolean;
+  truncated?: boolean;
+  droppedBytes?: number;
 }
 
 /** Resources of a sandbox. */
@@ -75,6 +81,12 @@ export interface RunResult<R = unknown> {
   startedAt?: string;
   finishedAt?: string;
   raw: WireRunResult;
+}
+
+/** A command that commands.run ran to its end: its record and, with outputLimit, its output as it came. */
+export interface CommandResult extends Command {
+  /** stdout and stderr as they came, up to outputLimit bytes each; truncated says the limit cut one. */
+  output?: { stdout: string; stderr: string; truncated: boolean };
 }
 
 /** A command record: a process, or a run() in a sandbox. */
@@ -216,7 +228,14 @@ function opt<K extends string, V>(key: K, v: V | undefined | null): { [P in K]?:
 }
 
 export function toOutput(w: Partial<WireOutput> | undefined | null): Output {
-  return { head: w?.head ?? "", tail: w?.tail ?? "", bytes: w?.bytes ?? 0, ...opt("expired", w?.expired) };
+  return {
+    head: w?.head ?? "",
+    tail: w?.tail ?? "",
+    bytes: w?.bytes ?? 0,
+    ...opt("expired", w?.expired),
+    ...opt("truncated", w?.truncated),
+    ...opt("droppedBytes", w?.dropped_bytes),
+  };
 }
 
 /**
