@@ -334,9 +334,12 @@ type Template struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	CreatedBy   string          `json:"created_by,omitempty"`
 	Description string          `json:"description,omitempty"`
-	Files       []TemplateFile  `json:"files,omitempty"`
-	Graph       string          `json:"graph"`
-	ID          string          `json:"id"`
+
+	// Existing in the answer of a save: true when no new version was made, because the newest already held what was saved
+	Existing bool           `json:"existing,omitempty"`
+	Files    []TemplateFile `json:"files,omitempty"`
+	Graph    string         `json:"graph"`
+	ID       string         `json:"id"`
 
 	// Isolation isolation this version's runs and sandboxes default to; omitted: the server default
 	Isolation string `json:"isolation,omitempty"`

@@ -241,6 +241,8 @@ export interface components {
             created_by?: string;
             /** @description the template's history, newest first; only in the answer to GET /v1/sandboxes/templates/{name} */
             versions?: components["schemas"]["TemplateVersion"][];
+            /** @description in the answer of a save: true when no new version was made, because the newest already held what was saved */
+            existing?: boolean;
         };
         TemplateVersion: {
             version: number;

@@ -187,6 +187,8 @@ export interface Template {
   createdAt: string;
   createdBy?: string;
   versions?: { version: number; createdAt: string; createdBy?: string; isolation?: string }[];
+  /** In the answer of templates.create: true when no new version was made, the newest already holding what was saved. */
+  existing?: boolean;
   raw: WireTemplate;
 }
 
@@ -387,6 +389,7 @@ export function toTemplate(w: WireTemplate): Template {
     ...opt("description", w.description),
     createdAt: w.created_at,
     ...opt("createdBy", w.created_by),
+    ...opt("existing", w.existing),
     ...opt(
       "versions",
       w.versions?.map((v) => ({

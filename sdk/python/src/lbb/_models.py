@@ -244,6 +244,7 @@ class Template(Record):
     name = _str()
     version = _int()
     isolation = _str(doc='The isolation its runs and sandboxes default to; ``""``: the server default.')
+    existing = _bool("In the answer of ``templates.create``: True when no new version was made, the newest already holding what was saved.")
 
 
 class FileInfo(Record):
