@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import lbb
-from lbb._sse import SSEDecoder
+from lbb._sse import LineSplitter, SSEDecoder
 
 from fakeserver import RUN_OK, FakeServer, Reply, error
 
@@ -248,6 +248,16 @@ def test_sse_decoder():
     evs = [e for e in (d.feed(x) for x in lines) if e is not None]
     assert [(e.event, e.data, e.id) for e in evs] == [("stdout", "a\nb", "1"), ("message", '{"data": "c"}', "1"), ("exit", '{"exit_code": 0}', "1")]
     assert evs[1].text == "c" and evs[2].json() == {"exit_code": 0} and evs[2].retry == 10
+
+
+def test_line_splitter():
+    split = LineSplitter()
+    long = b"data: " + b"x" * 200_000
+    got = []
+    for i in range(0, len(long), 1000):  # a long line in many pieces
+        got += split.feed(long[i : i + 1000])
+    got += split.feed(b"\r\nid: 1\n\nlast")
+    assert got == [long.decode(), "id: 1", ""] and split.flush() == ["last"] and split.flush() == []
 
 
 def test_stream_reconnects_with_last_event_id():

@@ -39,7 +39,7 @@ from ._models import (
     page_of,
     run_from_command,
 )
-from ._sse import SSEDecoder, ServerSentEvent
+from ._sse import LineSplitter, SSEDecoder, ServerSentEvent
 
 T = TypeVar("T")
 _RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
@@ -137,12 +137,18 @@ class _API:
                             attempt += 1
                             continue
                         raise error_from_body(resp.status_code, resp.content, resp.headers)
-                    for line in resp.iter_lines():
+                    split = LineSplitter()
+                    for chunk in resp.iter_bytes():
+                        for line in split.feed(chunk):
+                            ev = dec.feed(line)
+                            if dec.last_id is not None:
+                                last_id = dec.last_id
+                            if ev is not None:
+                                attempt = 0
+                                yield ev
+                    for line in split.flush():
                         ev = dec.feed(line)
-                        if dec.last_id is not None:
-                            last_id = dec.last_id
                         if ev is not None:
-                            attempt = 0
                             yield ev
                     ev = dec.feed("")  # a last event the server did not end with a blank line
                     if ev is not None:
