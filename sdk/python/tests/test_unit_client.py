@@ -337,7 +337,7 @@ def test_commands_run_streams_every_chunk():
         assert cmd.stderr.text == "e\n" and not cmd.stderr.truncated
         assert srv.requests("POST", "/v1/sandboxes/sbx_1/commands")[0].json()["argv"] == ["bash", "-lc", "seq 1 3"]
         # Without output_limit the answer is the record: head and tail.
-        plain = sb.commands.run(["seq", "1", "3"])
+        plain = sb.commands.run(argv=["seq", "1", "3"])  # the keyword it had before shell lines
         assert plain.stdout.data is None and plain.stdout.tail == "3\n" and plain.stdout.truncated
 
         async def main():

@@ -386,8 +386,9 @@ class AsyncSandboxCommands:
 
     async def run(
         self,
-        cmd: Union[str, Sequence[str]],
+        cmd: Union[str, Sequence[str], None] = None,
         *,
+        argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Optional[Data] = None,
@@ -406,8 +407,11 @@ class AsyncSandboxCommands:
         each (``truncated`` says the limit cut one); without, the record's head and tail.
 
         A command that fails is an answer (``status``, ``exit_code``), not an error. Raises
-        :class:`OutputLostError` if output did not come (the client read nothing for minutes)."""
-        body = _core.command_body(cmd, env=env, cwd=cwd, stdin=stdin, wait_ms=None, timeout_ms=timeout_ms, stream=True)
+        :class:`OutputLostError` if output did not come (the client read nothing for minutes).
+        ``argv=`` (a list) is the name this argument had before it took shell lines."""
+        if (cmd is None) == (argv is None):
+            raise TypeError("commands.run takes a command: a shell line or argv (a list), e.g. \"ls -l | wc -l\"")
+        body = _core.command_body(cmd if cmd is not None else argv, env=env, cwd=cwd, stdin=stdin, wait_ms=None, timeout_ms=timeout_ms, stream=True)
         reader = CommandStream(output_limit)
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
         async for ev in self._api.events(f"/v1/sandboxes/{self._id}/commands", {}, method="POST", json=body, idempotency_key=idempotency_key):
