@@ -223,8 +223,8 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if err != nil {
 		return err
 	}
-	if len(pos) == 2 && argv == nil { // lbb sandbox exec ID 'a shell line'
-		argv = []string{"bash", "-c", pos[1]}
+	if len(pos) == 2 && argv == nil { // lbb sandbox exec ID 'a shell line', as the SDKs run one
+		argv = []string{"bash", "-lc", pos[1]}
 		pos = pos[:1]
 	}
 	if len(pos) != 1 || len(argv) == 0 {
