@@ -236,7 +236,12 @@ func TestOpenAPIContract(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s %s answers %d, which the document does not give", method, pattern, want)
 		}
-		if c, ok := resp.Content["application/json"]; ok {
+		if r.header.Get("Content-Type") == "text/event-stream" {
+			// A stream (also one that a POST answers when asked): the document must say so.
+			if _, ok := resp.Content["text/event-stream"]; !ok {
+				t.Fatalf("%s %s answers %d as text/event-stream, which the document does not give", method, pattern, want)
+			}
+		} else if c, ok := resp.Content["application/json"]; ok {
 			var v any
 			if err := json.Unmarshal(r.body, &v); err != nil {
 				t.Fatalf("%s %s %d: not JSON: %s", method, path, want, r.body)
