@@ -209,8 +209,9 @@ func (s *Server) commandOutput(w http.ResponseWriter, r *http.Request, c *call) 
 
 // streamStarted answers a command started with stream: an event command with its record,
 // then its output, held for this caller from the first byte, then its exit. When this caller
-// goes away the hold is let go at once, so that the process does not wait for nobody. A
-// replayed start (the same Idempotency-Key) streams the same command from Last-Event-ID.
+// goes away, and no other resumes the stream within heldGrace, the hold is let go, so that
+// the process does not wait for nobody. A replayed start (the same Idempotency-Key) streams
+// the same command from Last-Event-ID.
 func (s *Server) streamStarted(w http.ResponseWriter, r *http.Request, c *call, resp control.Response) {
 	var cmd store.Command
 	if err := json.Unmarshal(resp.Body, &cmd); err != nil {
@@ -222,7 +223,7 @@ func (s *Server) streamStarted(w http.ResponseWriter, r *http.Request, c *call, 
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	ctx := r.Context()
-	defer s.svc.ReleaseHeld(cmd.ID)
+	defer s.held.attach(cmd.ID)()
 	sw := newSSE(w, r)
 	sw.event("command", "", marshalNoEscape(cmd))
 	out, err := s.svc.CommandOutput(ctx, c.caller.Graph, cmd.ID)

@@ -265,7 +265,7 @@ const HoldBytes = 1 << 20
 // HoldIdle is how long a held command may wait for its reader, with nobody reading, before
 // the host agent lets go of the hold and the process goes on: the reader went away (a control
 // plane that crashed, a connection that broke without a word). A reader that went away in a
-// way the API sees lets go at once (ReadHeld with Release).
+// way the API sees is let go sooner (ReadHeld with Release).
 const HoldIdle = 2 * time.Minute
 
 // HeldRead is one read of a held command's output: from the offsets Stdout and Stderr on (the

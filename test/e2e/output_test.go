@@ -3,11 +3,16 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +132,69 @@ func TestOutputStarterGoesAway(t *testing.T) {
 	}
 	if cmd.Stdout.Bytes != int64(len(seqOutput(t))) || !cmd.Stdout.Truncated || cmd.Stdout.Tail == "" || cmd.Stdout.Head == "" {
 		t.Errorf("its record's stdout: %+v", cmd.Stdout)
+	}
+}
+
+// TestOutputStreamResumes: a client whose stream broke sends the same start again (its
+// Idempotency-Key and Last-Event-ID) and reads on where it was, the process having waited
+// for it (the server holds the output for a while after its reader went away): nothing twice,
+// nothing lost, though the output is far more than a record keeps.
+func TestOutputStreamResumes(t *testing.T) {
+	s := startServer(t)
+	_, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
+	path := "/v1/sandboxes/" + sb.ID + "/commands?graph=main"
+	body := `{"argv": ["bash", "-c", "echo a; sleep 1; seq 1 2000000"], "stream": true}`
+	rest, err := exec.Command("seq", "1", "2000000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string]string{"Idempotency-Key": "resume-1", "Accept": "text/event-stream"}
+	req, err := http.NewRequest("POST", s.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := bufio.NewReader(resp.Body)
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), `"data":"a\n"}`+"\n\n") {
+		line, err := first.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the first stream ended before its first chunk: %v: %s", err, seen.String())
+		}
+		seen.WriteString(line)
+	}
+	resp.Body.Close() // the connection breaks
+	// Meanwhile the process writes far more than the hold and the guest channel take: it waits.
+	time.Sleep(3 * time.Second)
+
+	hdr["Last-Event-ID"] = "2.0"
+	r := s.call("POST", path, "", hdr, body)
+	b := string(r.body)
+	var got bytes.Buffer
+	for _, line := range strings.Split(b, "\n") {
+		var c struct {
+			Stream string
+			Offset int64
+			Data   string
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(d), &c) == nil && c.Stream == "stdout" {
+			if c.Offset != int64(2+got.Len()) {
+				t.Fatalf("a chunk at %d after %d bytes", c.Offset, 2+got.Len())
+			}
+			got.WriteString(c.Data)
+		}
+	}
+	if r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" || !strings.HasPrefix(b, "event: command\n") ||
+		!bytes.Equal(got.Bytes(), rest) || !regexp.MustCompile(`event: exit\ndata: \{[^\n]*"status":"succeeded"`).MatchString(b) {
+		t.Errorf("the resumed stream: %d %v, %d of %d bytes after the break (equal %v)\n%s", r.status, r.header, got.Len(), len(rest),
+			bytes.Equal(got.Bytes(), rest), clip(b))
 	}
 }
 
