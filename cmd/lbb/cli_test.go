@@ -194,15 +194,19 @@ func TestServerErrorHasOnePrefix(t *testing.T) {
 	}
 }
 
-// execServer answers one exec whose output stream carries events, then the exit record.
+// execServer answers one exec, started with its output streamed (as lbb sandbox exec asks):
+// the record, events, then the exit record.
 func execServer(t *testing.T, events []string, exit string) string {
 	return fakeServer(t, map[string]http.HandlerFunc{
 		"POST /v1/sandboxes/sbx_1/commands": func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusAccepted)
-			io.WriteString(w, `{"id": "cmd_1", "sandbox": "sbx_1", "kind": "exec", "status": "running", "exit_code": null}`)
-		},
-		"GET /v1/commands/cmd_1/output": func(w http.ResponseWriter, r *http.Request) {
+			var body struct{ Stream bool }
+			if json.NewDecoder(r.Body).Decode(&body); !body.Stream || r.Header.Get("Accept") != "text/event-stream" {
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"error": {"code": "invalid_request", "message": "lbb sandbox exec did not ask for a stream", "request_id": "req_1"}}`)
+				return
+			}
 			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "event: command\ndata: {\"id\": \"cmd_1\", \"sandbox\": \"sbx_1\", \"kind\": \"process\", \"status\": \"running\", \"exit_code\": null}\n\n")
 			for _, e := range events {
 				fmt.Fprint(w, e)
 			}

@@ -20,11 +20,13 @@ func init() {
 			{name: "get", aliases: []string{"show"}, args: "ID", help: "one sandbox", run: sandboxDo((*lbb.SandboxesService).Get)},
 			{name: "exec", run: sandboxExec,
 				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--timeout-ms N] [-i] [--detach] -- ARGV...  (or ID 'SHELL LINE')",
-				help: `runs ARGV (or the line, with bash -c) in the sandbox, streams its output live and
-exits with its exit code; -i sends this terminal's stdin to it; --detach prints the
-command id and returns. A command that runs past its timeout: lbb says "timed out after
-N ms" and exits 124. Output that was not kept (a gap in the stream): lbb says how many
-bytes and exits 125. An error of lbb or the server exits 1, a usage error 2.`},
+				help: `runs ARGV (or the line, with bash -lc, as the SDKs' commands.run) in the sandbox,
+streams every byte of its output from the first (a slow reader, a full pipe, slows the
+command; nothing is dropped) and exits with its exit code; -i sends this terminal's stdin to
+it; --detach prints the command id and returns. A command that runs past its timeout: lbb
+says "timed out after N ms" and exits 124. Output that did not come (this process stopped
+reading for minutes, and the server let go): lbb says how many bytes and exits 125. An
+error of lbb or the server exits 1, a usage error 2.`},
 			{name: "stop", args: "ID", help: "its processes end, its disk stays", run: sandboxDo((*lbb.SandboxesService).Stop)},
 			{name: "resume", args: "ID", help: "starts again with the same workspace (a paused one: where it was)", run: sandboxDo((*lbb.SandboxesService).Resume)},
 			{name: "pause", args: "ID", help: "parks it: gvisor saves its memory to disk, ns freezes it in RAM", run: sandboxDo((*lbb.SandboxesService).Pause)},

@@ -223,8 +223,8 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if err != nil {
 		return err
 	}
-	if len(pos) == 2 && argv == nil { // lbb sandbox exec ID 'a shell line'
-		argv = []string{"bash", "-c", pos[1]}
+	if len(pos) == 2 && argv == nil { // lbb sandbox exec ID 'a shell line', as the SDKs run one
+		argv = []string{"bash", "-lc", pos[1]}
 		pos = pos[:1]
 	}
 	if len(pos) != 1 || len(argv) == 0 {
@@ -238,17 +238,26 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	if err != nil {
 		return err
 	}
-	cmd, err := c.Sandboxes.Exec(ctx, pos[0], p)
-	if err != nil {
-		return err
-	}
 	if *detach {
+		cmd, err := c.Sandboxes.Exec(ctx, pos[0], p)
+		if err != nil {
+			return err
+		}
 		if cf.json {
 			return printJSON(cmd)
 		}
 		fmt.Println(cmd.ID)
 		return nil
 	}
+	// The output streams from its first byte: the server holds what this process has not
+	// written out yet, and the command waits for it (a slow pipe slows the command; nothing
+	// is dropped).
+	s, err := c.Sandboxes.ExecStream(context.Background(), pos[0], p)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cmd := s.Command()
 	if *interactive {
 		go pumpStdin(c, cmd.ID)
 	}
@@ -265,7 +274,7 @@ func sandboxExec(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 		defer cancel()
 		c.Commands.Kill(kctx, cmd.ID, "SIGINT")
 	}()
-	out, err := streamOutput(context.Background(), c, cmd.ID, "both", true)
+	out, err := copyOutput(s, "both")
 	if err != nil {
 		return err
 	}
@@ -325,6 +334,12 @@ func streamOutput(ctx context.Context, c *lbb.Client, id, stream string, follow 
 		return streamed{}, err
 	}
 	defer s.Close()
+	return copyOutput(s, stream)
+}
+
+// copyOutput copies the chunks of s (of stream: stdout, stderr or both) to stdout and
+// stderr, saying on stderr where bytes did not come.
+func copyOutput(s *lbb.OutputStream, stream string) (streamed, error) {
 	var out streamed
 	next := map[string]int64{}
 	gap := func(name string, upTo int64) {

@@ -36,7 +36,13 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 		return err
 	}
 	t, err := c.Sandboxes.Templates.Create(ctx, p)
-	return answer(cf, t, err, func(t *lbb.Template) { fmt.Printf("saved %s version %d (%s)\n", t.Name, t.Version, t.ID) })
+	return answer(cf, t, err, func(t *lbb.Template) {
+		if t.Existing {
+			fmt.Printf("unchanged: %s version %d already holds this (%s); no new version\n", t.Name, t.Version, t.ID)
+			return
+		}
+		fmt.Printf("saved %s version %d (%s)\n", t.Name, t.Version, t.ID)
+	})
 }
 
 func templatesList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {

@@ -334,7 +334,11 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, c *call)
 	if err == nil {
 		c.target = t.ID
 	}
-	return answer(w, http.StatusCreated, t, err)
+	status := http.StatusCreated
+	if t.Existing {
+		status = http.StatusOK
+	}
+	return answer(w, status, t, err)
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -73,8 +73,39 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 // idemKey is the call's Idempotency-Key.
 func idemKey(r *http.Request) string { return r.Header.Get("Idempotency-Key") }
 
+// execCommand starts a process. Asked for a stream (Accept: text/event-stream, or "stream":
+// true), it answers one: the command's record, then its output from the first byte, held for
+// this caller with backpressure on the process, then its end (streamStarted).
 func (s *Server) execCommand(w http.ResponseWriter, r *http.Request, c *call) error {
-	return sandboxPost(s, w, r, c, "commands", false, "id", s.svc.Exec)
+	var stream bool
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	resp, err := sandboxDo(s, w, r, c, "commands", false,
+		func(ctx context.Context, caller control.Caller, id string, req control.ExecRequest, key, hash string) (control.Response, error) {
+			stream = req.Stream || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+			req.Stream = stream
+			if stream {
+				// The stream's place is taken before the process starts: a refusal starts nothing.
+				var err error
+				if release, err = s.streams.acquire(caller.Key.ID); err != nil {
+					return control.Response{}, err
+				}
+			}
+			return s.svc.Exec(ctx, caller, id, req, key, hash)
+		})
+	if err != nil {
+		return err
+	}
+	if !stream {
+		writeTargeted(w, c, resp, "id")
+		return nil
+	}
+	s.streamStarted(w, r, c, resp)
+	return nil
 }
 
 func (s *Server) runInSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -86,6 +117,17 @@ func (s *Server) runInSandbox(w http.ResponseWriter, r *http.Request, c *call) e
 // what do answers, whose field target names the call's target.
 func sandboxPost[Req any](s *Server, w http.ResponseWriter, r *http.Request, c *call, action string, optional bool, target string,
 	do func(ctx context.Context, c control.Caller, id string, req Req, idemKey, reqHash string) (control.Response, error)) error {
+	resp, err := sandboxDo(s, w, r, c, action, optional, do)
+	if err != nil {
+		return err
+	}
+	writeTargeted(w, c, resp, target)
+	return nil
+}
+
+// sandboxDo is sandboxPost up to the answer, which it returns.
+func sandboxDo[Req any](s *Server, w http.ResponseWriter, r *http.Request, c *call, action string, optional bool,
+	do func(ctx context.Context, c control.Caller, id string, req Req, idemKey, reqHash string) (control.Response, error)) (control.Response, error) {
 	id := r.PathValue("id")
 	c.sandbox = id
 	var req Req
@@ -97,18 +139,13 @@ func sandboxPost[Req any](s *Server, w http.ResponseWriter, r *http.Request, c *
 		body, req, err = decodeBody[Req](s, w, r)
 	}
 	if err != nil {
-		return err
+		return control.Response{}, err
 	}
 	hash, err := idempotency.HashJSON("POST /v1/sandboxes/"+id+"/"+action, c.caller.Graph, body)
 	if err != nil {
-		return err
+		return control.Response{}, err
 	}
-	resp, err := do(r.Context(), c.caller, id, req, idemKey(r), hash)
-	if err != nil {
-		return err
-	}
-	writeTargeted(w, c, resp, target)
-	return nil
+	return do(r.Context(), c.caller, id, req, idemKey(r), hash)
 }
 
 func (s *Server) killCommand(w http.ResponseWriter, r *http.Request, c *call) error {

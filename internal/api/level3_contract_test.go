@@ -64,6 +64,17 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	if out := ran["stdout"].(map[string]any)["tail"]; out != "***\n" || ran["status"] != "succeeded" {
 		t.Fatalf("exec: the env value is not masked, or it failed: %v", ran)
 	}
+	// Asked for a stream, the start answers the record, the output from its first byte (masked),
+	// then the exit; "stream": true in the body asks the same.
+	for i, hdr := range []map[string]string{{"Idempotency-Key": "l3-s1", "Accept": "text/event-stream"}, idem("l3-s2")} {
+		body := `{"argv": ["sh", "-c", "echo $TOKEN; echo err >&2"]` + []string{"}", `, "stream": true}`}[i]
+		r := check("execCommand", sc, 200, "POST", A+"/commands"+q, admin, hdr, body)
+		if b := string(r.body); !strings.HasPrefix(b, "event: command\ndata: {") || !strings.Contains(b, `{"stream":"stdout","offset":0,"data":"***\n"}`) ||
+			!strings.Contains(b, `{"stream":"stderr","offset":0,"data":"err\n"}`) || !strings.Contains(b, "event: exit\ndata: {") ||
+			strings.Contains(b, "s3cr3t") || r.header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("a streamed exec: %v %s", r.header, b)
+		}
+	}
 	bg := check("execCommand", sc, 202, "POST", A+"/commands"+q, admin, idem("l3-c2"), `{"argv": ["sleep", "30"], "wait_ms": 0}`).json(t)
 	check("execCommand", sc, 400, "POST", A+"/commands"+q, admin, nil, `{"argv": ["true"]}`)
 	check("execCommand", sc, 401, "POST", A+"/commands"+q, "", idem("l3-x"), `{"argv": ["true"]}`)
@@ -117,7 +128,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("commandStdin", si, 413, "POST", "/v1/commands/"+catID+"/stdin"+q, admin, nil, strings.Repeat("x", 5000))
 	check("commandStdin", si, 200, "POST", "/v1/commands/"+catID+"/stdin"+q+"&close=true", admin, nil, "c")
 	if c := check("getCommand", "/v1/commands/{id}", 200, "GET", "/v1/commands/"+catID+q+"&wait_ms=10000", reader, nil, "").json(t); c["status"] != "succeeded" ||
-		!strings.HasPrefix(c["stdout"].(map[string]any)["head"].(string), "ab") {
+		!strings.HasPrefix(c["stdout"].(map[string]any)["head"].(string)+c["stdout"].(map[string]any)["tail"].(string), "ab") {
 		t.Fatalf("stdin: %v", c)
 	}
 	check("commandStdin", si, 409, "POST", "/v1/commands/"+ran["id"].(string)+"/stdin"+q, admin, nil, "c")

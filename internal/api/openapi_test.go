@@ -225,7 +225,12 @@ func checker(t *testing.T, d doc, s *server, seen map[string]bool) checkFunc {
 		if !ok {
 			t.Fatalf("%s %s answers %d, which the document does not give", method, pattern, want)
 		}
-		if c, ok := resp.Content["application/json"]; ok {
+		if r.header.Get("Content-Type") == "text/event-stream" {
+			// A stream (also one that a POST answers when asked): the document must say so.
+			if _, ok := resp.Content["text/event-stream"]; !ok {
+				t.Fatalf("%s %s answers %d as text/event-stream, which the document does not give", method, pattern, want)
+			}
+		} else if c, ok := resp.Content["application/json"]; ok {
 			var v any
 			if err := json.Unmarshal(r.body, &v); err != nil {
 				t.Fatalf("%s %s %d: not JSON: %s", method, path, want, r.body)
@@ -309,7 +314,11 @@ func TestOpenAPIContract(t *testing.T) {
 	const tp = "/v1/sandboxes/templates"
 	tpl := `{"name": "normalize", "base": "lbb/python", "code": "def run(input, config):\n    return input", "limits": {"memory_mib": 1024}, "timeout_ms": 60000, "config": {"unit": "cm"}}`
 	check("createTemplate", tp, 201, "POST", tp+"?graph=main", admin, nil, tpl)
-	check("createTemplate", tp, 201, "POST", tp+"?graph=main", admin, nil, tpl)
+	// The same again makes no version: it answers version 1, existing.
+	if v := check("createTemplate", tp, 200, "POST", tp+"?graph=main", admin, nil, tpl).json(t); v["version"] != 1.0 || v["existing"] != true {
+		t.Fatalf("saving the same template again: %v", v)
+	}
+	check("createTemplate", tp, 201, "POST", tp+"?graph=main", admin, nil, strings.Replace(tpl, `"cm"`, `"mm"`, 1))
 	check("createTemplate", tp, 400, "POST", tp+"?graph=main", admin, nil, `{"name": "Not A Name"}`)
 	check("createTemplate", tp, 401, "POST", tp+"?graph=main", "", nil, tpl)
 	check("createTemplate", tp, 403, "POST", tp+"?graph=main", reader, nil, tpl)

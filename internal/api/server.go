@@ -51,6 +51,7 @@ type Server struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	streams  streamLimiter
+	held     heldReaders
 	// metricsPublic serves /metrics without a key (--metrics-public).
 	metricsPublic bool
 }
@@ -65,7 +66,7 @@ func New(o Options) *Server {
 	}
 	cfg := o.Service.Config()
 	s := &Server{svc: o.Service, log: o.Log, registry: o.Registry, streams: streamLimiter{max: cfg.MaxStreamsPerKey},
-		metricsPublic: cfg.MetricsPublic}
+		held: heldReaders{release: o.Service.ReleaseHeld, grace: heldGrace}, metricsPublic: cfg.MetricsPublic}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lbb_http_requests_total", Help: "HTTP requests, by route, method and status code.",
 	}, []string{"route", "method", "code"})

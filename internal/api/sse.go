@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -160,6 +162,21 @@ func parseLastEventID(v string) (int64, int64) {
 	return x, y
 }
 
+// newSSE starts a text/event-stream answer: the headers go at once (a client may wait for
+// them before it feeds the command), and Last-Event-ID says where each stream resumes.
+func newSSE(w http.ResponseWriter, r *http.Request) *sseWriter {
+	noDeadlines(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), next: map[string]int64{}, held: map[string][]byte{}}
+	sw.err = sw.rc.Flush()
+	sw.next["stdout"], sw.next["stderr"] = parseLastEventID(r.Header.Get("Last-Event-ID"))
+	return sw
+}
+
 func (s *Server) commandOutput(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
 	streams := []string{"stdout", "stderr"}
@@ -186,67 +203,137 @@ func (s *Server) commandOutput(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	noDeadlines(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), next: map[string]int64{}, held: map[string][]byte{}}
-	// The headers go at once: a client may wait for them before it feeds the command.
-	sw.err = sw.rc.Flush()
-	sw.next["stdout"], sw.next["stderr"] = parseLastEventID(r.Header.Get("Last-Event-ID"))
-	ctx := r.Context()
+	s.sendOutput(r.Context(), newSSE(w, r), c, out, streams, follow, false)
+	return nil
+}
 
+// streamStarted answers a command started with stream: an event command with its record,
+// then its output, held for this caller from the first byte, then its exit. When this caller
+// goes away, and no other resumes the stream within heldGrace, the hold is let go, so that
+// the process does not wait for nobody. A replayed start (the same Idempotency-Key) streams
+// the same command from Last-Event-ID.
+func (s *Server) streamStarted(w http.ResponseWriter, r *http.Request, c *call, resp control.Response) {
+	var cmd store.Command
+	if err := json.Unmarshal(resp.Body, &cmd); err != nil {
+		s.writeError(w, c, fmt.Errorf("reading the started command: %w", err))
+		return
+	}
+	c.target = cmd.ID
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	ctx := r.Context()
+	defer s.held.attach(cmd.ID)()
+	sw := newSSE(w, r)
+	sw.event("command", "", marshalNoEscape(cmd))
+	out, err := s.svc.CommandOutput(ctx, c.caller.Graph, cmd.ID)
+	if err != nil {
+		s.errorEvent(sw, c, err)
+		return
+	}
+	s.sendOutput(ctx, sw, c, out, []string{"stdout", "stderr"}, true, true)
+}
+
+// sendOutput sends a command's output from sw's offsets on: held for this caller (held),
+// else live from what is kept, else (ended, or a one-call run) what its record kept; with
+// follow, until it ends, then its exit.
+func (s *Server) sendOutput(ctx context.Context, sw *sseWriter, c *call, out control.CommandOutput, streams []string, follow, held bool) {
+	id := out.Command.ID
+	// Held output is read to its end also when the command ended meanwhile: its last bytes
+	// wait in the hold after the record has its end.
+	if held && s.followHeld(ctx, sw, id) {
+		s.sendExit(ctx, sw, c, id, streams, out.Done)
+		return
+	}
 	if out.Live {
 		s.followLive(ctx, sw, streams, id, follow)
-		if !follow {
-			if cmd, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id); err == nil && store.CommandDone(cmd.Status) {
-				s.exitEvent(sw, cmd)
-			}
-			return nil
+		if follow {
+			s.sendExit(ctx, sw, c, id, streams, out.Done)
+		} else if cmd, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id); err == nil && store.CommandDone(cmd.Status) {
+			s.exitEvent(sw, cmd)
 		}
-		select {
-		case <-out.Done:
-		case <-ctx.Done():
-			return nil
-		}
-		cmd, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id)
-		if err != nil {
-			s.errorEvent(sw, c, err)
-			return nil
-		}
-		s.exitEvent(sw, cmd)
-		return nil
+		return
 	}
 	// Not followed live here (ended, or a one-call run): what the record kept; with follow,
 	// the rest once it ends.
 	cmd := out.Command
+	if held { // it ended while the hold was read: the record is the newer
+		if rec, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id); err == nil {
+			cmd = rec
+		}
+	}
 	s.recordChunks(sw, streams, cmd)
 	if !store.CommandDone(cmd.Status) && follow {
-		ping := time.NewTicker(ssePing)
-		defer ping.Stop()
-		for !store.CommandDone(cmd.Status) && sw.err == nil {
-			next, err := s.svc.GetCommand(ctx, c.caller.Graph, id, time.Second)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.errorEvent(sw, c, err)
-				}
-				return nil
-			}
-			cmd = next
-			select {
-			case <-ping.C:
-				sw.comment("keepalive")
-			default:
-			}
-		}
-		s.recordChunks(sw, streams, cmd)
+		s.sendExit(ctx, sw, c, id, streams, nil)
+		return
 	}
 	if store.CommandDone(cmd.Status) {
 		s.exitEvent(sw, cmd)
 	}
-	return nil
+}
+
+// sendExit waits for the command's end (done, when it runs here) and sends its exit event
+// with its record. Without done it waits for the record, the kept output of which it sends.
+func (s *Server) sendExit(ctx context.Context, sw *sseWriter, c *call, id string, streams []string, done <-chan struct{}) {
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	cmd, err := s.svc.Store().GetCommand(ctx, c.caller.Graph, id)
+	for err == nil && !store.CommandDone(cmd.Status) && sw.err == nil {
+		if cmd, err = s.svc.GetCommand(ctx, c.caller.Graph, id, ssePing); err == nil && !store.CommandDone(cmd.Status) {
+			sw.comment("keepalive")
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.errorEvent(sw, c, err)
+		}
+		return
+	}
+	if done == nil {
+		s.recordChunks(sw, streams, cmd)
+	}
+	s.exitEvent(sw, cmd)
+}
+
+// heldRead is the most one read of held output takes.
+const heldRead = 256 << 10
+
+// followHeld sends a command's held output (control.Service.ReadHeld) in the order the
+// process wrote it, taking from the hold only what was written to this answer. It reports
+// whether it sent the whole output; when not (the hold was let go, or there is none), what
+// follows comes from what is kept.
+func (s *Server) followHeld(ctx context.Context, sw *sseWriter, id string) bool {
+	taken := map[string]int64{"stdout": sw.next["stdout"], "stderr": sw.next["stderr"]}
+	for sw.err == nil {
+		rctx, cancel := context.WithTimeout(ctx, ssePing)
+		h, err := s.svc.ReadHeld(rctx, id, taken["stdout"], taken["stderr"], heldRead)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			sw.comment("keepalive")
+			continue
+		case err != nil:
+			return false
+		}
+		for _, p := range h.Pieces {
+			sw.chunk(p.Stream, p.Offset, p.Data, false)
+			taken[p.Stream] = p.Offset + int64(len(p.Data))
+		}
+		if h.Ended {
+			sw.flushHeld("stdout")
+			sw.flushHeld("stderr")
+			return true
+		}
+		if h.Released {
+			return false
+		}
+	}
+	return false
 }
 
 // recordChunks sends what a command record kept of each stream past what was sent.

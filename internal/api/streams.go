@@ -2,6 +2,7 @@ package api
 
 import (
 	"sync"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 )
@@ -36,4 +37,44 @@ func (l *streamLimiter) acquire(key string) (release func(), _ error) {
 			delete(l.open, key)
 		}
 	}), nil
+}
+
+// heldGrace is how long a command's held output waits for a reader after its last one went
+// away, before the hold is let go: a client whose connection broke resumes the same stream
+// (its Idempotency-Key, Last-Event-ID) within it and reads on where it was.
+const heldGrace = 10 * time.Second
+
+// heldReaders counts the streams reading each command's held output, so that the hold is let
+// go only once none reads it (release) for heldGrace.
+type heldReaders struct {
+	mu      sync.Mutex
+	readers map[string]int
+	release func(commandID string)
+	grace   time.Duration
+}
+
+// attach counts one more reader of commandID's held output; detach ends it.
+func (h *heldReaders) attach(commandID string) (detach func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.readers == nil {
+		h.readers = map[string]int{}
+	}
+	h.readers[commandID]++
+	return sync.OnceFunc(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.readers[commandID]--; h.readers[commandID] > 0 {
+			return
+		}
+		delete(h.readers, commandID)
+		time.AfterFunc(h.grace, func() {
+			h.mu.Lock()
+			back := h.readers[commandID] > 0
+			h.mu.Unlock()
+			if !back {
+				h.release(commandID)
+			}
+		})
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/bases"
 	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/timing"
 )
@@ -30,6 +31,9 @@ type ExecRequest struct {
 	// WaitMs is how long the answer waits for the process to end (default 0: at once).
 	WaitMs    *int64 `json:"wait_ms,omitempty"`
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+	// Stream answers at once and holds the output, from its first byte, for this caller
+	// (ReadHeld): the API streams it as the answer.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // RunInRequest is the body of POST /v1/sandboxes/{id}/run: run(input, config) in an
@@ -43,8 +47,9 @@ type RunInRequest struct {
 // Exec starts a process in a running sandbox (at most once for (graph, idemKey)) and
 // answers its record: 200 when it ended within wait, else 202 with it running.
 func (s *Service) Exec(ctx context.Context, c Caller, sandboxID string, req ExecRequest, idemKey, reqHash string) (Response, error) {
-	// Without wait_ms a process answers at once: commands often run in the background.
-	if req.WaitMs == nil {
+	// Without wait_ms a process answers at once: commands often run in the background. A
+	// streamed one answers at once too; its output is the rest of the answer.
+	if req.WaitMs == nil || req.Stream {
 		req.WaitMs = new(int64)
 	}
 	wait, err := s.commandWait(req.WaitMs, req.TimeoutMs)
@@ -79,7 +84,7 @@ func (s *Service) Exec(ctx context.Context, c Caller, sandboxID string, req Exec
 		Argv: req.Argv, Cwd: req.Cwd, StdinBytes: int64(len(stdin)), EnvNames: sortedKeys(req.Env),
 		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
 		Origin: store.Origin{Key: c.Key.ID}}
-	spec := hostagent.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout, Env: req.Env, StdinOpen: req.StdinOpen}
+	spec := hostagent.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout, Env: req.Env, StdinOpen: req.StdinOpen, Hold: req.Stream}
 	if len(stdin) > 0 || req.Stdin != nil {
 		spec.Stdin = append([]byte{}, stdin...)
 	}
@@ -441,4 +446,20 @@ func (s *Service) CommandOutput(ctx context.Context, graph, id string) (CommandO
 // or "stderr"), as hostagent.Host.ReadOutput.
 func (s *Service) ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (int64, []byte, error) {
 	return s.host.ReadOutput(ctx, commandID, stream, off, max)
+}
+
+// ReadHeld takes the held output of a command started with stream, from the offsets its
+// reader has taken, as hostagent.Host.ReadHeld.
+func (s *Service) ReadHeld(ctx context.Context, commandID string, stdout, stderr int64, max int) (output.Held, error) {
+	return s.host.ReadHeld(ctx, hostagent.HeldRead{CommandID: commandID, Stdout: stdout, Stderr: stderr, Max: max})
+}
+
+// ReleaseHeld lets go of a command's held output: its reader went away, and the process must
+// not wait for it.
+func (s *Service) ReleaseHeld(commandID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.host.ReadHeld(ctx, hostagent.HeldRead{CommandID: commandID, Release: true}); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		s.log.Warn("letting go of a command's held output", "command", commandID, "err", err)
+	}
 }

@@ -402,7 +402,7 @@ func TestRecover(t *testing.T) {
 
 func TestTemplates(t *testing.T) {
 	e := setup(t, nil)
-	mk := func(code, config string) store.Template {
+	mk := func(code, config string) control.SavedTemplate {
 		t.Helper()
 		tpl, err := e.svc.CreateTemplate(ctx, e.caller, control.TemplateRequest{Name: "normalize", Code: code,
 			Config: json.RawMessage(config), Limits: &store.Limits{MemoryMiB: 1024}, TimeoutMs: 5000})
@@ -413,13 +413,21 @@ func TestTemplates(t *testing.T) {
 	}
 	v1 := mk("v1", `{"unit":"cm","deep":{"a":1,"b":2}}`)
 	v2 := mk("v2", `{"unit":"mm","deep":{"a":1,"b":2}}`)
-	if v1.Version != 1 || v2.Version != 2 || v1.ID != v2.ID || v1.Base != "lbb/python" {
+	if v1.Version != 1 || v2.Version != 2 || v1.ID != v2.ID || v1.Base != "lbb/python" || v1.Existing || v2.Existing {
 		t.Fatalf("versions: %+v %+v", v1, v2)
+	}
+	// The same as the newest (its config's keys in another order) is the newest, no new version.
+	if again := mk("v2", `{"deep":{"b":2,"a":1},"unit":"mm"}`); again.Version != 2 || !again.Existing || again.CreatedAt != v2.CreatedAt {
+		t.Fatalf("saved the same again: %+v", again)
+	}
+	// What an older version holds is a new version: the newest is what was saved last.
+	if back := mk("v1", `{"unit":"cm","deep":{"a":1,"b":2}}`); back.Version != 3 || back.Existing {
+		t.Fatalf("saved v1's again: %+v", back)
 	}
 	for _, tc := range []struct {
 		ref, code string
 		version   int
-	}{{"normalize", "v2", 2}, {"normalize@1", "v1", 1}} {
+	}{{"normalize@2", "v2", 2}, {"normalize@1", "v1", 1}} {
 		req := control.CreateRequest{Run: &control.RunBody{Template: tc.ref, Config: json.RawMessage(`{"deep":{"b":3},"x":true}`)}}
 		resp, err := e.svc.Run(ctx, e.caller, req, "t-"+tc.ref, "h")
 		if err != nil {

@@ -61,7 +61,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 // exist for it: not_found, never forbidden.
 func (s *Service) Authorize(ctx context.Context, k store.Key, graph, scope string) error {
 	if graph == "" {
-		return errdefs.InvalidArgument("every route takes ?graph=")
+		return errdefs.InvalidArgument("%s", s.missingGraph(ctx, k))
 	}
 	if !k.HasGraph(graph) {
 		return errdefs.NotFound("graph %q not found", graph)
@@ -73,6 +73,32 @@ func (s *Service) Authorize(ctx context.Context, k store.Key, graph, scope strin
 		return errdefs.Forbidden("API key %s lacks the scope %s", k.ID, scope)
 	}
 	return nil
+}
+
+// missingGraph is the error of a call without ?graph=: it names the graphs key may use, so
+// that the fix is in the message.
+func (s *Service) missingGraph(ctx context.Context, k store.Key) string {
+	var names []string
+	if k.HasGraph(store.AllGraphs) {
+		gs, err := s.st.ListGraphs(ctx)
+		if err != nil {
+			return "every route takes ?graph="
+		}
+		for _, g := range gs {
+			names = append(names, g.Name)
+		}
+	} else {
+		names = k.Graphs
+	}
+	switch len(names) {
+	case 0:
+		return "every route takes ?graph=, and API key " + k.ID + " may use no graph"
+	case 1:
+		return fmt.Sprintf("every route takes ?graph=: add ?graph=%s (the graph API key %s may use)", names[0], k.ID)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("every route takes ?graph=: add ?graph=%s, or another graph API key %s may use: %s",
+		names[0], k.ID, strings.Join(names, ", "))
 }
 
 // KeyRequest is the body of POST /v1/keys.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/bases"
@@ -30,8 +32,49 @@ type TemplateRequest struct {
 
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
-// CreateTemplate saves a new, immutable version of a template.
-func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequest) (store.Template, error) {
+// SavedTemplate is the answer of a save: the version saved, or (Existing) the newest
+// version, which already holds what was saved.
+type SavedTemplate struct {
+	store.Template
+	Existing bool `json:"existing,omitempty"`
+}
+
+// CreateTemplate saves a new, immutable version of a template. Saving what its newest version
+// already holds (base, code, limits, isolation, timeout, config, files, description) makes no
+// new version: it answers that one, Existing.
+func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequest) (SavedTemplate, error) {
+	t, err := s.newTemplateVersion(ctx, c, req)
+	if err != nil {
+		return SavedTemplate{}, err
+	}
+	if newest, err := s.st.GetTemplate(ctx, c.Graph, t.Name, 0); err == nil && sameTemplate(newest, t) {
+		return SavedTemplate{Template: newest, Existing: true}, nil
+	} else if err != nil && !errdefs.IsNotFound(err) {
+		return SavedTemplate{}, err
+	}
+	t, err = s.st.CreateTemplateVersion(ctx, t)
+	return SavedTemplate{Template: t}, err
+}
+
+// sameTemplate reports whether two versions hold the same: what runs, with what, and how it
+// is described (not who saved it, nor when).
+func sameTemplate(a, b store.Template) bool {
+	return a.Base == b.Base && a.Code == b.Code && a.Limits == b.Limits && a.Isolation == b.Isolation &&
+		a.TimeoutMs == b.TimeoutMs && sameJSON(a.Config, b.Config) && slices.Equal(a.Files, b.Files) &&
+		a.Description == b.Description
+}
+
+// sameJSON reports whether two JSON values are equal (object keys in any order).
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// newTemplateVersion checks req and answers the version it would save.
+func (s *Service) newTemplateVersion(ctx context.Context, c Caller, req TemplateRequest) (store.Template, error) {
 	if !templateName.MatchString(req.Name) {
 		return store.Template{}, errdefs.InvalidArgument("template name %q: want 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", req.Name)
 	}
@@ -81,11 +124,11 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 	if req.Limits != nil {
 		limits = *req.Limits
 	}
-	return s.st.CreateTemplateVersion(ctx, store.Template{
+	return store.Template{
 		ID: ids.New(ids.Template), Graph: c.Graph, Name: req.Name, Base: base.Name, Code: req.Code, Limits: limits,
 		Isolation: req.Isolation, TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
 		CreatedAt: s.now(), CreatedBy: c.Key.ID,
-	})
+	}, nil
 }
 
 // BaseTemplate is a built-in base, listed beside the graph's templates.

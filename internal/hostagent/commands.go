@@ -32,6 +32,9 @@ type command struct {
 	stdinMu    sync.Mutex
 	stdin      *io.PipeWriter // nil unless StdinOpen
 	stdinBytes atomic.Int64
+
+	// hold keeps the output for the command's starter (nil unless Hold).
+	hold *output.Hold
 }
 
 func (h *Local) lookupCommand(id string) (*command, error) {
@@ -61,7 +64,10 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), agent: l.agent,
 		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
 	c.stdinBytes.Store(int64(len(req.Stdin)))
-	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load}
+	if req.Hold {
+		c.hold = output.NewHold(HoldBytes, h.holdIdle)
+	}
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold}
 	if req.Run != nil {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
@@ -94,6 +100,9 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	secrets := Secrets(env)
 	go func() {
 		out := h.execute(sctx, l.sb, l.agent, e, c.stdout, c.stderr, secrets, log)
+		if c.hold != nil && c.hold.Idled() {
+			log.Warn("the command's output waited for its reader for longer than allowed; the rest was not held", "idle", h.holdIdle)
+		}
 		if c.stdin != nil {
 			c.stdin.CloseWithError(errors.New("the command has ended"))
 		}
@@ -210,6 +219,22 @@ func (h *Local) ReadOutput(ctx context.Context, commandID, stream string, off in
 		return start, data, err
 	}
 	return capt.Next(ctx, off, max)
+}
+
+// ReadHeld takes the held output of a command started with Hold, or lets go of its hold.
+func (h *Local) ReadHeld(ctx context.Context, req HeldRead) (HeldOutput, error) {
+	c, err := h.lookupCommand(req.CommandID)
+	if err != nil {
+		return HeldOutput{}, err
+	}
+	if c.hold == nil {
+		return HeldOutput{}, errdefs.Conflict("command %s was not started with its output held", req.CommandID)
+	}
+	if req.Release {
+		c.hold.Release()
+		return HeldOutput{}, nil
+	}
+	return c.hold.Read(ctx, map[string]int64{output.Stdout: req.Stdout, output.Stderr: req.Stderr}, req.Max)
 }
 
 type countingWriter struct {

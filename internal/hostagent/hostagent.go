@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -90,6 +91,11 @@ type Host interface {
 	// wait: it answers what is kept now (no data when there is none yet). At the end of the
 	// stream it answers io.EOF; a command that is not running here is errdefs NotFound.
 	ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (start int64, data []byte, err error)
+	// ReadHeld takes the held output of a command started with Hold (ExecRequest): stdout and
+	// stderr from req's offsets on, in the order the process wrote them, waiting while there
+	// is none; the host agent lets go of the bytes before those offsets. When req.Release is
+	// set it lets go of the hold (its reader went away) and answers nothing. See HeldRead.
+	ReadHeld(ctx context.Context, req HeldRead) (HeldOutput, error)
 
 	// Files in a running sandbox's workspace (paths relative to /workspace or absolute in it).
 	WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (FileEntry, error)
@@ -248,7 +254,41 @@ type ExecRequest struct {
 	StdinOpen bool   `json:"stdin_open,omitempty"`
 	HeadBytes int    `json:"head_bytes"`
 	TailBytes int    `json:"tail_bytes"`
+	// Hold keeps every byte of the output, from the first, for the one reader who started
+	// the command (ReadHeld), and slows the process rather than dropping any: the host agent
+	// holds at most HoldBytes unread, then stops reading the process's output, so that the
+	// process waits in write(2). A hold nobody reads is let go after HoldIdle (see ReadHeld).
+	Hold bool `json:"hold,omitempty"`
 }
+
+// HoldBytes is how much unread output the host agent holds for a command started with Hold.
+const HoldBytes = 1 << 20
+
+// HoldIdle is how long a held command may wait for its reader, with nobody reading, before
+// the host agent lets go of the hold and the process goes on: the reader went away (a control
+// plane that crashed, a connection that broke without a word). A reader that went away in a
+// way the API sees is let go sooner (ReadHeld with Release).
+const HoldIdle = 2 * time.Minute
+
+// HeldRead is one read of a held command's output: from the offsets Stdout and Stderr on (the
+// bytes the reader has already taken: the host agent lets go of those), at most Max bytes (0:
+// any). Reading again from the same offsets answers the same bytes.
+type HeldRead struct {
+	CommandID string `json:"command_id"`
+	Stdout    int64  `json:"stdout"`
+	Stderr    int64  `json:"stderr"`
+	Max       int    `json:"max,omitempty"`
+	// Release lets go of the hold: its reader went away.
+	Release bool `json:"release,omitempty"`
+}
+
+// HeldOutput is what ReadHeld answers: pieces of output in the order they were written, or,
+// when none are left, Ended (all of it was read) or Released (from some point on the output
+// was not held; ReadOutput follows the rest, as far as it is kept).
+type HeldOutput = output.Held
+
+// OutputPiece is a run of bytes of stdout or stderr, and where it starts in its stream.
+type OutputPiece = output.Piece
 
 // RunCall is run(input, config) of code in a language.
 type RunCall struct {

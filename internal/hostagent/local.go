@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type Options struct {
 	// (<DataDir>/snapshots/<snapshot>).
 	DataDir string
 	Log     *slog.Logger
+	// HoldIdle is how long a held command's output waits for a reader before the hold is let
+	// go (0: HoldIdle).
+	HoldIdle time.Duration
 }
 
 // Local is the host agent in the server's own process.
@@ -52,6 +56,7 @@ type Local struct {
 	// backstop is how long past a command's timeout the host waits for the agent to report it
 	// before it gives up on it.
 	backstop time.Duration
+	holdIdle time.Duration
 
 	events chan Event
 
@@ -69,7 +74,7 @@ func NewLocal(o Options) *Local {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &Local{driver: o.Driver, pool: o.Pool, rootfs: o.Rootfs, blobs: o.Blobs, dataDir: o.DataDir, log: o.Log,
-		backstop: 10 * time.Second, events: make(chan Event, 64),
+		backstop: 10 * time.Second, holdIdle: cmp.Or(o.HoldIdle, HoldIdle), events: make(chan Event, 64),
 		runs: map[string]*oneCall{}, sandboxes: map[string]*sandbox{}, commands: map[string]*command{}}
 	h.provider = &pool.Cold{Driver: o.Driver, Log: o.Log}
 	if o.Pool != nil {

@@ -3,6 +3,7 @@ package hostagent
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -221,6 +222,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	defer func() {
 		stdoutCap.Close()
 		stderrCap.Close()
+		if e.hold != nil {
+			e.hold.Close()
+		}
 		out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
 		out.Error = MaskString(out.Error, secrets)
 		out.Result = MaskJSON(out.Result, secrets)
@@ -232,11 +236,20 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	if err != nil {
 		log.Warn("reading sandbox stats", "err", err)
 	}
-	stdout, stderr := newMaskWriter(stdoutCap, secrets), newMaskWriter(stderrCap, secrets)
+	var outW, errW io.Writer = stdoutCap, stderrCap
+	if e.hold != nil {
+		// The capture first: followers and the record see the bytes while the hold waits.
+		outW, errW = io.MultiWriter(stdoutCap, e.hold.Writer(output.Stdout)), io.MultiWriter(stderrCap, e.hold.Writer(output.Stderr))
+	}
+	stdout, stderr := newMaskWriter(outW, secrets), newMaskWriter(errW, secrets)
 
 	// The agent enforces the timeout; the backstop covers an agent that cannot.
 	runCtx, cancel := context.WithTimeout(ctx, e.timeout+h.backstop)
 	defer cancel()
+	if e.hold != nil {
+		// A sandbox that stops, or a command past its backstop, waits for no reader.
+		defer context.AfterFunc(runCtx, e.hold.Release)()
+	}
 	out.Started = time.Now()
 	var p *agent.Process
 	if e.run != nil {

@@ -73,7 +73,7 @@ func TestRunOnce(t *testing.T) {
 			return s
 		}(), store.CommandFailed, func(t *testing.T, out hostagent.RunResult) {
 			b, _ := json.Marshal(out)
-			if strings.Contains(string(b), "s3cr3t") || !strings.Contains(out.Stdout.Head, "token is ***") {
+			if strings.Contains(string(b), "s3cr3t") || !strings.Contains(out.Stdout.Head+out.Stdout.Tail, "token is ***") {
 				t.Fatalf("secret shows: %s", b)
 			}
 		}},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
 
@@ -19,6 +20,8 @@ type execution struct {
 	killed func() bool
 	// started is called once the agent has started the process (or said it cannot).
 	started func()
+	// hold, when not nil, takes every byte of the output too, for the command's starter.
+	hold *output.Hold
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded

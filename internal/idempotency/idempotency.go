@@ -65,7 +65,8 @@ const MaxKey = 255
 
 // ErrKeyRequired: a call that runs code was sent without a key.
 var ErrKeyRequired = errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeIdempotencyKeyRequired,
-	"a call that runs code needs an Idempotency-Key header")
+	"a call that runs code needs an Idempotency-Key header: a fresh random value for each new call (e.g. "+
+		"-H \"Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)\"), the same value on a retry of that call, so that the code runs at most once; the SDKs and the CLI send one for you")
 
 // Check rejects a key longer than MaxKey. No key ("") is fine: the call is then just done.
 func Check(key string) error {

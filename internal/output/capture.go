@@ -1,6 +1,8 @@
 // Package output keeps what a command printed, in bounded memory: the first and last bytes of
 // a stream and how many there were in all, and lets readers follow the stream live from any
-// point that is still kept (for SSE readers who join late).
+// point that is still kept (Capture, for the record and for SSE readers who join late); and
+// holds every byte of it for the caller who started the command until that caller has read
+// it, making the process wait rather than dropping anything (Hold).
 package output
 
 import (
@@ -14,9 +16,11 @@ import (
 const DefaultKeep = 64 << 10
 
 // Capture is an io.Writer that keeps the first headMax bytes written (the head), the last
-// tailMax bytes written (the tail), and the total count. The tail is the end of the whole
-// stream, so a short stream is in both: a caller reading `stdout.tail` of a one-line print
-// gets that line (seed 000's Level 3 sample does exactly that). It is safe for concurrent
+// tailMax bytes written (the tail), and the total count. Head and tail never repeat a byte:
+// the tail is the last bytes of the stream, and the head the first bytes that are not in the
+// tail, so a stream that fits the tail is all in the tail and the head is empty (a caller
+// reading `stdout.tail` of a one-line print gets that line, as seed 000's Level 3 sample
+// does), and head + tail is the whole stream whenever Dropped is 0. It is safe for concurrent
 // use; its memory is bounded whatever is written.
 type Capture struct {
 	mu      sync.Mutex
@@ -108,28 +112,39 @@ func (c *Capture) tailCopy(j, n int) []byte {
 	return out
 }
 
-// Head is the first bytes written. When the stream went on past it, an incomplete UTF-8
-// sequence cut at its end is dropped.
+// kept is what the capture keeps of the stream, head and tail without a byte in both. Where
+// bytes were dropped between them, a UTF-8 sequence cut at the head's end or the tail's start
+// is dropped too; where they meet, a sequence the seam cuts moves whole into the tail.
+// c.mu is held.
+func (c *Capture) kept() (head, tail []byte) {
+	tail = c.tailBytes()
+	tailStart := c.total - int64(len(tail))
+	head = c.head[:min(int64(len(c.head)), tailStart)]
+	if int64(len(head)) == tailStart {
+		if k := len(head) - len(trimEnd(head)); k > 0 {
+			tail = append(append([]byte(nil), head[len(head)-k:]...), tail...)
+			head = head[:len(head)-k]
+		}
+		return head, tail
+	}
+	return trimEnd(head), trimStart(tail)
+}
+
+// Head is the first bytes written that are not in the tail (empty when the whole stream fits
+// the tail).
 func (c *Capture) Head() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.part(c.head, trimEnd)
+	h, _ := c.kept()
+	return string(h)
 }
 
-// Tail is the last bytes written. When the stream began before it, UTF-8 continuation
-// bytes cut at its start are dropped.
+// Tail is the last bytes written.
 func (c *Capture) Tail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.part(c.tailBytes(), trimStart)
-}
-
-// part is b, a part of the stream, with trim applied when the stream holds more than b.
-func (c *Capture) part(b []byte, trim func([]byte) []byte) string {
-	if c.total > int64(len(b)) {
-		b = trim(b)
-	}
-	return string(b)
+	_, t := c.kept()
+	return string(t)
 }
 
 // Bytes is how many bytes were written in all.
@@ -139,11 +154,12 @@ func (c *Capture) Bytes() int64 {
 	return c.total
 }
 
-// Omitted is how many bytes are between head and tail and were not kept.
-func (c *Capture) Omitted() int64 {
+// Dropped is how many bytes of the stream are in neither head nor tail.
+func (c *Capture) Dropped() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return max(0, c.total-int64(len(c.head)+len(c.ring)))
+	h, t := c.kept()
+	return c.total - int64(len(h)+len(t))
 }
 
 // Close marks the end of the stream: followers get io.EOF once they have read everything.

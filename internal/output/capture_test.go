@@ -13,11 +13,11 @@ import (
 	"unicode/utf8"
 )
 
-// reference computes head and tail the slow way: the first headMax and the last tailMax
-// bytes of the whole stream (they overlap when it is short).
+// reference computes head and tail the slow way: the last tailMax bytes of the whole stream,
+// and of the bytes before them the first headMax.
 func reference(all []byte, headMax, tailMax int) (head, tail []byte) {
-	h := min(headMax, len(all))
 	t := min(tailMax, len(all))
+	h := min(headMax, len(all)-t)
 	return all[:h], all[len(all)-t:]
 }
 
@@ -40,17 +40,24 @@ func TestCaptureMatchesReference(t *testing.T) {
 			t.Fatalf("trial %d (%d,%d): got %q %q %d, want %q %q %d", trial, headMax, tailMax,
 				c.Head(), c.Tail(), c.Bytes(), head, tail, len(all))
 		}
-		if want := max(0, int64(len(all)-len(head)-len(tail))); c.Omitted() != want {
-			t.Fatalf("omitted %d, want %d", c.Omitted(), want)
+		if want := int64(len(all) - len(head) - len(tail)); c.Dropped() != want {
+			t.Fatalf("dropped %d, want %d", c.Dropped(), want)
 		}
 	}
 }
 
+// A short stream is all in the tail, once: seed 000's sample reads stdout.tail of a print.
 func TestCaptureSmall(t *testing.T) {
 	c := NewCapture(0, 0)
 	io.WriteString(c, "hello")
-	if c.Head() != "hello" || c.Tail() != "hello" || c.Bytes() != 5 {
-		t.Errorf("%q %q %d", c.Head(), c.Tail(), c.Bytes())
+	if c.Head() != "" || c.Tail() != "hello" || c.Bytes() != 5 || c.Dropped() != 0 {
+		t.Errorf("%q %q %d %d", c.Head(), c.Tail(), c.Bytes(), c.Dropped())
+	}
+	// Past the tail the head takes the start, adjacent to the tail: nothing twice, nothing lost.
+	d := NewCapture(4, 4)
+	io.WriteString(d, "abcdefg")
+	if d.Head() != "abc" || d.Tail() != "defg" || d.Dropped() != 0 {
+		t.Errorf("%q %q %d", d.Head(), d.Tail(), d.Dropped())
 	}
 }
 
@@ -82,11 +89,20 @@ func TestCaptureUTF8Cut(t *testing.T) {
 	if c.Tail() != "bc" {
 		t.Errorf("tail %q, want %q", c.Tail(), "bc")
 	}
+	if c.Dropped() != int64(len("aaaé"+strings.Repeat("-", 10)+"€bc")-len("aaa")-len("bc")) {
+		t.Errorf("dropped %d", c.Dropped())
+	}
 	// The whole stream fits the tail: nothing is trimmed from it.
 	d := NewCapture(2, 10)
 	io.WriteString(d, "héllo")
-	if d.Tail() != "héllo" || d.Head() != "h" {
+	if d.Tail() != "héllo" || d.Head() != "" {
 		t.Errorf("%q %q", d.Head(), d.Tail())
+	}
+	// Head and tail meet inside é: it moves whole into the tail, and nothing is lost.
+	e := NewCapture(4, 4)
+	io.WriteString(e, "aaéxyz") // a a 0xC3 | 0xA9 x y z
+	if e.Head() != "aa" || e.Tail() != "éxyz" || e.Dropped() != 0 {
+		t.Errorf("%q %q %d", e.Head(), e.Tail(), e.Dropped())
 	}
 }
 

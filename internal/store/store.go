@@ -316,13 +316,31 @@ const (
 	KindProcess = "process"
 )
 
-// Output is what a record keeps of one stream.
+// Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),
+// which never repeat a byte (a stream that fits the tail is all in the tail), and its size.
 type Output struct {
 	Head  string `json:"head"`
 	Tail  string `json:"tail"`
 	Bytes int64  `json:"bytes"`
 	// Expired says the retention of this output passed and head and tail were dropped.
 	Expired bool `json:"expired,omitempty"`
+}
+
+// Dropped is how many bytes of the stream head and tail do not hold.
+func (o Output) Dropped() int64 {
+	return max(0, o.Bytes-int64(len(o.Head)+len(o.Tail)))
+}
+
+// MarshalJSON writes the output with "truncated" and "dropped_bytes", which say how much of
+// the stream head and tail do not hold. They are not stored: Head, Tail and Bytes say it.
+func (o Output) MarshalJSON() ([]byte, error) {
+	type plain Output
+	d := o.Dropped()
+	return json.Marshal(struct {
+		plain
+		Truncated    bool  `json:"truncated,omitempty"`
+		DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	}{plain(o), d > 0, d})
 }
 
 // Command is a command record.

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -128,9 +131,10 @@ func (s *SandboxesService) RunIn(ctx context.Context, id string, p RunParams) (*
 
 // ExecParams start one process in a sandbox.
 type ExecParams struct {
-	// Argv[0] is looked up in PATH unless it has a slash; for a shell line use
-	// []string{"bash", "-c", line}.
+	// Argv[0] is looked up in PATH unless it has a slash.
 	Argv []string `json:"argv"`
+	// Cmd is a shell line instead of Argv ("ls -l | wc -l"): it runs as bash -lc Cmd.
+	Cmd string `json:"-"`
 	// Env is laid over the sandbox's; its values are masked in the output.
 	Env map[string]string `json:"env,omitempty"`
 	// Cwd is relative to /workspace or absolute inside it; default /workspace.
@@ -158,11 +162,25 @@ type execBody struct {
 // StdinBytes sets StdinBase64 from bytes.
 func StdinBytes(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
+// prepare fills in Argv from Cmd and the idempotency key.
+func (p *ExecParams) prepare() error {
+	switch {
+	case p.Cmd != "" && len(p.Argv) > 0:
+		return errors.New("lbb: give Cmd (a shell line) or Argv, not both")
+	case p.Cmd != "":
+		p.Argv = []string{"bash", "-lc", p.Cmd}
+	}
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = NewIdempotencyKey()
+	}
+	return nil
+}
+
 // Exec starts a process in a sandbox and returns its record: finished (with its exit code,
 // and the head and tail of its output), or still running after p.WaitMs.
 func (s *SandboxesService) Exec(ctx context.Context, id string, p ExecParams) (*Command, error) {
-	if p.IdempotencyKey == "" {
-		p.IdempotencyKey = NewIdempotencyKey()
+	if err := p.prepare(); err != nil {
+		return nil, err
 	}
 	w := max(p.WaitMs, 0)
 	if p.WaitMs == 0 {
@@ -171,6 +189,124 @@ func (s *SandboxesService) Exec(ctx context.Context, id string, p ExecParams) (*
 	body := execBody{ExecParams: p, WaitMs: &w}
 	return call[Command](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/commands"),
 		body: body, idemKey: p.IdempotencyKey, retry: true})
+}
+
+// ExecStream starts a process and streams its output from its first byte: the record
+// (Command), every chunk of stdout and stderr in the order the process wrote them, then its
+// end (Exit). The server holds what this stream has not read yet and makes the process wait
+// rather than drop any of it; if the stream stops reading for minutes (or goes away), the
+// server lets go and Lost says how many bytes did not come. p.WaitMs is not used. A broken
+// connection is resumed with the same Idempotency-Key: the same command goes on streaming.
+func (s *SandboxesService) ExecStream(ctx context.Context, id string, p ExecParams) (*OutputStream, error) {
+	if err := p.prepare(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(struct {
+		ExecParams
+		Stream bool `json:"stream"`
+	}{p, true})
+	if err != nil {
+		return nil, fmt.Errorf("lbb: %w", err)
+	}
+	st := &OutputStream{c: s.c, ctx: ctx, path: s.path(id, "/commands"), start: body, idemKey: p.IdempotencyKey,
+		next: map[string]int64{"stdout": 0, "stderr": 0}}
+	if err := st.connect(); err != nil {
+		return nil, err
+	}
+	// The record comes first, at once: the caller has the command's id before any output.
+	if ev, data, _, err := st.readEvent(); err != nil || ev != "command" {
+		st.Close()
+		return nil, fmt.Errorf("lbb: the stream did not begin with the command (event %q): %v", ev, err)
+	} else if err := json.Unmarshal([]byte(data), &st.command); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("lbb: a bad command event: %w", err)
+	}
+	return st, nil
+}
+
+// CommandParams run one command to its end and hand its output over as it comes.
+type CommandParams struct {
+	ExecParams
+	// OnStdout and OnStderr get every chunk of output as it comes, in the order the process
+	// wrote them; a chunk never ends inside a UTF-8 sequence that the next one finishes.
+	OnStdout, OnStderr func(chunk []byte)
+	// OutputLimit keeps up to this many bytes of each stream in the result's Stdout and
+	// Stderr (0 keeps none: the record has the head and tail).
+	OutputLimit int
+}
+
+// CommandResult is a command that ran to its end.
+type CommandResult struct {
+	// Command is its record: status, exit code, and the head and tail of each stream
+	// (Command.Stdout, Command.Stderr).
+	*Command
+	// Stdout and Stderr are the streams as they came, up to OutputLimit bytes each; Truncated
+	// says OutputLimit cut one of them.
+	Stdout, Stderr []byte
+	Truncated      bool
+}
+
+// OutputLostError says bytes of a command's output did not reach the caller: the server let
+// go of them because the caller stopped reading for minutes. What came is in Result.
+type OutputLostError struct {
+	Result *CommandResult
+	// Bytes is how many bytes did not come.
+	Bytes int64
+}
+
+func (e *OutputLostError) Error() string {
+	return fmt.Sprintf("lbb: %d bytes of the output of %s did not come: what came is incomplete", e.Bytes, e.Result.ID)
+}
+
+// Run runs a command in a sandbox to its end, like E2B's and Daytona's commands.run: a
+// shell line (p.Cmd, run as bash -lc) or p.Argv. Its output streams from the first byte
+// (ExecStream) to p.OnStdout and p.OnStderr, none of it lost, and up to p.OutputLimit bytes
+// of each stream come back in the result. A command that fails (exit code ≠ 0, a timeout)
+// is a result, not an error: its Status and ExitCode say it. Lost output is an
+// *OutputLostError with the result.
+//
+//	res, err := c.Commands.Run(ctx, sb.ID, lbb.CommandParams{ExecParams: lbb.ExecParams{Cmd: "ls -l | wc -l"},
+//		OnStdout: func(b []byte) { os.Stdout.Write(b) }, OutputLimit: 1 << 20})
+func (s *CommandsService) Run(ctx context.Context, sandboxID string, p CommandParams) (*CommandResult, error) {
+	st, err := s.c.Sandboxes.ExecStream(ctx, sandboxID, p.ExecParams)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	res := &CommandResult{}
+	keep := func(dst *[]byte, b []byte) {
+		if room := p.OutputLimit - len(*dst); room < len(b) {
+			b, res.Truncated = b[:max(room, 0)], true
+		}
+		*dst = append(*dst, b...)
+	}
+	for st.Next() {
+		ch := st.Chunk()
+		if ch.Stream == "stderr" {
+			if p.OnStderr != nil {
+				p.OnStderr(ch.Data)
+			}
+			keep(&res.Stderr, ch.Data)
+		} else {
+			if p.OnStdout != nil {
+				p.OnStdout(ch.Data)
+			}
+			keep(&res.Stdout, ch.Data)
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	if res.Command = st.Exit(); res.Command == nil {
+		return nil, errors.New("lbb: the output stream ended before the command")
+	}
+	if p.OutputLimit == 0 {
+		res.Truncated = false
+	}
+	if n := st.Lost(); n > 0 {
+		return res, &OutputLostError{Result: res, Bytes: n}
+	}
+	return res, nil
 }
 
 // Kill signals a running command's process group ("SIGTERM", "KILL", "15"; "" is SIGKILL)
@@ -202,7 +338,12 @@ func (s *CommandsService) Output(ctx context.Context, id, stream string, follow 
 		stream = "both"
 	}
 	st := &OutputStream{c: s.c, ctx: ctx, path: "/v1/commands/" + url.PathEscape(id) + "/output",
-		query: url.Values{"stream": {stream}, "follow": {strconv.FormatBool(follow)}}}
+		query: url.Values{"stream": {stream}, "follow": {strconv.FormatBool(follow)}}, next: map[string]int64{}}
+	for _, name := range []string{"stdout", "stderr"} {
+		if stream == "both" || stream == name {
+			st.next[name] = 0
+		}
+	}
 	if err := st.connect(); err != nil {
 		return nil, err
 	}

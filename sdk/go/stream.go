@@ -185,18 +185,26 @@ type sseChunk struct {
 //	if err := s.Err(); err != nil { … }
 //	exit := s.Exit() // the command record, with its exit code
 type OutputStream struct {
-	c      *Client
-	ctx    context.Context
-	path   string
-	query  url.Values
-	resp   *http.Response
-	rd     *bufio.Reader
-	lastID string
-	chunk  OutputChunk
-	exit   *Command
-	err    error
-	done   bool
-	tries  int
+	c     *Client
+	ctx   context.Context
+	path  string
+	query url.Values
+	// start is the JSON body of a start-and-stream call (POST …/commands), sent again with
+	// its Idempotency-Key to resume: the server then streams the same command.
+	start   []byte
+	idemKey string
+	resp    *http.Response
+	rd      *bufio.Reader
+	lastID  string
+	chunk   OutputChunk
+	command *Command
+	exit    *Command
+	err     error
+	done    bool
+	tries   int
+	// next is the offset reached in each stream; lost counts the bytes skipped.
+	next map[string]int64
+	lost int64
 }
 
 func (s *OutputStream) connect() error {
@@ -204,7 +212,11 @@ func (s *OutputStream) connect() error {
 	if s.lastID != "" {
 		h.Set("Last-Event-ID", s.lastID)
 	}
-	resp, err := s.c.raw(s.ctx, rawRequest{method: http.MethodGet, path: s.path, query: s.query, header: h, retry: true})
+	r := rawRequest{method: http.MethodGet, path: s.path, query: s.query, header: h, retry: true}
+	if s.start != nil {
+		r.method, r.body, r.contentType, r.idemKey = http.MethodPost, bytes.NewReader(s.start), "application/json", s.idemKey
+	}
+	resp, err := s.c.raw(s.ctx, r)
 	if err != nil {
 		return err
 	}
@@ -260,14 +272,29 @@ func (s *OutputStream) Next() bool {
 				c.Stream = ev
 			}
 			s.chunk = OutputChunk{Stream: c.Stream, Offset: c.Offset, Data: b}
+			s.skipTo(c.Stream, c.Offset)
+			s.next[c.Stream] = c.Offset + int64(len(b))
 			s.tries = 0
 			return true
+		case "command":
+			var cmd Command
+			if err := json.Unmarshal([]byte(data), &cmd); err != nil {
+				s.err, s.done = fmt.Errorf("lbb: a bad command event: %w", err), true
+				return false
+			}
+			s.command = &cmd
 		case "exit":
 			var cmd Command
 			if err := json.Unmarshal([]byte(data), &cmd); err != nil {
 				s.err = fmt.Errorf("lbb: a bad exit event: %w", err)
 			} else {
 				s.exit = &cmd
+				// Bytes missing at the end are lost too (unless the record's retention passed).
+				for st, o := range map[string]Output{"stdout": cmd.Stdout, "stderr": cmd.Stderr} {
+					if _, followed := s.next[st]; followed && !o.Expired {
+						s.skipTo(st, o.Bytes)
+					}
+				}
 			}
 			s.done = true
 			return false
@@ -324,12 +351,29 @@ func (s *OutputStream) readEvent() (event, data, id string, err error) {
 	}
 }
 
+// skipTo counts the bytes of stream before off that did not come.
+func (s *OutputStream) skipTo(stream string, off int64) {
+	if n := off - s.next[stream]; n > 0 {
+		s.lost += n
+	}
+}
+
 // Chunk is the chunk Next read.
 func (s *OutputStream) Chunk() OutputChunk { return s.chunk }
 
 // Exit is the command's record once the stream ended with its exit; nil before, and when the
 // stream did not follow a command that was still running.
 func (s *OutputStream) Exit() *Command { return s.exit }
+
+// Command is the record of the command a start-and-stream call started (Sandboxes.ExecStream),
+// once the stream has said it (before the first chunk); nil for Commands.Output.
+func (s *OutputStream) Command() *Command { return s.command }
+
+// Lost is how many bytes of the streams followed did not come: not kept by the server (a
+// reader of Commands.Output that joined late), or let go (a start-and-stream reader that
+// stopped reading for minutes). A start-and-stream call that read to the exit and lost
+// nothing has every byte the process wrote.
+func (s *OutputStream) Lost() int64 { return s.lost }
 
 // Err is what ended the stream, other than its end.
 func (s *OutputStream) Err() error { return s.err }

@@ -72,11 +72,11 @@ type Command struct {
 	StartedAt       *time.Time `json:"started_at,omitempty"`
 	Status          string     `json:"status"`
 
-	// Stderr The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
+	// Stderr The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***).
 	Stderr     Output `json:"stderr"`
 	StdinBytes int64  `json:"stdin_bytes,omitempty"`
 
-	// Stdout The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
+	// Stdout The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***).
 	Stdout    Output       `json:"stdout"`
 	Template  *TemplateRef `json:"template,omitempty"`
 	TimeoutMs int64        `json:"timeout_ms"`
@@ -181,12 +181,18 @@ type Origin struct {
 	Workflow string `json:"workflow,omitempty"`
 }
 
-// Output The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
+// Output The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***).
 type Output struct {
-	Bytes   int64  `json:"bytes"`
-	Expired bool   `json:"expired,omitempty"`
-	Head    string `json:"head"`
-	Tail    string `json:"tail"`
+	Bytes int64 `json:"bytes"`
+
+	// DroppedBytes how many bytes of the stream head and tail do not hold (between them, or all of it when expired)
+	DroppedBytes int64  `json:"dropped_bytes,omitempty"`
+	Expired      bool   `json:"expired,omitempty"`
+	Head         string `json:"head"`
+	Tail         string `json:"tail"`
+
+	// Truncated true when head and tail do not hold the whole stream
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Quota one quota of a graph: what it holds and the most it may
@@ -313,10 +319,10 @@ type RunResult struct {
 	StartedAt       *time.Time `json:"started_at,omitempty"`
 	Status          string     `json:"status"`
 
-	// Stderr The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
+	// Stderr The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***).
 	Stderr Output `json:"stderr"`
 
-	// Stdout The head and tail of one output stream and its size in bytes. Env values passed in are masked (***).
+	// Stdout The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***).
 	Stdout    Output       `json:"stdout"`
 	Template  *TemplateRef `json:"template,omitempty"`
 	TimeoutMs int64        `json:"timeout_ms"`
@@ -400,9 +406,12 @@ type Template struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	CreatedBy   string          `json:"created_by,omitempty"`
 	Description string          `json:"description,omitempty"`
-	Files       []TemplateFile  `json:"files,omitempty"`
-	Graph       string          `json:"graph"`
-	ID          string          `json:"id"`
+
+	// Existing in the answer of a save: true when no new version was made, because the newest already held what was saved
+	Existing bool           `json:"existing,omitempty"`
+	Files    []TemplateFile `json:"files,omitempty"`
+	Graph    string         `json:"graph"`
+	ID       string         `json:"id"`
 
 	// Isolation isolation this version's runs and sandboxes default to; omitted: the server default
 	Isolation string `json:"isolation,omitempty"`

@@ -199,12 +199,13 @@ func TestRetention(t *testing.T) {
 	s := startServer(t, "--output-retention", "1s", "--retention", "3s", "--janitor-interval", "200ms")
 	_, m := s.run("ret-1", `{"run": {"code": "def run(input, config):\n    print('kept for a while')\n    return 1"}}`)
 	cmd := "/v1/commands/" + m["command"].(string) + "?graph=main"
-	if c := s.call("GET", cmd, "", nil, "").obj(t); c["stdout"].(map[string]any)["head"] != "kept for a while\n" {
+	if c := s.call("GET", cmd, "", nil, "").obj(t); c["stdout"].(map[string]any)["tail"] != "kept for a while\n" {
 		t.Fatalf("fresh record: %v", c)
 	}
 	waitFor(t, 10*time.Second, "the output to expire", func() bool {
 		o := s.call("GET", cmd, "", nil, "").obj(t)["stdout"].(map[string]any)
-		return o["head"] == "" && o["expired"] == true && o["bytes"] == 17.0
+		return o["head"] == "" && o["tail"] == "" && o["expired"] == true && o["bytes"] == 17.0 &&
+			o["truncated"] == true && o["dropped_bytes"] == 17.0
 	})
 	replay, _ := s.run("ret-1", `{"run": {"code": "def run(input, config):\n    print('kept for a while')\n    return 1"}}`)
 	if strings.Contains(string(replay.body), "kept for a while") {

@@ -64,7 +64,8 @@ func TestService(t *testing.T) {
 		if m["ok"] != true || res["total"] != 4.0 || res["mean"] != 2.0 || res["unit"] != "cm" || len(res["rows"].([]any)) != 2 {
 			t.Fatalf("numpy and pandas result: %v", m)
 		}
-		if so := m["stdout"].(map[string]any); so["head"] != "rows 2\n" || so["bytes"] != 7.0 {
+		// A short output is all in the tail; the head holds what the tail does not.
+		if so := m["stdout"].(map[string]any); so["tail"] != "rows 2\n" || so["head"] != "" || so["bytes"] != 7.0 {
 			t.Fatalf("stdout: %v", so)
 		}
 	})
@@ -80,7 +81,7 @@ func TestService(t *testing.T) {
 	t.Run("Node", func(t *testing.T) {
 		_, m := s.run("node-1", jsonBody(t, map[string]any{"run": map[string]any{"language": "node",
 			"code": "async function run(input, config) { console.log('hi'); return input.map(x => x * config.k) }", "input": []int{1, 2}, "config": map[string]int{"k": 3}}}))
-		if m["ok"] != true || fmt.Sprint(m["result"]) != "[3 6]" || m["base"] != "lbb/node" || m["stdout"].(map[string]any)["head"] != "hi\n" {
+		if m["ok"] != true || fmt.Sprint(m["result"]) != "[3 6]" || m["base"] != "lbb/node" || m["stdout"].(map[string]any)["tail"] != "hi\n" {
 			t.Fatalf("%v", m)
 		}
 	})
@@ -88,7 +89,7 @@ func TestService(t *testing.T) {
 	t.Run("Shell", func(t *testing.T) {
 		_, m := s.run("shell-1", jsonBody(t, map[string]any{"run": map[string]any{"base": "lbb/shell",
 			"code": "jq -c '[.[] * 2]' > \"$LBB_RESULT\"\necho \"$LBB_CONFIG\"", "input": []int{1, 2}, "config": map[string]int{"a": 1}}}))
-		if m["ok"] != true || fmt.Sprint(m["result"]) != "[2 4]" || m["stdout"].(map[string]any)["head"] != "{\"a\":1}\n" {
+		if m["ok"] != true || fmt.Sprint(m["result"]) != "[2 4]" || m["stdout"].(map[string]any)["tail"] != "{\"a\":1}\n" {
 			t.Fatalf("%v", m)
 		}
 	})

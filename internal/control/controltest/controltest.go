@@ -221,6 +221,9 @@ func (unavailable) WriteStdin(context.Context, string, io.Reader, bool) (hostage
 func (unavailable) ReadOutput(context.Context, string, string, int64, int) (int64, []byte, error) {
 	return 0, nil, errNoSandboxes
 }
+func (unavailable) ReadHeld(context.Context, hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	return hostagent.HeldOutput{}, errNoSandboxes
+}
 func (unavailable) WriteFile(context.Context, string, string, io.Reader) (hostagent.FileEntry, error) {
 	return hostagent.FileEntry{}, errNoSandboxes
 }

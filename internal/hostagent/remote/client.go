@@ -308,6 +308,12 @@ func (c *Client) ReadOutput(ctx context.Context, commandID, stream string, off i
 	return start, data, nil
 }
 
+// ReadHeld waits on the server as long as the Host does (a long poll). An answer lost on the
+// way loses nothing: the next read from the same offsets answers the same bytes.
+func (c *Client) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	return do[hostagent.HeldOutput](ctx, c, "ReadHeld", req)
+}
+
 // WriteFile streams r as the request body.
 func (c *Client) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
 	return streamUp[hostagent.FileEntry](ctx, c, "WriteFile", url.Values{"sandbox_id": {sandboxID}, "path": {path}}, r)

@@ -11,6 +11,9 @@
 //   - OpenFile streams the answer, its FileEntry in the Lbb-File header, a failure while
 //     streaming in the Lbb-Error trailer;
 //   - ReadOutput answers the bytes raw, their start in Lbb-Start and the end in Lbb-EOF;
+//     ReadHeld is a JSON call like the others (its pieces' bytes in base64), a long poll: the
+//     host agent's hold drains only as fast as the control plane asks, so a reader that does
+//     not keep up slows the process across the wire too;
 //   - Events answers one JSON event a line for as long as the call lasts.
 //
 // Cleartext HTTP/2 (h2c) serves loopback and private networks; an https URL uses TLS.

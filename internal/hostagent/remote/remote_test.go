@@ -78,9 +78,12 @@ var (
 	resumeReq = hostagent.ResumeRequest{ID: "sbx_2", Limits: limits, Runtime: "ns", Env: map[string]string{"A": "c"}}
 	forkReq   = hostagent.ForkRequest{ID: "sbx_3", Source: "sbx_2", SnapshotID: "snp_1", Limits: limits, Env: map[string]string{"B": "d"}}
 	sandbox   = hostagent.Sandbox{ID: "sbx_pool_1", Runtime: "ns", StartedAt: t0}
-	paused    = hostagent.Paused{Mode: "checkpoint", Usage: usage}
-	snapshot  = hostagent.SnapshotInfo{ID: "snp_1", Bytes: 1 << 30, Sandbox: sandbox}
-	execReq   = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_2", Argv: []string{"sh", "-c", "cat"},
+	heldReq   = hostagent.HeldRead{CommandID: "cmd_2", Stdout: 12, Stderr: 3, Max: 1 << 16}
+	held      = hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: 12, Data: []byte("line\n")},
+		{Stream: "stderr", Offset: 3, Data: []byte{0xff, 0, 'x'}}}}
+	paused   = hostagent.Paused{Mode: "checkpoint", Usage: usage}
+	snapshot = hostagent.SnapshotInfo{ID: "snp_1", Bytes: 1 << 30, Sandbox: sandbox}
+	execReq  = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_2", Argv: []string{"sh", "-c", "cat"},
 		Env: map[string]string{"X": "y"}, Cwd: "/workspace/sub", Timeout: 3 * time.Minute, Stdin: []byte{0, 1, 2, 255},
 		StdinOpen: true, HeadBytes: 5, TailBytes: 6}
 	execRun = hostagent.ExecRequest{SandboxID: "sbx_2", CommandID: "cmd_3",
@@ -175,6 +178,11 @@ func (f *fake) ReadOutput(ctx context.Context, id, stream string, off int64, mos
 		data = data[:most]
 	}
 	return start, data, nil
+}
+
+// ReadHeld answers held, pieces of bytes that are not all text.
+func (f *fake) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	return held, f.rec("ReadHeld", req)
 }
 func (f *fake) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
 	sum, n, err := digest(r)
@@ -339,6 +347,7 @@ var calls = []struct {
 		start, data, err := h.ReadOutput(ctx, "cmd_2", "stderr", 5, 3)
 		return fmt.Sprintf("%d %s", start, data), err
 	}, []any{"cmd_2", "stderr", int64(5), 3}, "5 567"},
+	{"ReadHeld", func(ctx context.Context, h hostagent.Host) (any, error) { return h.ReadHeld(ctx, heldReq) }, []any{heldReq}, held},
 	{"WriteFile", func(ctx context.Context, h hostagent.Host) (any, error) {
 		return h.WriteFile(ctx, "sbx_2", "dir/ü ?&.txt", strings.NewReader("content"))
 	}, []any{"sbx_2", "dir/ü ?&.txt", sumOf("content")}, entry},

@@ -51,6 +51,7 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Signal", call(s, none(func(ctx context.Context, a signalArgs) error { return h.Signal(ctx, a.CommandID, a.Signal) })))
 	handle("WriteStdin", s.writeStdin)
 	handle("ReadOutput", s.readOutput)
+	handle("ReadHeld", call(s, h.ReadHeld))
 
 	handle("WriteFile", s.writeFile)
 	handle("OpenFile", s.openFile)

@@ -36,6 +36,7 @@ RULES = [
     (r"\baclose\b", "close"),
     (r"\baread\b", "read"),
     (r"\baiter_lines\b", "iter_lines"),
+    (r"\baiter_bytes\b", "iter_bytes"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
 ]

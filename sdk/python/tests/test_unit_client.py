@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import lbb
-from lbb._sse import SSEDecoder
+from lbb._sse import LineSplitter, SSEDecoder
 
 from fakeserver import RUN_OK, FakeServer, Reply, error
 
@@ -250,6 +250,16 @@ def test_sse_decoder():
     assert evs[1].text == "c" and evs[2].json() == {"exit_code": 0} and evs[2].retry == 10
 
 
+def test_line_splitter():
+    split = LineSplitter()
+    long = b"data: " + b"x" * 200_000
+    got = []
+    for i in range(0, len(long), 1000):  # a long line in many pieces
+        got += split.feed(long[i : i + 1000])
+    got += split.feed(b"\r\nid: 1\n\nlast")
+    assert got == [long.decode(), "id: 1", ""] and split.flush() == ["last"] and split.flush() == []
+
+
 def test_stream_reconnects_with_last_event_id():
     def handler(seen, nth):
         assert seen.query["stream"] == "stdout" and seen.query["follow"] == "true"
@@ -281,8 +291,97 @@ def test_defaults_from_the_environment(monkeypatch):
     assert lbb.LbbClient(api_key="x").base_url == "http://127.0.0.1:7700"
 
 
-def test_argv_must_be_a_list():
-    with FakeServer(lambda s, n: Reply(200, {})) as srv:
+def test_a_shell_line_runs_under_bash():
+    # A string was a TypeError; now it is a shell line, as E2B's and Daytona's commands take.
+    with FakeServer(lambda s, n: Reply(200, {"id": "cmd_1", "status": "running"})) as srv:
         sb = lbb.Sandbox(lbb.LbbClient(srv.url, api_key="k")._api, {"id": "sbx_1"})
+        sb.commands.create("ls -l | wc -l")
+        sb.commands.create(["python", "upper.py"])
         with pytest.raises(TypeError):
-            sb.commands.create("python upper.py")
+            sb.commands.create(b"python upper.py")
+        bodies = [p.json() for p in srv.requests("POST", "/v1/sandboxes/sbx_1/commands")]
+        assert [b["argv"] for b in bodies] == [["bash", "-lc", "ls -l | wc -l"], ["python", "upper.py"]]
+
+
+def _event(name, data, id=None):
+    return (f"id: {id}\n" if id else "") + f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+RECORD = {"id": "cmd_1", "sandbox": "sbx_1", "status": "running", "stdout": {"head": "", "tail": "", "bytes": 0}, "stderr": {"head": "", "tail": "", "bytes": 0}}
+
+
+def _exit(out_bytes, err_bytes, tail="3\n"):
+    return dict(RECORD, status="succeeded", exit_code=0, stdout={"head": "", "tail": tail, "bytes": out_bytes}, stderr={"head": "", "tail": "e\n", "bytes": err_bytes})
+
+
+def test_commands_run_streams_every_chunk():
+    def handler(seen, nth):
+        assert seen.json()["stream"] is True and seen.headers["accept"] == "text/event-stream" and seen.headers["idempotency-key"]
+        return Reply(
+            stream=[
+                _event("command", RECORD),
+                _event("stdout", {"stream": "stdout", "offset": 0, "data": "1\n2\n"}, "4.0"),
+                _event("stderr", {"stream": "stderr", "offset": 0, "data": "e\n"}, "4.2"),
+                _event("stdout", {"stream": "stdout", "offset": 4, "data": "\ufffd", "base64": "/w=="}, "5.2"),
+                _event("stdout", {"stream": "stdout", "offset": 5, "data": "3\n"}, "7.2"),
+                _event("exit", _exit(7, 2)),
+            ]
+        )
+
+    with FakeServer(handler) as srv:
+        sb = lbb.Sandbox(lbb.LbbClient(srv.url, api_key="k")._api, {"id": "sbx_1"})
+        got = []
+        cmd = sb.commands.run("seq 1 3", on_stdout=lambda t: got.append(("out", t)), on_stderr=lambda t: got.append(("err", t)), output_limit=6)
+        assert got == [("out", "1\n2\n"), ("err", "e\n"), ("out", "\ufffd"), ("out", "3\n")]
+        assert cmd.exit_code == 0 and cmd.stdout.data == b"1\n2\n\xff3" and cmd.stdout.truncated
+        assert cmd.stderr.text == "e\n" and not cmd.stderr.truncated
+        assert srv.requests("POST", "/v1/sandboxes/sbx_1/commands")[0].json()["argv"] == ["bash", "-lc", "seq 1 3"]
+        # Without output_limit the answer is the record: head and tail.
+        plain = sb.commands.run(argv=["seq", "1", "3"])  # the keyword it had before shell lines
+        assert plain.stdout.data is None and plain.stdout.tail == "3\n" and plain.stdout.truncated
+
+        async def main():
+            seen = []
+
+            async def on_stdout(t):  # an async callback is awaited
+                seen.append(t)
+
+            async with lbb.AsyncLbbClient(srv.url, api_key="k") as ac:
+                cmd = await lbb.AsyncSandbox(ac._api, {"id": "sbx_1"}).commands.run("seq 1 3", on_stdout=on_stdout, output_limit=100)
+            return seen, cmd
+
+        seen, cmd = asyncio.run(main())
+        assert seen == ["1\n2\n", "\ufffd", "3\n"] and cmd.stdout.data == b"1\n2\n\xff3\n" and not cmd.stdout.truncated
+
+
+def test_commands_run_says_when_output_was_lost():
+    def handler(seen, nth):
+        return Reply(
+            stream=[
+                _event("command", RECORD),
+                _event("stdout", {"stream": "stdout", "offset": 0, "data": "1\n"}, "2.0"),
+                _event("stdout", {"stream": "stdout", "offset": 10, "data": "3\n"}, "12.0"),  # 8 bytes let go
+                _event("exit", _exit(14, 0)),  # and 2 more at the end
+            ]
+        )
+
+    with FakeServer(handler) as srv:
+        sb = lbb.Sandbox(lbb.LbbClient(srv.url, api_key="k")._api, {"id": "sbx_1"})
+        with pytest.raises(lbb.OutputLostError) as e:
+            sb.commands.run("seq 1 3", output_limit=100)
+        assert e.value.lost_bytes == 10 and e.value.command.stdout.data == b"1\n3\n" and "10 bytes" in str(e.value)
+
+
+def test_commands_run_resumes_a_broken_stream():
+    def handler(seen, nth):
+        if nth == 1:
+            return Reply(stream=[_event("command", RECORD), _event("stdout", {"stream": "stdout", "offset": 0, "data": "1\n"}, "2.0"), None])
+        assert seen.headers["last-event-id"] == "2.0"
+        return Reply(stream=[_event("command", RECORD), _event("stdout", {"stream": "stdout", "offset": 2, "data": "2\n"}, "4.0"), _event("exit", _exit(4, 0, "2\n"))])
+
+    with FakeServer(handler) as srv:
+        sb = lbb.Sandbox(lbb.LbbClient(srv.url, api_key="k")._api, {"id": "sbx_1"})
+        cmd = sb.commands.run("seq 1 2", output_limit=100)
+        posts = srv.requests("POST", "/v1/sandboxes/sbx_1/commands")
+        assert cmd.stdout.text == "1\n2\n" and len(posts) == 2
+        assert posts[0].headers["idempotency-key"] == posts[1].headers["idempotency-key"], "the retry is the same call"

@@ -7,6 +7,7 @@ import {
   APITimeoutError,
   LbbError,
   NotFoundError,
+  OutputLostError,
   errorFromBody,
 } from "./errors.js";
 import { SSEDecoder, lines, type ServerSentEvent } from "./sse.js";
@@ -24,6 +25,7 @@ import {
   toSnapshot,
   toTemplate,
   type Command,
+  type CommandResult,
   type FileInfo,
   type GraphFile,
   type Limits,
@@ -266,16 +268,30 @@ export class Transport {
    * Reads a server-sent event stream. After a broken connection it reconnects with
    * Last-Event-ID, so no event comes twice; it gives up when the server sent no ids.
    */
-  async *events(path: string, query: RequestOptions["query"], signal?: AbortSignal): AsyncGenerator<ServerSentEvent> {
+  async *events(
+    path: string,
+    query: RequestOptions["query"],
+    signal?: AbortSignal,
+    start?: { json: unknown; idempotencyKey?: string | undefined },
+  ): AsyncGenerator<ServerSentEvent> {
     const url = this.url(path, query);
     let lastId: string | undefined;
+    // A stream that a POST starts is resumed by the same POST, with the same Idempotency-Key.
+    const idempotencyKey = start ? (start.idempotencyKey ?? newIdempotencyKey()) : undefined;
     for (let attempt = 0; ; ) {
       const headers: Record<string, string> = { ...(await this.baseHeaders()), Accept: "text/event-stream" };
       if (lastId !== undefined) headers["Last-Event-ID"] = lastId;
+      const init: RequestInit = { headers, ...(signal ? { signal } : {}) };
+      if (start) {
+        headers["Content-Type"] = "application/json";
+        headers["Idempotency-Key"] = idempotencyKey!;
+        init.method = "POST";
+        init.body = JSON.stringify(start.json);
+      }
       const dec = new SSEDecoder();
       let resp: Response;
       try {
-        resp = await this.fetch(url, { headers, ...(signal ? { signal } : {}) });
+        resp = await this.fetch(url, init);
       } catch (e) {
         if (signal?.aborted || attempt >= this.maxRetries) {
           throw new APIConnectionError(`GET ${path}: ${describe(e)}`, { code: "connection_error", cause: e });
@@ -594,7 +610,8 @@ export interface StdinResult {
 }
 
 export interface CreateCommandParams extends IdempotentCallOptions {
-  argv: string[];
+  /** argv (the program and its arguments), or a shell line ("ls -l | wc -l"), run as bash -lc. */
+  argv: string | string[];
   env?: Record<string, string>;
   cwd?: string;
   stdin?: string | Uint8Array;
@@ -605,10 +622,16 @@ export interface CreateCommandParams extends IdempotentCallOptions {
   timeoutMs?: number;
 }
 
+/** A command as argv: an array as it is, a shell line as bash -lc running it. */
+function toArgv(cmd: string | string[]): string[] {
+  if (typeof cmd === "string") return ["bash", "-lc", cmd];
+  if (!Array.isArray(cmd)) throw new TypeError('a command is a shell line or argv, e.g. "ls -l | wc -l" or ["python", "upper.py"]');
+  return cmd;
+}
+
 function commandBody(p: CreateCommandParams): Record<string, unknown> {
-  if (!Array.isArray(p.argv)) throw new TypeError('argv is an array of strings, e.g. ["python", "upper.py"]; for a shell line use ["bash", "-c", line]');
   const body: Record<string, unknown> = compact({
-    argv: p.argv,
+    argv: toArgv(p.argv),
     env: p.env,
     cwd: p.cwd,
     stdin_open: p.stdinOpen || undefined,
@@ -630,6 +653,103 @@ function base64(b: Uint8Array): string {
   let s = "";
   for (let i = 0; i < b.length; i += 0x8000) s += String.fromCharCode(...b.subarray(i, i + 0x8000));
   return btoa(s);
+}
+
+/** How commands.run hands over a command's output. */
+export interface RunCommandOptions extends IdempotentCallOptions {
+  env?: Record<string, string>;
+  cwd?: string;
+  stdin?: string | Uint8Array;
+  timeoutMs?: number;
+  /** Gets every chunk of stdout as it comes. */
+  onStdout?: (text: string) => unknown;
+  /** Gets every chunk of stderr as it comes. */
+  onStderr?: (text: string) => unknown;
+  /** Keep up to this many bytes of each stream in the answer's output.stdout and output.stderr. */
+  outputLimit?: number;
+}
+
+/** A command for commands.run: argv or a shell line, and how to hand over its output. */
+export interface RunCommandParams extends RunCommandOptions {
+  argv: string | string[];
+}
+
+const STREAMS = ["stdout", "stderr"] as const;
+
+/**
+ * Takes the events of one streamed command (POST …/commands with stream): its record, its
+ * chunks of stdout and stderr in the order the process wrote them, its end. It counts the
+ * bytes that did not come (a gap in the offsets, or fewer bytes than the record says) and
+ * keeps up to outputLimit bytes of each stream.
+ */
+class CommandStream {
+  private exit: WireCommand | undefined;
+  private lost = 0;
+  private readonly next = { stdout: 0, stderr: 0 };
+  private readonly kept = { stdout: [] as Uint8Array[], stderr: [] as Uint8Array[] };
+  private readonly keptBytes = { stdout: 0, stderr: 0 };
+  private readonly cut = { stdout: false, stderr: false };
+
+  constructor(private readonly limit: number | undefined) {}
+
+  feed(ev: ServerSentEvent): { stream: "stdout" | "stderr"; text: string } | undefined {
+    if (ev.event === "stdout" || ev.event === "stderr") {
+      const c = ev.json() as { stream?: string; offset?: number; data?: string; base64?: string };
+      const stream = c.stream === "stderr" ? "stderr" : c.stream === "stdout" ? "stdout" : ev.event;
+      const text = c.data ?? "";
+      const raw = c.base64 ? Uint8Array.from(atob(c.base64), (ch) => ch.charCodeAt(0)) : new TextEncoder().encode(text);
+      this.advance(stream, c.offset ?? 0);
+      this.next[stream] += raw.length;
+      if (this.limit !== undefined) {
+        const room = Math.max(0, this.limit - this.keptBytes[stream]);
+        this.kept[stream].push(raw.subarray(0, room));
+        this.keptBytes[stream] += Math.min(room, raw.length);
+        if (raw.length > room) this.cut[stream] = true;
+      }
+      return { stream, text };
+    }
+    if (ev.event === "exit") {
+      this.exit = ev.json() as WireCommand;
+      for (const st of STREAMS) {
+        const o = this.exit[st];
+        if (o && !o.expired) this.advance(st, o.bytes ?? 0);
+      }
+    } else if (ev.event === "error") {
+      const e = ((ev.json() as { error?: { code?: string; message?: string; request_id?: string } }).error ?? {});
+      throw new LbbError(e.message ?? ev.data, { code: e.code ?? "error", ...(e.request_id ? { requestId: e.request_id } : {}) });
+    }
+    return undefined;
+  }
+
+  private advance(stream: "stdout" | "stderr", offset: number): void {
+    if (offset > this.next[stream]) {
+      this.lost += offset - this.next[stream];
+      this.next[stream] = offset;
+    }
+  }
+
+  result(): CommandResult {
+    if (!this.exit) throw new APIConnectionError("the output stream ended before the command did", { code: "connection_error" });
+    const cmd: CommandResult = toCommand(this.exit);
+    if (this.limit !== undefined) {
+      const text = (st: "stdout" | "stderr") => new TextDecoder().decode(concat(this.kept[st], this.keptBytes[st]));
+      cmd.output = { stdout: text("stdout"), stderr: text("stderr"), truncated: this.cut.stdout || this.cut.stderr };
+    }
+    if (this.lost > 0) {
+      throw new OutputLostError(`${this.lost} bytes of the output of ${cmd.id} did not come: what came is incomplete`, cmd, this.lost);
+    }
+    return cmd;
+  }
+}
+
+function concat(parts: Uint8Array[], n: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }
 
 /** The commands of one sandbox. */
@@ -654,10 +774,32 @@ export class SandboxCommands {
     return toCommand(w);
   }
 
-  /** Starts a process and waits until it ends. */
-  async run(p: Omit<CreateCommandParams, "waitMs">): Promise<Command> {
-    const cmd = await this.create({ ...p, waitMs: POLL_WAIT_MS });
-    return DONE_STATUSES.has(cmd.status) ? cmd : this.commands.wait(cmd.id, p.signal ? { signal: p.signal } : {});
+  /**
+   * Runs a command to its end, like E2B's and Daytona's commands.run: a shell line
+   * ("ls -l | wc -l", run as bash -lc), argv, or params with argv. Its output streams from its
+   * first byte: onStdout and onStderr get every chunk as it comes (text; a chunk never ends
+   * inside a character; a promise they answer is awaited), and none of it is lost, the server
+   * making the process wait while this client is behind. With outputLimit the answer's
+   * output.stdout and output.stderr are the streams as they came, up to that many bytes each
+   * (output.truncated says the limit cut one); the record's stdout and stderr keep head and tail.
+   *
+   * A command that fails is an answer (status, exitCode), not an error. Throws
+   * OutputLostError if output did not come (the client read nothing for minutes).
+   */
+  async run(cmd: string | string[] | RunCommandParams, opts: RunCommandOptions = {}): Promise<CommandResult> {
+    const p: RunCommandParams = typeof cmd === "string" || Array.isArray(cmd) ? { ...opts, argv: cmd } : { ...cmd, ...opts };
+    const body = { ...commandBody(p), stream: true };
+    const reader = new CommandStream(p.outputLimit);
+    const events = this.t.events(`/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/commands`, {}, p.signal, {
+      json: body,
+      idempotencyKey: p.idempotencyKey,
+    });
+    for await (const ev of events) {
+      const chunk = reader.feed(ev);
+      const cb = chunk && (chunk.stream === "stderr" ? p.onStderr : p.onStdout);
+      if (chunk && cb) await cb(chunk.text);
+    }
+    return reader.result();
   }
 
   async list(p: { status?: string; limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Command>> {

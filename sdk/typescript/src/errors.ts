@@ -40,6 +40,21 @@ export class LbbError extends Error {
   }
 }
 
+/**
+ * Bytes of a streamed command's output did not reach this client: the server let go of them
+ * because the client read nothing for minutes. `command` is the record, with what came;
+ * `lostBytes` how many bytes did not come.
+ */
+export class OutputLostError extends LbbError {
+  constructor(
+    message: string,
+    readonly command: unknown,
+    readonly lostBytes: number,
+  ) {
+    super(message, { code: "output_lost" });
+  }
+}
+
 /** No answer from the server: it could not be reached, or the connection broke (after retries). */
 export class APIConnectionError extends LbbError {}
 /** The server did not answer in time (after retries). */

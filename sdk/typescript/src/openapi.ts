@@ -19,12 +19,16 @@ export interface components {
             pids?: number;
             disk_mib?: number;
         };
-        /** @description The head and tail of one output stream and its size in bytes. Env values passed in are masked (***). */
+        /** @description The head and tail of one output stream and its size in bytes. Head and tail never repeat a byte: the tail is the end of the stream, the head the start before it (empty when the stream fits the tail), so head + tail is the whole stream unless truncated. Env values passed in are masked (***). */
         Output: {
             head: string;
             tail: string;
             bytes: number;
             expired?: boolean;
+            /** @description true when head and tail do not hold the whole stream */
+            truncated?: boolean;
+            /** @description how many bytes of the stream head and tail do not hold (between them, or all of it when expired) */
+            dropped_bytes?: number;
         };
         Usage: {
             /** @description CPU time used */
@@ -251,6 +255,8 @@ export interface components {
             created_by?: string;
             /** @description the template's history, newest first; only in the answer to GET /v1/sandboxes/templates/{name} */
             versions?: components["schemas"]["TemplateVersion"][];
+            /** @description in the answer of a save: true when no new version was made, because the newest already held what was saved */
+            existing?: boolean;
         };
         TemplateVersion: {
             version: number;
@@ -362,6 +368,8 @@ export interface components {
             wait_ms?: number;
             /** @description kill the process when it passes (default and cap are the server's) */
             timeout_ms?: number;
+            /** @description answer a text/event-stream (as Accept: text/event-stream does): the command's record, then its output from the first byte, held for this caller (the process waits when the caller reads slower than it writes), then its exit */
+            stream?: boolean;
         };
         /** @description run(input, config) in an existing sandbox, with its workspace as the working directory */
         RunInRequest: {

@@ -24,12 +24,18 @@ import type {
 
 export type { CommandStatus, SandboxStatus };
 
-/** What a record keeps of one output stream. */
+/**
+ * What a record keeps of one output stream: its head and tail, which never repeat a byte (a
+ * stream that fits the tail is all in the tail), and its size. `truncated` and `droppedBytes`
+ * say how much head and tail do not hold.
+ */
 export interface Output {
   head: string;
   tail: string;
   bytes: number;
   expired?: boolean;
+  truncated?: boolean;
+  droppedBytes?: number;
 }
 
 /** Resources of a sandbox. */
@@ -84,6 +90,12 @@ export interface RunResult<R = unknown> {
   startedAt?: string;
   finishedAt?: string;
   raw: WireRunResult;
+}
+
+/** A command that commands.run ran to its end: its record and, with outputLimit, its output as it came. */
+export interface CommandResult extends Command {
+  /** stdout and stderr as they came, up to outputLimit bytes each; truncated says the limit cut one. */
+  output?: { stdout: string; stderr: string; truncated: boolean };
 }
 
 /** A command record: a process, or a run() in a sandbox. */
@@ -187,6 +199,8 @@ export interface Template {
   createdAt: string;
   createdBy?: string;
   versions?: { version: number; createdAt: string; createdBy?: string; isolation?: string }[];
+  /** In the answer of templates.create: true when no new version was made, the newest already holding what was saved. */
+  existing?: boolean;
   raw: WireTemplate;
 }
 
@@ -247,7 +261,14 @@ function opt<K extends string, V>(key: K, v: V | undefined | null): { [P in K]?:
 }
 
 export function toOutput(w: Partial<WireOutput> | undefined | null): Output {
-  return { head: w?.head ?? "", tail: w?.tail ?? "", bytes: w?.bytes ?? 0, ...opt("expired", w?.expired) };
+  return {
+    head: w?.head ?? "",
+    tail: w?.tail ?? "",
+    bytes: w?.bytes ?? 0,
+    ...opt("expired", w?.expired),
+    ...opt("truncated", w?.truncated),
+    ...opt("droppedBytes", w?.dropped_bytes),
+  };
 }
 
 /**
@@ -405,6 +426,7 @@ export function toTemplate(w: WireTemplate): Template {
     ...opt("description", w.description),
     createdAt: w.created_at,
     ...opt("createdBy", w.created_by),
+    ...opt("existing", w.existing),
     ...opt(
       "versions",
       w.versions?.map((v) => ({

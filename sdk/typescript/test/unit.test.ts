@@ -23,6 +23,7 @@ import {
   LbbError,
   NotFoundError,
   NotSupportedError,
+  OutputLostError,
   PathOutsideWorkspaceError,
   PayloadTooLargeError,
   PermissionDeniedError,
@@ -30,11 +31,14 @@ import {
   QuotaExceededError,
   RateLimitError,
   SSEDecoder,
+  Sandbox,
   TooManySandboxesError,
+  Transport,
   UnavailableError,
   UnprocessableError,
   errorFromBody,
   outputText,
+  type WireSandbox,
 } from "@littlebigbrain/client";
 
 import { RUN_OK, error, withServer, type Reply, type Seen } from "./fake-server.js";
@@ -362,6 +366,89 @@ describe("streams", () => {
         const got: [string, string][] = [];
         for await (const ev of lbb.commands.stream("cmd_01s")) got.push([ev.event, ev.data]);
         assert.deepEqual(got, [["stdout", "one"], ["stdout", "two"], ["exit", '{"exit_code": 0}']]);
+      },
+    );
+  });
+});
+
+describe("commands.run", () => {
+  const ev = (name: string, data: unknown, id?: string) => `${id ? `id: ${id}\n` : ""}event: ${name}\ndata: ${JSON.stringify(data)}\n\n`;
+  const RECORD = { id: "cmd_1", sandbox: "sbx_1", status: "running", stdout: { head: "", tail: "", bytes: 0 }, stderr: { head: "", tail: "", bytes: 0 } };
+  const exit = (out: number, err: number, tail = "3\n") => ({
+    ...RECORD,
+    status: "succeeded",
+    exit_code: 0,
+    stdout: { head: "", tail, bytes: out },
+    stderr: { head: "", tail: "e\n", bytes: err },
+  });
+  const sandbox = (url: string) => new Sandbox(new Transport({ baseUrl: url, apiKey: "k" }), { id: "sbx_1" } as WireSandbox);
+
+  test("a shell line, every chunk to the callbacks, the output up to the limit", async () => {
+    await withServer(
+      (seen) => {
+        assert.equal(seen.json().stream, true);
+        assert.equal(seen.headers.accept, "text/event-stream");
+        assert.ok(seen.headers["idempotency-key"]);
+        return {
+          stream: [
+            ev("command", RECORD),
+            ev("stdout", { stream: "stdout", offset: 0, data: "1\n2\n" }, "4.0"),
+            ev("stderr", { stream: "stderr", offset: 0, data: "e\n" }, "4.2"),
+            ev("stdout", { stream: "stdout", offset: 4, data: "\ufffd", base64: "/w==" }, "5.2"),
+            ev("stdout", { stream: "stdout", offset: 5, data: "3\n" }, "7.2"),
+            ev("exit", exit(7, 2)),
+          ],
+        };
+      },
+      async (srv) => {
+        const sb = sandbox(srv.url);
+        const got: string[] = [];
+        const cmd = await sb.commands.run("seq 1 3", {
+          onStdout: (t) => void got.push(`out ${t}`),
+          onStderr: async (t) => void got.push(`err ${t}`),
+          outputLimit: 6,
+        });
+        assert.deepEqual(got, ["out 1\n2\n", "err e\n", "out \ufffd", "out 3\n"]);
+        assert.equal(cmd.exitCode, 0);
+        assert.deepEqual(cmd.output, { stdout: "1\n2\n\ufffd3", stderr: "e\n", truncated: true });
+        assert.deepEqual(srv.requests("POST", "/v1/sandboxes/sbx_1/commands")[0]!.json().argv, ["bash", "-lc", "seq 1 3"]);
+        const plain = await sb.commands.run({ argv: ["seq", "1", "3"] });
+        assert.equal(plain.output, undefined);
+        assert.equal(plain.stdout.tail, "3\n");
+        assert.deepEqual(srv.requests("POST", "/v1/sandboxes/sbx_1/commands")[1]!.json().argv, ["seq", "1", "3"]);
+      },
+    );
+  });
+
+  test("says when output was lost", async () => {
+    await withServer(
+      () => ({
+        stream: [
+          ev("command", RECORD),
+          ev("stdout", { stream: "stdout", offset: 0, data: "1\n" }, "2.0"),
+          ev("stdout", { stream: "stdout", offset: 10, data: "3\n" }, "12.0"),
+          ev("exit", exit(14, 0)),
+        ],
+      }),
+      async (srv) => {
+        await assert.rejects(sandbox(srv.url).commands.run("seq 1 3"), (e: unknown) => e instanceof OutputLostError && e.lostBytes === 10);
+      },
+    );
+  });
+
+  test("resumes a broken stream with the same key", async () => {
+    await withServer(
+      (seen, nth) => {
+        if (nth === 1) return { stream: [ev("command", RECORD), ev("stdout", { stream: "stdout", offset: 0, data: "1\n" }, "2.0"), null] };
+        assert.equal(seen.headers["last-event-id"], "2.0");
+        return { stream: [ev("command", RECORD), ev("stdout", { stream: "stdout", offset: 2, data: "2\n" }, "4.0"), ev("exit", exit(4, 0, "2\n"))] };
+      },
+      async (srv) => {
+        const cmd = await sandbox(srv.url).commands.run(["seq", "1", "2"], { outputLimit: 100 });
+        const posts = srv.requests("POST", "/v1/sandboxes/sbx_1/commands");
+        assert.equal(cmd.output?.stdout, "1\n2\n");
+        assert.equal(posts.length, 2);
+        assert.equal(posts[0]!.headers["idempotency-key"], posts[1]!.headers["idempotency-key"]);
       },
     );
   });

@@ -140,7 +140,11 @@ const moduleSyntax = /\b(import|export)\b|await is only valid|outside a module/;
   } catch (e) {
     fail(errLine(e), e);
   }
-  if (typeof run !== 'function') fail('the code defines no run(input, config) function');
+  if (typeof run !== 'function') {
+    fail('the code defines no run(input, config) function: lbb calls run with the input and config ' +
+      'and answers what it returns. Put the script in one:\n\n' +
+      'function run(input, config) {\n  // the script\n  return result;\n}\n');
+  }
   let res;
   try {
     res = await run(req.input === undefined ? null : req.input, req.config == null ? {} : req.config);

@@ -118,7 +118,11 @@ def _lbb_main():
         exec(compile(code, filename, "exec"), mod.__dict__)
         run = mod.__dict__.get("run")
         if not callable(run):
-            msg = "the code defines no run(input, config) function"
+            msg = (
+                "the code defines no run(input, config) function: lbb calls run with the input and config "
+                "and answers what it returns. Put the script in one:\n\n"
+                "def run(input, config):\n    ...  # the script\n    return result\n"
+            )
             print("lbb: " + msg, file=sys.stderr)
             return finish(False, msg, code=1)
         res = run(inp, config)

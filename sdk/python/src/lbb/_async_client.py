@@ -7,6 +7,7 @@ this one, then run the script; a test fails when the two drift apart.
 from __future__ import annotations
 
 import asyncio  # async only
+import inspect  # async only
 import time
 from types import TracebackType
 from typing import (
@@ -28,6 +29,7 @@ from typing import (
 import httpx
 
 from . import _core
+from ._commands import CommandStream
 from ._core import JSON, Data, Limits
 from ._errors import APIConnectionError, APITimeoutError, LbbError, NotFoundError, error_from_body
 from ._models import (
@@ -44,7 +46,7 @@ from ._models import (
     page_of,
     run_from_command,
 )
-from ._sse import SSEDecoder, ServerSentEvent
+from ._sse import LineSplitter, SSEDecoder, ServerSentEvent
 
 T = TypeVar("T")
 _RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
@@ -114,20 +116,27 @@ class _API:
             return {}
         return resp.json()
 
-    async def events(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[ServerSentEvent]:
+    async def events(
+        self, path: str, params: Mapping[str, Any], *, method: str = "GET", json: Any = None, idempotency_key: Optional[str] = None
+    ) -> AsyncIterator[ServerSentEvent]:
         """Reads a server-sent event stream; after a broken connection it reconnects with
-        Last-Event-ID, so no event comes twice (it gives up when the server sent no ids)."""
+        Last-Event-ID, so no event comes twice (it gives up when the server sent no ids). A
+        stream that a POST starts is resumed by the same POST with the same Idempotency-Key."""
         url = self.opts.base_url + path
         q = {"graph": self.opts.graph, **_core.clean(params)}
         last_id: Optional[str] = None
         attempt = 0
+        if method in _core.MUTATING:
+            idempotency_key = idempotency_key or _core.new_idempotency_key()
         while True:
             h = dict(self.headers, Accept="text/event-stream")
+            if idempotency_key:
+                h["Idempotency-Key"] = idempotency_key
             if last_id is not None:
                 h["Last-Event-ID"] = last_id
             dec = SSEDecoder()
             try:
-                async with self.http.stream("GET", url, params=q, headers=h, timeout=httpx.Timeout(None, connect=10.0)) as resp:
+                async with self.http.stream(method, url, params=q, json=json, headers=h, timeout=httpx.Timeout(None, connect=10.0)) as resp:
                     if resp.status_code >= 400:
                         await resp.aread()
                         if resp.status_code in _core.RETRY_STATUSES and attempt < self.opts.max_retries:
@@ -135,12 +144,18 @@ class _API:
                             attempt += 1
                             continue
                         raise error_from_body(resp.status_code, resp.content, resp.headers)
-                    async for line in resp.aiter_lines():
+                    split = LineSplitter()
+                    async for chunk in resp.aiter_bytes():
+                        for line in split.feed(chunk):
+                            ev = dec.feed(line)
+                            if dec.last_id is not None:
+                                last_id = dec.last_id
+                            if ev is not None:
+                                attempt = 0
+                                yield ev
+                    for line in split.flush():
                         ev = dec.feed(line)
-                        if dec.last_id is not None:
-                            last_id = dec.last_id
                         if ev is not None:
-                            attempt = 0
                             yield ev
                     ev = dec.feed("")  # a last event the server did not end with a blank line
                     if ev is not None:
@@ -345,7 +360,7 @@ class AsyncSandboxCommands:
 
     async def create(
         self,
-        argv: Sequence[str],
+        argv: Union[str, Sequence[str]],
         *,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
@@ -355,8 +370,9 @@ class AsyncSandboxCommands:
         timeout_ms: Optional[int] = None,
         idempotency_key: Optional[str] = None,
     ) -> Command:
-        """Starts a process. With wait_ms the answer waits up to that long for it to end; the
-        record says ``status`` (``running`` if it has not) and holds head and tail of its output.
+        """Starts a process: argv (a list), or a shell line (``"ls -l | wc -l"``, run as
+        ``bash -lc``). With wait_ms the answer waits up to that long for it to end; the record
+        says ``status`` (``running`` if it has not) and holds head and tail of its output.
         ``stdin_open=True`` keeps stdin open for :meth:`write_stdin`."""
         body = _core.command_body(argv, env=env, cwd=cwd, stdin=stdin, wait_ms=wait_ms, timeout_ms=timeout_ms, stdin_open=stdin_open)
         return Command(
@@ -371,19 +387,41 @@ class AsyncSandboxCommands:
 
     async def run(
         self,
-        argv: Sequence[str],
+        cmd: Union[str, Sequence[str], None] = None,
         *,
+        argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Optional[Data] = None,
         timeout_ms: Optional[int] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        output_limit: Optional[int] = None,
         idempotency_key: Optional[str] = None,
     ) -> Command:
-        """Starts a process and waits until it ends."""
-        cmd = await self.create(
-            argv, env=env, cwd=cwd, stdin=stdin, wait_ms=_core.POLL_WAIT_MS, timeout_ms=timeout_ms, idempotency_key=idempotency_key
-        )
-        return cmd if cmd.done else await self._commands.wait(cmd.id)
+        """Runs a command to its end, like E2B's and Daytona's ``commands.run``: a shell line
+        (``"ls -l | wc -l"``, run as ``bash -lc``) or argv (a list). Its output streams from
+        its first byte: ``on_stdout`` and ``on_stderr`` get every chunk as it comes (text; a
+        chunk never ends inside a character), and none of it is lost, the server making the
+        process wait while this client is behind. With ``output_limit`` the answer's
+        ``stdout.text`` and ``stderr.text`` are the streams as they came, up to that many bytes
+        each (``truncated`` says the limit cut one); without, the record's head and tail.
+
+        A command that fails is an answer (``status``, ``exit_code``), not an error. Raises
+        :class:`OutputLostError` if output did not come (the client read nothing for minutes).
+        ``argv=`` (a list) is the name this argument had before it took shell lines."""
+        if (cmd is None) == (argv is None):
+            raise TypeError("commands.run takes a command: a shell line or argv (a list), e.g. \"ls -l | wc -l\"")
+        body = _core.command_body(cmd if cmd is not None else argv, env=env, cwd=cwd, stdin=stdin, wait_ms=None, timeout_ms=timeout_ms, stream=True)
+        reader = CommandStream(output_limit)
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        async for ev in self._api.events(f"/v1/sandboxes/{self._id}/commands", {}, method="POST", json=body, idempotency_key=idempotency_key):
+            chunk = reader.feed(ev)
+            if chunk is not None and callbacks[chunk[0]] is not None:
+                res = callbacks[chunk[0]](chunk[1])  # type: ignore[misc]
+                if inspect.isawaitable(res):  # async only
+                    await res  # async only
+        return reader.result()
 
     async def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Command]:
         return page_of(

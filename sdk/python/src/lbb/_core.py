@@ -179,8 +179,18 @@ def sandbox_spec(spec: Optional[Mapping[str, Any]], kwargs: Mapping[str, Any]) -
     return clean(body)
 
 
+def to_argv(cmd: Union[str, Sequence[str]]) -> list:
+    """A command as argv: a list of strings as it is, a shell line (``"ls -l | wc -l"``) as
+    ``bash -lc`` running it."""
+    if isinstance(cmd, str):
+        return ["bash", "-lc", cmd]
+    if isinstance(cmd, (bytes, bytearray)):
+        raise TypeError('a command is a shell line (str) or argv (a list of str), e.g. "ls -l | wc -l" or ["python", "upper.py"]')
+    return list(cmd)
+
+
 def command_body(
-    argv: Sequence[str],
+    argv: Union[str, Sequence[str]],
     *,
     env: Optional[Mapping[str, str]],
     cwd: Optional[str],
@@ -188,11 +198,18 @@ def command_body(
     wait_ms: Optional[int],
     timeout_ms: Optional[int],
     stdin_open: Optional[bool] = None,
+    stream: Optional[bool] = None,
 ) -> Dict[str, Any]:
-    if isinstance(argv, (str, bytes)):
-        raise TypeError('argv is a list of strings, e.g. ["python", "upper.py"]; for a shell line use ["bash", "-c", line]')
     body = clean(
-        {"argv": list(argv), "env": env, "cwd": cwd, "wait_ms": wait_ms, "timeout_ms": timeout_ms, "stdin_open": stdin_open or None}
+        {
+            "argv": to_argv(argv),
+            "env": env,
+            "cwd": cwd,
+            "wait_ms": wait_ms,
+            "timeout_ms": timeout_ms,
+            "stdin_open": stdin_open or None,
+            "stream": stream or None,
+        }
     )
     if stdin is not None:
         if isinstance(stdin, str):

@@ -48,6 +48,17 @@ class LbbError(Exception):
         return f"{type(self).__name__}(code={self.code!r}, status={self.status!r}, message={self.message!r}, request_id={self.request_id!r})"
 
 
+class OutputLostError(LbbError):
+    """Bytes of a streamed command's output did not reach this client: the server let go of
+    them because the client read nothing for minutes. ``command`` is the record (with what
+    came), ``lost_bytes`` how many bytes did not come."""
+
+    def __init__(self, message: str, *, command: Any, lost_bytes: int) -> None:
+        super().__init__(message, code="output_lost")
+        self.command = command
+        self.lost_bytes = lost_bytes
+
+
 class APIConnectionError(LbbError):
     """No answer from the server: it could not be reached, or the connection broke (after retries)."""
 

@@ -8,7 +8,10 @@ wire form back. Each also reads its fields as typed attributes (``run.result``,
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Callable, ClassVar, Dict, Generic, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, overload
+
+builtins_bytes = builtins.bytes  # Output has a field named bytes
 
 R = TypeVar("R", bound="Record")
 T = TypeVar("T")
@@ -112,20 +115,46 @@ def _output() -> _Field["Output"]:
 
 
 class Output(Record):
-    """What a record keeps of one output stream: its head, its tail and its size in bytes."""
+    """What a record keeps of one output stream: its head, its tail and its size in bytes.
+    Head and tail never repeat a byte (a stream that fits the tail is all in the tail).
+
+    Of a command run with ``output_limit`` it also holds the stream as it came: ``text`` is
+    then that, and ``truncated`` says the limit cut it."""
 
     head = _str()
     tail = _str()
     bytes = _int()
+    dropped_bytes = _int("How many bytes of the stream head and tail do not hold.")
+
+    _collected: "Optional[builtins_bytes]" = None
+    _collected_cut = False
+
+    def collected(self, data: "builtins_bytes", cut: bool) -> None:
+        """Sets the stream as it came (up to a limit; ``cut`` says the limit cut it)."""
+        self._collected, self._collected_cut = data, cut
+
+    @property
+    def data(self) -> "Optional[builtins_bytes]":
+        """The stream's bytes as they came, for a command run with ``output_limit``; else None."""
+        return self._collected
 
     @property
     def truncated(self) -> bool:
-        """True when the record kept only part of the stream (its head and its tail)."""
+        """True when ``text`` is not the whole stream: the record kept only its head and tail
+        (or, with ``output_limit``, the limit cut it)."""
+        if self._collected is not None:
+            return self._collected_cut
+        if "truncated" in self:
+            return bool(self["truncated"])
         return self._whole() is None
 
     @property
     def text(self) -> str:
-        """The whole stream when the record kept all of it, else head and tail joined by an ellipsis."""
+        """The whole stream when it is here (kept by the record, or collected with
+        ``output_limit``), else what is here: head and tail joined by an ellipsis, or the
+        first ``output_limit`` bytes."""
+        if self._collected is not None:
+            return self._collected.decode("utf-8", "replace")
         whole = self._whole()
         return whole if whole is not None else self.head + "\n…\n" + self.tail
 
@@ -221,6 +250,7 @@ class Template(Record):
     name = _str()
     version = _int()
     isolation = _str(doc='The isolation its runs and sandboxes default to; ``""``: the server default.')
+    existing = _bool("In the answer of ``templates.create``: True when no new version was made, the newest already holding what was saved.")
 
 
 class FileInfo(Record):
