@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,9 +67,44 @@ type Stream struct {
 	pw   *io.PipeWriter
 	body io.ReadCloser
 	once sync.Once
+	// left is what of the current FrameData is unread; ended says FrameEnd came.
+	left  int
+	ended bool
+	hdr   [FrameHeaderLen]byte
 }
 
-func (s *Stream) Read(p []byte) (int, error)  { return s.body.Read(p) }
+// Read reads the connection's bytes out of their frames.
+func (s *Stream) Read(p []byte) (int, error) {
+	for s.left == 0 {
+		if s.ended {
+			return 0, io.EOF
+		}
+		if _, err := io.ReadFull(s.body, s.hdr[:]); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		n := int(binary.BigEndian.Uint32(s.hdr[1:]))
+		switch {
+		case s.hdr[0] == FrameEnd && n == 0:
+			s.ended = true
+		case s.hdr[0] == FrameData && n <= MaxFrame:
+			s.left = n
+		default:
+			return 0, fmt.Errorf("agent: stream: unexpected frame %q of %d bytes", s.hdr[0], n)
+		}
+	}
+	n, err := s.body.Read(p[:min(len(p), s.left)])
+	s.left -= n
+	if err == io.EOF && s.left > 0 {
+		err = io.ErrUnexpectedEOF
+	} else if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
 func (s *Stream) Write(p []byte) (int, error) { return s.pw.Write(p) }
 
 // CloseWrite ends the stream's sending half.

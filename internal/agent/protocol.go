@@ -36,8 +36,9 @@
 // sandbox's loopback (the egress proxies, the forwarded API), the guest needs a stream: it
 // writes a ConnRequest line (NDJSON) on the Listen call's answer, and the host answers it by
 // opening POST /v1/conns/{id}/accept, a full-duplex stream whose request body carries what
-// the host sends the connection and whose response body what the connection sends (an end of
-// either body half-closes that direction), or with POST /v1/conns/{id}/refuse and a Refusal,
+// the host sends the connection (its end half-closes that direction) and whose response body
+// what the connection sends, as frames (FrameData, then FrameEnd at the connection's end of
+// sending: an HTTP/2 response cannot end while its request body goes on), or with POST /v1/conns/{id}/refuse and a Refusal,
 // which the listener turns into what its client understands (an HTTP 403 with the reason, a
 // SOCKS reply). A connection not answered within ConnAnswerTimeout is refused. The listeners
 // live as long as the Listen call: its end (the host's, or the channel's) closes them and
@@ -365,6 +366,12 @@ const (
 	FrameStderr  byte = '2'
 	FrameResult  byte = 'r' // a chunk of a run's result JSON; the chunks join into Exit.Result
 	FrameExit    byte = 'x' // JSON Exit; last frame
+
+	// The answer of POST /v1/conns/{id}/accept: the connection's bytes as FrameData, then
+	// FrameEnd (empty) once it sent all it will, while the other direction may go on. A stream
+	// that ends without FrameEnd broke off.
+	FrameData byte = 'd'
+	FrameEnd  byte = 'e'
 )
 
 // MaxFrame bounds one frame's payload, so a reader never holds more than this per frame.
@@ -409,7 +416,7 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds %d", n, MaxFrame)
 	}
 	switch hdr[0] {
-	case FrameStarted, FrameStdout, FrameStderr, FrameResult, FrameExit:
+	case FrameStarted, FrameStdout, FrameStderr, FrameResult, FrameExit, FrameData, FrameEnd:
 	default:
 		return 0, nil, fmt.Errorf("agent: unknown frame kind %q", hdr[0])
 	}

@@ -352,17 +352,24 @@ func bridge(conn net.Conn, w io.Writer, rc *http.ResponseController, body io.Rea
 			conn.Close()
 		}
 	}()
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, agent.FrameHeaderLen+agent.MaxFrame)
 	for {
-		n, err := conn.Read(buf)
+		n, err := conn.Read(buf[agent.FrameHeaderLen:])
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+			agent.PutFrameHeader(buf, agent.FrameData, n)
+			if _, werr := w.Write(buf[:agent.FrameHeaderLen+n]); werr != nil || rc.Flush() != nil {
 				conn.Close()
 				break
 			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
+				conn.Close()
+				break
+			}
+			// The connection sent all it will: say so, and let the other direction go on.
+			agent.PutFrameHeader(buf, agent.FrameEnd, 0)
+			if _, werr := w.Write(buf[:agent.FrameHeaderLen]); werr != nil || rc.Flush() != nil {
 				conn.Close()
 			}
 			break
