@@ -61,7 +61,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), agent: l.agent,
 		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
 	c.stdinBytes.Store(int64(len(req.Stdin)))
-	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load}
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, egress: l.egress}
 	if req.Run != nil {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
 
@@ -19,6 +20,8 @@ type execution struct {
 	killed func() bool
 	// started is called once the agent has started the process (or said it cannot).
 	started func()
+	// egress is the sandbox's, whose share the command's end says (nil: none).
+	egress *egress.Sandbox
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded
