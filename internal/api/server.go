@@ -190,7 +190,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			level = slog.LevelDebug
 		}
 		s.log.Log(r.Context(), level, "request", attrs...)
-		if c.route != nil && c.route.Audit && c.authed {
+		// A sandbox's calls (its API grant) are audited, every one, with it as the actor.
+		if c.route != nil && (c.route.Audit || c.caller.Key.Sandbox != "") && c.authed {
 			s.audit(r, c, w.status)
 		}
 	}()
@@ -292,6 +293,7 @@ func (s *Server) audit(r *http.Request, c *call, status int) {
 			Route: c.route.Method + " " + c.route.Pattern, Path: r.URL.Path, RequestID: c.requestID}
 	}
 	e.Target, e.Status, e.At = c.target, status, time.Now().UTC().Truncate(time.Millisecond)
+	e.Actor = c.caller.Key.Sandbox
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
 	err := s.svc.Store().AppendAudit(ctx, e)

@@ -74,7 +74,13 @@ type Service struct {
 	held map[string]*heldSandbox
 
 	stopEvents context.CancelFunc
+
+	// oneCalls are the graphs and keys of one-call runs' sandboxes running here (for the
+	// audit of their refused destinations).
+	oneCalls map[string]owner
 }
+
+type owner struct{ graph, key string }
 
 // New returns a Service. Call Recover before serving and Shutdown at the end.
 func New(o Options) *Service {
@@ -93,6 +99,7 @@ func New(o Options) *Service {
 		runCtx:  ctx, cancelRuns: func() { cancel(errShutdown) },
 		inflight: map[string]*inflight{},
 		held:     map[string]*heldSandbox{},
+		oneCalls: map[string]owner{},
 	}
 	s.watchEvents()
 	return s
