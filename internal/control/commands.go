@@ -101,6 +101,9 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		return Response{}, err
 	}
 	r := req.RunBody
+	if r.Egress != nil {
+		return Response{}, errdefs.InvalidArgument("egress is the sandbox's, set when it is created")
+	}
 	if r.Code != "" && r.Template != "" {
 		return Response{}, errdefs.InvalidArgument("run takes code or template, not both")
 	}
