@@ -64,6 +64,10 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("socket families", e.known("socket families", e.socketFamilies))
 	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
 	t.Run("devices", e.known("devices", e.devices))
+	t.Run("egress off", e.known("egress off", e.egressOff))
+	t.Run("egress carries its own sandbox's traffic", e.known("egress carries its own sandbox's traffic", e.egressOwnTraffic))
+	t.Run("egress leaves no host listener", e.known("egress leaves no host listener", e.egressNoHostListener))
+	t.Run("egress abuse", e.known("egress abuse", e.egressAbuse))
 
 }
 
