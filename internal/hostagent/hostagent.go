@@ -283,9 +283,9 @@ type CommandEnd struct {
 	// StdinBytes is how many bytes its stdin got.
 	StdinBytes int64 `json:"stdin_bytes"`
 	// Egress is what the sandbox's egress carried while the command ran.
-	Egress     *store.EgressUsage `json:"egress,omitempty"`
-	Started    time.Time `json:"started"`
-	Ended      time.Time `json:"ended"`
+	Egress  *store.EgressUsage `json:"egress,omitempty"`
+	Started time.Time          `json:"started"`
+	Ended   time.Time          `json:"ended"`
 	// Infrastructure is a failure of the machine (the sandbox did not start, the agent broke
 	// off), already folded into Status and Error, for the log.
 	Infrastructure string `json:"infrastructure,omitempty"`
