@@ -318,6 +318,9 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
+	if err := s.chargeRun(ctx, c.Key); err != nil {
+		return Response{}, err
+	}
 	if err := s.begin(); err != nil {
 		return Response{}, err
 	}
