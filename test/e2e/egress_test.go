@@ -30,7 +30,9 @@ import (
 	"net/http/cgi"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -395,6 +397,20 @@ echo "leaklines $(printf %%s "$found" | tr '\n' '|')"
 					t.Errorf("%s: %s, want %s (%s)", k, got[k], want, got["leaklines"])
 				}
 			}
+			// Our Python SDK, as it is, from inside: LBB_URL and LBB_GRAPH are set, no key.
+			sdk, err := filepath.Glob("../../sdk/python/src/lbb/*.py")
+			if err != nil || len(sdk) == 0 {
+				t.Fatalf("the Python SDK's sources: %v", err)
+			}
+			for _, f := range sdk {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				write(t, c, sb.ID, "sdk/lbb/"+filepath.Base(f), string(b))
+			}
+			got = lines(t, c, sb.ID, `PYTHONPATH=/workspace/sdk python3 -c 'import lbb; print("sdk", [s.id for s in lbb.LbbClient().sandboxes.list()])' 2>&1 | tail -1`)
+			wantLine(t, got, "sdk", sb.ID)
 			r := s.call("GET", "/v1/audit?graph=main&limit=200", s.key, nil, "")
 			if n := strings.Count(string(r.body), `"actor":"`+sb.ID+`"`); n < 6 {
 				t.Errorf("%d audit entries name %s as the actor, want 6 at least: %s", n, sb.ID, r.body)
