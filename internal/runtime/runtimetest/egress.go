@@ -150,7 +150,7 @@ def attempt(host, port):
 // egressAbuse: garbage, half-open handshakes and a flood of connections to the proxies
 // leave the agent answering and the host untouched.
 func (e *env) egressAbuse(t *testing.T) {
-	b := e.boot(t, runtime.Limits{Pids: 256})
+	b := e.boot(t, runtime.Limits{})
 	sb := b.openEgress(store.Egress{Mode: store.EgressAllowlist, Allow: []string{"example.invalid"}}, false)
 	r := b.py(`
 import socket
