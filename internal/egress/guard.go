@@ -381,14 +381,23 @@ type Session struct {
 }
 
 // Open opens req's listeners in the sandbox of c and serves their connections for sb. It
-// answers once the listeners serve.
+// answers once the listeners serve, or fails when ctx ends first; the session then lasts
+// until Close or the channel's end, whatever becomes of ctx.
 func (g *Guard) Open(ctx context.Context, c *agent.Client, sb *Sandbox, req agent.ListenRequest) (*Session, error) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l, err := c.Listen(ctx, req)
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	l, err := c.Listen(life, req)
+	if !stop() {
+		err = errors.Join(err, ctx.Err())
+	}
 	if err != nil {
 		cancel()
+		if l != nil {
+			l.Close()
+		}
 		return nil, fmt.Errorf("opening the sandbox's egress: %w", err)
 	}
+	ctx = life
 	s := &Session{l: l, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)

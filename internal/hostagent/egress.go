@@ -61,7 +61,8 @@ func (h *Local) newEgress(id string, spec *Egress) (*egress.Sandbox, error) {
 	return esb, nil
 }
 
-// openEgress serves a sandbox's egress on a live agent until ctx ends; nil without one.
+// openEgress serves a sandbox's egress on a live agent until ctx ends or the agent's channel
+// does; nil without one.
 func (h *Local) openEgress(ctx context.Context, c *agent.Client, esb *egress.Sandbox, spec *Egress) (*egress.Session, error) {
 	if esb == nil {
 		return nil, nil

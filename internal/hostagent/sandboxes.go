@@ -60,9 +60,12 @@ type live struct {
 	agent     *agent.Client
 	startedAt time.Time
 	limits    runtime.Limits
-	// egress is the sandbox's, and egressBase what it had carried when this life began.
+	// egress is the sandbox's, and egressBase what it had carried when this life began;
+	// served says its Listen session is open on agent (it ends with the agent's channel, so
+	// a freeze keeps it and a checkpoint or stop ends it).
 	egress     *egress.Sandbox
 	egressBase store.EgressUsage
+	served     bool
 }
 
 // usage is what the sandbox used from its start until now: CPU time, reserved memory and
@@ -257,13 +260,14 @@ func (h *Local) setRunning(s *sandbox, l *live) error {
 	esb, spec := s.egress, s.espec
 	s.mu.Unlock()
 	var eerr error
-	if esb != nil {
+	if esb != nil && !l.served {
 		if l.egress == nil {
 			l.egress, l.egressBase = esb, esb.Usage()
 		}
-		if _, eerr = h.openEgress(ctx, l.agent, esb, spec); eerr != nil {
+		if _, eerr = h.openEgress(context.Background(), l.agent, esb, spec); eerr != nil {
 			h.log.Error("opening a sandbox's egress", "sandbox", s.id, "err", eerr)
 		}
+		l.served = eerr == nil
 	}
 	s.mu.Lock()
 	s.egressErr = eerr

@@ -319,6 +319,26 @@ echo "direct $(python3 -c 'import socket; socket.create_connection(("1.1.1.1", 8
 			if e := cmds.Data[0].Egress; e == nil || e.Connections < 5 || e.Refused < 5 || e.BytesIn == 0 {
 				t.Errorf("the command's egress: %+v", e)
 			}
+			// Every life of the sandbox has its egress: after a snapshot (restored in place),
+			// a pause and resume (gvisor: a checkpoint and restore, on a fresh channel), a
+			// stop and resume.
+			again := func(what string) {
+				t.Helper()
+				wantLine(t, lines(t, c, sb.ID, fmt.Sprintf(`echo "curl-ok $(curl -sS %s/hello 2>&1)"`, ok)), "curl-ok", "hello from allowed.test")
+			}
+			if iso == "gvisor" {
+				if _, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{}); err != nil {
+					t.Fatal(err)
+				}
+				again("after a snapshot")
+			}
+			if _, err := c.Sandboxes.Pause(bg, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Sandboxes.Resume(bg, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			again("after a pause")
 			// The refused destinations are audited with the sandbox as the actor.
 			r := s.call("GET", "/v1/audit?graph=main&limit=200", s.key, nil, "")
 			if !strings.Contains(string(r.body), `"actor":"`+sb.ID+`"`) || !strings.Contains(string(r.body), `"path":"`+host+`"`) {
