@@ -324,13 +324,27 @@ echo "direct $(python3 -c 'import socket; socket.create_connection(("1.1.1.1", 8
 			// stop and resume.
 			again := func(what string) {
 				t.Helper()
-				wantLine(t, lines(t, c, sb.ID, fmt.Sprintf(`echo "curl-ok $(curl -sS %s/hello 2>&1)"`, ok)), "curl-ok", "hello from allowed.test")
+				if got := lines(t, c, sb.ID, fmt.Sprintf(`echo "curl-ok $(curl -sS %s/hello 2>&1)"`, ok)); !strings.Contains(got["curl-ok"], "hello from allowed.test") {
+					t.Errorf("%s: %q", what, got["curl-ok"])
+				}
 			}
 			if iso == "gvisor" {
-				if _, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{}); err != nil {
+				snap, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{})
+				if err != nil {
 					t.Fatal(err)
 				}
 				again("after a snapshot")
+				// A fork has its source's egress, with a quota of its own.
+				fork, err := c.Sandboxes.Fork(bg, sb.ID, lbb.ForkRequest{Snapshot: snap.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Sandboxes.Delete(bg, fork.ID)
+				if fork.Egress == nil || fork.Egress.Mode != "allowlist" || fork.Usage.Egress != nil {
+					t.Errorf("the fork's egress: %+v, used %+v", fork.Egress, fork.Usage.Egress)
+				}
+				wantLine(t, lines(t, c, fork.ID, fmt.Sprintf(`echo "curl-ok $(curl -sS %s/hello 2>&1)"; echo "curl-no $(curl -sS %s/hello 2>&1)"`, ok, no)),
+					"curl-ok", "hello from allowed.test")
 			}
 			if _, err := c.Sandboxes.Pause(bg, sb.ID); err != nil {
 				t.Fatal(err)
