@@ -36,6 +36,7 @@ image, and prints p50, p90, p99 and p50 ratios:
     exec round trip of /bin/true           (bare fork/exec)
     cold Python run(input, config)         (chroot python3 -c, bwrap python3 -c)
     --idle-memory idle sandboxes held: charged, RSS and PSS per sandbox
+    a 100 MiB download through the egress guard  (curl on the host); alone: --only egress
   gvisor (when runsc is installed; the same baselines, measured once):
     the runtime figures above on the gvisor driver directly
     checkpoint, and restore → first exec, of a sandbox holding --checkpoint-mib of memory
@@ -91,7 +92,7 @@ func runBench(ctx context.Context, args []string) error {
 	// Each baseline is measured once, so that every driver's ratios share it.
 	baselines := &bench.Baselines{}
 
-	if sections["runtime"] {
+	if sections["runtime"] || sections["egress"] {
 		state, err := os.MkdirTemp("", "lbb-bench-")
 		if err != nil {
 			return err
@@ -102,11 +103,18 @@ func runBench(ctx context.Context, args []string) error {
 		if err := runtime.CheckRequirements(d); err != nil {
 			return err
 		}
-		rows, err := bench.Runtime(ctx, bench.RuntimeOptions{Driver: d, Rootfs: img.Rootfs, N: *n, Bwrap: bwrap, Log: os.Stderr,
-			Baselines: baselines, Idle: *idleMemory, CgroupParent: "lbb-bench"})
-		rep.Rows = append(rep.Rows, rows...)
+		if sections["runtime"] {
+			rows, err := bench.Runtime(ctx, bench.RuntimeOptions{Driver: d, Rootfs: img.Rootfs, N: *n, Bwrap: bwrap, Log: os.Stderr,
+				Baselines: baselines, Idle: *idleMemory, CgroupParent: "lbb-bench"})
+			rep.Rows = append(rep.Rows, rows...)
+			if err != nil {
+				rep.Notes = append(rep.Notes, "runtime: "+err.Error())
+			}
+		}
+		row, err := bench.Egress(ctx, d, img.Rootfs, max(*n/4, 3), "", os.Stderr, baselines)
+		rep.Rows = append(rep.Rows, row)
 		if err != nil {
-			rep.Notes = append(rep.Notes, "runtime: "+err.Error())
+			rep.Notes = append(rep.Notes, "egress: "+err.Error())
 		}
 	}
 
@@ -344,6 +352,11 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 	rows = append(rows, r...)
 	if err != nil {
 		notes = append(notes, "gvisor runtime: "+err.Error())
+	}
+	if row, err := bench.Egress(ctx, d, b.rootfs, max(b.n/4, 3), prefix, os.Stderr, b.baselines); err != nil {
+		notes = append(notes, "gvisor egress: "+err.Error())
+	} else {
+		rows = append(rows, row)
 	}
 	if b.cpN > 0 {
 		cpDir := filepath.Join(state, "checkpoints")

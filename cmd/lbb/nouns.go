@@ -12,7 +12,7 @@ func init() {
 		footer:  "Every verb takes --url, --api-key, --graph and --json.",
 		verbs: []verb{
 			{name: "create", aliases: []string{"new"}, run: sandboxCreate,
-				args: "[--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N] [--env NAME=VALUE]... [--label KEY=VALUE]...",
+				args: "[--template T | --base B] [--isolation ns|gvisor] [--expires S] [--memory-mib N] [--cpus N] [--env NAME=VALUE]... [--label KEY=VALUE]...\n[--egress none|allowlist|public] [--allow HOST[:PORT]]... [--egress-quota SIZE] [--grant-scopes S,…] [--grant-max-runs N]\n[--git URL [--git-branch B] [--git-depth N]]",
 				help: "starts a sandbox and prints its id"},
 			{name: "list", aliases: []string{"ls"}, run: sandboxList,
 				args: "[--all | --status S[,S…]] [--label KEY=VALUE]... [--limit N]",
@@ -78,7 +78,7 @@ error of lbb or the server exits 1, a usage error 2.`},
 		footer:  "Every verb takes --url, --api-key, --graph and --json.",
 		verbs: []verb{
 			{name: "create", aliases: []string{"save"}, run: templatesCreate,
-				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor]",
+				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor] [--egress MODE] [--allow HOST]... [--egress-quota SIZE]",
 				help: "save a new version of NAME (each save is a new version)"},
 			{name: "list", aliases: []string{"ls"}, args: "", help: "the graph's templates (newest versions) and the bases", run: templatesList},
 			{name: "show", aliases: []string{"get"}, args: "NAME[@N]", help: "one version (newest by default) and the history", run: templatesShow},

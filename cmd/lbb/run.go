@@ -36,6 +36,7 @@ func runRun(ctx context.Context, args []string) error {
 	key := fs.String("idempotency-key", "", "the call's Idempotency-Key (default: a fresh one)")
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms (default: the server's)")
 	limits := limitsFlags(fs, false)
+	ef := newEgressFlags(fs)
 	var env multiFlag
 	fs.Var(&env, "env", "NAME=VALUE passed to the code (repeatable); values are masked in output")
 	pos, err := parseInterspersed(fs, args)
@@ -51,6 +52,9 @@ func runRun(ctx context.Context, args []string) error {
 	case len(pos) == 0 && *template != "":
 	default:
 		return exitError{2, "takes one FILE, or --template (lbb run --help says more)"}
+	}
+	if p.Egress, err = ef.egress(); err != nil {
+		return err
 	}
 	if p.Input, err = jsonFlag("input", *input); err != nil {
 		return err

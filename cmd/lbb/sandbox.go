@@ -23,11 +23,16 @@ func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
 	limits := limitsFlags(fs, true)
 	sf := newSandboxFlags(fs, "sandbox")
+	ef, gf := newEgressFlags(fs), newGrantFlags(fs)
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
 	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key, Limits: limits()}
+	gf.apply(&p)
 	var err error
+	if p.Egress, err = ef.egress(); err != nil {
+		return err
+	}
 	if p.Env, p.Metadata, err = sf.maps(); err != nil {
 		return err
 	}
@@ -179,6 +184,18 @@ func printSandbox(sb *lbb.Sandbox) {
 	t.opt("template", templateRef(sb.Template))
 	t.row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
 	t.opt("isolation", sb.Isolation)
+	if e := sb.Egress; e != nil && e.Mode != "none" {
+		t.row("egress", fmt.Sprintf("%s %s (quota %d bytes)", e.Mode, strings.Join(e.Allow, ", "), e.QuotaBytes))
+	}
+	if u := sb.Usage.Egress; u != nil {
+		t.row("egress used", fmt.Sprintf("%d bytes out, %d in, %d connections, %d refused", u.BytesOut, u.BytesIn, u.Connections, u.Refused))
+	}
+	if sb.API != nil {
+		t.row("api grant", strings.Join(sb.API.Scopes, ", "))
+	}
+	if sb.Git != nil {
+		t.row("git", sb.Git.URL)
+	}
 	t.opt("env", strings.Join(sb.EnvNames, ", "))
 	t.opt("labels", labelString(sb.Metadata))
 	t.row("created", when(&sb.CreatedAt))

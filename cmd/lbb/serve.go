@@ -23,6 +23,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/mcp"
@@ -106,6 +107,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Listening comes first: sandboxes' API grants are forwarded to this address.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if cfg.APIURL == "" {
+		cfg.APIURL = "http://" + reachable(ln.Addr())
+	}
 	reg := newRegistry()
 	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs)
 	if err != nil {
@@ -129,10 +139,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		defer warm.Close()
 	}
 	secret, err := svc.Bootstrap(ctx, cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
@@ -220,12 +226,30 @@ func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prom
 			return nil, nil, image, iso, err
 		}
 	}
+	permit, err := egress.ParsePermit(cfg.EgressPermit)
+	if err != nil {
+		return nil, nil, image, iso, err
+	}
+	guard := egress.NewGuard(egress.Options{Permit: permit, Resolver: cfg.EgressResolver, Registerer: reg,
+		Log: log.With("part", "egress")})
 	hst := hostagent.NewLocal(hostagent.Options{
 		Driver: driver, Pool: warm, Rootfs: image.Rootfs, Image: image.Image,
 		Default: iso.Default, Offered: iso.Available, Unavailable: iso.Unavailable,
-		Blobs: bs, DataDir: cfg.DataDir, Log: log.With("part", "hostagent"),
+		Blobs: bs, DataDir: cfg.DataDir, Guard: guard, Log: log.With("part", "hostagent"),
 	})
 	return hst, warm, image, iso, nil
+}
+
+// reachable is a listening address as a client dials it: an unspecified host is loopback.
+func reachable(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // prepareDataDir makes the data directory. Others may traverse it but not list it: the

@@ -18,6 +18,7 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 	limits := limitsFlags(fs, false)
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms")
 	desc := fs.String("description", "", "what the template does")
+	ef := newEgressFlags(fs)
 	name, err := oneArg(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -29,6 +30,9 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 		}
 	}
 	if p.Config, err = jsonFlag("config", *config); err != nil {
+		return err
+	}
+	if p.Egress, err = ef.egress(); err != nil {
 		return err
 	}
 	c, err := cf.client()

@@ -51,35 +51,9 @@ func startAgent(t testing.TB) *testAgent {
 // startAgentIn is startAgent with the workspace ws.
 func startAgentIn(t testing.TB, ws string) *testAgent {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostEnd, guestEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
 	ta := &testAgent{ws: ws, etc: t.TempDir()}
-	ta.cmd = exec.Command(testkit.Agent(t), "--workspace", ta.ws, "--etc-dir", ta.etc, "--path", os.Getenv("PATH"))
-	ta.cmd.ExtraFiles = []*os.File{guestEnd}
-	ta.cmd.Stderr = os.Stderr
-	if err := ta.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ta.exited = make(chan struct{})
-	go func() { ta.cmd.Wait(); close(ta.exited) }()
-	guestEnd.Close()
-	conn, err := net.FileConn(hostEnd)
-	hostEnd.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := agent.WaitReady(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	ta.c, err = agent.NewClient(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := agenttest.StartProcess(t, testkit.Agent(t), "--workspace", ta.ws, "--etc-dir", ta.etc, "--path", os.Getenv("PATH"))
+	ta.c, ta.cmd, ta.exited = p.C, p.Cmd, p.Exited
 	t.Cleanup(func() {
 		ta.c.Close()
 		if !ta.waitExit() {

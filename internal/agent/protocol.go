@@ -15,6 +15,10 @@
 //	PUT    /v1/files/content?path=&mode=     body = the bytes (streamed); parents are made → FileEntry
 //	POST   /v1/identity  Identity            hostname, machine id, entropy for a claimed slot → 204
 //	POST   /v1/prestart  PrestartRequest     start a run() interpreter that waits for its run → 204
+//	POST   /v1/listen    ListenRequest       serve listeners in the sandbox → 200, header
+//	                                         Lbb-Listening (Listening), then ConnRequest lines
+//	POST   /v1/conns/{id}/accept             body = bytes to the connection; response = bytes from it
+//	POST   /v1/conns/{id}/refuse  Refusal    → 204
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
@@ -27,6 +31,21 @@
 // Output flows with backpressure end to end: a process whose host does not read blocks in
 // write(2), and the agent holds at most one frame per stream.
 //
+// Streams the guest starts. HTTP/2 streams are opened by the host, the client on the channel.
+// When a process inside connects to one of the listeners a Listen call serves on the
+// sandbox's loopback (the egress proxies, the forwarded API), the guest needs a stream: it
+// writes a ConnRequest line (NDJSON) on the Listen call's answer, and the host answers it by
+// opening POST /v1/conns/{id}/accept, a full-duplex stream whose request body carries what
+// the host sends the connection (its end half-closes that direction) and whose response body
+// what the connection sends, as frames (FrameData, then FrameEnd at the connection's end of
+// sending: an HTTP/2 response cannot end while its request body goes on), or with POST /v1/conns/{id}/refuse and a Refusal,
+// which the listener turns into what its client understands (an HTTP 403 with the reason, a
+// SOCKS reply). A connection not answered within ConnAnswerTimeout is refused. The listeners
+// live as long as the Listen call: its end (the host's, or the channel's) closes them and
+// refuses what is pending, while accepted connections run on to their ends. One Listen call
+// at a time: a new one (after a reconnect) replaces the last. A stream the host starts toward
+// something inside (a terminal, a port) is the mirror image and needs nothing of this.
+//
 // The agent speaks first on the channel: Hello, then HTTP/2 (the client sends the HTTP/2
 // preface after reading Hello). So a driver can wait for the agent with WaitReady, which
 // peeks without consuming, and then hand the channel to NewClient.
@@ -38,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Route paths.
@@ -51,6 +71,11 @@ const (
 	PathMkdir       = "/v1/files/mkdir"
 	PathIdentity    = "/v1/identity"
 	PathPrestart    = "/v1/prestart"
+	PathListen      = "/v1/listen"
+	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
+
+	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
+	HeaderListening = "Lbb-Listening"
 
 	// HeaderExec carries the ExecRequest as unpadded base64url JSON, so that the body is free
 	// for stdin.
@@ -171,6 +196,70 @@ type PrestartRequest struct {
 	Imports []string `json:"imports"`
 }
 
+// ListenRequest opens the listeners a sandbox's egress and API need, on the sandbox's
+// loopback (the sandbox has no other network device). Each address is host:port, "" for a
+// listener not served; port 0 picks one (Listening says which).
+//
+//   - Proxy: an HTTP proxy: CONNECT tunnels, and requests in absolute form (http_proxy for
+//     http:// URLs), each to the host and port the client names, as a ConnRequest of kind
+//     ConnProxy; names are never resolved inside.
+//   - SOCKS: a SOCKS5 proxy (no authentication, CONNECT), likewise.
+//   - API: a plain TCP listener whose connections are ConnRequests of kind ConnAPI.
+//
+// While the call lasts, every process started gets, beside Env: for Proxy, HTTP_PROXY and
+// HTTPS_PROXY (and lower case) http://<proxy>, NODE_USE_ENV_PROXY=1 (Node's fetch), and
+// NO_PROXY=localhost,127.0.0.1,::1 (the sandbox's own services stay local); for SOCKS,
+// ALL_PROXY socks5h://<socks> (h: the proxy resolves); for API, LBB_URL http://<api>.
+type ListenRequest struct {
+	Proxy string `json:"proxy,omitempty"`
+	SOCKS string `json:"socks,omitempty"`
+	API   string `json:"api,omitempty"`
+	// Env is added to the environment of the processes started while the call lasts.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Listening is what a Listen call serves: the bound addresses.
+type Listening struct {
+	Proxy string `json:"proxy,omitempty"`
+	SOCKS string `json:"socks,omitempty"`
+	API   string `json:"api,omitempty"`
+}
+
+// ConnRequest is a connection a listener accepted, which the host accepts or refuses.
+type ConnRequest struct {
+	ID string `json:"id"`
+	// Kind is ConnProxy (to Host:Port, as a proxy's client asked) or ConnAPI.
+	Kind string `json:"kind"`
+	Host string `json:"host,omitempty"`
+	Port int    `json:"port,omitempty"`
+}
+
+// Kinds of ConnRequest.
+const (
+	ConnProxy = "proxy"
+	ConnAPI   = "api"
+)
+
+// Refusal says why the host refused a connection; Code is one of the Refuse* codes.
+type Refusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Refusal codes, as the proxies tell them to their clients: denied and quota as HTTP 403 and
+// SOCKS "not allowed by ruleset", unreachable as 502 and "host unreachable", refused as 502
+// and "connection refused", unavailable (no one answered) as 503 and "general failure".
+const (
+	RefuseDenied      = "egress_denied"
+	RefuseQuota       = "egress_quota_exceeded"
+	RefuseUnreachable = "egress_unreachable"
+	RefuseRefused     = "egress_connection_refused"
+	RefuseUnavailable = "egress_unavailable"
+)
+
+// ConnAnswerTimeout bounds how long an accepted connection waits for the host's answer.
+const ConnAnswerTimeout = 30 * time.Second
+
 // Identity answers not_supported naming what could not be bound: in a sandbox without
 // CAP_SYS_ADMIN the uts hostname stays what the driver set, and the name is only written to
 // /etc/hostname, which needs a writable /etc (as does /etc/machine-id).
@@ -277,6 +366,12 @@ const (
 	FrameStderr  byte = '2'
 	FrameResult  byte = 'r' // a chunk of a run's result JSON; the chunks join into Exit.Result
 	FrameExit    byte = 'x' // JSON Exit; last frame
+
+	// The answer of POST /v1/conns/{id}/accept: the connection's bytes as FrameData, then
+	// FrameEnd (empty) once it sent all it will, while the other direction may go on. A stream
+	// that ends without FrameEnd broke off.
+	FrameData byte = 'd'
+	FrameEnd  byte = 'e'
 )
 
 // MaxFrame bounds one frame's payload, so a reader never holds more than this per frame.
@@ -321,7 +416,7 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds %d", n, MaxFrame)
 	}
 	switch hdr[0] {
-	case FrameStarted, FrameStdout, FrameStderr, FrameResult, FrameExit:
+	case FrameStarted, FrameStdout, FrameStderr, FrameResult, FrameExit, FrameData, FrameEnd:
 	default:
 		return 0, nil, fmt.Errorf("agent: unknown frame kind %q", hdr[0])
 	}

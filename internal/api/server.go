@@ -191,7 +191,8 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			level = slog.LevelDebug
 		}
 		s.log.Log(r.Context(), level, "request", attrs...)
-		if c.route != nil && c.route.Audit && c.authed {
+		// A sandbox's calls (its API grant) are audited, every one, with it as the actor.
+		if c.route != nil && (c.route.Audit || c.caller.Key.Sandbox != "") && c.authed {
 			s.audit(r, c, w.status)
 		}
 	}()
@@ -219,7 +220,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	if route.Audit {
 		c.audit = control.NewPendingAudit(store.AuditEntry{
-			ID: ids.New(ids.Audit), Graph: c.caller.Graph, KeyID: c.caller.Key.ID, Method: r.Method,
+			ID: ids.New(ids.Audit), Graph: c.caller.Graph, KeyID: c.caller.Key.ID, Actor: c.caller.Key.Sandbox, Method: r.Method,
 			Route: route.Method + " " + route.Pattern, Path: r.URL.Path, RequestID: c.requestID,
 		})
 		r = r.WithContext(control.WithPendingAudit(r.Context(), c.audit))
@@ -293,6 +294,9 @@ func (s *Server) audit(r *http.Request, c *call, status int) {
 			Route: c.route.Method + " " + c.route.Pattern, Path: r.URL.Path, RequestID: c.requestID}
 	}
 	e.Target, e.Status, e.At = c.target, status, time.Now().UTC().Truncate(time.Millisecond)
+	if e.Actor = c.caller.Key.Sandbox; e.Actor != "" && e.Graph == "" && len(c.caller.Key.Graphs) == 1 {
+		e.Graph = c.caller.Key.Graphs[0] // a sandbox's call outside a graph's routes (/v1/keys) is its graph's
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
 	err := s.svc.Store().AppendAudit(ctx, e)

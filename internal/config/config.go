@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -112,6 +113,20 @@ type Config struct {
 	// sandboxes instead of one in the server's own process; HostAgentToken is its token.
 	HostAgent      string
 	HostAgentToken string
+
+	// EgressQuota is a sandbox's egress quota (bytes, both ways) when a call names none;
+	// EgressMaxQuota the most a call may name.
+	EgressQuota    int64
+	EgressMaxQuota int64
+	// EgressPermit are networks the egress guard lets sandboxes reach although they are not
+	// public (CIDRs): loopback test servers, an internal mirror.
+	EgressPermit []string
+	// EgressResolver is the DNS server (host:port) the guard resolves names with; "" is
+	// the host's resolver.
+	EgressResolver string
+	// APIURL is where host agents send the API calls sandboxes make with their grants
+	// (default: http:// and the address the server listens on).
+	APIURL string
 }
 
 // Default returns the configuration with every default filled in.
@@ -152,6 +167,8 @@ func Default() Config {
 		PoolMax:          8,
 		PoolRefill:       1,
 		PoolGvisorMin:    1,
+		EgressQuota:      1 << 30,
+		EgressMaxQuota:   10 << 30,
 	}
 }
 
@@ -207,6 +224,18 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
 	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://)")
 	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent")
+	fs.Int64Var(&c.EgressQuota, "egress-quota", c.EgressQuota, "egress quota of a sandbox (bytes both ways) when a call names none")
+	fs.Int64Var(&c.EgressMaxQuota, "egress-max-quota", c.EgressMaxQuota, "largest egress quota a call may name")
+	fs.Func("egress-permit", "a network (CIDR) sandboxes' egress may reach although it is not public; repeat or separate with commas (LBB_EGRESS_PERMIT)", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.EgressPermit = append(c.EgressPermit, p)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.EgressResolver, "egress-resolver", c.EgressResolver, "DNS server (host:port) the egress guard resolves names with (default: the host's resolver)")
+	fs.StringVar(&c.APIURL, "api-url", c.APIURL, "URL host agents forward sandboxes' API calls to (default: http:// and --addr)")
 }
 
 // EnvName is the environment variable of a flag: --data-dir is LBB_DATA_DIR.
@@ -273,6 +302,26 @@ func (c *Config) Validate() error {
 		}
 		if c.HostAgentToken == "" {
 			bad("--host-agent needs --host-agent-token")
+		}
+	}
+	if c.EgressQuota < 0 || c.EgressMaxQuota < c.EgressQuota {
+		bad("--egress-quota %d, --egress-max-quota %d: want 0 ≤ quota ≤ max", c.EgressQuota, c.EgressMaxQuota)
+	}
+	for _, p := range c.EgressPermit {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, aerr := netip.ParseAddr(p); aerr != nil {
+				bad("--egress-permit %q: want a CIDR such as 10.0.0.0/8", p)
+			}
+		}
+	}
+	if c.EgressResolver != "" {
+		if _, _, err := net.SplitHostPort(c.EgressResolver); err != nil {
+			bad("--egress-resolver %q: want host:port", c.EgressResolver)
+		}
+	}
+	if c.APIURL != "" {
+		if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--api-url %q: want http://host:port", c.APIURL)
 		}
 	}
 	if c.PoolGvisorMin < 0 {

@@ -106,6 +106,9 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		return Response{}, err
 	}
 	r := req.RunBody
+	if r.Egress != nil {
+		return Response{}, errdefs.InvalidArgument("egress is the sandbox's, set when it is created")
+	}
 	if r.Code != "" && r.Template != "" {
 		return Response{}, errdefs.InvalidArgument("run takes code or template, not both")
 	}
@@ -198,6 +201,9 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	if hs == nil || sb.Status != store.SandboxRunning {
 		return Response{}, errdefs.Conflict("sandbox %s is %s; commands run in a running sandbox (resume a stopped one)", sandboxID, sb.Status)
 	}
+	if err := s.chargeRun(ctx, c.Key); err != nil {
+		return Response{}, err
+	}
 	if err := s.begin(); err != nil {
 		return Response{}, err
 	}
@@ -287,6 +293,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
 	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
 	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
+	cmd.Egress = out.Egress
 	if out.StdinBytes > 0 {
 		cmd.StdinBytes = out.StdinBytes
 	}

@@ -75,7 +75,13 @@ type Service struct {
 	graphLocks map[string]*sync.Mutex
 
 	stopEvents context.CancelFunc
+
+	// oneCalls are the graphs and keys of one-call runs' sandboxes running here (for the
+	// audit of their refused destinations).
+	oneCalls map[string]owner
 }
+
+type owner struct{ graph, key string }
 
 // New returns a Service. Call Recover before serving and Shutdown at the end.
 func New(o Options) *Service {
@@ -95,6 +101,7 @@ func New(o Options) *Service {
 		runCtx:  ctx, cancelRuns: func() { cancel(errShutdown) },
 		inflight: map[string]*inflight{},
 		held:     map[string]*heldSandbox{},
+		oneCalls: map[string]owner{},
 	}
 	s.watchEvents()
 	return s

@@ -54,6 +54,21 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 	if k.RevokedAt != nil {
 		return store.Key{}, errdefs.Unauthorized("API key %s was revoked", k.ID)
 	}
+	now := s.now()
+	if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
+		return store.Key{}, errdefs.Unauthorized("API key %s expired", k.ID)
+	}
+	// A derived key lives no longer than the keys it came from.
+	for p, depth := k.Parent, 0; p != ""; depth++ {
+		pk, err := s.st.GetKey(ctx, p)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return store.Key{}, err
+		}
+		if err != nil || depth >= 8 || pk.RevokedAt != nil || pk.ExpiresAt != nil && !now.Before(*pk.ExpiresAt) {
+			return store.Key{}, errdefs.Unauthorized("API key %s came from key %s, which was revoked or expired", k.ID, p)
+		}
+		p = pk.Parent
+	}
 	return k, nil
 }
 

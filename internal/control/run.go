@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,12 @@ type CreateRequest struct {
 	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
 	// Isolation names the driver ("ns", "gvisor"); run.isolation wins over it.
 	Isolation string `json:"isolation,omitempty"`
+	// Egress is the route out (run.egress wins over it); API what code inside may call of
+	// the API (long-lived sandboxes); Git a public repository cloned into the workspace
+	// (long-lived sandboxes).
+	Egress *store.Egress   `json:"egress,omitempty"`
+	API    *APIGrantBody   `json:"api,omitempty"`
+	Git    *store.GitClone `json:"git,omitempty"`
 }
 
 // RunBody is one run(input, config): code or a template, and what to call it with.
@@ -47,6 +54,8 @@ type RunBody struct {
 	Env      map[string]string `json:"env,omitempty"`
 	// Isolation names the driver the run's sandbox runs on.
 	Isolation string `json:"isolation,omitempty"`
+	// Egress is the run's route out.
+	Egress *store.Egress `json:"egress,omitempty"`
 }
 
 // OriginBody names the workflow step that made a call.
@@ -78,6 +87,7 @@ type RunResult struct {
 	Template        *store.TemplateRef `json:"template,omitempty"`
 	Limits          store.Limits       `json:"limits"`
 	Isolation       string             `json:"isolation,omitempty"`
+	Egress          *store.Egress      `json:"egress,omitempty"`
 	TimeoutMs       int64              `json:"timeout_ms"`
 	Usage           store.Usage        `json:"usage"`
 	CreatedAt       time.Time          `json:"created_at"`
@@ -145,6 +155,9 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		wait = min(p.timeout+30*time.Second, s.cfg.MaxWait)
 	}
 	p.idemKey, p.reqHash, p.wait = idemKey, reqHash, wait
+	if err := s.chargeRun(ctx, c.Key); err != nil {
+		return Response{}, err
+	}
 	p.audit = pendingAudit(ctx)
 	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
@@ -294,6 +307,7 @@ func (s *Service) launch(p *plan) *inflight {
 	inf := &inflight{done: make(chan struct{})}
 	s.mu.Lock()
 	s.inflight[p.command.ID] = inf
+	s.oneCalls[p.sandbox.ID] = owner{p.sandbox.Graph, p.sandbox.Origin.Key}
 	s.mu.Unlock()
 	s.metrics.running.Inc()
 	go func() {
@@ -364,6 +378,12 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	if err != nil {
 		end.Error = err.Error()
 	}
+	// Its refusals' events may still be on their way.
+	time.AfterFunc(time.Minute, func() {
+		s.mu.Lock()
+		delete(s.oneCalls, p.sandbox.ID)
+		s.mu.Unlock()
+	})
 	s.metrics.running.Dec()
 	if end.Error != "" {
 		sb.Error = strings.TrimPrefix(sb.Error+"; ", "; ") + "destroying: " + end.Error
@@ -381,7 +401,7 @@ func (s *Service) runSpec(p *plan) hostagent.RunRequest {
 		Runtime:  p.sandbox.Isolation,
 		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
-		Files: p.files,
+		Files: p.files, Egress: hostEgress(p.sandbox),
 	}
 }
 
@@ -389,6 +409,7 @@ func (s *Service) runSpec(p *plan) hostagent.RunRequest {
 func applyOutcome(cmd *store.Command, sb *store.Sandbox, out hostagent.RunResult) {
 	cmd.Status, cmd.OK, cmd.Result, cmd.Error = out.Status, out.OK, out.Result, out.Error
 	cmd.ExitCode, cmd.Signal, cmd.Stdout, cmd.Stderr = out.ExitCode, out.Signal, out.Stdout, out.Stderr
+	cmd.Egress = out.Egress
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if !out.Started.IsZero() {
 		st := out.Started.UTC().Truncate(time.Millisecond)
@@ -428,7 +449,7 @@ func render(cmd store.Command, sb store.Sandbox) RunResult {
 		OK: cmd.OK, Result: cmd.Result, Error: cmd.Error, Command: cmd.ID, Sandbox: sb.ID, Status: cmd.Status,
 		ResultTruncated: cmd.ResultTruncated, ResultBytes: cmd.ResultBytes, ResultFile: cmd.ResultFile,
 		ExitCode: cmd.ExitCode, Signal: cmd.Signal, DurationMs: cmd.DurationMs, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
-		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
+		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, Egress: sb.Egress, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
 		CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,
 	}
 }
@@ -517,6 +538,24 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if err != nil {
 		return nil, err
 	}
+	if req.API != nil || req.Git != nil {
+		return nil, errdefs.InvalidArgument("api and git are for long-lived sandboxes (create one without run)")
+	}
+	callEgress := req.Egress
+	if r.Egress != nil {
+		if callEgress != nil && !reflect.DeepEqual(callEgress, r.Egress) {
+			return nil, errdefs.InvalidArgument("run.egress and egress differ; give one")
+		}
+		callEgress = r.Egress
+	}
+	var tplEgress *store.Egress
+	if tpl != nil {
+		tplEgress = tpl.Egress
+	}
+	eg, err := s.resolveEgress(callEgress, tplEgress)
+	if err != nil {
+		return nil, err
+	}
 	env := map[string]string{}
 	for _, m := range []map[string]string{req.Env, r.Env} {
 		for k, v := range m {
@@ -536,7 +575,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	return &plan{
 		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxRunning, OneCall: true, Base: base.Name,
 			Image: s.image.ID, Template: ref, Limits: limits, Isolation: isolation, EnvNames: envNames, Metadata: req.Metadata,
-			Origin: origin, CreatedAt: now},
+			Origin: origin, CreatedAt: now, Egress: eg},
 		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
 			Status: store.CommandRunning, Origin: origin, CreatedAt: now},

@@ -84,6 +84,10 @@ func (s *Service) watchEvents() {
 }
 
 func (s *Service) onEvent(e hostagent.Event) {
+	if e.Kind == hostagent.EventEgressRefused {
+		s.onEgressRefused(e)
+		return
+	}
 	hs := s.lookupHeld(e.Sandbox)
 	if hs == nil {
 		return
@@ -114,6 +118,12 @@ func (s *Service) onEvent(e hostagent.Event) {
 func addUsage(sb *store.Sandbox, u store.Usage) {
 	sb.Usage.VCPUMs += u.VCPUMs
 	sb.Usage.GiBMs += u.GiBMs
+	if u.Egress != nil {
+		if sb.Usage.Egress == nil {
+			sb.Usage.Egress = &store.EgressUsage{}
+		}
+		sb.Usage.Egress.Add(u.Egress)
+	}
 }
 
 // commandsRunning counts the commands running in a sandbox.
@@ -192,8 +202,11 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {
 			return Response{}, err
 		}
+		if err := s.chargeRun(ctx, c.Key); err != nil {
+			return Response{}, err
+		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
-			Runtime: sb.Isolation, Warm: true, Files: files, Env: env})
+			Runtime: sb.Isolation, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
 		if err != nil {
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -204,7 +217,18 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not start: %w", sb.ID, err))
 		}
 		sb.ID = started.ID
+		if sb.API != nil {
+			if err := s.grant(ctx, c.Key.ID, &sb, 0); err != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				if _, derr := s.host.Destroy(dctx, sb.ID); derr != nil {
+					s.log.Error("destroying a sandbox that got no grant", "sandbox", sb.ID, "err", derr)
+				}
+				return Response{}, err
+			}
+		}
 		if err := s.admit(ctx, &sb, started, exp); err != nil {
+			s.revokeGrant(ctx, sb)
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
@@ -277,6 +301,21 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	if err := validMetadata(req.Metadata); err != nil {
 		return zero, nil, nil, err
 	}
+	var tplEgress *store.Egress
+	if tpl != nil {
+		tplEgress = tpl.Egress
+	}
+	eg, err := s.resolveEgress(req.Egress, tplEgress)
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	grant, err := checkGrant(c.Key, req.API)
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	if err := checkGit(req.Git); err != nil {
+		return zero, nil, nil, err
+	}
 	origin := store.Origin{Key: c.Key.ID}
 	if req.Origin != nil {
 		origin.Workflow, origin.Run, origin.Step = req.Origin.Workflow, req.Origin.Run, req.Origin.Step
@@ -288,7 +327,8 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	// The id is the one a cold start uses; a sandbox handed over by the warm pool keeps the
 	// pool's (CreateSandbox).
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: c.Graph, Status: store.SandboxStarting, Base: base.Name, Image: s.image.ID,
-		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin}, env, files, nil
+		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin,
+		Egress: eg, API: grant, Git: req.Git}, env, files, nil
 }
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
@@ -466,7 +506,8 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return sb, err
 	}
 	t0 := time.Now()
-	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation})
+	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation,
+		Egress: hostEgress(sb)})
 	if err != nil {
 		// A paused sandbox stays paused, so that a retry may wake it.
 		prev.Error = "resume failed: " + err.Error()
@@ -476,6 +517,10 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
 	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
+	if err := s.regrant(wctx, &sb); err != nil {
+		s.log.Error("renewing a resumed sandbox's API grant", "sandbox", id, "err", err)
+		sb.Error = "the API grant could not be renewed: " + err.Error()
+	}
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
@@ -523,6 +568,7 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	if err != nil {
 		sb.Error = err.Error()
 	}
+	s.revokeGrant(ctx, sb)
 	s.waitCommands(id)
 	addUsage(&sb, u)
 	s.removeHeld(id)
@@ -591,12 +637,14 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			}
 			sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
+			s.revokeGrant(ctx, sb)
 			rec.Expired = append(rec.Expired, sb.ID)
 		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
 			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
 				sb.Error = err.Error()
 			}
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxFailed, store.EndLost, &now
+			s.revokeGrant(ctx, sb)
 			if sb.Error == "" {
 				sb.Error = "the server stopped while the sandbox was starting"
 			}

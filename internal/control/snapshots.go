@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -374,6 +375,9 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 	if resp, ok, err := s.keys().Stored(ctx, c.Graph, idemKey, reqHash); ok || err != nil {
 		return resp, err
 	}
+	if err := s.chargeRun(ctx, c.Key); err != nil {
+		return Response{}, err
+	}
 	if err := s.begin(); err != nil {
 		return Response{}, err
 	}
@@ -471,8 +475,18 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 	// As a create: the sandbox starts before its record exists (a crash between leaves a
 	// driver sandbox Recover reaps), and the cap is checked again with the insert.
 	t0 := time.Now()
+	// Its egress is its source's, its quota fresh; its API grant, if the source has one, is a
+	// key of its own, within the forking key's scopes.
+	if sb.API != nil {
+		g := *sb.API
+		g.Key, g.Scopes = "", slices.DeleteFunc(slices.Clone(g.Scopes), func(sc string) bool { return !c.Key.HasScope(sc) })
+		sb.API = &g
+		if len(g.Scopes) == 0 {
+			sb.API = nil
+		}
+	}
 	started, err := s.host.Fork(ctx, hostagent.ForkRequest{ID: sb.ID, Source: from.ID, SnapshotID: snap.ID,
-		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env})
+		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env, Egress: hostEgress(sb)})
 	if err != nil {
 		now := s.now()
 		sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -485,7 +499,14 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		}
 		return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("fork %s of %s did not start: %w", sb.ID, from.ID, err))
 	}
+	if sb.API != nil {
+		if err := s.grant(ctx, c.Key.ID, &sb, 0); err != nil {
+			s.log.Error("granting a fork the API", "sandbox", sb.ID, "err", err)
+			sb.API, sb.Error = nil, "the API grant could not be made: "+err.Error()
+		}
+	}
 	if err := s.admit(ctx, &sb, started, exp); err != nil {
+		s.revokeGrant(ctx, sb)
 		return Response{}, err
 	}
 	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp)

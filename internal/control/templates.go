@@ -28,6 +28,8 @@ type TemplateRequest struct {
 	// Isolation is the driver the version's runs and sandboxes default to; "" is the
 	// server's default at the time of each run.
 	Isolation string `json:"isolation,omitempty"`
+	// Egress is the route out its runs and sandboxes get unless a call names one.
+	Egress *store.Egress `json:"egress,omitempty"`
 }
 
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -99,6 +101,11 @@ func (s *Service) newTemplateVersion(ctx context.Context, c Caller, req Template
 			return store.Template{}, err
 		}
 	}
+	if req.Egress != nil {
+		if err := s.checkEgress(*req.Egress); err != nil {
+			return store.Template{}, err
+		}
+	}
 	config, err := jsonValue("config", req.Config)
 	if err != nil {
 		return store.Template{}, err
@@ -126,7 +133,7 @@ func (s *Service) newTemplateVersion(ctx context.Context, c Caller, req Template
 	}
 	return store.Template{
 		ID: ids.New(ids.Template), Graph: c.Graph, Name: req.Name, Base: base.Name, Code: req.Code, Limits: limits,
-		Isolation: req.Isolation, TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
+		Isolation: req.Isolation, Egress: req.Egress, TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
 		CreatedAt: s.now(), CreatedBy: c.Key.ID,
 	}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -73,6 +74,9 @@ type Host interface {
 	// and the control plane ends the sandbox (Destroy) with its records. The zero time
 	// clears it.
 	SetExpiry(ctx context.Context, id string, at time.Time) error
+	// SetGrant gives the in-sandbox API of a sandbox started with Egress.API the credential
+	// its calls carry (nil takes it away). It lives in the host agent's memory only.
+	SetGrant(ctx context.Context, id string, grant *egress.Grant) error
 
 	// Exec starts a command in a running sandbox and answers once its process runs (or could
 	// not start: Wait then says why).
@@ -160,6 +164,8 @@ type RunRequest struct {
 	HeadBytes int    `json:"head_bytes"`
 	TailBytes int    `json:"tail_bytes"`
 	Files     []File `json:"files,omitempty"`
+	// Egress is the run's route out; nil: none.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // RunResult is how a one-call run ended, ready for its records.
@@ -192,6 +198,10 @@ type CreateRequest struct {
 	// Env reaches every command of the sandbox; its values are masked in output and never
 	// stored. It lives as long as the host agent's process.
 	Env map[string]string `json:"env,omitempty"`
+	// Egress is what the sandbox may reach beyond itself; nil: nothing.
+	Egress *Egress `json:"egress,omitempty"`
+	// Git is cloned into the workspace before Create answers; a failed clone fails it.
+	Git *store.GitClone `json:"git,omitempty"`
 }
 
 // ResumeRequest starts a stopped or paused sandbox again.
@@ -201,6 +211,8 @@ type ResumeRequest struct {
 	Runtime string         `json:"runtime,omitempty"`
 	// Env replaces the sandbox's env when the host agent no longer has it (after a restart).
 	Env map[string]string `json:"env,omitempty"`
+	// Egress likewise replaces its egress (Used: what its earlier lives used).
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // ForkRequest starts sandbox ID from SnapshotID, or from Source as it is now.
@@ -211,6 +223,7 @@ type ForkRequest struct {
 	Limits     runtime.Limits    `json:"limits"`
 	Runtime    string            `json:"runtime,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	Egress     *Egress           `json:"egress,omitempty"`
 }
 
 // Sandbox is a started sandbox.
@@ -310,9 +323,11 @@ type CommandEnd struct {
 	Stdout   store.Output    `json:"stdout"`
 	Stderr   store.Output    `json:"stderr"`
 	// StdinBytes is how many bytes its stdin got.
-	StdinBytes int64     `json:"stdin_bytes"`
-	Started    time.Time `json:"started"`
-	Ended      time.Time `json:"ended"`
+	StdinBytes int64 `json:"stdin_bytes"`
+	// Egress is what the sandbox's egress carried while the command ran.
+	Egress  *store.EgressUsage `json:"egress,omitempty"`
+	Started time.Time          `json:"started"`
+	Ended   time.Time          `json:"ended"`
 	// Infrastructure is a failure of the machine (the sandbox did not start, the agent broke
 	// off), already folded into Status and Error, for the log.
 	Infrastructure string `json:"infrastructure,omitempty"`
@@ -353,4 +368,6 @@ type Event struct {
 	Error   string      `json:"error,omitempty"`
 	Usage   store.Usage `json:"usage"`
 	At      time.Time   `json:"at"`
+	// Egress is the refused destination of an EventEgressRefused.
+	Egress *EgressRefusal `json:"egress,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -37,7 +38,10 @@ type Options struct {
 	// DataDir holds checkpoints (<DataDir>/paused/<sandbox>) and snapshots
 	// (<DataDir>/snapshots/<snapshot>).
 	DataDir string
-	Log     *slog.Logger
+	// Guard decides and carries sandboxes' egress; nil makes one that permits nothing
+	// non-public and resolves with the host's resolver.
+	Guard *egress.Guard
+	Log   *slog.Logger
 	// HoldIdle is how long a held command's output waits for a reader before the hold is let
 	// go (0: HoldIdle).
 	HoldIdle time.Duration
@@ -52,6 +56,7 @@ type Local struct {
 	info     Info
 	blobs    blobs.Store
 	dataDir  string
+	guard    *egress.Guard
 	log      *slog.Logger
 	// backstop is how long past a command's timeout the host waits for the agent to report it
 	// before it gives up on it.
@@ -73,7 +78,10 @@ func NewLocal(o Options) *Local {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Local{driver: o.Driver, pool: o.Pool, rootfs: o.Rootfs, blobs: o.Blobs, dataDir: o.DataDir, log: o.Log,
+	if o.Guard == nil {
+		o.Guard = egress.NewGuard(egress.Options{Log: o.Log})
+	}
+	h := &Local{driver: o.Driver, pool: o.Pool, rootfs: o.Rootfs, blobs: o.Blobs, dataDir: o.DataDir, log: o.Log, guard: o.Guard,
 		backstop: 10 * time.Second, holdIdle: cmp.Or(o.HoldIdle, HoldIdle), events: make(chan Event, 64),
 		runs: map[string]*oneCall{}, sandboxes: map[string]*sandbox{}, commands: map[string]*command{}}
 	h.provider = &pool.Cold{Driver: o.Driver, Log: o.Log}

@@ -115,6 +115,7 @@ func (h *Local) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		end = time.Now()
 	}
 	res.Usage = usage(res.cpuNanos, req.Limits, res.SandboxStarted, end)
+	res.Usage.Egress = res.Egress
 	return res.RunResult, nil
 }
 
@@ -151,15 +152,27 @@ func (h *Local) runIn(ctx context.Context, oc *oneCall, req RunRequest, log *slo
 		}
 		return fail(store.CommandFailed, store.EndFailed, err)
 	}
+	esb, err := h.newEgress(req.SandboxID, req.Egress)
+	if err != nil {
+		return fail(store.CommandFailed, store.EndFailed, err)
+	}
+	ectx, closeEgress := context.WithCancel(ctx)
+	defer closeEgress()
+	if _, err := h.openEgress(ectx, lease.Agent, esb, req.Egress); err != nil {
+		return fail(store.CommandFailed, store.EndFailed, err)
+	}
 	stdoutCap, stderrCap := output.NewCapture(req.HeadBytes, req.TailBytes), output.NewCapture(req.HeadBytes, req.TailBytes)
 	defer timing.Start(ctx, "run")()
 	run := agent.RunRequest{ID: req.CommandID, Language: req.Language, Code: req.Code, Input: req.Input,
 		Config: req.Config, Env: req.Env, TimeoutMs: req.Timeout.Milliseconds()}
-	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: &run, timeout: req.Timeout, limits: req.Limits},
+	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: &run, timeout: req.Timeout, limits: req.Limits, egress: esb},
 		stdoutCap, stderrCap, secrets, log)
 	out.CommandEnd, out.cpuNanos = res.CommandEnd, res.cpuNanos
 	if res.err != nil && res.Status == store.CommandFailed {
 		out.EndReason = store.EndFailed
+	}
+	if !out.OK && out.EndReason == store.EndRunFinished && out.Egress != nil && out.Egress.QuotaExceeded {
+		out.EndReason = store.EndEgressQuota
 	}
 	if res.Status == store.CommandKilled && ctx.Err() != nil {
 		out.EndReason = store.EndServerShutdown
@@ -219,6 +232,10 @@ func (h *Local) writeFile(ctx context.Context, c *agent.Client, f File) error {
 // into the captures and classifies how it ended. It closes the captures.
 func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Client, e execution, stdoutCap, stderrCap *output.Capture,
 	secrets []string, log *slog.Logger) (out outcome) {
+	var egressBefore store.EgressUsage
+	if e.egress != nil {
+		egressBefore = e.egress.Usage()
+	}
 	defer func() {
 		stdoutCap.Close()
 		stderrCap.Close()
@@ -226,6 +243,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 			e.hold.Close()
 		}
 		out.Stdout, out.Stderr = kept(stdoutCap), kept(stderrCap)
+		out.Egress = lifeEgress(e.egress, egressBefore)
 		out.Error = MaskString(out.Error, secrets)
 		out.Result = MaskJSON(out.Result, secrets)
 		if out.err != nil {

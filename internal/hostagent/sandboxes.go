@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -46,6 +47,11 @@ type sandbox struct {
 	expiry *time.Timer
 	// expired says its expiry passed: it ends for that.
 	expired bool
+	// egress is its route out and API (nil: none), served on every life as espec says;
+	// egressErr says why the current life's could not be opened.
+	egress    *egress.Sandbox
+	espec     *Egress
+	egressErr error
 }
 
 // live is a started sandbox and its agent.
@@ -54,15 +60,24 @@ type live struct {
 	agent     *agent.Client
 	startedAt time.Time
 	limits    runtime.Limits
+	// egress is the sandbox's, and egressBase what it had carried when this life began;
+	// served says its Listen session is open on agent (it ends with the agent's channel, so
+	// a freeze keeps it and a checkpoint or stop ends it).
+	egress     *egress.Sandbox
+	egressBase store.EgressUsage
+	served     bool
 }
 
-// usage is what the sandbox used from its start until now: CPU time and reserved memory.
+// usage is what the sandbox used from its start until now: CPU time, reserved memory and
+// what its egress carried.
 func (l *live) usage(ctx context.Context) store.Usage {
 	st, err := l.sb.Stats(ctx)
 	if err != nil {
 		st = runtime.Stats{}
 	}
-	return usage(st.CPUNanos, l.limits, l.startedAt, time.Now())
+	u := usage(st.CPUNanos, l.limits, l.startedAt, time.Now())
+	u.Egress = lifeEgress(l.egress, l.egressBase)
+	return u
 }
 
 // lookup answers the sandbox id, made (stopped) when make is set and it is unknown.
@@ -112,11 +127,40 @@ func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) 
 	s := h.lookup(l.sb.ID(), true)
 	s.ops.Lock()
 	defer s.ops.Unlock()
+	esb, err := h.newEgress(s.id, req.Egress)
+	if err == nil && req.Git != nil {
+		err = h.clone(ctx, l.agent, s.id, esb, req.Git)
+	}
+	if err != nil {
+		return Sandbox{}, h.abandon(ctx, s, l, err)
+	}
 	s.mu.Lock()
 	s.env = maps.Clone(req.Env)
+	s.egress, s.espec = esb, req.Egress
 	s.mu.Unlock()
-	h.setRunning(s, l)
+	if err := h.setRunning(s, l); err != nil {
+		return Sandbox{}, h.abandon(ctx, s, l, err)
+	}
 	return h.answer(s.id, req.Runtime, l), nil
+}
+
+// abandon destroys a sandbox Create started but cannot hand over, and answers err.
+func (h *Local) abandon(ctx context.Context, s *sandbox, l *live, err error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	s.mu.Lock()
+	cancelLife := s.cancel
+	s.live, s.ctx, s.cancel = nil, nil, nil
+	s.mu.Unlock()
+	if cancelLife != nil {
+		cancelLife(err)
+	}
+	l.agent.Close()
+	if derr := h.driver.Destroy(cctx, s.id); derr != nil && !errors.Is(derr, runtime.ErrNotFound) {
+		err = errors.Join(err, fmt.Errorf("destroying sandbox %s: %w", s.id, derr))
+	}
+	h.forget(s.id)
+	return err
 }
 
 func (h *Local) answer(id, rt string, l *live) Sandbox {
@@ -206,12 +250,27 @@ func connect(ctx context.Context, sb runtime.Sandbox, limits runtime.Limits) (*l
 	return &live{sb: sb, agent: client, startedAt: at, limits: limits}, nil
 }
 
-// setRunning binds a started sandbox to s and watches it: a sandbox whose init dies by
-// itself is stopped (disk kept) and reported. The caller holds s.ops.
-func (h *Local) setRunning(s *sandbox, l *live) {
+// setRunning binds a started sandbox to s, serves its egress on it, and watches it: a
+// sandbox whose init dies by itself is stopped (disk kept) and reported. The caller holds
+// s.ops. An error says the egress could not be served (the sandbox runs, sealed).
+func (h *Local) setRunning(s *sandbox, l *live) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s.mu.Lock()
 	s.live, s.frozen, s.ctx, s.cancel = l, false, ctx, cancel
+	esb, spec := s.egress, s.espec
+	s.mu.Unlock()
+	var eerr error
+	if esb != nil && !l.served {
+		if l.egress == nil {
+			l.egress, l.egressBase = esb, esb.Usage()
+		}
+		if _, eerr = h.openEgress(context.Background(), l.agent, esb, spec); eerr != nil {
+			h.log.Error("opening a sandbox's egress", "sandbox", s.id, "err", eerr)
+		}
+		l.served = eerr == nil
+	}
+	s.mu.Lock()
+	s.egressErr = eerr
 	s.mu.Unlock()
 	go func() {
 		select {
@@ -237,6 +296,7 @@ func (h *Local) setRunning(s *sandbox, l *live) {
 		}
 		h.emit(e)
 	}()
+	return eerr
 }
 
 // stopLive ends a running (or frozen) sandbox's commands and processes and keeps its disk;
@@ -301,6 +361,14 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 	if s.env == nil && req.Env != nil {
 		s.env = maps.Clone(req.Env)
 	}
+	if s.egress == nil && req.Egress.on() {
+		esb, err := h.newEgress(req.ID, req.Egress)
+		if err != nil {
+			s.mu.Unlock()
+			return Sandbox{}, err
+		}
+		s.egress, s.espec = esb, req.Egress
+	}
 	s.mu.Unlock()
 	switch {
 	case l != nil && frozen:
@@ -333,14 +401,22 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		if err := os.RemoveAll(dir); err != nil {
 			h.log.Warn("removing a used checkpoint", "sandbox", req.ID, "err", err)
 		}
-		h.setRunning(s, l)
-		return h.answer(req.ID, req.Runtime, l), nil
+		return h.resumed(ctx, s, l, req)
 	}
 	l, err := h.start(ctx, runtime.Spec{ID: req.ID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	h.setRunning(s, l)
+	return h.resumed(ctx, s, l, req)
+}
+
+// resumed binds a resumed sandbox's new life; one whose egress cannot be served is stopped
+// again (its disk kept).
+func (h *Local) resumed(ctx context.Context, s *sandbox, l *live, req ResumeRequest) (Sandbox, error) {
+	if err := h.setRunning(s, l); err != nil {
+		h.stopLive(context.WithoutCancel(ctx), s, err)
+		return Sandbox{}, errdefs.Wrap(errdefs.ClassUnavailable, CodeSandboxStopped, fmt.Errorf("sandbox %s: %w", s.id, err))
+	}
 	return h.answer(req.ID, req.Runtime, l), nil
 }
 

@@ -242,6 +242,10 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 		src.mu.Unlock()
 	}
 	maps.Copy(env, req.Env)
+	esb, err := h.newEgress(req.ID, req.Egress)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	l, err := h.restore(ctx, c, req.ID, h.snapshotDir(req.SnapshotID), req.Limits, true)
 	if err != nil {
 		return Sandbox{}, err
@@ -251,8 +255,11 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 	defer s.ops.Unlock()
 	s.mu.Lock()
 	s.env = env
+	s.egress, s.espec = esb, req.Egress
 	s.mu.Unlock()
-	h.setRunning(s, l)
+	if err := h.setRunning(s, l); err != nil {
+		return Sandbox{}, h.abandon(ctx, s, l, err)
+	}
 	return h.answer(req.ID, req.Runtime, l), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
@@ -22,6 +23,8 @@ type execution struct {
 	started func()
 	// hold, when not nil, takes every byte of the output too, for the command's starter.
 	hold *output.Hold
+	// egress is the sandbox's, whose share the command's end says (nil: none).
+	egress *egress.Sandbox
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded

@@ -46,7 +46,8 @@ type NodeDist struct {
 //
 // Beyond the product's promise (Python with numpy, pandas, scipy and matplotlib; Node; bash
 // with jq) the image carries what an agent's sandbox reaches for once egress allows it: git,
-// curl, pip and venv, npm; and ipykernel, the Jupyter kernel behind code contexts.
+// curl, pip and venv, npm; httpx (lbb's Python SDK); and ipykernel, the Jupyter kernel behind
+// code contexts.
 func DefaultRecipe() Recipe {
 	return Recipe{
 		Suite:   "trixie",
@@ -67,10 +68,15 @@ func DefaultRecipe() Recipe {
 			"python3-cffi-backend",
 			"python3-ipykernel",
 			"python3-matplotlib",
+			// httpx (with socksio: an egress's ALL_PROXY is socks5h, and httpx sets up every
+			// proxy of the environment when a client is made): lbb's own Python SDK, and the
+			// clients built on httpx, work inside a sandbox.
+			"python3-httpx",
 			"python3-numpy",
 			"python3-pandas",
 			"python3-pip",
 			"python3-scipy",
+			"python3-socksio",
 			"python3-venv",
 		},
 		Node: NodeDist{

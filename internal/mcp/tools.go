@@ -61,10 +61,11 @@ type limitsInput struct {
 }
 
 type manageInput struct {
-	Action     string `json:"action" jsonschema:"run: call run(input, config) of code (or of a saved template) once, in a new sandbox that ends with the run, or in sandbox_id; create: start a sandbox that stays (until stopped, deleted or expired); exec: start a process (argv) in sandbox_id; write_file: write content to path in sandbox_id; stop: end every process of sandbox_id, keeping its disk; resume: start a stopped sandbox_id again, or wake a paused one where it was; pause: park sandbox_id until resume (gvisor: processes and memory saved to disk, RAM freed; ns: frozen in RAM); snapshot: save sandbox_id with its processes, memory and disk (gvisor only), it runs on; fork: start a new sandbox from a snapshot of sandbox_id (snapshot_id, or a fresh one)"`
-	SandboxID  string `json:"sandbox_id,omitempty" jsonschema:"the sandbox (sbx_…): needed by exec, write_file, stop, resume, pause and snapshot; for fork, the source (may be left out when snapshot_id is given); with run, run inside it, next to its files"`
-	SnapshotID string `json:"snapshot_id,omitempty" jsonschema:"for fork: the snapshot (snp_…) to start from; without it a fresh snapshot of the running sandbox_id is taken first, and kept"`
-	Isolation  string `json:"isolation,omitempty" jsonschema:"for run and create: what isolates the sandbox: ns (Linux namespaces) or gvisor (a user-space kernel; needed for snapshot and fork, and pause saves to disk); empty takes the template's, else the server's default. A fork keeps its source's"`
+	Action     string       `json:"action" jsonschema:"run: call run(input, config) of code (or of a saved template) once, in a new sandbox that ends with the run, or in sandbox_id; create: start a sandbox that stays (until stopped, deleted or expired); exec: start a process (argv) in sandbox_id; write_file: write content to path in sandbox_id; stop: end every process of sandbox_id, keeping its disk; resume: start a stopped sandbox_id again, or wake a paused one where it was; pause: park sandbox_id until resume (gvisor: processes and memory saved to disk, RAM freed; ns: frozen in RAM); snapshot: save sandbox_id with its processes, memory and disk (gvisor only), it runs on; fork: start a new sandbox from a snapshot of sandbox_id (snapshot_id, or a fresh one)"`
+	SandboxID  string       `json:"sandbox_id,omitempty" jsonschema:"the sandbox (sbx_…): needed by exec, write_file, stop, resume, pause and snapshot; for fork, the source (may be left out when snapshot_id is given); with run, run inside it, next to its files"`
+	SnapshotID string       `json:"snapshot_id,omitempty" jsonschema:"for fork: the snapshot (snp_…) to start from; without it a fresh snapshot of the running sandbox_id is taken first, and kept"`
+	Isolation  string       `json:"isolation,omitempty" jsonschema:"for run and create: what isolates the sandbox: ns (Linux namespaces) or gvisor (a user-space kernel; needed for snapshot and fork, and pause saves to disk); empty takes the template's, else the server's default. A fork keeps its source's"`
+	Egress     *egressInput `json:"egress,omitempty" jsonschema:"for run and create: the sandbox's route out (it has no network device; its tools reach out through proxies the host checks); omitted: the template's, else none"`
 
 	Code     string          `json:"code,omitempty" jsonschema:"for run: code that defines run(input, config) and returns JSON; Python by default, e.g. def run(input, config):\\n    return sum(input)"`
 	Template string          `json:"template,omitempty" jsonschema:"for run: a saved template to run (name, or name@N) instead of code; for create: the template whose base, limits and files the sandbox starts from"`
@@ -90,6 +91,19 @@ type manageInput struct {
 	Metadata         map[string]string `json:"metadata,omitempty" jsonschema:"for run and create: labels kept on the sandbox record; for snapshot: labels kept on the snapshot; for fork: the new sandbox's labels (default: the source's)"`
 
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"for run, create, exec, write_file and fork: a key that makes a retry safe: the same key with the same request never runs twice but answers what the first call did. Without it each call gets a fresh key, which the answer shows"`
+}
+
+type egressInput struct {
+	Mode       string   `json:"mode" jsonschema:"none (no route out), allowlist (only the hosts of allow) or public (any public address; private, loopback and metadata addresses are refused in every mode)"`
+	Allow      []string `json:"allow,omitempty" jsonschema:"for allowlist: host names, e.g. pypi.org, *.pythonhosted.org, github.com:443, example.org:* (no port: 80 and 443)"`
+	QuotaBytes int64    `json:"quota_bytes,omitempty" jsonschema:"bytes both ways the egress may carry; connections are cut when reached (default: the server's)"`
+}
+
+func (e *egressInput) egress() *lbb.Egress {
+	if e == nil {
+		return nil
+	}
+	return &lbb.Egress{Mode: e.Mode, Allow: e.Allow, QuotaBytes: e.QuotaBytes}
 }
 
 type deleteInput struct {
@@ -328,12 +342,15 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		}
 		p := lbb.RunParams{Code: in.Code, Template: in.Template, Input: rawOrNil(in.Input), Config: rawOrNil(in.Config),
 			Base: in.Base, Language: in.Language, Env: in.Env, Limits: in.limits(), TimeoutMs: in.TimeoutMs,
-			Isolation: in.Isolation, Metadata: in.Metadata, IdempotencyKey: key}
+			Isolation: in.Isolation, Egress: in.Egress.egress(), Metadata: in.Metadata, IdempotencyKey: key}
 		var run *lbb.Run
 		var err error
 		if in.SandboxID != "" {
 			if in.Isolation != "" {
 				return "", errorf("isolation is for a new sandbox; sandbox %s keeps the one it has", in.SandboxID)
+			}
+			if in.Egress != nil {
+				return "", errorf("egress is for a new sandbox; sandbox %s keeps the one it has", in.SandboxID)
 			}
 			run, err = c.Sandboxes.RunIn(ctx, in.SandboxID, p)
 		} else {
@@ -345,7 +362,8 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		return formatRun(run, in.SandboxID != ""), nil
 	case "create":
 		sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{Template: in.Template, Base: in.Base, Limits: in.limits(),
-			Isolation: in.Isolation, ExpiresInSeconds: in.ExpiresInSeconds, Env: in.Env, Metadata: in.Metadata, IdempotencyKey: key})
+			Isolation: in.Isolation, Egress: in.Egress.egress(), ExpiresInSeconds: in.ExpiresInSeconds, Env: in.Env, Metadata: in.Metadata,
+			IdempotencyKey: key})
 		if err != nil {
 			return "", err
 		}

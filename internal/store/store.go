@@ -34,6 +34,9 @@ type Queries interface {
 	GetKeyByHash(ctx context.Context, hash string) (Key, error)
 	ListKeys(ctx context.Context, p Page) ([]Key, string, error)
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	// CountKeyRun counts one run started with key id; it answers false, counting nothing,
+	// when the key has started its MaxRuns already.
+	CountKeyRun(ctx context.Context, id string) (bool, error)
 
 	CreateSandbox(ctx context.Context, s Sandbox) error
 	GetSandbox(ctx context.Context, graph, id string) (Sandbox, error)
@@ -153,6 +156,15 @@ type Key struct {
 	CreatedAt time.Time  `json:"created_at"`
 	CreatedBy string     `json:"created_by,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// A derived key (a sandbox's API grant) names its parent, the key that made it, and
+	// lives no longer than the parent does nor past ExpiresAt; Sandbox is the sandbox whose
+	// calls it carries (the actor of its audit entries). MaxRuns caps the runs it starts
+	// (0: no cap); Runs counts them.
+	Parent    string     `json:"parent,omitempty"`
+	Sandbox   string     `json:"sandbox,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	MaxRuns   int64      `json:"max_runs,omitempty"`
+	Runs      int64      `json:"runs,omitempty"`
 }
 
 // HasGraph reports whether k may use graph.
@@ -195,6 +207,113 @@ type Origin struct {
 type Usage struct {
 	VCPUMs float64 `json:"vcpu_ms"`
 	GiBMs  float64 `json:"gib_ms"`
+	// Egress is what the sandbox's egress carried; nil when it had none.
+	Egress *EgressUsage `json:"egress,omitempty"`
+}
+
+// Egress modes.
+const (
+	// EgressNone: no route out at all (the default).
+	EgressNone = "none"
+	// EgressAllowlist: only the listed host names and ports.
+	EgressAllowlist = "allowlist"
+	// EgressPublic: any public address.
+	EgressPublic = "public"
+)
+
+// Egress is a sandbox's route out: its mode, the allowlist (host names, exact or
+// "*.example.org", each with ":port", ":*" or no port for 80 and 443) and the quota of bytes
+// both ways together.
+type Egress struct {
+	Mode       string   `json:"mode"`
+	Allow      []string `json:"allow,omitempty"`
+	QuotaBytes int64    `json:"quota_bytes,omitempty"`
+}
+
+// On reports whether e lets anything out.
+func (e *Egress) On() bool { return e != nil && e.Mode != "" && e.Mode != EgressNone }
+
+// EgressUsage is what a sandbox's (or a command's) egress carried: bytes each way,
+// connections made and refused, and the same per destination (host name and port).
+type EgressUsage struct {
+	BytesOut    int64 `json:"bytes_out"`
+	BytesIn     int64 `json:"bytes_in"`
+	Connections int64 `json:"connections"`
+	Refused     int64 `json:"refused"`
+	// QuotaExceeded says the quota was reached: the connections were cut then.
+	QuotaExceeded bool                `json:"quota_exceeded,omitempty"`
+	Destinations  []EgressDestination `json:"destinations,omitempty"`
+}
+
+// EgressDestination counts the connections to one host name and port.
+type EgressDestination struct {
+	Host        string `json:"host"`
+	Port        int    `json:"port"`
+	Connections int64  `json:"connections"`
+	Refused     int64  `json:"refused"`
+}
+
+// Add folds o into u (a later life, a later interval).
+func (u *EgressUsage) Add(o *EgressUsage) {
+	if o == nil {
+		return
+	}
+	u.BytesOut += o.BytesOut
+	u.BytesIn += o.BytesIn
+	u.Connections += o.Connections
+	u.Refused += o.Refused
+	u.QuotaExceeded = u.QuotaExceeded || o.QuotaExceeded
+	for _, d := range o.Destinations {
+		found := false
+		for i := range u.Destinations {
+			if u.Destinations[i].Host == d.Host && u.Destinations[i].Port == d.Port {
+				u.Destinations[i].Connections += d.Connections
+				u.Destinations[i].Refused += d.Refused
+				found = true
+				break
+			}
+		}
+		if !found {
+			u.Destinations = append(u.Destinations, d)
+		}
+	}
+}
+
+// Since answers what u carried beyond an earlier reading of the same counters.
+func (u EgressUsage) Since(before EgressUsage) EgressUsage {
+	d := EgressUsage{BytesOut: u.BytesOut - before.BytesOut, BytesIn: u.BytesIn - before.BytesIn,
+		Connections: u.Connections - before.Connections, Refused: u.Refused - before.Refused,
+		QuotaExceeded: u.QuotaExceeded && !before.QuotaExceeded}
+	for _, x := range u.Destinations {
+		for _, b := range before.Destinations {
+			if b.Host == x.Host && b.Port == x.Port {
+				x.Connections -= b.Connections
+				x.Refused -= b.Refused
+				break
+			}
+		}
+		if x.Connections != 0 || x.Refused != 0 {
+			d.Destinations = append(d.Destinations, x)
+		}
+	}
+	return d
+}
+
+// APIGrant is what code inside a sandbox may call of the API, at http://127.0.0.1:7700 in
+// the sandbox: the scopes (within the creating key's), at most MaxRuns runs started (0: no
+// cap), within the sandbox's graph, until the sandbox ends. Key names the derived key its
+// calls carry; the key's secret never enters the sandbox.
+type APIGrant struct {
+	Scopes  []string `json:"scopes"`
+	MaxRuns int64    `json:"max_runs,omitempty"`
+	Key     string   `json:"key,omitempty"`
+}
+
+// GitClone is a public repository cloned into /workspace when a sandbox is created.
+type GitClone struct {
+	URL    string `json:"url"`
+	Branch string `json:"branch,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
 }
 
 // TemplateRef names the exact template version a sandbox or command came from.
@@ -226,6 +345,9 @@ const (
 	// EndServerRestart: the server stopped (or crashed) while a long-lived sandbox ran; it
 	// was stopped with its disk kept, and resume starts it again.
 	EndServerRestart = "server_restart"
+	// EndEgressQuota: a one-call run failed after its sandbox's egress reached its quota
+	// (its connections were cut then).
+	EndEgressQuota = "egress_quota_exceeded"
 )
 
 // Sandbox is a sandbox record.
@@ -259,6 +381,11 @@ type Sandbox struct {
 	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 	// ForkedFrom names the sandbox and snapshot a fork started from.
 	ForkedFrom *ForkedFrom `json:"forked_from,omitempty"`
+	// Egress is its route out (nil: none); API what code inside may call of the API; Git the
+	// repository cloned into its workspace at create.
+	Egress *Egress   `json:"egress,omitempty"`
+	API    *APIGrant `json:"api,omitempty"`
+	Git    *GitClone `json:"git,omitempty"`
 }
 
 // How a sandbox was paused.
@@ -378,6 +505,9 @@ type Command struct {
 	Signal          string `json:"signal,omitempty"`
 	Stdout          Output `json:"stdout"`
 	Stderr          Output `json:"stderr"`
+	// Egress is what the sandbox's egress carried while the command ran (all of the
+	// sandbox's: commands running at once each count what they share).
+	Egress *EgressUsage `json:"egress,omitempty"`
 
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	Origin         Origin     `json:"origin"`
@@ -403,6 +533,7 @@ type Template struct {
 	Code        string          `json:"code,omitempty"`
 	Limits      Limits          `json:"limits"`
 	Isolation   string          `json:"isolation,omitempty"` // the driver its runs default to; "" is the server's
+	Egress      *Egress         `json:"egress,omitempty"`    // its runs' and sandboxes' route out unless a call names one
 	TimeoutMs   int64           `json:"timeout_ms,omitempty"`
 	Config      json.RawMessage `json:"config,omitempty"`
 	Files       []TemplateFile  `json:"files,omitempty"`
@@ -435,13 +566,15 @@ type Idempotency struct {
 
 // AuditEntry is one state-changing call.
 type AuditEntry struct {
-	ID        string    `json:"id"`
-	Graph     string    `json:"graph"`
-	KeyID     string    `json:"key"`
-	Method    string    `json:"method"`
-	Route     string    `json:"route"`
-	Path      string    `json:"path"`
-	Target    string    `json:"target,omitempty"`
+	ID     string `json:"id"`
+	Graph  string `json:"graph"`
+	KeyID  string `json:"key"`
+	Method string `json:"method"`
+	Route  string `json:"route"`
+	Path   string `json:"path"`
+	Target string `json:"target,omitempty"`
+	// Actor is the sandbox that made the call (with its API grant, or its egress), when one did.
+	Actor     string    `json:"actor,omitempty"`
 	Status    int       `json:"status"`
 	RequestID string    `json:"request_id"`
 	At        time.Time `json:"at"`

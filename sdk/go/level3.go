@@ -56,6 +56,11 @@ type CreateParams struct {
 	// Isolation names the isolation to run on ("ns", "gvisor"); empty takes the template's,
 	// else the server's default.
 	Isolation string `json:"isolation,omitempty"`
+	// Egress is the sandbox's route out (nil: the template's, else none); API lets code inside
+	// call the API with a grant the host attaches; Git is cloned into /workspace first.
+	Egress *Egress          `json:"egress,omitempty"`
+	API    *APIGrantRequest `json:"api,omitempty"`
+	Git    *GitClone        `json:"git,omitempty"`
 	// ExpiresInSeconds ends the sandbox that long after its creation (0: the server's
 	// default; the server caps it).
 	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`

@@ -32,6 +32,8 @@ type RunParams struct {
 	// Isolation names the isolation to run on ("ns", "gvisor"); empty takes the template's,
 	// else the server's default.
 	Isolation string
+	// Egress is the run's route out (nil: the template's, else none).
+	Egress *Egress
 	// WaitMs is how long one request waits before the server answers 202; Run then asks
 	// again with the same key until the run ends or ctx does. 0 means 30 s.
 	WaitMs   int64
@@ -68,7 +70,7 @@ func (p *RunParams) prepare() (runBody, error) {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
 	return runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
-		Language: p.Language, Env: p.Env, Isolation: p.Isolation}, nil
+		Language: p.Language, Env: p.Env, Isolation: p.Isolation, Egress: p.Egress}, nil
 }
 
 // Run runs code once in a sandbox of its own and returns its result and the ids of its
@@ -152,6 +154,8 @@ type TemplateParams struct {
 	// Isolation is what the version's runs and sandboxes default to ("ns", "gvisor"); empty:
 	// the server's default.
 	Isolation string `json:"isolation,omitempty"`
+	// Egress is the route out the version's runs and sandboxes get unless a call names one.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Create saves a new version of a template and returns it.

@@ -7,8 +7,27 @@ import (
 	"time"
 )
 
+// APIGrant defines model for APIGrant.
+type APIGrant struct {
+	// Key the id of the derived key the sandbox's calls carry (a new one at each resume)
+	Key     string   `json:"key,omitempty"`
+	MaxRuns int64    `json:"max_runs,omitempty"`
+	Scopes  []string `json:"scopes"`
+}
+
+// APIGrantRequest Lets code inside the sandbox call the API at http://127.0.0.1:7700 ($LBB_URL, $LBB_GRAPH set) with a derived key the host attaches: the scopes given, the sandbox's graph only, ending with the sandbox; every call is audited with the sandbox as the actor. No key enters the sandbox.
+type APIGrantRequest struct {
+	// MaxRuns the most runs (sandboxes created, commands and runs started) code inside may start; 0 or omitted: no cap
+	MaxRuns int64 `json:"max_runs,omitempty"`
+
+	// Scopes within the creating key's; never admin
+	Scopes []string `json:"scopes"`
+}
+
 // AuditEntry defines model for AuditEntry.
 type AuditEntry struct {
+	// Actor the sandbox that made the call (with its API grant, or a refused egress destination)
+	Actor     string    `json:"actor,omitempty"`
 	At        time.Time `json:"at"`
 	Graph     string    `json:"graph"`
 	ID        string    `json:"id"`
@@ -37,17 +56,20 @@ type Command struct {
 	Code string   `json:"code,omitempty"`
 
 	// Config any JSON value
-	Config         json.RawMessage `json:"config,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	Cwd            string          `json:"cwd,omitempty"`
-	DurationMs     int64           `json:"duration_ms"`
-	EnvNames       []string        `json:"env_names,omitempty"`
-	Error          string          `json:"error,omitempty"`
-	ExitCode       *int            `json:"exit_code"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	Graph          string          `json:"graph"`
-	ID             string          `json:"id"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Config     json.RawMessage `json:"config,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Cwd        string          `json:"cwd,omitempty"`
+	DurationMs int64           `json:"duration_ms"`
+
+	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
+	Egress         *EgressUsage `json:"egress,omitempty"`
+	EnvNames       []string     `json:"env_names,omitempty"`
+	Error          string       `json:"error,omitempty"`
+	ExitCode       *int         `json:"exit_code"`
+	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
+	Graph          string       `json:"graph"`
+	ID             string       `json:"id"`
+	IdempotencyKey string       `json:"idempotency_key,omitempty"`
 
 	// Input any JSON value
 	Input    json.RawMessage `json:"input,omitempty"`
@@ -84,9 +106,17 @@ type Command struct {
 
 // createBody With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels.
 type createBody struct {
-	Base             string            `json:"base,omitempty"`
+	// API Lets code inside the sandbox call the API at http://127.0.0.1:7700 ($LBB_URL, $LBB_GRAPH set) with a derived key the host attaches: the scopes given, the sandbox's graph only, ending with the sandbox; every call is audited with the sandbox as the actor. No key enters the sandbox.
+	API  *APIGrantRequest `json:"api,omitempty"`
+	Base string           `json:"base,omitempty"`
+
+	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+	Egress           *Egress           `json:"egress,omitempty"`
 	Env              map[string]string `json:"env,omitempty"`
 	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty"`
+
+	// Git Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error.
+	Git *GitClone `json:"git,omitempty"`
 
 	// Isolation isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable. For a one-call run also accepted here beside limits (run.isolation, when given too, must be the same)
 	Isolation string `json:"isolation,omitempty"`
@@ -105,6 +135,43 @@ type createBody struct {
 
 	// WaitMs how long to wait before answering 202 with the running command (default: the run's timeout and 30 s more; capped by the server); not part of the idempotency hash
 	WaitMs int64 `json:"wait_ms,omitempty"`
+}
+
+// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+type Egress struct {
+	// Allow allowlist entries: example.org, *.example.org (its subdomains, not itself), each optionally with :port or :* (any port); without a port 80 and 443
+	Allow []string `json:"allow,omitempty"`
+
+	// Mode none (the default): no route out. allowlist: only the host names and ports of allow. public: any public address. Loopback, private, link-local, CGNAT, multicast and cloud metadata addresses are refused in every mode, after the name is resolved on the host (unless the server permits them: --egress-permit)
+	Mode string `json:"mode"`
+
+	// QuotaBytes bytes both ways the sandbox's egress may carry; connections are cut when it is reached. Default and cap are the server's
+	QuotaBytes int64 `json:"quota_bytes,omitempty"`
+}
+
+// EgressDestination defines model for EgressDestination.
+type EgressDestination struct {
+	Connections int64  `json:"connections"`
+	Host        string `json:"host"`
+	Port        int    `json:"port"`
+	Refused     int64  `json:"refused"`
+}
+
+// EgressUsage What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
+type EgressUsage struct {
+	// BytesIn bytes it received
+	BytesIn int64 `json:"bytes_in"`
+
+	// BytesOut bytes the sandbox sent
+	BytesOut    int64 `json:"bytes_out"`
+	Connections int64 `json:"connections"`
+
+	// Destinations per host name and port asked for (counts only)
+	Destinations []EgressDestination `json:"destinations,omitempty"`
+
+	// QuotaExceeded the quota was reached and the connections cut
+	QuotaExceeded bool  `json:"quota_exceeded,omitempty"`
+	Refused       int64 `json:"refused"`
 }
 
 // GraphFile a File of the graph: content-addressed, outliving sandboxes, naming its origin
@@ -150,16 +217,39 @@ type ForkedFrom struct {
 	Snapshot string `json:"snapshot"`
 }
 
+// GitClone Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error.
+type GitClone struct {
+	// Branch default: the repository's default branch
+	Branch string `json:"branch,omitempty"`
+
+	// Depth history to fetch; 0 or omitted: all
+	Depth int64 `json:"depth,omitempty"`
+
+	// URL a public repository over https:// (or http://): host and path of letters, digits and ._~+-; no credentials
+	URL string `json:"url"`
+}
+
 // Key defines model for Key.
 type Key struct {
 	CreatedAt time.Time  `json:"created_at"`
 	CreatedBy string     `json:"created_by,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Graphs    []string   `json:"graphs"`
 	ID        string     `json:"id"`
+	MaxRuns   int64      `json:"max_runs,omitempty"`
 	Name      string     `json:"name"`
+
+	// Parent a derived key's (a sandbox's API grant) parent: it lives no longer than its parent
+	Parent    string     `json:"parent,omitempty"`
 	Prefix    string     `json:"prefix"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	Scopes    []string   `json:"scopes"`
+
+	// Runs runs a key with max_runs started
+	Runs int64 `json:"runs,omitempty"`
+
+	// Sandbox the sandbox a derived key's calls come from
+	Sandbox string   `json:"sandbox,omitempty"`
+	Scopes  []string `json:"scopes"`
 
 	// Secret the secret, only in the answer to POST /v1/keys (see NewKey)
 	Secret string `json:"secret,omitempty"`
@@ -254,6 +344,9 @@ type runBody struct {
 	// Config merged over the template's config, objects key by key
 	Config json.RawMessage `json:"config,omitempty"`
 
+	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+	Egress *Egress `json:"egress,omitempty"`
+
 	// Env values reach the code, are never stored, and are masked in output
 	Env map[string]string `json:"env,omitempty"`
 
@@ -288,10 +381,13 @@ type runInBody struct {
 
 // RunResult defines model for RunResult.
 type RunResult struct {
-	Base       string     `json:"base"`
-	Command    string     `json:"command"`
-	CreatedAt  time.Time  `json:"created_at"`
-	DurationMs int64      `json:"duration_ms"`
+	Base       string    `json:"base"`
+	Command    string    `json:"command"`
+	CreatedAt  time.Time `json:"created_at"`
+	DurationMs int64     `json:"duration_ms"`
+
+	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+	Egress     *Egress    `json:"egress,omitempty"`
 	Error      string     `json:"error,omitempty"`
 	ExitCode   *int       `json:"exit_code"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
@@ -331,13 +427,17 @@ type RunResult struct {
 
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
-	Base string `json:"base"`
+	API  *APIGrant `json:"api,omitempty"`
+	Base string    `json:"base"`
 
 	// CheckpointBytes the size of its checkpoint on disk while it is paused with one (gvisor)
 	CheckpointBytes int64     `json:"checkpoint_bytes,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
 
-	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died)
+	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+	Egress *Egress `json:"egress,omitempty"`
+
+	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota)
 	EndReason string     `json:"end_reason,omitempty"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	EnvNames  []string   `json:"env_names,omitempty"`
@@ -346,9 +446,12 @@ type Sandbox struct {
 
 	// ForkedFrom the sandbox and snapshot a fork started from
 	ForkedFrom *ForkedFrom `json:"forked_from,omitempty"`
-	Graph      string      `json:"graph"`
-	ID         string      `json:"id"`
-	Image      string      `json:"image,omitempty"`
+
+	// Git Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error.
+	Git   *GitClone `json:"git,omitempty"`
+	Graph string    `json:"graph"`
+	ID    string    `json:"id"`
+	Image string    `json:"image,omitempty"`
 
 	// Isolation the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default
 	Isolation string `json:"isolation,omitempty"`
@@ -407,6 +510,9 @@ type Template struct {
 	CreatedBy   string          `json:"created_by,omitempty"`
 	Description string          `json:"description,omitempty"`
 
+	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
+	Egress *Egress `json:"egress,omitempty"`
+
 	// Existing in the answer of a save: true when no new version was made, because the newest already held what was saved
 	Existing bool           `json:"existing,omitempty"`
 	Files    []TemplateFile `json:"files,omitempty"`
@@ -461,6 +567,9 @@ type TemplateVersion struct {
 
 // Usage defines model for Usage.
 type Usage struct {
+	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
+	Egress *EgressUsage `json:"egress,omitempty"`
+
 	// GiBMs memory reserved (limit) over the sandbox's life
 	GiBMs float64 `json:"gib_ms"`
 

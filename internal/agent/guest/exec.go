@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path"
@@ -42,14 +43,17 @@ const (
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // baseEnv is every process's environment before the request's env is merged over it.
+// While a Listen call lasts, what it adds (the proxies' variables) comes in too.
 func (s *Server) baseEnv() map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"PATH":                    s.opts.Path,
 		"HOME":                    s.opts.Home,
 		"LANG":                    "C.UTF-8",
 		"MPLBACKEND":              "Agg",
 		"PYTHONDONTWRITEBYTECODE": "1",
 	}
+	maps.Copy(env, s.conns.env())
+	return env
 }
 
 // procSpec is what a process stream needs, for exec and run alike.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -329,7 +330,7 @@ func (s *Server) takeWarm(lang string, env map[string]string) *warmProc {
 func (s *Server) handOver(sp *procSpec, dir string) (*proc, *os.File, *os.File, error) {
 	wp := sp.warm
 	sp.warm = nil
-	req, err := sp.warmReq(dir, sp.env)
+	req, err := sp.warmReq(dir, s.listenEnv(sp.env))
 	if err == nil {
 		err = table.adopt(wp.p, sp.id)
 	}
@@ -342,6 +343,17 @@ func (s *Server) handOver(sp *procSpec, dir string) (*proc, *os.File, *os.File, 
 		wp.reqW.Close()
 	}()
 	return wp.p, wp.outR, wp.errR, nil
+}
+
+// listenEnv is env over what a Listen call adds: what a run in a pre-started interpreter is
+// given beyond its own env (the rest of the base environment it had from its start).
+func (s *Server) listenEnv(env map[string]string) map[string]string {
+	out := s.conns.env()
+	if out == nil {
+		return env
+	}
+	maps.Copy(out, env)
+	return out
 }
 
 // warmRequest is the request a pre-started harness reads: what a spawned one reads, plus

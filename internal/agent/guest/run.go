@@ -43,7 +43,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch lang := agent.Language(req.Language); lang {
 	case agent.LangPython, agent.LangNode:
-		if wp := s.takeWarm(lang, req.Env); wp != nil {
+		if wp := s.takeWarm(lang, s.listenEnv(req.Env)); wp != nil {
 			s.warmSpec(sp, wp, req.Code, input, config)
 		} else {
 			err = s.harnessSpec(sp, harnessArgv(lang), req.Code, input, config)

@@ -55,6 +55,8 @@ type Server struct {
 	pid1 bool
 	// warm are the pre-started interpreters waiting for their run.
 	warm warmSet
+	// conns are the listeners of the streams the guest starts, and their connections.
+	conns conns
 }
 
 // New prepares the agent. Outside a sandbox (not PID 1) it makes itself a child subreaper,
@@ -162,6 +164,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+agent.PathFileContent, s.handleWrite)
 	mux.HandleFunc("POST "+agent.PathIdentity, s.handleIdentity)
 	mux.HandleFunc("POST "+agent.PathPrestart, s.handlePrestart)
+	mux.HandleFunc("POST "+agent.PathListen, s.handleListen)
+	mux.HandleFunc("POST "+agent.PathConns+"{id}/accept", s.handleConnAccept)
+	mux.HandleFunc("POST "+agent.PathConns+"{id}/refuse", s.handleConnRefuse)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such route"})
 	})

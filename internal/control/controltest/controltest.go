@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -210,7 +211,10 @@ func (unavailable) Usage(context.Context, string) (store.Usage, error) {
 	return store.Usage{}, errNoSandboxes
 }
 func (unavailable) SetExpiry(context.Context, string, time.Time) error { return nil }
-func (unavailable) Exec(context.Context, hostagent.ExecRequest) error  { return errNoSandboxes }
+func (unavailable) SetGrant(context.Context, string, *egress.Grant) error {
+	return errNoSandboxes
+}
+func (unavailable) Exec(context.Context, hostagent.ExecRequest) error { return errNoSandboxes }
 func (unavailable) Wait(context.Context, string) (hostagent.CommandEnd, error) {
 	return hostagent.CommandEnd{}, errNoSandboxes
 }

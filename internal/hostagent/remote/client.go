@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -264,6 +265,10 @@ func (c *Client) Usage(ctx context.Context, id string) (store.Usage, error) {
 
 func (c *Client) SetExpiry(ctx context.Context, id string, at time.Time) error {
 	return ok(ctx, c, "SetExpiry", expiryArgs{id, at})
+}
+
+func (c *Client) SetGrant(ctx context.Context, id string, grant *egress.Grant) error {
+	return ok(ctx, c, "SetGrant", grantArgs{id, grant})
 }
 
 func (c *Client) Exec(ctx context.Context, req hostagent.ExecRequest) error {

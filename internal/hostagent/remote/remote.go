@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 )
 
@@ -124,6 +125,10 @@ type (
 	expiryArgs struct {
 		ID string    `json:"id"`
 		At time.Time `json:"at"`
+	}
+	grantArgs struct {
+		ID    string        `json:"id"`
+		Grant *egress.Grant `json:"grant"`
 	}
 	signalArgs struct {
 		CommandID string `json:"command_id"`

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -69,17 +70,22 @@ var (
 	runReq = hostagent.RunRequest{SandboxID: "sbx_1", CommandID: "cmd_1", Limits: limits, Runtime: "gvisor", Language: "python",
 		Code: "def run(i, c): return i", Input: json.RawMessage(`[1,2]`), Config: json.RawMessage(`{"k":"v"}`),
 		Env: map[string]string{"TOKEN": "s3cret"}, Timeout: 90 * time.Second, HeadBytes: 10, TailBytes: 20,
-		Files: []hostagent.File{{Path: "data.csv", SHA256: "ab12"}}}
+		Files:  []hostagent.File{{Path: "data.csv", SHA256: "ab12"}},
+		Egress: &hostagent.Egress{Policy: store.Egress{Mode: "allowlist", Allow: []string{"*.pypi.org"}, QuotaBytes: 1 << 20}}}
 	runResult = hostagent.RunResult{CommandEnd: end, SandboxStarted: t0, EndReason: "completed", Usage: usage}
 	killed    = hostagent.RunResult{CommandEnd: hostagent.CommandEnd{Status: "killed", Error: "the server stopped"}, EndReason: "server_shutdown"}
 	ending    = hostagent.Ending{At: t0, Usage: usage, Error: "umount: busy"}
 	createReq = hostagent.CreateRequest{ID: "sbx_2", Limits: limits, Runtime: "ns", Warm: true,
-		Files: []hostagent.File{{Path: "x", SHA256: "cd"}}, Env: map[string]string{"A": "b"}}
-	resumeReq = hostagent.ResumeRequest{ID: "sbx_2", Limits: limits, Runtime: "ns", Env: map[string]string{"A": "c"}}
-	forkReq   = hostagent.ForkRequest{ID: "sbx_3", Source: "sbx_2", SnapshotID: "snp_1", Limits: limits, Env: map[string]string{"B": "d"}}
-	sandbox   = hostagent.Sandbox{ID: "sbx_pool_1", Runtime: "ns", StartedAt: t0}
-	heldReq   = hostagent.HeldRead{CommandID: "cmd_2", Stdout: 12, Stderr: 3, Max: 1 << 16}
-	held      = hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: 12, Data: []byte("line\n")},
+		Files: []hostagent.File{{Path: "x", SHA256: "cd"}}, Env: map[string]string{"A": "b"},
+		Egress: &hostagent.Egress{Policy: store.Egress{Mode: "public"}, API: true, Graph: "main"},
+		Git:    &store.GitClone{URL: "https://example.org/r.git", Branch: "main", Depth: 1}}
+	resumeReq = hostagent.ResumeRequest{ID: "sbx_2", Limits: limits, Runtime: "ns", Env: map[string]string{"A": "c"},
+		Egress: &hostagent.Egress{Policy: store.Egress{Mode: "public"}, Used: &store.EgressUsage{BytesIn: 5, QuotaExceeded: true,
+			Destinations: []store.EgressDestination{{Host: "a.test", Port: 443, Connections: 1}}}}}
+	forkReq = hostagent.ForkRequest{ID: "sbx_3", Source: "sbx_2", SnapshotID: "snp_1", Limits: limits, Env: map[string]string{"B": "d"}}
+	sandbox = hostagent.Sandbox{ID: "sbx_pool_1", Runtime: "ns", StartedAt: t0}
+	heldReq = hostagent.HeldRead{CommandID: "cmd_2", Stdout: 12, Stderr: 3, Max: 1 << 16}
+	held    = hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: 12, Data: []byte("line\n")},
 		{Stream: "stderr", Offset: 3, Data: []byte{0xff, 0, 'x'}}}}
 	paused   = hostagent.Paused{Mode: "checkpoint", Usage: usage}
 	snapshot = hostagent.SnapshotInfo{ID: "snp_1", Bytes: 1 << 30, Sandbox: sandbox}
@@ -137,6 +143,9 @@ func (f *fake) Usage(ctx context.Context, id string) (store.Usage, error) {
 }
 func (f *fake) SetExpiry(ctx context.Context, id string, at time.Time) error {
 	return f.rec("SetExpiry", id, at)
+}
+func (f *fake) SetGrant(ctx context.Context, id string, g *egress.Grant) error {
+	return f.rec("SetGrant", id, g)
 }
 func (f *fake) Exec(ctx context.Context, req hostagent.ExecRequest) error { return f.rec("Exec", req) }
 func (f *fake) Wait(ctx context.Context, id string) (hostagent.CommandEnd, error) {
@@ -307,6 +316,8 @@ func (p *protocols) only(t *testing.T, want string) {
 	}
 }
 
+var grant = &egress.Grant{URL: "http://127.0.0.1:7700", Token: "lbb_sk_x", Graph: "main"}
+
 // calls are every method of Host with the arguments the fake should record and the result
 // the client should answer.
 var calls = []struct {
@@ -333,6 +344,8 @@ var calls = []struct {
 	{"Usage", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Usage(ctx, "sbx_2") }, []any{"sbx_2"}, usage},
 	{"SetExpiry", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.SetExpiry(ctx, "sbx_2", t0) },
 		[]any{"sbx_2", t0}, nil},
+	{"SetGrant", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.SetGrant(ctx, "sbx_2", grant) },
+		[]any{"sbx_2", grant}, nil},
 	{"Exec", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.Exec(ctx, execReq) }, []any{execReq}, nil},
 	{"Exec", func(ctx context.Context, h hostagent.Host) (any, error) { return nil, h.Exec(ctx, execRun) }, []any{execRun}, nil},
 	{"Wait", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Wait(ctx, "cmd_2") }, []any{"cmd_2"}, end},

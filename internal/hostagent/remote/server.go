@@ -45,6 +45,7 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Fork", call(s, h.Fork))
 	handle("Usage", call(s, func(ctx context.Context, a idArgs) (store.Usage, error) { return h.Usage(ctx, a.ID) }))
 	handle("SetExpiry", call(s, none(func(ctx context.Context, a expiryArgs) error { return h.SetExpiry(ctx, a.ID, a.At) })))
+	handle("SetGrant", call(s, none(func(ctx context.Context, a grantArgs) error { return h.SetGrant(ctx, a.ID, a.Grant) })))
 
 	handle("Exec", call(s, none(h.Exec)))
 	handle("Wait", call(s, func(ctx context.Context, a idArgs) (hostagent.CommandEnd, error) { return h.Wait(ctx, a.ID) }))

@@ -70,6 +70,10 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("agent's threads", e.known("agent's threads", e.agentThreads))
 	t.Run("per-user counters", e.known("per-user counters", e.perUserCounters))
 	t.Run("host identity", e.known("host identity", e.hostIdentity))
+	t.Run("egress off", e.known("egress off", e.egressOff))
+	t.Run("egress carries its own sandbox's traffic", e.known("egress carries its own sandbox's traffic", e.egressOwnTraffic))
+	t.Run("egress leaves no host listener", e.known("egress leaves no host listener", e.egressNoHostListener))
+	t.Run("egress abuse", e.known("egress abuse", e.egressAbuse))
 
 }
 

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -47,18 +49,21 @@ func (q queries) ListGraphs(ctx context.Context) ([]store.Graph, error) {
 
 // Keys.
 
-const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at`
+const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at, parent, sandbox_id, expires_at,
+	max_runs, runs`
 
 func scanKey(sc row) (store.Key, error) {
 	var k store.Key
 	var graphs, scopes sql.NullString
 	var created int64
-	var revoked sql.NullInt64
-	var createdBy sql.NullString
-	if err := sc.Scan(&k.ID, &k.Name, &k.Hash, &k.Prefix, &graphs, &scopes, &created, &createdBy, &revoked); err != nil {
+	var revoked, expires sql.NullInt64
+	var createdBy, parent, sandbox sql.NullString
+	if err := sc.Scan(&k.ID, &k.Name, &k.Hash, &k.Prefix, &graphs, &scopes, &created, &createdBy, &revoked,
+		&parent, &sandbox, &expires, &k.MaxRuns, &k.Runs); err != nil {
 		return k, err
 	}
 	k.CreatedAt, k.RevokedAt, k.CreatedBy = fromMs(created), fromNullMs(revoked), createdBy.String
+	k.Parent, k.Sandbox, k.ExpiresAt = parent.String, sandbox.String, fromNullMs(expires)
 	if err := fromJSON(graphs, &k.Graphs); err != nil {
 		return k, err
 	}
@@ -66,9 +71,19 @@ func scanKey(sc row) (store.Key, error) {
 }
 
 func (q queries) CreateKey(ctx context.Context, k store.Key) error {
-	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.Name, k.Hash, k.Prefix, jsonText(k.Graphs), jsonText(k.Scopes), ms(k.CreatedAt), nullStr(k.CreatedBy), msPtr(k.RevokedAt))
+	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (`+inList(14)+`)`,
+		k.ID, k.Name, k.Hash, k.Prefix, jsonText(k.Graphs), jsonText(k.Scopes), ms(k.CreatedAt), nullStr(k.CreatedBy), msPtr(k.RevokedAt),
+		nullStr(k.Parent), nullStr(k.Sandbox), msPtr(k.ExpiresAt), k.MaxRuns, k.Runs)
 	return err
+}
+
+func (q queries) CountKeyRun(ctx context.Context, id string) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE api_keys SET runs = runs + 1 WHERE id = ? AND (max_runs = 0 OR runs < max_runs)`, id)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 func (q queries) GetKey(ctx context.Context, id string) (store.Key, error) {
@@ -107,7 +122,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
-	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes`
+	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -119,7 +134,25 @@ func sandboxArgs(s store.Sandbox) []any {
 		jsonText(s.Limits), jsonText(s.EnvNames), jsonText(s.Metadata), jsonText(s.Origin), ms(s.CreatedAt),
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
 		s.Usage.VCPUMs, s.Usage.GiBMs,
-		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes}
+		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
+		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git)}
+}
+
+// jsonOpt is the JSON of an optional field, NULL when it is absent.
+func jsonOpt[T any](v *T) any {
+	if v == nil {
+		return nil
+	}
+	return jsonText(v)
+}
+
+// optFrom reads an optional JSON field.
+func optFrom[T any](v sql.NullString, dst **T) error {
+	if !v.Valid || v.String == "" || v.String == "null" {
+		return nil
+	}
+	*dst = new(T)
+	return json.Unmarshal([]byte(v.String), *dst)
 }
 
 func forkedFromText(f *store.ForkedFrom) any {
@@ -136,12 +169,16 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
-		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes)
+		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git)
 	if err != nil {
+		return s, err
+	}
+	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
+		optFrom(git, &s.Git)); err != nil {
 		return s, err
 	}
 	s.OneCall = oneCall != 0
@@ -183,7 +220,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
-		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -305,7 +342,8 @@ func (q queries) ListSandboxesByStatus(ctx context.Context, statuses ...string) 
 const commandCols = `id, graph, sandbox_id, kind, one_call, argv, cwd, stdin_bytes, language, code, input, config,
 	template_id, template_name, template_version, env_names, timeout_ms, status, ok, result, error, exit_code, signal,
 	stdout_head, stdout_tail, stdout_bytes, stderr_head, stderr_tail, stderr_bytes, output_expired,
-	idempotency_key, origin, created_at, started_at, finished_at, duration_ms, result_truncated, result_bytes, result_file`
+	idempotency_key, origin, created_at, started_at, finished_at, duration_ms, result_truncated, result_bytes, result_file,
+	egress_usage`
 
 func commandArgs(c store.Command, oneCall bool) []any {
 	var tid, tname, tver any
@@ -322,20 +360,23 @@ func commandArgs(c store.Command, oneCall bool) []any {
 		c.Stdout.Head, c.Stdout.Tail, c.Stdout.Bytes, c.Stderr.Head, c.Stderr.Tail, c.Stderr.Bytes,
 		b2i(c.Stdout.Expired || c.Stderr.Expired), nullStr(c.IdempotencyKey), jsonText(c.Origin),
 		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs,
-		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile)}
+		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile), jsonOpt(c.Egress)}
 }
 
 func scanCommand(sc row) (store.Command, error) {
 	var c store.Command
 	var oneCall, ok, expired, truncated int
-	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile sql.NullString
+	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile, egress sql.NullString
 	var tver, exit, started, finished sql.NullInt64
 	var created int64
 	err := sc.Scan(&c.ID, &c.Graph, &c.SandboxID, &c.Kind, &oneCall, &argv, &cwd, &c.StdinBytes, &lang, &code, &input, &config,
 		&tid, &tname, &tver, &env, &c.TimeoutMs, &c.Status, &ok, &result, &errStr, &exit, &signal,
 		&c.Stdout.Head, &c.Stdout.Tail, &c.Stdout.Bytes, &c.Stderr.Head, &c.Stderr.Tail, &c.Stderr.Bytes, &expired,
-		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile)
+		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile, &egress)
 	if err != nil {
+		return c, err
+	}
+	if err := optFrom(egress, &c.Egress); err != nil {
 		return c, err
 	}
 	c.Cwd, c.Language, c.Code, c.Error, c.Signal, c.IdempotencyKey = cwd.String, lang.String, code.String, errStr.String, signal.String, idem.String
@@ -367,7 +408,7 @@ func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
 	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
 		return notFound(err, "sandbox %s not found", c.SandboxID)
 	}
-	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(39)+`)`, commandArgs(c, oneCall != 0)...)
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(40)+`)`, commandArgs(c, oneCall != 0)...)
 	return err
 }
 
@@ -383,8 +424,8 @@ func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
 		config = ?, template_id = ?, template_name = ?, template_version = ?, env_names = ?, timeout_ms = ?, status = ?,
 		ok = ?, result = ?, error = ?, exit_code = ?, signal = ?, stdout_head = ?, stdout_tail = ?, stdout_bytes = ?,
 		stderr_head = ?, stderr_tail = ?, stderr_bytes = ?, output_expired = ?, idempotency_key = ?, origin = ?,
-		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ?, result_truncated = ?, result_bytes = ?, result_file = ?
-		WHERE id = ? AND graph = ?`,
+		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ?, result_truncated = ?, result_bytes = ?, result_file = ?,
+		egress_usage = ? WHERE id = ? AND graph = ?`,
 		append(args[5:], c.ID, c.Graph)...)
 	return mustAffect(res, err, "command "+c.ID)
 }
@@ -415,14 +456,17 @@ func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) (
 // Templates.
 
 const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by,
-	isolation`
+	isolation, egress`
 
 func scanTemplate(sc row) (store.Template, error) {
 	var t store.Template
-	var code, limits, config, files, desc, by, isolation sql.NullString
+	var code, limits, config, files, desc, by, isolation, egress sql.NullString
 	var created int64
 	if err := sc.Scan(&t.ID, &t.Graph, &t.Name, &t.Version, &t.Base, &code, &limits, &t.TimeoutMs, &config, &files, &desc, &created, &by,
-		&isolation); err != nil {
+		&isolation, &egress); err != nil {
+		return t, err
+	}
+	if err := optFrom(egress, &t.Egress); err != nil {
 		return t, err
 	}
 	t.Code, t.Description, t.CreatedBy, t.CreatedAt, t.Config = code.String, desc.String, by.String, fromMs(created), rawFrom(config)
@@ -451,9 +495,9 @@ func (q queries) CreateTemplateVersion(ctx context.Context, t store.Template) (s
 	if len(t.Files) > 0 {
 		files = jsonText(t.Files)
 	}
-	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(14)+`)`,
+	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(15)+`)`,
 		t.ID, t.Graph, t.Name, t.Version, t.Base, nullStr(t.Code), jsonText(t.Limits), t.TimeoutMs, nullRaw(t.Config),
-		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy), nullStr(t.Isolation))
+		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy), nullStr(t.Isolation), jsonOpt(t.Egress))
 	return t, err
 }
 
@@ -646,11 +690,11 @@ func (q queries) ListFiles(ctx context.Context, graph string, p store.Page) ([]s
 
 // Audit.
 
-const auditCols = `id, graph, key_id, method, route, path, target, status, request_id, at`
+const auditCols = `id, graph, key_id, method, route, path, target, status, request_id, at, actor`
 
 func (q queries) AppendAudit(ctx context.Context, e store.AuditEntry) error {
-	_, err := q.exec(ctx, `INSERT INTO audit (`+auditCols+`) VALUES (`+inList(10)+`)`,
-		e.ID, e.Graph, e.KeyID, e.Method, e.Route, e.Path, nullStr(e.Target), e.Status, e.RequestID, ms(e.At))
+	_, err := q.exec(ctx, `INSERT INTO audit (`+auditCols+`) VALUES (`+inList(11)+`)`,
+		e.ID, e.Graph, e.KeyID, e.Method, e.Route, e.Path, nullStr(e.Target), e.Status, e.RequestID, ms(e.At), nullStr(e.Actor))
 	return err
 }
 
@@ -667,10 +711,10 @@ func (q queries) ListAudit(ctx context.Context, graph string, p store.Page) ([]s
 
 func scanAudit(sc row) (store.AuditEntry, error) {
 	var e store.AuditEntry
-	var target sql.NullString
+	var target, actor sql.NullString
 	var at int64
-	err := sc.Scan(&e.ID, &e.Graph, &e.KeyID, &e.Method, &e.Route, &e.Path, &target, &e.Status, &e.RequestID, &at)
-	e.Target, e.At = target.String, fromMs(at)
+	err := sc.Scan(&e.ID, &e.Graph, &e.KeyID, &e.Method, &e.Route, &e.Path, &target, &e.Status, &e.RequestID, &at, &actor)
+	e.Target, e.At, e.Actor = target.String, fromMs(at), actor.String
 	return e, err
 }
 

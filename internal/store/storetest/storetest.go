@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteFileConcurrent", testDeleteFileConcurrent},
 		{"TemplatesNamingFile", testTemplatesNamingFile},
 		{"TruncatedResult", testTruncatedResult},
+		{"Egress", testEgress},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -735,4 +736,61 @@ func testTruncatedResult(t *testing.T, s store.Store) {
 	got, err := s.GetCommand(ctx, "main", c.ID)
 	must(t, err)
 	equal(t, got, c)
+}
+
+// testEgress: a sandbox's egress, its grant and git clone, what its egress carried, a
+// command's, a template's, a derived key and its cap on runs, an audit entry's actor.
+func testEgress(t *testing.T, s store.Store) {
+	must(t, s.CreateGraph(ctx, store.Graph{Name: "main", CreatedAt: now()}))
+	exp := now().Add(time.Hour)
+	k := store.Key{ID: ids.New(ids.Key), Name: "grant", Hash: "hg", Prefix: "lbb_sk_gr", Graphs: []string{"main"},
+		Scopes: []string{store.ScopeSandboxesRead}, CreatedAt: now(), Parent: "key_parent", Sandbox: "sbx_1", ExpiresAt: &exp, MaxRuns: 2}
+	must(t, s.CreateKey(ctx, k))
+	got, err := s.GetKey(ctx, k.ID)
+	must(t, err)
+	equal(t, got, k)
+	for i, want := range []bool{true, true, false, false} {
+		ok, err := s.CountKeyRun(ctx, k.ID)
+		must(t, err)
+		if ok != want {
+			t.Fatalf("run %d: counted %v, want %v", i+1, ok, want)
+		}
+	}
+	if got, _ := s.GetKey(ctx, k.ID); got.Runs != 2 {
+		t.Fatalf("runs %d, want 2", got.Runs)
+	}
+
+	sb := newSandbox("main")
+	sb.Egress = &store.Egress{Mode: store.EgressAllowlist, Allow: []string{"example.org", "*.pypi.org:443"}, QuotaBytes: 1 << 20}
+	sb.API = &store.APIGrant{Scopes: []string{store.ScopeSandboxesRead}, MaxRuns: 3, Key: k.ID}
+	sb.Git = &store.GitClone{URL: "https://example.org/r.git", Branch: "main", Depth: 1}
+	must(t, s.CreateSandbox(ctx, sb))
+	getInGraph(t, s.GetSandbox, sb.ID, sb)
+	sb.Usage.Egress = &store.EgressUsage{BytesOut: 10, BytesIn: 20, Connections: 1, Refused: 1, QuotaExceeded: true,
+		Destinations: []store.EgressDestination{{Host: "example.org", Port: 443, Connections: 1}, {Host: "x.test", Port: 80, Refused: 1}}}
+	must(t, s.UpdateSandbox(ctx, sb))
+	getInGraph(t, s.GetSandbox, sb.ID, sb)
+
+	c := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindProcess, Argv: []string{"curl"},
+		Status: store.CommandRunning, Origin: store.Origin{Key: "key_1"}, CreatedAt: now()}
+	must(t, s.CreateCommand(ctx, c))
+	c.Status, c.Egress = store.CommandSucceeded, &store.EgressUsage{BytesIn: 5, Connections: 1}
+	must(t, s.UpdateCommand(ctx, c))
+	getInGraph(t, s.GetCommand, c.ID, c)
+
+	tpl, err := s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "net", Base: "lbb/python",
+		Egress: &store.Egress{Mode: store.EgressPublic, QuotaBytes: 5}, CreatedAt: now()})
+	must(t, err)
+	gotT, err := s.GetTemplate(ctx, "main", "net", 0)
+	must(t, err)
+	equal(t, gotT, tpl)
+
+	e := store.AuditEntry{ID: ids.New(ids.Audit), Graph: "main", KeyID: k.ID, Method: "GET", Route: "GET /v1/sandboxes",
+		Path: "/v1/sandboxes", Actor: sb.ID, Status: 200, RequestID: "req_1", At: now()}
+	must(t, s.AppendAudit(ctx, e))
+	list, _, err := s.ListAudit(ctx, "main", store.Page{})
+	must(t, err)
+	if len(list) != 1 || list[0].Actor != sb.ID {
+		t.Fatalf("audit: %+v", list)
+	}
 }

@@ -385,3 +385,19 @@ def test_commands_run_resumes_a_broken_stream():
         posts = srv.requests("POST", "/v1/sandboxes/sbx_1/commands")
         assert cmd.stdout.text == "1\n2\n" and len(posts) == 2
         assert posts[0].headers["idempotency-key"] == posts[1].headers["idempotency-key"], "the retry is the same call"
+
+
+def test_egress_grant_and_git_on_the_wire():
+    def handler(seen, nth):
+        if seen.json().get("run"):
+            return Reply(200, RUN_OK)
+        return Reply(201, {"id": "sbx_e", "status": "running", "egress": {"mode": "public", "quota_bytes": 9}})
+
+    with FakeServer(handler) as srv:
+        c = lbb.LbbClient(srv.url, api_key="k")
+        c.sandboxes.run(CODE, [1], egress={"mode": "allowlist", "allow": ["pypi.org"]})
+        sb = c.sandboxes.create(egress={"mode": "public"}, api={"scopes": ["sandboxes:read"]}, git={"url": "https://example.org/r.git"})
+        run_body, create_body = [r.json() for r in srv.requests("POST", "/v1/sandboxes")]
+        assert run_body["run"]["egress"] == {"mode": "allowlist", "allow": ["pypi.org"]}
+        assert create_body == {"egress": {"mode": "public"}, "api": {"scopes": ["sandboxes:read"]}, "git": {"url": "https://example.org/r.git"}}
+        assert sb.record["egress"]["quota_bytes"] == 9

@@ -13,6 +13,7 @@ import {
 import { SSEDecoder, lines, type ServerSentEvent } from "./sse.js";
 import {
   DONE_STATUSES,
+  fromEgress,
   fromLimits,
   runFromCommand,
   toCommand,
@@ -24,9 +25,12 @@ import {
   toSandboxInfo,
   toSnapshot,
   toTemplate,
+  type APIGrant,
   type Command,
   type CommandResult,
+  type Egress,
   type FileInfo,
+  type GitClone,
   type GraphFile,
   type Limits,
   type Page,
@@ -375,6 +379,8 @@ export interface SandboxSpec extends IdempotentCallOptions {
   limits?: Limits;
   /** "ns" or "gvisor" (pause with memory, snapshots, forks): wins over the template's and the server default. */
   isolation?: string;
+  /** The route out: wins over the template's; default none. */
+  egress?: Egress;
   env?: Record<string, string>;
   metadata?: Record<string, string>;
   /** The workflow step that made the call, kept in the records. */
@@ -396,7 +402,7 @@ export interface RunParams extends SandboxSpec {
   wait?: boolean;
 }
 
-export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "isolation" | "metadata" | "origin">;
+export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "isolation" | "egress" | "metadata" | "origin">;
 
 export interface Origin {
   workflow?: string;
@@ -417,6 +423,7 @@ function runBody(p: RunParams | SandboxRunParams): WireRunBody {
     language: q.language,
     env: p.env,
     isolation: q.isolation,
+    egress: fromEgress(q.egress),
   });
 }
 
@@ -427,6 +434,8 @@ export interface CreateTemplateParams extends IdempotentCallOptions {
   limits?: Limits;
   /** "ns" or "gvisor": what the version's runs and sandboxes default to. */
   isolation?: string;
+  /** The route out the version's runs and sandboxes get unless a call names one. */
+  egress?: Egress;
   /** The command timeout of the template's runs, in ms (the wire's timeout_ms). */
   commandTimeoutMs?: number;
   /** The same as commandTimeoutMs. */
@@ -448,6 +457,7 @@ export class Templates {
       code: p.code,
       limits: fromLimits(p.limits),
       isolation: p.isolation,
+      egress: fromEgress(p.egress),
       timeout_ms: p.commandTimeoutMs ?? p.timeoutMs,
       config: p.config,
       files: p.files?.map((f) => ({ file: f.file, path: f.path })),
@@ -950,6 +960,10 @@ export interface ForkParams extends IdempotentCallOptions {
 
 export interface CreateSandboxParams extends SandboxSpec {
   expiresInSeconds?: number;
+  /** Lets code inside call the API at $LBB_URL with these scopes (within this key's); no key enters the sandbox. */
+  api?: APIGrant;
+  /** A public repository cloned into /workspace before create answers. */
+  git?: GitClone;
 }
 
 /** Runs and sandboxes (/v1/sandboxes). */
@@ -987,6 +1001,9 @@ export class Sandboxes {
       base: p.base,
       limits: fromLimits(p.limits),
       isolation: p.isolation,
+      egress: fromEgress(p.egress),
+      api: p.api ? { scopes: p.api.scopes, ...(p.api.maxRuns !== undefined ? { max_runs: p.api.maxRuns } : {}) } : undefined,
+      git: p.git,
       expires_in_seconds: p.expiresInSeconds,
       env: p.env,
       metadata: p.metadata,

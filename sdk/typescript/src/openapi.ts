@@ -35,6 +35,7 @@ export interface components {
             vcpu_ms: number;
             /** @description memory reserved (limit) over the sandbox's life */
             gib_ms: number;
+            egress?: components["schemas"]["EgressUsage"];
         };
         TemplateRef: {
             id: string;
@@ -70,6 +71,7 @@ export interface components {
             };
             /** @description isolation to run on ("ns", "gvisor"); the call wins over the template version, which wins over the server default. Unknown: 400 invalid_request; known but not available on this server: 400 isolation_unavailable */
             isolation?: string;
+            egress?: components["schemas"]["Egress"];
         };
         /** @description With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels. */
         CreateSandboxRequest: {
@@ -95,6 +97,10 @@ export interface components {
                 step?: string;
             };
             expires_in_seconds?: number;
+            /** @description the route out; the call wins over the template version. For a one-call run also accepted as run.egress */
+            egress?: components["schemas"]["Egress"];
+            api?: components["schemas"]["APIGrantRequest"];
+            git?: components["schemas"]["GitClone"];
         };
         RunResult: {
             ok: boolean;
@@ -129,6 +135,7 @@ export interface components {
             started_at?: string;
             /** Format: date-time */
             finished_at?: string;
+            egress?: components["schemas"]["Egress"];
         };
         Sandbox: {
             id: string;
@@ -156,10 +163,10 @@ export interface components {
             /** Format: date-time */
             expires_at?: string;
             /**
-             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died)
+             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota)
              * @enum {string}
              */
-            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed";
+            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded";
             error?: string;
             usage: components["schemas"]["Usage"];
             /**
@@ -170,6 +177,9 @@ export interface components {
             /** @description the size of its checkpoint on disk while it is paused with one (gvisor) */
             checkpoint_bytes?: number;
             forked_from?: components["schemas"]["ForkedFrom"];
+            egress?: components["schemas"]["Egress"];
+            api?: components["schemas"]["APIGrant"];
+            git?: components["schemas"]["GitClone"];
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
         Command: {
@@ -215,6 +225,7 @@ export interface components {
             /** Format: date-time */
             finished_at?: string;
             duration_ms: number;
+            egress?: components["schemas"]["EgressUsage"];
         };
         TemplateFile: {
             /** @description a File of the graph (fil_…) */
@@ -234,6 +245,8 @@ export interface components {
             config?: Record<string, never>;
             files?: components["schemas"]["TemplateFile"][];
             description?: string;
+            /** @description the route out this version's runs and sandboxes get unless a call names one */
+            egress?: components["schemas"]["Egress"];
         };
         /** @description One immutable version of a template. Its id stays the same across versions. */
         Template: {
@@ -257,6 +270,7 @@ export interface components {
             versions?: components["schemas"]["TemplateVersion"][];
             /** @description in the answer of a save: true when no new version was made, because the newest already held what was saved */
             existing?: boolean;
+            egress?: components["schemas"]["Egress"];
         };
         TemplateVersion: {
             version: number;
@@ -306,6 +320,15 @@ export interface components {
             revoked_at?: string;
             /** @description the secret, only in the answer to POST /v1/keys (see NewKey) */
             secret?: string;
+            /** @description a derived key's (a sandbox's API grant) parent: it lives no longer than its parent */
+            parent?: string;
+            /** @description the sandbox a derived key's calls come from */
+            sandbox?: string;
+            /** Format: date-time */
+            expires_at?: string;
+            max_runs?: number;
+            /** @description runs a key with max_runs started */
+            runs?: number;
         };
         NewKey: components["schemas"]["Key"] & {
             /** @description shown this once */
@@ -323,6 +346,8 @@ export interface components {
             request_id: string;
             /** Format: date-time */
             at: string;
+            /** @description the sandbox that made the call (with its API grant, or a refused egress destination) */
+            actor?: string;
         };
         SandboxList: {
             data: components["schemas"]["Sandbox"][];
@@ -518,6 +543,59 @@ export interface components {
             max_file_bytes: number;
             /** @description the largest result a run's record keeps; a larger one is kept as a File of the graph */
             max_result_bytes: number;
+        };
+        /** @description A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts. */
+        Egress: {
+            /**
+             * @description none (the default): no route out. allowlist: only the host names and ports of allow. public: any public address. Loopback, private, link-local, CGNAT, multicast and cloud metadata addresses are refused in every mode, after the name is resolved on the host (unless the server permits them: --egress-permit)
+             * @enum {string}
+             */
+            mode: "none" | "allowlist" | "public";
+            /** @description allowlist entries: example.org, *.example.org (its subdomains, not itself), each optionally with :port or :* (any port); without a port 80 and 443 */
+            allow?: string[];
+            /** @description bytes both ways the sandbox's egress may carry; connections are cut when it is reached. Default and cap are the server's */
+            quota_bytes?: number;
+        };
+        EgressDestination: {
+            host: string;
+            port: number;
+            connections: number;
+            refused: number;
+        };
+        /** @description What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried. */
+        EgressUsage: {
+            /** @description bytes the sandbox sent */
+            bytes_out: number;
+            /** @description bytes it received */
+            bytes_in: number;
+            connections: number;
+            refused: number;
+            /** @description the quota was reached and the connections cut */
+            quota_exceeded?: boolean;
+            /** @description per host name and port asked for (counts only) */
+            destinations?: components["schemas"]["EgressDestination"][];
+        };
+        /** @description Lets code inside the sandbox call the API at http://127.0.0.1:7700 ($LBB_URL, $LBB_GRAPH set) with a derived key the host attaches: the scopes given, the sandbox's graph only, ending with the sandbox; every call is audited with the sandbox as the actor. No key enters the sandbox. */
+        APIGrantRequest: {
+            /** @description within the creating key's; never admin */
+            scopes: string[];
+            /** @description the most runs (sandboxes created, commands and runs started) code inside may start; 0 or omitted: no cap */
+            max_runs?: number;
+        };
+        APIGrant: {
+            scopes: string[];
+            max_runs?: number;
+            /** @description the id of the derived key the sandbox's calls carry (a new one at each resume) */
+            key?: string;
+        };
+        /** @description Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error. */
+        GitClone: {
+            /** @description a public repository over https:// (or http://): host and path of letters, digits and ._~+-; no credentials */
+            url: string;
+            /** @description default: the repository's default branch */
+            branch?: string;
+            /** @description history to fetch; 0 or omitted: all */
+            depth?: number;
         };
     };
     responses: never;

@@ -20,6 +20,8 @@ import type {
   WireTemplate,
   WireTemplateRef,
   WireUsage,
+  WireEgress,
+  WireEgressUsage,
 } from "./wire.js";
 
 export type { CommandStatus, SandboxStatus };
@@ -49,6 +51,45 @@ export interface Limits {
 export interface Usage {
   vcpuMs: number;
   gibMs: number;
+  /** What the sandbox's egress carried. */
+  egress?: EgressUsage;
+}
+
+/**
+ * A sandbox's route out: "none" (the default), "allowlist" (the host names of allow:
+ * "example.org", "*.example.org", with ":port" or ":*"; no port is 80 and 443) or "public".
+ * Non-public addresses are refused in every mode. quotaBytes: both ways, cut at the quota.
+ */
+export interface Egress {
+  mode: "none" | "allowlist" | "public";
+  allow?: string[];
+  quotaBytes?: number;
+}
+
+/** What an egress carried: bytes each way, connections made and refused, per destination. */
+export interface EgressUsage {
+  bytesOut: number;
+  bytesIn: number;
+  connections: number;
+  refused: number;
+  quotaExceeded?: boolean;
+  destinations?: { host: string; port: number; connections: number; refused: number }[];
+}
+
+/** What code inside a sandbox may call of the API (at $LBB_URL inside), with a key the host attaches. */
+export interface APIGrant {
+  scopes: string[];
+  /** The most runs it may start; 0 or absent: no cap. */
+  maxRuns?: number;
+  /** The derived key's id (records only). */
+  key?: string;
+}
+
+/** A public repository cloned into /workspace when the sandbox is created. */
+export interface GitClone {
+  url: string;
+  branch?: string;
+  depth?: number;
 }
 
 export interface TemplateRef {
@@ -157,6 +198,10 @@ export interface SandboxInfo {
   pausedAt?: string;
   /** Set on a fork. */
   forkedFrom?: ForkedFrom;
+  /** Its route out; usage.egress says what it carried. */
+  egress?: Egress;
+  api?: APIGrant;
+  git?: GitClone;
   raw: WireSandbox;
 }
 
@@ -296,7 +341,27 @@ export function fromLimits(l: Limits | undefined): WireLimits | undefined {
 }
 
 function toUsage(w: WireUsage | undefined | null): Usage | undefined {
-  return w ? { vcpuMs: w.vcpu_ms, gibMs: w.gib_ms } : undefined;
+  return w ? { vcpuMs: w.vcpu_ms, gibMs: w.gib_ms, ...opt("egress", toEgressUsage(w.egress)) } : undefined;
+}
+
+export function toEgressUsage(w: WireEgressUsage | undefined | null): EgressUsage | undefined {
+  if (!w) return undefined;
+  return {
+    bytesOut: w.bytes_out,
+    bytesIn: w.bytes_in,
+    connections: w.connections,
+    refused: w.refused,
+    ...opt("quotaExceeded", w.quota_exceeded),
+    ...opt("destinations", w.destinations),
+  };
+}
+
+export function fromEgress(e: Egress | undefined): WireEgress | undefined {
+  return e ? { mode: e.mode, ...opt("allow", e.allow), ...opt("quota_bytes", e.quotaBytes) } : undefined;
+}
+
+export function toEgress(w: WireEgress | undefined | null): Egress | undefined {
+  return w ? { mode: w.mode, ...opt("allow", w.allow), ...opt("quotaBytes", w.quota_bytes) } : undefined;
 }
 
 function toTemplateRef(w: WireTemplateRef | undefined | null): TemplateRef | undefined {
@@ -393,6 +458,9 @@ export function toSandboxInfo(w: WireSandbox): SandboxInfo {
     ...opt("usage", toUsage(w.usage)),
     ...opt("pausedAt", w.paused_at || undefined),
     ...opt("forkedFrom", w.forked_from ? { sandbox: w.forked_from.sandbox, snapshot: w.forked_from.snapshot } : undefined),
+    ...opt("egress", toEgress(w.egress)),
+    ...opt("api", w.api ? { scopes: w.api.scopes, ...opt("maxRuns", w.api.max_runs), ...opt("key", w.api.key) } : undefined),
+    ...opt("git", w.git),
     raw: w,
   };
 }

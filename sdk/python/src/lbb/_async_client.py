@@ -205,9 +205,12 @@ class AsyncTemplates:
         files: Optional[Sequence[Mapping[str, str]]] = None,
         description: Optional[str] = None,
         isolation: Optional[str] = None,
+        egress: Optional[Mapping[str, Any]] = None,
     ) -> Template:
         """Saves a new version of the template ``name``; answers the version saved.
-        ``isolation`` (``"ns"``, ``"gvisor"``) is what its runs and sandboxes default to."""
+        ``isolation`` (``"ns"``, ``"gvisor"``) is what its runs and sandboxes default to, and
+        ``egress`` (``{"mode": "allowlist", "allow": ["pypi.org"], "quota_bytes": …}``) their
+        route out unless a call names one."""
         body = _core.template_body(
             name=name,
             base=base,
@@ -218,6 +221,7 @@ class AsyncTemplates:
             files=files,
             description=description,
             isolation=isolation,
+            egress=egress,
         )
         return Template(await self._api.json("POST", "/v1/sandboxes/templates", json=body))
 
@@ -605,6 +609,7 @@ class AsyncSandboxes:
         language: Optional[str] = None,
         limits: Optional[Limits] = None,
         isolation: Optional[str] = None,
+        egress: Optional[Mapping[str, Any]] = None,
         timeout_ms: Optional[int] = None,
         wait_ms: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -622,10 +627,20 @@ class AsyncSandboxes:
         and reuses it on its retries, so the code runs at most once. When the server answers
         before the run ends (past ``wait_ms``), it waits for the command unless ``wait=False``.
         ``origin`` (``workflow``, ``run``, ``step``) names the workflow step that made the call.
-        ``isolation`` (``"ns"``, ``"gvisor"``) wins over the template's and the server default.
+        ``isolation`` (``"ns"``, ``"gvisor"``) wins over the template's and the server default;
+        ``egress`` (``{"mode": "none" | "allowlist" | "public", "allow": [...], "quota_bytes": n}``)
+        likewise.
         """
         run = _core.run_body(
-            code=code, input=input, config=config, template=template, base=base, language=language, env=env, isolation=isolation
+            code=code,
+            input=input,
+            config=config,
+            template=template,
+            base=base,
+            language=language,
+            env=env,
+            isolation=isolation,
+            egress=egress,
         )
         body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=wait_ms, metadata=metadata, origin=origin)
         resp = await self._api.request(
@@ -636,7 +651,11 @@ class AsyncSandboxes:
     async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
         ``create(template=…, base=…, limits=…, isolation=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``.
-        ``isolation="gvisor"`` gives it pause with memory, snapshots and forks."""
+        ``isolation="gvisor"`` gives it pause with memory, snapshots and forks. ``egress={"mode":
+        "allowlist", "allow": ["pypi.org", "*.pythonhosted.org"]}`` its route out;
+        ``api={"scopes": ["sandboxes:read"]}`` lets code inside call the API at ``$LBB_URL``
+        with a key the host attaches (none enters the sandbox); ``git={"url": …}`` clones a
+        public repository into /workspace first."""
         body = _core.sandbox_spec(spec, kwargs)
         return AsyncSandbox(self._api, await self._api.json("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key))
 

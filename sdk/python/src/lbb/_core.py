@@ -139,6 +139,7 @@ def run_body(
     language: Optional[str],
     env: Optional[Mapping[str, str]],
     isolation: Optional[str] = None,
+    egress: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     if code is not None and template is not None:
         raise ValueError("run takes code or template, not both")
@@ -154,6 +155,7 @@ def run_body(
             "language": language,
             "env": env,
             "isolation": isolation,
+            "egress": dict(egress) if egress is not None else None,
         }
     )
 
@@ -244,6 +246,7 @@ def template_body(
     files: Optional[Sequence[Mapping[str, str]]],
     description: Optional[str],
     isolation: Optional[str] = None,
+    egress: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     return clean(
         {
@@ -252,6 +255,7 @@ def template_body(
             "code": code,
             "limits": limits,
             "isolation": isolation,
+            "egress": dict(egress) if egress is not None else None,
             "timeout_ms": timeout_ms,
             "config": config,
             "files": [dict(f) for f in files] if files is not None else None,
