@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -76,5 +77,23 @@ func TestMigrateBlobs(t *testing.T) {
 	}
 	if _, last, err := db.DeleteFile(ctx, "main", "fil_1"); err != nil || !last {
 		t.Fatalf("delete the other: last %v %v", last, err)
+	}
+}
+
+// TestMigrationNumbersClash: two migrations of one number (two branches that each took the
+// next one) fail the start instead of applying one of them.
+func TestMigrationNumbersClash(t *testing.T) {
+	w, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "lbb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	clash := fstest.MapFS{
+		"0001_a.sql": &fstest.MapFile{Data: []byte("CREATE TABLE a (x INTEGER);")},
+		"0001_b.sql": &fstest.MapFile{Data: []byte("CREATE TABLE b (x INTEGER);")},
+	}
+	err = sqlstore.New(w, w, sqlstore.Dialect{Name: "sqlite", IsUnique: isUnique, Migrations: clash}).Migrate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "same number") {
+		t.Fatalf("Migrate with two migrations numbered 0001: %v, want a clash", err)
 	}
 }

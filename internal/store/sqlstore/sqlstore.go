@@ -103,6 +103,13 @@ func (db *DB) Migrate(ctx context.Context) error {
 		migs = append(migs, mig{v, e.Name()})
 	}
 	sort.Slice(migs, func(i, j int) bool { return migs[i].version < migs[j].version })
+	// Two files of one number would apply only the first: a merge of two branches that each
+	// took the next number does exactly that, so it fails here instead of skipping one.
+	for i := 1; i < len(migs); i++ {
+		if migs[i].version == migs[i-1].version {
+			return fmt.Errorf("store: migrations %q and %q have the same number", migs[i-1].name, migs[i].name)
+		}
+	}
 	for _, m := range migs {
 		body, err := fs.ReadFile(db.d.Migrations, m.name)
 		if err != nil {
