@@ -272,4 +272,3 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 	defer f.Close()
 	return writeFile(dst, f, mode)
 }
-
