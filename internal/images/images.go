@@ -142,6 +142,18 @@ func List(dir string) ([]Manifest, error) {
 	return out, nil
 }
 
+// ManifestOf answers the manifest of the image whose rootfs is at rootfs, and its images
+// directory.
+func ManifestOf(rootfs string) (Manifest, string, error) {
+	imageDir := filepath.Dir(filepath.Clean(rootfs))
+	dir := filepath.Dir(imageDir)
+	m, err := readManifest(dir, filepath.Base(imageDir))
+	if err != nil {
+		return Manifest{}, "", fmt.Errorf("%s is not the rootfs of a built image: %w", rootfs, err)
+	}
+	return m, dir, nil
+}
+
 func readManifest(dir, id string) (Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(dir, id, manifestName))
 	if err != nil {

@@ -361,6 +361,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		ex.Error = ex.Error[:maxErrorLen] + "…"
 	}
 	ex.DiskFull = s.diskFull()
+	s.syncWorkspace()
 	fw.writeJSON(agent.FrameExit, ex)
 }
 
@@ -550,6 +551,13 @@ func lookPath(file, pathEnv, dir string) (string, string) {
 		}
 	}
 	return "", fmt.Sprintf("exec %q: executable file not found in $PATH", file)
+}
+
+// syncWorkspace writes the workspace's dirty data to its disk, when Options.SyncWorkspace.
+func (s *Server) syncWorkspace() {
+	if s.opts.SyncWorkspace {
+		_ = unix.Syncfs(s.ws.fd)
+	}
 }
 
 // diskFull reports whether the workspace filesystem is (nearly) out of space or inodes.

@@ -38,8 +38,11 @@ type Options struct {
 	// Home is the HOME of processes; default /root (the sandbox user is root; caches that
 	// the image prepared there, such as matplotlib's, are found, and dotfiles do not litter
 	// the workspace).
-	Home   string
-	Logger *slog.Logger
+	Home string
+	// SyncWorkspace syncs the workspace's file system when a process ends and after each
+	// file call, before the answer: a microvm's page cache is lost when its machine is.
+	SyncWorkspace bool
+	Logger        *slog.Logger
 }
 
 // Server is the agent.

@@ -32,7 +32,9 @@ type Sandboxes[S runtime.Sandbox] struct {
 	// Held, when set, reports whether the driver holds something of id besides its state
 	// directory and the started ones (runsc's state): Destroy then has work to do.
 	Held func(id string) bool
-	Log  *slog.Logger
+	// DiskJournal gives new sandboxes' disks a journal (hostdisk.Templates.Journal).
+	DiskJournal bool
+	Log         *slog.Logger
 
 	locks     Locks
 	mu        sync.Mutex
@@ -134,7 +136,7 @@ func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 	if err := u.Step("disk", func() error {
 		img := l.Disk
 		if img == "" && l.DiskMiB > 0 {
-			s.tmplOnce.Do(func() { s.templates.Dir = filepath.Join(s.Dir, ".templates") })
+			s.tmplOnce.Do(func() { s.templates.Dir, s.templates.Journal = filepath.Join(s.Dir, ".templates"), s.DiskJournal })
 			var err error
 			if img, err = s.templates.Get(ctx, l.DiskMiB); err != nil {
 				return err

@@ -1,0 +1,93 @@
+//go:build linux
+
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/images"
+)
+
+// accelInfo is the acceleration the driver's machines run under, and why.
+type accelInfo struct {
+	name string // "kvm" or "tcg"
+	why  string // for tcg: why not kvm
+}
+
+// Acceleration is probed once per process (per QEMU and kernel): /dev/kvm being there is not
+// enough — a nested or paravirtualized KVM (this project's CI machines: PVM) may open and
+// then not boot a stock kernel. The probe boots the guest kernel under KVM without an
+// initramfs: a kernel that gets as far as looking for its root file system boots.
+var accelProbes struct {
+	mu   sync.Mutex
+	seen map[string]accelInfo
+}
+
+// accel answers the acceleration of this driver's machines (Config.Accel, else probed).
+func (d *Driver) accel() accelInfo {
+	switch d.cfg.Accel {
+	case "kvm", "tcg":
+		return accelInfo{name: d.cfg.Accel, why: "configured"}
+	}
+	k, err := images.CurrentKernel(d.cfg.ImagesDir)
+	if err != nil {
+		return accelInfo{name: "tcg", why: err.Error()}
+	}
+	key := d.cfg.QEMU + "\x00" + k.Vmlinuz()
+	accelProbes.mu.Lock()
+	defer accelProbes.mu.Unlock()
+	if a, ok := accelProbes.seen[key]; ok {
+		return a
+	}
+	a := probeKVM(d.cfg.QEMU, k.Vmlinuz())
+	if a.name == "tcg" {
+		d.cfg.Logger.Warn("microvm: KVM cannot boot a guest here; machines run under TCG (emulated): "+
+			"seconds to boot and several times slower to run", "why", a.why)
+	} else {
+		d.cfg.Logger.Info("microvm: machines run under KVM")
+	}
+	if accelProbes.seen == nil {
+		accelProbes.seen = map[string]accelInfo{}
+	}
+	accelProbes.seen[key] = a
+	return a
+}
+
+// probeKVM boots kernel under KVM and answers kvm when it reaches the search for its root.
+func probeKVM(qemu, kernel string) accelInfo {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return accelInfo{name: "tcg", why: fmt.Sprintf("/dev/kvm: %v", err)}
+	}
+	f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, "-machine", "microvm,x-option-roms=off,rtc=on", "-accel", "kvm", "-cpu", "host",
+		"-m", "256M", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Run()
+	s := out.String()
+	if strings.Contains(s, "Unable to mount root fs") || strings.Contains(s, "Run /init") {
+		return accelInfo{name: "kvm"}
+	}
+	last := strings.TrimSpace(s)
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("no boot within 15 s")
+	}
+	return accelInfo{name: "tcg", why: fmt.Sprintf("a guest kernel did not boot under KVM (%v; last line %q)", err, last)}
+}
