@@ -109,6 +109,10 @@ func (s *supervisor) boot() error {
 		"kernel/modules_disabled": "1", "kernel/dmesg_restrict": "1", "kernel/kptr_restrict": "2",
 		"kernel/perf_event_paranoid": "3", "kernel/unprivileged_bpf_disabled": "1", "kernel/sysrq": "0",
 		"vm/dirty_expire_centisecs": "100", "vm/dirty_writeback_centisecs": "100",
+		// As on a host with plenty of RAM: a large allocation succeeds and the sandbox's
+		// memory limit (its cgroup) ends the process that touches too much, rather than the
+		// allocation failing because the guest's RAM is small.
+		"vm/overcommit_memory": "1",
 	} {
 		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("sysctl %s: %w", k, err)

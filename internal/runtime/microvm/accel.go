@@ -31,6 +31,13 @@ var accelProbes struct {
 	seen map[string]accelInfo
 }
 
+// Accel is the acceleration this driver's machines run under: "kvm", or "tcg" (emulated)
+// with why not KVM.
+func (d *Driver) Accel() (name, why string) {
+	a := d.accel()
+	return a.name, a.why
+}
+
 // accel answers the acceleration of this driver's machines (Config.Accel, else probed).
 func (d *Driver) accel() accelInfo {
 	switch d.cfg.Accel {

@@ -226,4 +226,3 @@ func touch(p string) error {
 	}
 	return f.Close()
 }
-

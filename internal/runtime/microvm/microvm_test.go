@@ -5,11 +5,13 @@ package microvm_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/microvm"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
@@ -131,4 +133,30 @@ func TestSmoke(t *testing.T) {
 	if out := start(t, sb, err).sh("cat /workspace/f"); out != "hi\n" {
 		t.Errorf("after restart: %q", out)
 	}
+}
+
+func TestRuntime(t *testing.T) {
+	requires(t)
+	cfg := newConfig(t)
+	d := microvm.New(cfg)
+	k, err := images.CurrentKernel(d.Config().ImagesDir)
+	if err != nil {
+		testkit.SkipPrivileged(t, "%v", err)
+	}
+	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return microvm.New(cfg) }, runtimetest.Options{
+		Leftovers: func(id string) []string { return microvm.New(cfg).Leftovers(id) },
+		HostFiles: []string{cfg.AgentPath, filepath.Join(cfg.StateDir, ".initrd", "*"), k.Vmlinuz()},
+		Kernel:    k.Recipe.Release,
+		Share:     true,
+		Slow:      slowUnderTCG(d),
+	})
+}
+
+// slowUnderTCG names the cases kept for hosts where KVM boots a guest: under TCG they take
+// minutes (1 GiB of stdout through an emulated virtio-serial port: about 3.5 min here).
+func slowUnderTCG(d *microvm.Driver) map[string]string {
+	if accel, _ := d.Accel(); accel == "kvm" {
+		return nil
+	}
+	return map[string]string{"stdout flood": "KVM (under TCG 1 GiB through the emulated channel takes minutes)"}
 }
