@@ -188,3 +188,33 @@ func (d *Driver) adopt(ctx context.Context, st state, disk string) error {
 	}
 	return driverkit.WriteJSON(filepath.Join(d.dir(id), "state.json"), st)
 }
+
+// resume waits until QEMU has loaded the machine it was started with (-incoming) and runs it:
+// the machine was saved paused, and QEMU keeps the state it was saved in.
+func (s *sandbox) resume(ctx context.Context) error {
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		out, err := s.mon.run(ctx, "query-status", nil, nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		json.Unmarshal(out, &st)
+		switch st.Status {
+		case "running":
+			return nil
+		case "paused", "postmigrate", "prelaunch":
+			_, err := s.mon.run(ctx, "cont", nil, nil)
+			return err
+		case "inmigrate":
+		default:
+			return fmt.Errorf("loading the saved machine: QEMU is %q", st.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loading the saved machine: %w", ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}

@@ -516,6 +516,11 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 	}, nil); err != nil {
 		return fail(err)
 	}
+	if memFile != "" {
+		if err := u.Step("load the machine", func() error { return sb.resume(wctx) }, nil); err != nil {
+			return fail(err)
+		}
+	}
 	if err := u.Step("agent ready", func() error { return waitReady(wctx, sb.conn, exited) }, nil); err != nil {
 		return fail(err)
 	}

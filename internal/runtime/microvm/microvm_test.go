@@ -5,6 +5,7 @@ package microvm_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,4 +160,15 @@ func slowUnderTCG(d *microvm.Driver) map[string]string {
 		return nil
 	}
 	return map[string]string{"stdout flood": "KVM (under TCG 1 GiB through the emulated channel takes minutes)"}
+}
+
+func fmtSscan(s string, v any) (int, error) { return fmt.Sscan(s, v) }
+
+// diskUse is what the files under dir take on disk (sparse files count their data).
+func diskUse(dir string) string {
+	out, err := exec.Command("du", "-sh", dir).Output()
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Fields(string(out))[0]
 }
