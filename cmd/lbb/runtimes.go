@@ -9,21 +9,28 @@ import (
 	"path/filepath"
 
 	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/runtime/microvm"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 )
 
 // The isolating drivers. ns runs each sandbox in namespaces and cgroups of its own, under
 // <data-dir>/sandboxes. gvisor runs each on gVisor's user-space kernel (runsc, installed by
 // scripts/install-runsc.sh at gvisor.DefaultRunsc), under <data-dir>/gvisor, apart from ns's,
-// so that each driver lists and reaps only its own.
+// so that each driver lists and reaps only its own. microvm runs each in a QEMU microvm with
+// the guest kernel lbb images build fetched, under <data-dir>/microvm.
 func init() {
 	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
 	})
 	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+	})
+	runtimes["microvm"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), AgentPath: cfg.Agent,
+			ImagesDir: images.DefaultDir(cfg.DataDir), Limits: defaultLimits(cfg), Logger: log})
 	})
 }
 
