@@ -5,15 +5,18 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 )
 
 // accelInfo is the acceleration the driver's machines run under, and why.
@@ -22,7 +25,8 @@ type accelInfo struct {
 	why  string // for tcg: why not kvm
 }
 
-// Acceleration is probed once per process (per QEMU and kernel): /dev/kvm being there is not
+// Acceleration is probed once per process (per QEMU and kernel), and its answer kept until
+// the host boots again (probeCached): /dev/kvm being there is not
 // enough — a nested or paravirtualized KVM (this project's CI machines: PVM) may open and
 // then not boot a stock kernel. The probe boots the guest kernel under KVM without an
 // initramfs: a kernel that gets as far as looking for its root file system boots.
@@ -54,8 +58,10 @@ func (d *Driver) accel() accelInfo {
 	if a, ok := accelProbes.seen[key]; ok {
 		return a
 	}
-	a := probeKVM(d.cfg.QEMU, k.Vmlinuz())
-	if a.name == "tcg" {
+	a, cached := d.probeCached(key, func() accelInfo { return probeKVM(d.cfg.QEMU, k.Vmlinuz()) })
+	if cached {
+		// Said by the process that probed.
+	} else if a.name == "tcg" {
 		d.cfg.Logger.Warn("microvm: KVM cannot boot a guest here; machines run under TCG (emulated): "+
 			"seconds to boot and several times slower to run", "why", a.why)
 	} else {
@@ -97,4 +103,29 @@ func probeKVM(qemu, kernel string) accelInfo {
 		err = fmt.Errorf("no boot within 15 s")
 	}
 	return accelInfo{name: "tcg", why: fmt.Sprintf("a guest kernel did not boot under KVM (%v; last line %q)", err, last)}
+}
+
+// probeCached answers what probe answered in an earlier process since the host booted, kept
+// in <StateDir>/.accel.json (the probe costs up to 15 s on a host whose KVM cannot boot a
+// guest), else probes and keeps the answer.
+func (d *Driver) probeCached(key string, probe func() accelInfo) (accelInfo, bool) {
+	type record struct {
+		Key, Boot, Name, Why string
+	}
+	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	qemu, _ := os.Stat(d.cfg.QEMU)
+	if qemu != nil {
+		key += fmt.Sprint("\x00", qemu.Size(), qemu.ModTime().UnixNano())
+	}
+	path := filepath.Join(d.cfg.StateDir, ".accel.json")
+	var r record
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &r) == nil &&
+		r.Key == key && r.Boot == strings.TrimSpace(string(bootID)) && (r.Name == "kvm" || r.Name == "tcg") {
+		return accelInfo{name: r.Name, why: r.Why}, true
+	}
+	a := probe()
+	if os.MkdirAll(d.cfg.StateDir, 0o711) == nil {
+		_ = driverkit.WriteJSON(path, record{Key: key, Boot: strings.TrimSpace(string(bootID)), Name: a.name, Why: a.why})
+	}
+	return a, false
 }
