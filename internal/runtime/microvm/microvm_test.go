@@ -116,26 +116,6 @@ func (b *box) sh(script string) string {
 	return out.String()
 }
 
-func TestSmoke(t *testing.T) {
-	d, img := newDriver(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	id := "sbx_smoke"
-	t0 := time.Now()
-	b := boot(t, ctx, d, runtime.Spec{ID: id, Image: img})
-	t.Logf("created and started in %v", time.Since(t0))
-	t.Log(b.sh("id; uname -a; grep -E 'Cap|Seccomp|NoNew' /proc/self/status; ls -la / /workspace /.lbb; df -h /workspace /tmp; mount; echo hi > /workspace/f; ps -ef"))
-	st, err := b.sb.Stats(ctx)
-	t.Logf("stats %+v %v", st, err)
-	if err := d.Stop(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := d.Start(ctx, id)
-	if out := start(t, sb, err).sh("cat /workspace/f"); out != "hi\n" {
-		t.Errorf("after restart: %q", out)
-	}
-}
-
 func TestRuntime(t *testing.T) {
 	requires(t)
 	cfg := newConfig(t)
