@@ -38,6 +38,7 @@ func TestCheckpoint(t *testing.T) {
 	const a, f = "sbx_cp_a", "sbx_cp_fork"
 	b := boot(t, ctx, d, runtime.Spec{ID: a, Image: img})
 	defer destroyed(t, d, f)
+	t.Run("ports and disks out of reach", func(t *testing.T) { outOfReach(t, b) })
 	b.sh(runtimetest.CounterServer)
 	b.sh("echo before > /workspace/f")
 	v, n, err := runtimetest.AskCounter(ctx, b.c)
@@ -116,4 +117,23 @@ func TestCheckpoint(t *testing.T) {
 	if _, err := d.Restore(ctx, a, dir); err == nil {
 		t.Error("Restore of a started sandbox succeeded")
 	}
+}
+
+// outOfReach: the machine's virtio-serial ports (the channel, the control port, the console)
+// and its disks are the agent's and the supervisor's: a sandbox's process finds no device
+// node of them, cannot make one, and does not see the supervisor.
+func outOfReach(t *testing.T, b *box) {
+	out := b.sh(`ls /dev | grep -E '^(vport|hvc|vd|hwrng|console|mem|kmsg)' && echo FOUND-NODE
+maj=$(awk '$2=="virtio-portsdev"{print $1}' /proc/devices)
+[ -n "$maj" ] && mknod /tmp/port c "$maj" 1 2>/dev/null && echo MADE-NODE
+blk=$(awk '$2=="virtblk"{print $1}' /proc/devices)
+[ -n "$blk" ] && mknod /tmp/disk b "$blk" 0 2>/dev/null && echo MADE-DISK
+ps -eo pid=,args= | grep -v -e ' ps ' -e 'grep' -e '/bin/sh' | grep -v '/.lbb/agent' && echo OTHER-PROCESS
+cat /sys/class/virtio-ports/*/name | tr '\n' ' '; echo`)
+	for _, bad := range []string{"FOUND-NODE", "MADE-NODE", "MADE-DISK", "OTHER-PROCESS"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s: %q", bad, out)
+		}
+	}
+	t.Logf("the ports as sysfs names them: %s", strings.TrimSpace(out))
 }

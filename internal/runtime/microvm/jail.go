@@ -89,6 +89,11 @@ func jail() error {
 	if err := syscall.Setresuid(cfg.UID, cfg.UID, cfg.UID); err != nil {
 		return fmt.Errorf("setresuid: %w", err)
 	}
+	// Changing the uid cleared the parent-death signal: QEMU dies with the driver's process,
+	// as ns sandboxes do (a restarted server reaps what is left).
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("pdeathsig: %w", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}

@@ -687,7 +687,7 @@ func (d *Driver) Stop(ctx context.Context, id string) error { return d.sbs.Stop(
 // one a previous process started (its QEMU is found in its cgroup), or none.
 func (d *Driver) stop(ctx context.Context, id string, sync bool) error {
 	sb, _ := d.sbs.Take(id)
-	if sb != nil && sync {
+	if sb != nil && sync && !sb.frozen.Load() {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := sb.control(sctx, agent.VMRequest{Op: agent.VMOpSync}, nil); err != nil {
 			d.cfg.Logger.Debug("no sync before the stop", "sandbox", id, "err", err)
