@@ -3,10 +3,12 @@
 package microvm
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,10 +89,26 @@ func probeKVM(qemu, kernel string) accelInfo {
 		"-m", "256M", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
+	// A KVM that cannot run the guest makes QEMU print the vCPU's registers ("KVM internal
+	// error", "Code=…") and pause: no need to wait for the timeout then.
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line + "\n")
+			if strings.Contains(line, "KVM internal error") || strings.Contains(line, "emulation failure") ||
+				strings.HasPrefix(line, "Code=") || strings.Contains(line, "Unable to mount root fs") {
+				cancel()
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
 	err = cmd.Run()
+	pw.Close()
 	s := out.String()
 	if strings.Contains(s, "Unable to mount root fs") || strings.Contains(s, "Run /init") {
 		return accelInfo{name: "kvm"}
@@ -99,15 +117,15 @@ func probeKVM(qemu, kernel string) accelInfo {
 	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
 		last = last[i+1:]
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("no boot within 15 s")
 	}
 	return accelInfo{name: "tcg", why: fmt.Sprintf("a guest kernel did not boot under KVM (%v; last line %q)", err, last)}
 }
 
 // probeCached answers what probe answered in an earlier process since the host booted, kept
-// in <StateDir>/.accel.json (the probe costs up to 15 s on a host whose KVM cannot boot a
-// guest), else probes and keeps the answer.
+// in /run/lbb (a tmpfs: gone at the next boot; else <StateDir>), else probes and keeps the
+// answer: every lbb serve offers microvm, and a probe costs a boot.
 func (d *Driver) probeCached(key string, probe func() accelInfo) (accelInfo, bool) {
 	type record struct {
 		Key, Boot, Name, Why string
@@ -117,14 +135,17 @@ func (d *Driver) probeCached(key string, probe func() accelInfo) (accelInfo, boo
 	if qemu != nil {
 		key += fmt.Sprint("\x00", qemu.Size(), qemu.ModTime().UnixNano())
 	}
-	path := filepath.Join(d.cfg.StateDir, ".accel.json")
+	path := "/run/lbb/microvm-accel.json"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		path = filepath.Join(d.cfg.StateDir, ".accel.json")
+	}
 	var r record
 	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &r) == nil &&
 		r.Key == key && r.Boot == strings.TrimSpace(string(bootID)) && (r.Name == "kvm" || r.Name == "tcg") {
 		return accelInfo{name: r.Name, why: r.Why}, true
 	}
 	a := probe()
-	if os.MkdirAll(d.cfg.StateDir, 0o711) == nil {
+	if os.MkdirAll(filepath.Dir(path), 0o711) == nil {
 		_ = driverkit.WriteJSON(path, record{Key: key, Boot: strings.TrimSpace(string(bootID)), Name: a.name, Why: a.why})
 	}
 	return a, false
