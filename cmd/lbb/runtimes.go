@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,10 +29,22 @@ func init() {
 	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
 	})
-	runtimes["microvm"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+	microvmFactory := isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), AgentPath: cfg.Agent,
-			ImagesDir: images.DefaultDir(cfg.DataDir), Limits: defaultLimits(cfg), Logger: log})
+			ImagesDir: cfg.ImagesDir, Limits: defaultLimits(cfg), Logger: log})
 	})
+	open := microvmFactory.open
+	microvmFactory.open = func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
+		// The guest kernel is part of the base image's build; a server that builds the image
+		// when it is missing fetches the kernel likewise (once: it is cached).
+		if _, err := images.CurrentKernel(cfg.ImagesDir); err != nil {
+			if _, err := images.BuildKernel(context.Background(), images.Options{Dir: cfg.ImagesDir, Mirror: cfg.Mirror, Progress: os.Stderr}); err != nil {
+				return nil, fmt.Errorf("runtime \"microvm\": %w", err)
+			}
+		}
+		return open(cfg, log)
+	}
+	runtimes["microvm"] = microvmFactory
 }
 
 // isolating is the factory of a driver that isolates: it runs the guest agent in sandboxes
