@@ -58,12 +58,29 @@ func (p *serialPort) serve(srv *guest.Server, log *slog.Logger) error {
 		srv.ServeConn(context.Background(), &portConn{File: p.f})
 		p.f.Close()
 		log.Debug("channel session ended; waiting for the next host")
-		fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", p.path), unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		f, err := p.reopen()
 		if err != nil {
 			srv.Forward(unix.SIGKILL)
 			return fmt.Errorf("reopen the serial port: %w", err)
 		}
-		p.f = os.NewFile(uintptr(fd), "channel")
+		p.f = f
+	}
+}
+
+// reopen opens the port again. A port has one opener at a time (EBUSY), and the old
+// descriptor is released only once the session's last reader has returned: that may take a
+// moment.
+func (p *serialPort) reopen() (*os.File, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", p.path), unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		if err == nil {
+			return os.NewFile(uintptr(fd), "channel"), nil
+		}
+		if err != unix.EBUSY || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(delay)
 	}
 }
 
@@ -72,8 +89,6 @@ type portConn struct{ *os.File }
 
 func (portConn) LocalAddr() net.Addr  { return portAddr{} }
 func (portConn) RemoteAddr() net.Addr { return portAddr{} }
-
-func (c *portConn) SetDeadline(t time.Time) error { return c.File.SetDeadline(t) }
 
 type portAddr struct{}
 
