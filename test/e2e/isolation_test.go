@@ -286,10 +286,10 @@ func TestIsolation(t *testing.T) {
 			what, path, body, code string
 			idem                   bool
 		}{
-			{"run.isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "microvm"}}`, "invalid_request", true},
+			{"run.isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "firecracker"}}`, "invalid_request", true},
 			{"isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1"}, "isolation": "vmware"}`, "invalid_request", true},
-			{"create unknown", "/v1/sandboxes", `{"isolation": "microvm"}`, "invalid_request", false},
-			{"template unknown", "/v1/sandboxes/templates", `{"name": "bad", "isolation": "microvm"}`, "invalid_request", false},
+			{"create unknown", "/v1/sandboxes", `{"isolation": "firecracker"}`, "invalid_request", false},
+			{"template unknown", "/v1/sandboxes/templates", `{"name": "bad", "isolation": "firecracker"}`, "invalid_request", false},
 			{"run.isolation and isolation differ", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "ns"}, "isolation": "gvisor"}`, "invalid_request", true},
 			// local is known, but only ever a server's default: no call may pick it.
 			{"run on local", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "local"}}`, "isolation_unavailable", true},
