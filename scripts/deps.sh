@@ -13,13 +13,22 @@ for pair in httpx:python3-httpx setuptools:python3-setuptools wheel:python3-whee
 	mod=${pair%%:*} pkg=${pair#*:}
 	/usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need+=("$pkg")
 done
-if [ ${#need[@]} -gt 0 ]; then
+# The microvm driver's QEMU, without what Debian recommends beside it (a GUI, firmware for
+# other machines): microvm boots with SeaBIOS's bios-microvm.bin, which it depends on.
+qemu=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || qemu=(qemu-system-x86)
+if [ ${#need[@]} -gt 0 ] || [ ${#qemu[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "deps: missing ${need[*]}; run as root (or: sudo apt-get install ${need[*]})" >&2
+		echo "deps: missing ${need[*]} ${qemu[*]}; run as root (or: sudo apt-get install ${need[*]} ${qemu[*]})" >&2
 		exit 1
 	fi
-	echo "deps: installing ${need[*]}"
+	echo "deps: installing ${need[*]} ${qemu[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	apt-get install -y -qq "${need[@]}" >/dev/null
+	if [ ${#need[@]} -gt 0 ]; then
+		apt-get install -y -qq "${need[@]}" >/dev/null
+	fi
+	if [ ${#qemu[@]} -gt 0 ]; then
+		apt-get install -y -qq --no-install-recommends "${qemu[@]}" >/dev/null
+	fi
 fi

@@ -27,9 +27,12 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/agent/guest"
+	"github.com/littlebigbrain/lbb/internal/agent/vmguest"
 )
 
 func main() {
+	// In a microvm guest this process is its supervisor or the sandbox's init first.
+	vmguest.Main()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "lbb-agent:", err)
 		os.Exit(1)
@@ -81,7 +84,7 @@ type options struct {
 	fd, uid                       int
 	connect, seccomp, remove      string
 	workspace, etcDir, path, home string
-	verbose                       bool
+	verbose, serial               bool
 }
 
 func run() error {
@@ -97,6 +100,7 @@ func run() error {
 	fs.StringVar(&o.path, "path", guest.DefaultPath, "the default PATH of processes")
 	fs.StringVar(&o.home, "home", "/root", "the HOME of processes")
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug messages to stderr")
+	fs.BoolVar(&o.serial, "serial", false, "the channel fd is a virtio-serial port: serve one host after another on it (see serial.go)")
 	if v, ok := os.LookupEnv("LBB_CHANNEL_FD"); ok {
 		fs.Set("fd", v)
 	}
@@ -142,7 +146,14 @@ func run() error {
 	// descriptor above stderr is marked close-on-exec, so that no process the agent starts
 	// inherits the channel or anything else the host left open.
 	var conn net.Conn
-	if o.connect == "" {
+	var port *serialPort
+	if o.serial {
+		p, err := openSerialPort(o.fd)
+		if err != nil {
+			return err
+		}
+		port = p
+	} else if o.connect == "" {
 		f := os.NewFile(uintptr(o.fd), "channel")
 		c, err := net.FileConn(f)
 		if err != nil {
@@ -157,8 +168,10 @@ func run() error {
 
 	reserveThreads(agentThreads)
 
+	// On a serial port the sandbox is a machine that can end without warning (its QEMU
+	// killed): what a command or a file call wrote is synced to the disk before it answers.
 	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home,
-		RootProcesses: o.uid != 0, Logger: log})
+		RootProcesses: o.uid != 0, SyncWorkspace: o.serial, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -174,6 +187,9 @@ func run() error {
 
 	if o.connect != "" {
 		return serveConnect(srv, o.connect, token, log)
+	}
+	if port != nil {
+		return port.serve(srv, log)
 	}
 	// Serve until the host closes the channel; the sandbox ends with it.
 	srv.ServeConn(context.Background(), conn)

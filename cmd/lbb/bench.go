@@ -26,7 +26,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service,gvisor] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -43,6 +43,10 @@ image, and prints p50, p90, p99 and p50 ratios:
                                            (writing, reading that much as a file)
     one-call Python sum(input), warm and cold, on servers of its own run with
     --runtime gvisor (pool on, pool off)  (chroot python3 -c, bwrap python3 -c)
+  microvm (only when asked: --only microvm; every metric names KVM or TCG):
+    the runtime figures, checkpoint and restore, and one-call warm and cold on servers of
+    its own (--runtime microvm), as for gvisor; under TCG (no usable KVM) a boot takes
+    seconds: --n 5 keeps it to minutes
   service (servers of its own — pool on, and pool off for the cold figure — or --url):
     one-call Python sum(input), warm and cold (chroot python3 -c, bwrap python3 -c)
     one-call pandas DataFrame(input).sum(), warm (the same with the import)
@@ -59,9 +63,9 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,gvisor", "which sections to run (gvisor is skipped, saying why, when runsc is not installed)")
+	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
-	cpN := fs.Int("checkpoint-n", 5, "gvisor checkpoints and restores timed (0 skips them)")
+	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
 	runsc := fs.String("runsc", gvisor.DefaultRunsc, "the runsc binary of the gvisor section's driver figures (its servers use lbb serve's own)")
 	n := fs.Int("n", 20, "samples per metric")
@@ -145,6 +149,13 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, rootfs: img.Rootfs, bwrap: bwrap,
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if sections["microvm"] {
+		rows, notes := benchMicrovm(ctx, microvmBench{rootfs: img.Rootfs, bwrap: bwrap, agent: *agentPath, n: *n,
+			idle: *idleMemory, cpN: *cpN, cpMiB: *cpMiB, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
@@ -394,6 +405,14 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 // gvisorOneCall starts a server of its own with --runtime gvisor (the pool on when warm)
 // and times n one-call runs of p on it.
 func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes *[]string) (bench.Row, error) {
+	// gVisor's kernel names itself in its release.
+	return runtimeOneCall(ctx, "gvisor", func(r string) bool { return strings.Contains(r, "gvisor") }, n, warm, p, notes)
+}
+
+// runtimeOneCall starts a server of its own with --runtime name (the pool on when warm) and
+// times n one-call runs of p on it. A first, untimed run checks that runs land on a kernel
+// whose release kernel accepts.
+func runtimeOneCall(ctx context.Context, name string, kernel func(release string) bool, n int, warm bool, p lbb.RunParams, notes *[]string) (bench.Row, error) {
 	var extra []string
 	kind := "cold"
 	if warm {
@@ -401,9 +420,9 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 	} else {
 		extra = append(extra, "--pool=false")
 	}
-	fmt.Fprintf(os.Stderr, "gvisor: one-call Python sum(input), %s, on a server run with --runtime gvisor %s (%d times)…\n", kind, strings.Join(extra, " "), n)
+	fmt.Fprintf(os.Stderr, "%s: one-call Python sum(input), %s, on a server run with --runtime %s %s (%d times)…\n", name, kind, name, strings.Join(extra, " "), n)
 	var cf clientFlags
-	done, err := cf.serveOwn(ctx, n+20, append([]string{"--runtime", "gvisor"}, extra...)...)
+	done, err := cf.serveOwn(ctx, n+20, append([]string{"--runtime", name}, extra...)...)
 	if err != nil {
 		return bench.Row{}, err
 	}
@@ -414,17 +433,16 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 		return bench.Row{}, err
 	}
 	// Warm runs wait (untimed) for a ready slot; a gVisor slot takes seconds to build (the
-	// Sentry, then numpy and pandas).
+	// Sentry, then numpy and pandas), a microvm's more (a boot).
 	var before func()
 	if warm {
 		before = func() {
-			if !bench.WaitPoolReady(ctx, url, key, "python", 1, 60*time.Second) {
-				*notes = append(*notes, "gvisor: a warm run found no ready python slot within 60 s")
+			if !bench.WaitPoolReady(ctx, url, key, "python", 1, 5*time.Minute) {
+				*notes = append(*notes, name+": a warm run found no ready python slot within 5 min")
 			}
 		}
 		before()
 	}
-	// One untimed run checks where runs land: gVisor's kernel names itself in its release.
 	r, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: "import os\ndef run(input, config):\n    return {'release': os.uname().release, 'warm': b'--lbb-prestart' in open('/proc/self/cmdline', 'rb').read().split(b'\\0')}\n"})
 	if err != nil {
 		return bench.Row{}, fmt.Errorf("the check run: %w", err)
@@ -434,9 +452,9 @@ func gvisorOneCall(ctx context.Context, n int, warm bool, p lbb.RunParams, notes
 		Warm    bool
 	}
 	json.Unmarshal(r.Result, &got)
-	if !r.OK || !strings.Contains(got.Release, "gvisor") || got.Warm != warm {
+	if !r.OK || !kernel(got.Release) || got.Warm != warm {
 		return bench.Row{}, fmt.Errorf("the check run landed on kernel %q, warm=%v (ok=%v %s): not what the row would claim", got.Release, got.Warm, r.OK, r.Stderr.Tail)
 	}
-	s := bench.OneCallPaced(ctx, c, "lbb gvisor", n, p, wantJSON("6"), before)
+	s := bench.OneCallPaced(ctx, c, "lbb "+name, n, p, wantJSON("6"), before)
 	return bench.Row{Metric: "one-call Python sum(input), " + kind, LBB: s}, nil
 }

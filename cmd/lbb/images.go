@@ -20,7 +20,8 @@ func init() {
 }
 
 const imagesUsage = `Usage:
-  lbb images build [--mirror URL] [--images-dir DIR] [--json]   build the base image, or find it cached
+  lbb images build [--mirror URL] [--images-dir DIR] [--json]   build the base image (and the microvm driver's guest
+                                                                kernel and disk), or find them cached
   lbb images list  [--images-dir DIR] [--json]                  the images built, with versions
   lbb images prune [--images-dir DIR]                           remove images the current recipe does not build
 
@@ -60,6 +61,14 @@ func runImages(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		// What the microvm driver boots: the guest kernel and the image as a disk. The other
+		// drivers do without, so a failure here is a warning (microvm's requirements say it).
+		if _, err := images.BuildKernel(ctx, o); err != nil {
+			fmt.Fprintf(os.Stderr, "warning: the microvm driver's guest kernel: %v\n", err)
+		}
+		if _, err := images.Disk(ctx, o, m); err != nil {
+			fmt.Fprintf(os.Stderr, "warning: the microvm driver's disk of image %s: %v\n", m.ID, err)
+		}
 		if *asJSON {
 			return printJSON(m)
 		}
@@ -79,20 +88,30 @@ func runImages(ctx context.Context, args []string) error {
 			fmt.Fprintf(os.Stderr, "no images in %s; run `lbb images build`\n", *dir)
 			return nil
 		}
-		tw := table("ID", "CREATED", "SIZE", "PYTHON", "NUMPY", "PANDAS", "NODE", "MISSING")
+		// KERNEL is the microvm driver's guest kernel, when the image has its disk for it.
+		kernel := "-"
+		if k, err := images.CurrentKernel(*dir); err == nil {
+			kernel = k.Recipe.Release
+		}
+		tw := table("ID", "CREATED", "SIZE", "PYTHON", "NUMPY", "PANDAS", "NODE", "KERNEL", "MISSING")
 		for _, m := range ms {
 			id := m.ID
 			if m.Current {
 				id += " *"
 			}
 			missing := orDash(strings.Join(m.Missing, ","))
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Created.Local().Format("2006-01-02 15:04"),
-				imagesSizeMiB(m.SizeBytes), m.Versions["python"], m.Versions["numpy"], m.Versions["pandas"], m.Versions["node"], missing)
+			k := kernel
+			if _, err := os.Stat(images.DiskPath(*dir, m)); err != nil {
+				k = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Created.Local().Format("2006-01-02 15:04"),
+				imagesSizeMiB(m.SizeBytes), m.Versions["python"], m.Versions["numpy"], m.Versions["pandas"], m.Versions["node"], k, missing)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "* the current recipe's image; rootfs under %s/<id>/rootfs\n", *dir)
+		fmt.Fprintf(os.Stderr, "KERNEL: the microvm driver's guest kernel, for an image whose disk is made (%s)\n", orDash(kernel))
 		return nil
 	case "prune":
 		removed, err := images.Prune(*dir)

@@ -3,21 +3,25 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/runtime/microvm"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 )
 
 // The isolating drivers. ns runs each sandbox in namespaces and cgroups of its own, under
 // <data-dir>/sandboxes. gvisor runs each on gVisor's user-space kernel (runsc, installed by
 // scripts/install-runsc.sh at gvisor.DefaultRunsc), under <data-dir>/gvisor, apart from ns's,
-// so that each driver lists and reaps only its own.
+// so that each driver lists and reaps only its own. microvm runs each in a QEMU microvm with
+// the guest kernel lbb images build fetched, under <data-dir>/microvm.
 func init() {
 	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
@@ -25,6 +29,22 @@ func init() {
 	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
 	})
+	microvmFactory := isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
+		return microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), AgentPath: cfg.Agent,
+			ImagesDir: cfg.ImagesDir, Limits: defaultLimits(cfg), Logger: log})
+	})
+	open := microvmFactory.open
+	microvmFactory.open = func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
+		// The guest kernel is part of the base image's build; a server that builds the image
+		// when it is missing fetches the kernel likewise (once: it is cached).
+		if _, err := images.CurrentKernel(cfg.ImagesDir); err != nil {
+			if _, err := images.BuildKernel(context.Background(), images.Options{Dir: cfg.ImagesDir, Mirror: cfg.Mirror, Progress: os.Stderr}); err != nil {
+				return nil, fmt.Errorf("runtime \"microvm\": %w", err)
+			}
+		}
+		return open(cfg, log)
+	}
+	runtimes["microvm"] = microvmFactory
 }
 
 // isolating is the factory of a driver that isolates: it runs the guest agent in sandboxes

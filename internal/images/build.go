@@ -39,14 +39,7 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 }
 
 func build(ctx context.Context, o Options, r Recipe) (Manifest, error) {
-	dir := o.Dir
-	if dir == "" {
-		dir = DefaultDir("")
-	}
-	w := o.Progress
-	if w == nil {
-		w = io.Discard
-	}
+	dir, w := o.dir(), o.progress()
 	id := r.ID()
 	if m, err := readManifest(dir, id); err == nil {
 		fmt.Fprintf(w, "image %s is cached at %s\n", id, m.Rootfs)
@@ -65,16 +58,9 @@ func build(ctx context.Context, o Options, r Recipe) (Manifest, error) {
 		}
 		tools[t] = p
 	}
-	mirror := o.Mirror
-	if mirror == "" {
-		mirror = os.Getenv(MirrorEnv)
-	}
-	if mirror == "" {
-		m, err := HostMirror()
-		if err != nil {
-			return Manifest{}, err
-		}
-		mirror = m
+	mirror, err := o.mirror()
+	if err != nil {
+		return Manifest{}, err
 	}
 
 	if err := os.MkdirAll(dir, 0o755); err != nil {

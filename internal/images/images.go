@@ -40,6 +40,31 @@ type Options struct {
 	Progress io.Writer
 }
 
+func (o Options) dir() string {
+	if o.Dir == "" {
+		return DefaultDir("")
+	}
+	return o.Dir
+}
+
+func (o Options) progress() io.Writer {
+	if o.Progress == nil {
+		return io.Discard
+	}
+	return o.Progress
+}
+
+// mirror is o.Mirror, else $LBB_DEBIAN_MIRROR, else the host's apt sources' Debian mirror.
+func (o Options) mirror() (string, error) {
+	if o.Mirror != "" {
+		return o.Mirror, nil
+	}
+	if m := os.Getenv(MirrorEnv); m != "" {
+		return m, nil
+	}
+	return HostMirror()
+}
+
 // Manifest describes one built image. It is stored as <dir>/<id>/manifest.json.
 type Manifest struct {
 	// ID is the first 12 hex digits of Hash, and the image's directory name.
@@ -117,6 +142,18 @@ func List(dir string) ([]Manifest, error) {
 	return out, nil
 }
 
+// ManifestOf answers the manifest of the image whose rootfs is at rootfs, and its images
+// directory.
+func ManifestOf(rootfs string) (Manifest, string, error) {
+	imageDir := filepath.Dir(filepath.Clean(rootfs))
+	dir := filepath.Dir(imageDir)
+	m, err := readManifest(dir, filepath.Base(imageDir))
+	if err != nil {
+		return Manifest{}, "", fmt.Errorf("%s is not the rootfs of a built image: %w", rootfs, err)
+	}
+	return m, dir, nil
+}
+
 func readManifest(dir, id string) (Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(dir, id, manifestName))
 	if err != nil {
@@ -166,6 +203,11 @@ func Prune(dir string) ([]string, error) {
 		}
 		if err := removeTree(filepath.Join(dir, m.ID)); err != nil {
 			return removed, fmt.Errorf("prune %s: %w", m.ID, err)
+		}
+		for _, p := range disksOf(dir, m.ID) {
+			if err := os.Remove(p); err != nil {
+				return removed, fmt.Errorf("prune %s: %w", m.ID, err)
+			}
 		}
 		removed = append(removed, m.ID)
 	}

@@ -145,7 +145,7 @@ func TestToolsAndSchemas(t *testing.T) {
 		Properties map[string]struct{ Enum []string }
 	}
 	json.Unmarshal(b, &manage)
-	if got := manage.Properties["isolation"].Enum; !slices.Equal(got, []string{"ns", "gvisor"}) {
+	if got := manage.Properties["isolation"].Enum; !slices.Equal(got, []string{"ns", "gvisor", "microvm"}) {
 		t.Errorf("isolation enum: %v", got)
 	}
 	if !byName[toolRead].Annotations.ReadOnlyHint || !*byName[toolDelete].Annotations.DestructiveHint {

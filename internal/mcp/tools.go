@@ -30,7 +30,7 @@ var (
 	readActions   = []string{"list_sandboxes", "get_sandbox", "list_commands", "get_command", "list_templates", "get_template", "list_files", "read_file", "list_snapshots", "get_snapshot"}
 	manageActions = []string{"run", "create", "exec", "write_file", "stop", "resume", "pause", "snapshot", "fork"}
 	// isolations are the values the isolation argument may take.
-	isolations = []string{"ns", "gvisor"}
+	isolations = []string{"ns", "gvisor", "microvm"}
 )
 
 const (

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,6 +117,28 @@ func TestIsolation(t *testing.T) {
 		if gvK.Release == host || gvK.Version == nsK.Version {
 			t.Errorf("on gvisor the code sees kernel %q (%s); on ns %q (%s): want different kernels", gvK.Release, gvK.Version, nsK.Release, nsK.Version)
 		}
+	})
+
+	t.Run("one-call microvm", func(t *testing.T) {
+		// The microvm driver, offered beside ns: its sandbox runs on the guest kernel the
+		// image build fetched (under TCG on a host whose KVM cannot boot a guest: seconds).
+		r := s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "kern-microvm"},
+			string(jsonBody(t, map[string]any{"run": map[string]any{"code": kernelCode, "isolation": "microvm"}, "wait_ms": 240000})))
+		if r.status == 400 && r.errCode(t) == "isolation_unavailable" {
+			testkit.SkipPrivileged(t, "microvm is not available here: %s", r.body)
+		}
+		var res map[string]any
+		if r.status != 200 || json.Unmarshal(r.body, &res) != nil || res["ok"] != true {
+			t.Fatalf("microvm run: %d %s", r.status, r.body)
+		}
+		k := res["result"].(map[string]any)
+		if iso := res["isolation"]; iso != "microvm" {
+			t.Errorf("the answer says isolation %v, want microvm", iso)
+		}
+		if rel := k["release"]; rel == host || !strings.Contains(fmt.Sprint(rel), "cloud-amd64") {
+			t.Errorf("on microvm the code sees kernel %v, want the guest's (a Debian cloud kernel), not the host's %q", rel, host)
+		}
+		t.Logf("one-call microvm run: kernel %v", k["release"])
 	})
 
 	t.Run("warm gvisor", func(t *testing.T) {
@@ -263,10 +286,10 @@ func TestIsolation(t *testing.T) {
 			what, path, body, code string
 			idem                   bool
 		}{
-			{"run.isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "microvm"}}`, "invalid_request", true},
+			{"run.isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "firecracker"}}`, "invalid_request", true},
 			{"isolation unknown", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1"}, "isolation": "vmware"}`, "invalid_request", true},
-			{"create unknown", "/v1/sandboxes", `{"isolation": "microvm"}`, "invalid_request", false},
-			{"template unknown", "/v1/sandboxes/templates", `{"name": "bad", "isolation": "microvm"}`, "invalid_request", false},
+			{"create unknown", "/v1/sandboxes", `{"isolation": "firecracker"}`, "invalid_request", false},
+			{"template unknown", "/v1/sandboxes/templates", `{"name": "bad", "isolation": "firecracker"}`, "invalid_request", false},
 			{"run.isolation and isolation differ", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "ns"}, "isolation": "gvisor"}`, "invalid_request", true},
 			// local is known, but only ever a server's default: no call may pick it.
 			{"run on local", "/v1/sandboxes", `{"run": {"code": "def run(i, c): return 1", "isolation": "local"}}`, "isolation_unavailable", true},

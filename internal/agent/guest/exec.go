@@ -365,6 +365,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		ex.Error = ex.Error[:maxErrorLen] + "…"
 	}
 	ex.DiskFull = s.diskFull()
+	s.syncWorkspace()
 	fw.writeJSON(agent.FrameExit, ex)
 }
 
@@ -554,6 +555,23 @@ func lookPath(file, pathEnv, dir string) (string, string) {
 		}
 	}
 	return "", fmt.Sprintf("exec %q: executable file not found in $PATH", file)
+}
+
+// syncWorkspace writes the workspace's dirty data to its disk, when Options.SyncWorkspace.
+func (s *Server) syncWorkspace() {
+	if !s.opts.SyncWorkspace {
+		return
+	}
+	// ws.fd is an O_PATH descriptor, which syncfs refuses (EBADF).
+	fd, err := unix.Open(s.ws.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.log.Warn("sync the workspace", "err", err)
+		return
+	}
+	if err := unix.Syncfs(fd); err != nil {
+		s.log.Warn("sync the workspace", "err", err)
+	}
+	unix.Close(fd)
 }
 
 // diskFull reports whether the workspace filesystem is (nearly) out of space or inodes.

@@ -211,6 +211,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	entry.Path, entry.Name = rel, base
+	s.syncWorkspace()
 	writeJSON(w, http.StatusOK, entry)
 }
 
@@ -279,6 +280,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, pathError(rel, err))
 		return
 	}
+	s.syncWorkspace()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -328,6 +330,7 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	unix.Close(fd)
+	s.syncWorkspace()
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	// RootProcesses starts every process as uid 0 (real, effective and saved): the agent runs
 	// as a real uid of its own (lbb-agent --uid), which its processes must not share.
 	RootProcesses bool
+	// SyncWorkspace syncs the workspace's file system when a process ends and after each
+	// file call, before the answer: a microvm's page cache is lost when its machine is.
+	SyncWorkspace bool
 	Logger        *slog.Logger
 }
 

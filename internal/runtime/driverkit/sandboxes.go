@@ -39,7 +39,9 @@ type Sandboxes[S runtime.Sandbox] struct {
 	// IDMap, when set, says whether a sandbox of an image can map its ids onto its own range
 	// (see MountViews); without it, or where it refuses, sandboxes map the shared range.
 	IDMap IDMapCheck
-	Log   *slog.Logger
+	// DiskJournal gives new sandboxes' disks a journal (hostdisk.Templates.Journal).
+	DiskJournal bool
+	Log         *slog.Logger
 
 	idmaps    idmapCache
 	locks     Locks
@@ -155,7 +157,7 @@ func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 	if err := u.Step("disk", func() error {
 		img := l.Disk
 		if img == "" && l.DiskMiB > 0 {
-			s.tmplOnce.Do(func() { s.templates.Dir = filepath.Join(s.Dir, ".templates") })
+			s.tmplOnce.Do(func() { s.templates.Dir, s.templates.Journal = filepath.Join(s.Dir, ".templates"), s.DiskJournal })
 			var err error
 			if img, err = s.templates.Get(ctx, l.DiskMiB); err != nil {
 				return err

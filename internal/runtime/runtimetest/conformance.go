@@ -20,7 +20,7 @@ import (
 
 func (e *env) conformance(t *testing.T) {
 	t.Run("true", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		r := b.exec(agent.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 		if r.exit.ExitCode != 0 || r.exit.StartError != "" || r.exit.Signal != "" {
 			t.Fatalf("/bin/true: %v", r)
@@ -36,7 +36,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("exit codes", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		if r := b.sh("exit 3"); r.exit.ExitCode != 3 {
 			t.Errorf("exit 3: %v", r)
 		}
@@ -49,7 +49,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("stdout and stderr", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		r := b.sh("echo out; echo err >&2; printf 'no newline'")
 		if r.stdout != "out\nno newline" || r.stderr != "err\n" {
 			t.Errorf("%v", r)
@@ -57,7 +57,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("env and cwd", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		r := b.exec(agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $FOO; pwd"}, Env: map[string]string{"FOO": "bar baz"}}, nil)
 		if r.stdout != "bar baz\n/workspace\n" {
 			t.Errorf("env and default cwd: %v", r)
@@ -74,7 +74,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("stdin", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 		r := b.exec(agent.ExecRequest{Argv: []string{"sh", "-c", "wc -c; echo done"}}, strings.NewReader(big))
 		if strings.TrimSpace(r.stdout) != "1048576\ndone" {
@@ -87,7 +87,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("files", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		data := make([]byte, 3<<20)
 		for i := range data {
 			data[i] = byte(i * 7)
@@ -228,7 +228,7 @@ func (e *env) conformance(t *testing.T) {
 	})
 
 	t.Run("stats", func(t *testing.T) {
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		b.ok("head -c 20000000 /dev/urandom | sha256sum >/dev/null")
 		st, err := b.sb.Stats(b.ctx)
 		if err != nil {
@@ -244,7 +244,7 @@ func (e *env) conformance(t *testing.T) {
 		if !ok {
 			t.Skip("the driver has no Freezer")
 		}
-		b := e.boot(t, runtime.Limits{})
+		b := e.shared(t)
 		if err := f.Freeze(b.ctx, b.id); err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +367,7 @@ func (e *env) startCancelled(t *testing.T) {
 
 // runs checks the run(input, config) harnesses of the three bases.
 func (e *env) runs(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	for _, tc := range []struct {
 		name, lang, code string
 		input, config    string

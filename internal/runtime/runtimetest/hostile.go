@@ -74,6 +74,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("egress carries its own sandbox's traffic", e.known("egress carries its own sandbox's traffic", e.egressOwnTraffic))
 	t.Run("egress leaves no host listener", e.known("egress leaves no host listener", e.egressNoHostListener))
 	t.Run("egress abuse", e.known("egress abuse", e.egressAbuse))
+	t.Run("kernel surface", e.known("kernel surface", e.kernelSurface))
 
 }
 
@@ -83,6 +84,9 @@ func (e *env) known(name string, f func(*testing.T)) func(*testing.T) {
 	return func(t *testing.T) {
 		if why, ok := e.opts.Known[name]; ok {
 			t.Skipf("known failure of this driver: %s", why)
+		}
+		if needs, ok := e.opts.Slow[name]; ok {
+			t.Skipf("too slow on this host; needs %s", needs)
 		}
 		f(t)
 	}
@@ -206,7 +210,7 @@ func (e *env) diskFill(t *testing.T) {
 }
 
 func (e *env) timeoutGroup(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	start := time.Now()
 	r := b.exec(agent.ExecRequest{Argv: []string{"sh", "-c",
 		`(while :; do :; done) & sh -c 'sleep 1000; echo never' & (sh -c 'while :; do :; done' &) ; while :; do :; done`},
@@ -248,7 +252,7 @@ func (b *box) onlyAgentLeft() {
 // it. It still lives in the sandbox, bounded by its limits, but it outlives the command that
 // timed out.
 func (e *env) timeoutSetsid(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	r := b.exec(agent.ExecRequest{Argv: []string{"sh", "-c", "setsid sh -c 'while :; do :; done' & sleep 1000"}, TimeoutMs: 500}, nil)
 	if !r.exit.TimedOut {
 		t.Errorf("command: %v", r)
@@ -274,7 +278,7 @@ func (e *env) cpuQuota(t *testing.T) {
 }
 
 func (e *env) stdoutFlood(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	const total = 1 << 30
 	var ms goruntime.MemStats
 	goruntime.GC()
@@ -350,7 +354,7 @@ func (e *env) network(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer uln.Close()
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	if out := b.ok("ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
 		t.Errorf("interfaces: %q, want only lo", out)
 	}
@@ -393,7 +397,7 @@ func (e *env) hostInvisible(t *testing.T) {
 	}
 	envMarker := "LBB_HOSTILE_" + strings.ToUpper(randHex(6))
 	t.Setenv(envMarker, "host-secret")
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	for _, p := range planted {
 		if r := b.sh("test -e " + p); r.exit.ExitCode == 0 {
 			t.Errorf("the host's %s is visible inside", p)
@@ -429,7 +433,7 @@ func randHex(n int) string {
 }
 
 func (e *env) privileges(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	out := b.ok("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status")
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(line, ":")
@@ -452,7 +456,7 @@ func (e *env) privileges(t *testing.T) {
 // syscalls tries what a sandbox must never do, with raw system calls from Python (the image
 // has no compiler). Numbers are the host architecture's, which is the sandbox's.
 func (e *env) syscalls(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	type probe struct {
 		name string
 		nr   uintptr
@@ -542,7 +546,7 @@ print("int80 returned", ctypes.CFUNCTYPE(ctypes.c_int)(addr)())
 }
 
 func (e *env) procSelfExe(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	r := b.py(`
 import os
 for p in ["/proc/self/exe", "/proc/1/exe", "/.lbb/agent"]:
@@ -565,7 +569,7 @@ print("done")
 }
 
 func (e *env) descriptors(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	r := b.py(`
 import os, json
 def links(pid):
@@ -650,7 +654,7 @@ print(json.dumps(res))
 
 // agentOutOfReach: user code runs as the same id as the agent, yet must not reach into it.
 func (e *env) agentOutOfReach(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	r := b.py(`
 import os
 for path, mode in [("/proc/1/mem", "r+b"), ("/proc/1/environ", "rb"), ("/proc/1/fd/3", "rb"), ("/.lbb/agent", "rb")]:
@@ -670,7 +674,7 @@ os.kill(1, 9)  # the kernel drops it: the init of a pid namespace has no handler
 }
 
 func (e *env) pathEscapes(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	b.ok("ln -s /etc /workspace/etc_abs; ln -s ../../../../etc/passwd /workspace/rel; ln -s /proc/self/root /workspace/procroot; mkdir -p /workspace/d && ln -s ../.. /workspace/d/up")
 	for _, p := range []string{"../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "etc_abs/passwd", "rel",
 		"procroot/etc/passwd", "d/up/etc/passwd", "/workspace/../etc/passwd"} {
@@ -719,7 +723,7 @@ func (e *env) pathEscapes(t *testing.T) {
 // netlink for route queries). The others reach past the network namespace (AF_VSOCK to the
 // host or hypervisor) or into little-used kernel code (AF_ALG, AF_XDP, AF_PACKET…).
 func (e *env) socketFamilies(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	r := b.py(`
 import socket, errno
 def attempt(family, type_, proto=0):
@@ -768,7 +772,7 @@ print("pair vsock", pair(40))
 // signalsToInit: a process that signals PID 1 (the agent) — kill -HUP 1 from a script, the
 // agent's threads by their ids, a pidfd of /proc/1 — ends neither the agent nor the sandbox.
 func (e *env) signalsToInit(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	b.ok("for s in HUP QUIT USR1 USR2 TERM INT ALRM PIPE TRAP ABRT; do kill -s $s 1 2>/dev/null; done; sleep 0.5; echo done")
 	b.py(`
 import os, signal, time
@@ -803,7 +807,7 @@ time.sleep(0.5)
 // inside), no TUN/TAP (a network device of its own) — and /proc/sysrq-trigger, which commands
 // the kernel, cannot be written.
 func (e *env) devices(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	out := b.ok(`for f in /dev/fuse /dev/net/tun /dev/kvm /dev/vsock /dev/vhost-vsock /dev/vhost-net /dev/mem /dev/kmsg /dev/loop-control; do
   if [ -e "$f" ] || [ -L "$f" ]; then echo "present $f"; fi
 done
@@ -1084,4 +1088,35 @@ func (e *env) hostIdentity(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kernelSurface: a sandbox on a kernel of its own (Options.Kernel) sees that kernel wherever
+// a program looks (uname, /proc/version, /proc/sys/kernel/osrelease), and nothing of the
+// host's: neither its release nor its boot id.
+func (e *env) kernelSurface(t *testing.T) {
+	if e.opts.Kernel == "" {
+		t.Skip("the driver's sandboxes run on the host's kernel (or one it does not name)")
+	}
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	hostBoot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	b := e.shared(t)
+	out := b.ok("uname -r; cat /proc/sys/kernel/osrelease; cat /proc/version; cat /proc/sys/kernel/random/boot_id")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("unexpected output %q", out)
+	}
+	if lines[0] != e.opts.Kernel || lines[1] != e.opts.Kernel || !strings.Contains(lines[2], e.opts.Kernel) {
+		t.Errorf("the sandbox sees kernel %q (%q, %q), want %q", lines[0], lines[1], lines[2], e.opts.Kernel)
+	}
+	if hostRelease != e.opts.Kernel && strings.Contains(out, hostRelease) {
+		t.Errorf("the host's kernel %q shows inside: %q", hostRelease, out)
+	}
+	if id := strings.TrimSpace(string(hostBoot)); id != "" && strings.Contains(out, id) {
+		t.Errorf("the host's boot id %s shows inside", id)
+	}
+	t.Logf("inside: %s (host: %s)", lines[0], hostRelease)
 }

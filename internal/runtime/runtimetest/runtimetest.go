@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -56,6 +57,17 @@ type Options struct {
 	// issue-tracked reason: they skip, saying it. For a driver still being built only; ns
 	// has none.
 	Known map[string]string
+	// Kernel is the release (uname -r) of the kernel the driver's sandboxes run on when it is
+	// not the host's (microvm's guest kernel): the hostile suite checks that a sandbox sees
+	// that kernel and nothing of the host's. Empty skips that case.
+	Kernel string
+	// Share runs the cases that need only a started sandbox with the default limits, and
+	// leave it running, in one sandbox booted once: for a driver whose boot costs seconds
+	// (microvm under TCG). Cases that change limits, stop, kill or destroy boot their own.
+	Share bool
+	// Slow names cases (as for Known) too slow for this host, with what they need: they skip
+	// saying so. Only for what a host without acceleration cannot do in reasonable time.
+	Slow map[string]string
 }
 
 // Run runs the conformance and hostile suites against the drivers newDriver makes.
@@ -70,7 +82,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver, opts Options
 	if err := runtime.CheckRequirements(d); err != nil {
 		testkit.SkipPrivileged(t, "the runtime suites cannot run: %v", err)
 	}
-	e := &env{d: d, opts: opts, newDriver: newDriver}
+	e := &env{d: d, opts: opts, newDriver: newDriver, root: t}
 	t.Run("conformance", e.conformance)
 	t.Run("hostile", e.hostile)
 }
@@ -175,6 +187,40 @@ type env struct {
 	d         runtime.Driver
 	opts      Options
 	newDriver func(t *testing.T) runtime.Driver
+	root      *testing.T // Run's: the shared sandbox lives as long as it
+
+	shareMu sync.Mutex
+	share   *box
+}
+
+// shared answers a started sandbox with the default limits for t: with Options.Share the one
+// booted for every such case (booted by the first), else a fresh one. t must leave it running.
+func (e *env) shared(t *testing.T) *box {
+	t.Helper()
+	if !e.opts.Share {
+		return e.boot(t, runtime.Limits{})
+	}
+	e.shareMu.Lock()
+	defer e.shareMu.Unlock()
+	if e.share == nil || isDone(e.share.sb) {
+		if e.share != nil {
+			t.Log("the shared sandbox had ended; booting another")
+		}
+		// It lives as long as Run's test, which destroys it.
+		e.share = e.startFor(t, e.root, e.createFor(t, e.root, runtime.Limits{}), timeout(e.root, time.Hour))
+	}
+	b := *e.share
+	b.t = t
+	return &b
+}
+
+func isDone(sb runtime.Sandbox) bool {
+	select {
+	case <-sb.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 var seq atomic.Int64
@@ -204,11 +250,17 @@ func timeout(t testing.TB, d time.Duration) context.Context {
 
 func (e *env) create(t *testing.T, lim runtime.Limits) string {
 	t.Helper()
+	return e.createFor(t, t, lim)
+}
+
+// createFor creates a sandbox, failing t, and destroys it when owner ends.
+func (e *env) createFor(t, owner *testing.T, lim runtime.Limits) string {
+	t.Helper()
 	id := newID("")
 	if err := e.d.Create(timeout(t, time.Minute), runtime.Spec{ID: id, Image: e.opts.Image, Limits: lim}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	t.Cleanup(func() { e.destroyAndCheck(t, id, 0) })
+	owner.Cleanup(func() { e.destroyAndCheck(owner, id, 0) })
 	return id
 }
 
@@ -220,7 +272,13 @@ func (e *env) boot(t *testing.T, lim runtime.Limits) *box {
 
 func (e *env) start(t *testing.T, id string) *box {
 	t.Helper()
-	ctx := timeout(t, 5*time.Minute)
+	return e.startFor(t, t, id, timeout(t, 5*time.Minute))
+}
+
+// startFor starts sandbox id, failing t, and destroys it when owner ends; ctx bounds its
+// calls.
+func (e *env) startFor(t, owner *testing.T, id string, ctx context.Context) *box {
+	t.Helper()
 	sb, err := e.d.Start(ctx, id)
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -239,9 +297,9 @@ func (e *env) start(t *testing.T, id string) *box {
 		t.Fatalf("ping: %v", err)
 	}
 	// Registered after create's: runs first, so the init's pid is checked at destroy.
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		c.Close()
-		e.destroyAndCheck(t, id, b.pid)
+		e.destroyAndCheck(owner, id, b.pid)
 	})
 	return b
 }

@@ -103,9 +103,9 @@ def test_isolation_on_runs_templates_and_sandboxes(lbb: LbbClient) -> None:
     with lbb.sandboxes.scoped() as sb:
         assert sb.record.isolation == "ns"
     for call in (
-        lambda: lbb.sandboxes.run(code="x", isolation="microvm"),
-        lambda: lbb.sandboxes.create(isolation="microvm"),
-        lambda: lbb.sandboxes.templates.create(name, code="x", isolation="microvm"),
+        lambda: lbb.sandboxes.run(code="x", isolation="firecracker"),
+        lambda: lbb.sandboxes.create(isolation="firecracker"),
+        lambda: lbb.sandboxes.templates.create(name, code="x", isolation="firecracker"),
     ):
         with pytest.raises(sdk.InvalidRequestError) as ei:
             call()

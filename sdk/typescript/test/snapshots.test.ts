@@ -124,9 +124,9 @@ test("isolation on runs, templates and sandboxes", async (t) => {
   // The server default (ns here) when neither the call nor the template names one.
   await lbb.sandboxes.scoped({}, async (sb) => assert.equal(sb.info.isolation, "ns"));
   for (const call of [
-    () => lbb.sandboxes.run({ code: "x", isolation: "microvm" }),
-    () => lbb.sandboxes.create({ isolation: "microvm" }),
-    () => lbb.sandboxes.templates.create({ name, code: "x", isolation: "microvm" }),
+    () => lbb.sandboxes.run({ code: "x", isolation: "firecracker" }),
+    () => lbb.sandboxes.create({ isolation: "firecracker" }),
+    () => lbb.sandboxes.templates.create({ name, code: "x", isolation: "firecracker" }),
   ]) {
     await assert.rejects(call(), (e: unknown) => e instanceof InvalidRequestError && e.status === 400 && e.code === "invalid_request");
   }
