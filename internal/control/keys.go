@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
@@ -24,12 +25,15 @@ import (
 const KeyPrefix = "lbb_sk_"
 
 // NewSecret returns a fresh API key secret and its hash.
-func NewSecret() (secret, hash string) {
+func NewSecret() (secret, hash string) { return newSecret(KeyPrefix) }
+
+// newSecret is 240 random bits after prefix, and their hash.
+func newSecret(prefix string) (secret, hash string) {
 	b := make([]byte, 30)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
-	secret = KeyPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	secret = prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 	return secret, HashSecret(secret)
 }
 
@@ -51,10 +55,19 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 	} else if err != nil {
 		return store.Key{}, err
 	}
+	now := s.now()
+	if k.Kind == store.KindGrant {
+		if k.RevokedAt != nil {
+			return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantRevoked, "grant %s was revoked", k.ID)
+		}
+		if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
+			return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantExpired,
+				"grant %s expired at %s; mint a grant for the next attempt", k.ID, k.ExpiresAt.Format(time.RFC3339))
+		}
+	}
 	if k.RevokedAt != nil {
 		return store.Key{}, errdefs.Unauthorized("API key %s was revoked", k.ID)
 	}
-	now := s.now()
 	if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
 		return store.Key{}, errdefs.Unauthorized("API key %s expired", k.ID)
 	}
@@ -65,6 +78,10 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 			return store.Key{}, err
 		}
 		if err != nil || depth >= 8 || pk.RevokedAt != nil || pk.ExpiresAt != nil && !now.Before(*pk.ExpiresAt) {
+			if k.Kind == store.KindGrant {
+				return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantRevoked,
+					"grant %s came from key %s, which was revoked or expired", k.ID, p)
+			}
 			return store.Key{}, errdefs.Unauthorized("API key %s came from key %s, which was revoked or expired", k.ID, p)
 		}
 		p = pk.Parent

@@ -316,10 +316,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	if err := checkGit(req.Git); err != nil {
 		return zero, nil, nil, err
 	}
-	origin := store.Origin{Key: c.Key.ID}
-	if req.Origin != nil {
-		origin.Workflow, origin.Run, origin.Step = req.Origin.Workflow, req.Origin.Run, req.Origin.Step
-	}
+	origin := c.origin(req.Origin)
 	env := map[string]string{}
 	for k, v := range req.Env {
 		env[k] = v
