@@ -139,14 +139,19 @@ func describeSpent(b store.Budget, u store.Spent) string {
 
 // watchBudget meters a running command's sandbox every budgetTick and calls stop once what
 // the command used (the sandbox's usage since base, where base is what it had used when the
-// command started) reaches a. It answers a function that ends the watch and reports
+// command started; nil for a one-call run) reaches a. It answers a function that ends the watch and reports
 // whether it stopped the command.
-func (s *Service) watchBudget(sandboxID string, a allowance, base store.Usage, stop func()) func() bool {
+func (s *Service) watchBudget(sandboxID string, a allowance, base *store.Usage, stop func()) func() bool {
 	if !a.limited() {
 		return func() bool { return false }
 	}
 	done := make(chan struct{})
 	var hit atomic.Bool
+	oneCall := base == nil
+	if oneCall {
+		base = &store.Usage{}
+	}
+	based := false
 	go func() {
 		t := time.NewTicker(budgetTick)
 		defer t.Stop()
@@ -161,6 +166,14 @@ func (s *Service) watchBudget(sandboxID string, a allowance, base store.Usage, s
 			cancel()
 			if err != nil {
 				continue
+			}
+			if oneCall && !based {
+				// A one-call run's sandbox used CPU to start (a pooled one before its claim):
+				// the run is metered from the first reading on.
+				if u.VCPUMs == 0 && u.GiBMs == 0 {
+					continue
+				}
+				base.VCPUMs, based = u.VCPUMs, true
 			}
 			if a.spent(store.Usage{VCPUMs: u.VCPUMs - base.VCPUMs, GiBMs: u.GiBMs - base.GiBMs}) {
 				hit.Store(true)

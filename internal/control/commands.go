@@ -280,7 +280,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
 	overBudget := false
 	if end == nil {
-		unwatch := s.watchBudget(cmd.SandboxID, m.allow, m.base, func() {
+		unwatch := s.watchBudget(cmd.SandboxID, m.allow, &m.base, func() {
 			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			s.host.Signal(kctx, cmd.ID, "")
@@ -309,9 +309,11 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		out.Status, out.OK = store.CommandBudgetExceeded, false
 		out.Error = "stopped: the command's budget ran out while it ran"
 	}
+	// CPU time from the sandbox's cgroup while the command ran; memory reserved over its
+	// duration (below, once the sandbox's limits are read).
 	used := store.Usage{}
 	if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
-		used.VCPUMs, used.GiBMs = max(0, u.VCPUMs-m.base.VCPUMs), max(0, u.GiBMs-m.base.GiBMs)
+		used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
 	}
 	endRun()
 	s.metrics.running.Dec()
@@ -339,13 +341,11 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var sb store.Sandbox
-	if cmd.Kind == store.KindRun {
-		var err error
-		if sb, err = s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID); err != nil {
-			sb = store.Sandbox{ID: cmd.SandboxID}
-		}
+	sb, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID)
+	if err != nil {
+		sb = store.Sandbox{ID: cmd.SandboxID}
 	}
+	used.GiBMs = float64(sb.Limits.MemoryMiB) / 1024 * float64(cmd.DurationMs)
 	large := s.stageResult(wctx, &cmd)
 	defer s.discard(large)
 	answer := func() Response {
@@ -360,7 +360,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	var resp Response
 	endRecord := timing.Start(ctx, "record")
-	err := s.st.WithTx(wctx, func(q store.Queries) error {
+	err = s.st.WithTx(wctx, func(q store.Queries) error {
 		s.keepResult(wctx, q, &cmd, large)
 		if err := s.meter(wctx, q, &cmd, used); err != nil {
 			return err

@@ -330,7 +330,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
 	t0 := time.Now()
 	rctx, stopRun := context.WithCancelCause(s.runCtx)
-	unwatch := s.watchBudget(p.sandbox.ID, p.allow, store.Usage{}, func() { stopRun(errBudget) })
+	unwatch := s.watchBudget(p.sandbox.ID, p.allow, nil, func() { stopRun(errBudget) })
 	out, err := s.host.Run(timing.With(rctx, p.timings), s.runSpec(p))
 	overBudget := unwatch()
 	stopRun(nil)
@@ -363,7 +363,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	endRecord := timing.Start(timing.With(ctx, p.timings), "record")
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
 		s.keepResult(ctx, q, &cmd, large)
-		if err := s.meter(ctx, q, &cmd, sb.Usage); err != nil {
+		if err := s.meter(ctx, q, &cmd, out.CommandUsage); err != nil {
 			return err
 		}
 		resp = s.answerRun(cmd, sb)
