@@ -42,11 +42,16 @@ export interface components {
             name: string;
             version: number;
         };
+        /** @description who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for */
         Origin: {
             key?: string;
             workflow?: string;
             run?: string;
             step?: string;
+            /** @description the attempt of the workflow step */
+            attempt?: string;
+            /** @description the grant the call was made with (key is then the key that minted it) */
+            grant?: string;
         };
         /** @description One call of run(input, config): code or template. */
         RunBody: {
@@ -116,7 +121,7 @@ export interface components {
             command: string;
             sandbox: string;
             /** @enum {string} */
-            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full" | "budget_exceeded";
             exit_code: number | null;
             signal?: string;
             duration_ms: number;
@@ -136,6 +141,8 @@ export interface components {
             /** Format: date-time */
             finished_at?: string;
             egress?: components["schemas"]["Egress"];
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["BudgetLeft"];
         };
         Sandbox: {
             id: string;
@@ -201,7 +208,7 @@ export interface components {
             env_names?: string[];
             timeout_ms: number;
             /** @enum {string} */
-            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full" | "budget_exceeded";
             ok: boolean;
             /** @description any JSON value */
             result?: unknown;
@@ -226,6 +233,9 @@ export interface components {
             finished_at?: string;
             duration_ms: number;
             egress?: components["schemas"]["EgressUsage"];
+            /** @description what the command used (a run: its sandbox's life; in a sandbox: the sandbox's CPU time and reserved memory while it ran), once it ended */
+            usage?: components["schemas"]["Usage"];
+            budget?: components["schemas"]["BudgetLeft"];
         };
         TemplateFile: {
             /** @description a File of the graph (fil_…) */
@@ -329,6 +339,16 @@ export interface components {
             max_runs?: number;
             /** @description runs a key with max_runs started */
             runs?: number;
+            /**
+             * @description grant: a key minted by POST /v1/grants
+             * @enum {string}
+             */
+            kind?: "grant";
+            origin?: components["schemas"]["Origin"];
+            budget_vcpu_ms?: number;
+            budget_gib_ms?: number;
+            used_vcpu_ms?: number;
+            used_gib_ms?: number;
         };
         NewKey: components["schemas"]["Key"] & {
             /** @description shown this once */
@@ -448,6 +468,11 @@ export interface components {
                 /** @description result: the run whose result it holds */
                 command?: string;
                 key?: string;
+                workflow?: string;
+                run?: string;
+                step?: string;
+                attempt?: string;
+                grant?: string;
             };
             /** Format: date-time */
             created_at: string;
@@ -596,6 +621,98 @@ export interface components {
             branch?: string;
             /** @description history to fetch; 0 or omitted: all */
             depth?: number;
+        };
+        /** @description a limit on what runs may use; 0 or absent is no limit */
+        Budget: {
+            /** @description runs started (one-call runs, commands and runs in a sandbox) */
+            runs?: number;
+            /** @description CPU time, in ms */
+            vcpu_ms?: number;
+            /** @description memory reserved over time, in GiB·ms */
+            gib_ms?: number;
+        };
+        Spent: {
+            runs: number;
+            vcpu_ms: number;
+            gib_ms: number;
+        };
+        /** @description what is left of a budget; an absent field has no limit */
+        Remaining: {
+            runs?: number;
+            vcpu_ms?: number;
+            gib_ms?: number;
+        };
+        /** @description what a command's budgets had left after it */
+        BudgetLeft: {
+            grant?: components["schemas"]["Remaining"];
+            workflow?: components["schemas"]["Remaining"];
+        };
+        GrantRequest: {
+            /** @description the graph of the call (?graph=); optional */
+            graph?: string;
+            /** @description within the minting key's; admin never. Default: sandboxes:read, sandboxes:write, files:read, files:write (those the key has) */
+            scopes?: string[];
+            /** @description lifetime, 1 to 3600; default 900 (15 min); never past the minting key's expiry */
+            ttl_seconds?: number;
+            /** @description the workflow step (workflow, run, step, attempt) stamped on every record made with the grant */
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["Budget"];
+            name?: string;
+        };
+        /** @description a short-lived key for one attempt of a workflow step; the record never holds its token */
+        Grant: {
+            id: string;
+            name?: string;
+            graph: string;
+            scopes: string[];
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["Budget"];
+            used: components["schemas"]["Spent"];
+            left?: components["schemas"]["Remaining"];
+            prefix: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description the key that minted it */
+            created_by: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            revoked_at?: string;
+            /** @description the bearer token, only in the answer to POST /v1/grants */
+            token?: string;
+        };
+        GrantList: {
+            data: components["schemas"]["Grant"][];
+            next_cursor?: string;
+        };
+        WorkflowBudget: {
+            graph: string;
+            workflow: string;
+            run: string;
+            budget: components["schemas"]["Budget"];
+            used: components["schemas"]["Spent"];
+            left: components["schemas"]["Remaining"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        UsageSum: {
+            group?: string;
+            commands: number;
+            vcpu_ms: number;
+            gib_ms: number;
+        };
+        UsageReport: {
+            graph: string;
+            /** Format: date-time */
+            from?: string;
+            /** Format: date-time */
+            to?: string;
+            /** @enum {string} */
+            group_by?: "key" | "template" | "workflow" | "day";
+            total: components["schemas"]["UsageSum"];
+            groups?: components["schemas"]["UsageSum"][];
         };
     };
     responses: never;
