@@ -109,6 +109,18 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	check("getUsage", us, 403, "GET", us+q, filesOnly, nil, "")
 	check("getUsage", us, 404, "GET", us+"?graph=nope", worker, nil, "")
 
+	// A key with a spend cap: its runs, and its grants', count; at the cap nothing starts.
+	capped := check("createKey", "/v1/keys", 201, "POST", "/v1/keys", admin, nil,
+		`{"graphs": ["main"], "scopes": ["admin"], "spend_cap": {"gib_ms": 1, "period": "day"}}`).json(t)
+	cg := check("mintGrant", gr, 201, "POST", gr+q, capped["secret"].(string), nil, `{}`).json(t)["token"].(string)
+	check("execCommand", "/v1/sandboxes/{id}/commands", 200, "POST", "/v1/sandboxes/"+sbx+"/commands"+q, cg, idem("cap1"), `{"argv": ["sleep", "0.2"], "wait_ms": 30000}`)
+	wantCode(check("execCommand", "/v1/sandboxes/{id}/commands", 402, "POST", "/v1/sandboxes/"+sbx+"/commands"+q, capped["secret"].(string), idem("cap2"), `{"argv": ["true"]}`), "spend_cap_reached")
+	wantCode(check("createSandbox", "/v1/sandboxes", 402, "POST", "/v1/sandboxes"+q, cg, idem("cap3"), `{}`), "spend_cap_reached")
+	// It makes keys within its cap only.
+	if r := check("createKey", "/v1/keys", 403, "POST", "/v1/keys", capped["secret"].(string), nil, `{"spend_cap": {"gib_ms": 5, "period": "day"}}`); !strings.Contains(string(r.body), "spend cap") {
+		t.Fatalf("a key past its maker's cap: %s", r.body)
+	}
+
 	// No token in the audit trail.
 	if a := s.do("GET", "/v1/audit?graph=main&limit=200", admin, nil, ""); strings.Contains(string(a.body), "lbb_gt_") || a.status != 200 {
 		t.Fatalf("audit: %d %s", a.status, a.body)

@@ -79,6 +79,9 @@ func (a allowance) spent(u store.Usage) bool {
 // it answers 402 budget_exceeded and counts nothing.
 func (s *Service) chargeBudgets(ctx context.Context, c Caller, o store.Origin) (allowance, error) {
 	var a allowance
+	if err := s.checkSpend(ctx, c.Key); err != nil {
+		return a, err
+	}
 	grant := c.Key.Kind == store.KindGrant && grantBudget(c.Key) != (store.Budget{})
 	wf := o.Workflow != "" && o.Run != ""
 	if !grant && !wf {
@@ -192,6 +195,9 @@ func (s *Service) watchBudget(sandboxID string, a allowance, base *store.Usage, 
 // its grant's and workflow run's budgets, and writes on the record what they have left.
 func (s *Service) meter(ctx context.Context, q store.Queries, cmd *store.Command, u store.Usage) error {
 	u.Egress = nil
+	if s.cfg.Prices.Set() {
+		u.Cost = s.cfg.Prices.Cost(u.VCPUMs, u.GiBMs)
+	}
 	cmd.Usage = &u
 	e := store.UsageEntry{CommandID: cmd.ID, Graph: cmd.Graph, SandboxID: cmd.SandboxID, Key: cmd.Origin.Key,
 		Grant: cmd.Origin.Grant, Workflow: cmd.Origin.Workflow, Run: cmd.Origin.Run, At: s.now(), VCPUMs: u.VCPUMs, GiBMs: u.GiBMs}
@@ -265,10 +271,16 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) 
 	if !q.To.IsZero() {
 		r.To = &q.To
 	}
-	for _, g := range sums {
+	for i, g := range sums {
+		if s.cfg.Prices.Set() {
+			sums[i].Cost = s.cfg.Prices.Cost(g.VCPUMs, g.GiBMs)
+		}
 		r.Total.Commands += g.Commands
 		r.Total.VCPUMs += g.VCPUMs
 		r.Total.GiBMs += g.GiBMs
+	}
+	if s.cfg.Prices.Set() {
+		r.Total.Cost = s.cfg.Prices.Cost(r.Total.VCPUMs, r.Total.GiBMs)
 	}
 	if q.GroupBy != "" {
 		r.Groups = sums

@@ -138,6 +138,8 @@ type KeyRequest struct {
 	Name   string   `json:"name"`
 	Graphs []string `json:"graphs"`
 	Scopes []string `json:"scopes"`
+	// SpendCap caps what the key's runs, and those of the grants it mints, use in a period.
+	SpendCap *store.SpendCap `json:"spend_cap,omitempty"`
 }
 
 // NewKey is a created key with its secret, shown once.
@@ -173,9 +175,12 @@ func (s *Service) CreateKey(ctx context.Context, createdBy string, req KeyReques
 	if req.Name == "" {
 		req.Name = "key"
 	}
+	if err := checkSpendCap(req.SpendCap); err != nil {
+		return NewKey{}, err
+	}
 	secret, hash := NewSecret()
 	k := store.Key{ID: ids.New(ids.Key), Name: req.Name, Hash: hash, Prefix: secret[:len(KeyPrefix)+6],
-		Graphs: req.Graphs, Scopes: req.Scopes, CreatedAt: s.now(), CreatedBy: createdBy}
+		Graphs: req.Graphs, Scopes: req.Scopes, CreatedAt: s.now(), CreatedBy: createdBy, SpendCap: req.SpendCap}
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
 		for _, g := range req.Graphs {
 			if g == store.AllGraphs {
@@ -263,6 +268,14 @@ func (s *Service) MintKey(ctx context.Context, by store.Key, req KeyRequest) (Ne
 	if !covers(by, want) {
 		return NewKey{}, errdefs.Forbidden("API key %s may only make keys within its own graphs (%s) and scopes (%s)",
 			by.ID, strings.Join(by.Graphs, ", "), strings.Join(by.Scopes, ", "))
+	}
+	// A key with a spend cap makes keys within it (its own when the request names none).
+	if by.SpendCap != nil {
+		if req.SpendCap == nil {
+			req.SpendCap = by.SpendCap
+		} else if !capWithin(*req.SpendCap, *by.SpendCap) {
+			return NewKey{}, errdefs.Forbidden("API key %s may only make keys within its spend cap", by.ID)
+		}
 	}
 	return s.CreateKey(ctx, by.ID, req)
 }

@@ -205,6 +205,9 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		if err := s.chargeRun(ctx, c.Key); err != nil {
 			return Response{}, err
 		}
+		if err := s.checkSpend(ctx, c.Key); err != nil {
+			return Response{}, err
+		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
 			Runtime: sb.Isolation, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
 		if err != nil {

@@ -72,6 +72,9 @@ const (
 	// CodeBudgetExceeded: the grant's or workflow run's budget is spent; nothing ran (a
 	// PaymentRequired).
 	CodeBudgetExceeded = "budget_exceeded"
+	// CodeSpendCapReached: the key (or a key it came from) reached its spend cap for the
+	// period; nothing ran (a PaymentRequired).
+	CodeSpendCapReached = "spend_cap_reached"
 )
 
 // Error is a classified error with a stable code.

@@ -115,6 +115,9 @@ type Queries interface {
 	// AddUsage writes an ended command's line of the usage ledger (once per command).
 	AddUsage(ctx context.Context, e UsageEntry) error
 	SumUsage(ctx context.Context, q UsageQuery) ([]UsageSum, error)
+	// KeyUsage sums the usage ledger of the runs made with key id (and with the grants it
+	// minted) since since, in every graph.
+	KeyUsage(ctx context.Context, id string, since time.Time) (UsageSum, error)
 
 	// Recovery and retention, across every graph.
 	ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]Sandbox, error)
@@ -188,6 +191,24 @@ type Key struct {
 	BudgetGiBMs  float64 `json:"budget_gib_ms,omitempty"`
 	UsedVCPUMs   float64 `json:"used_vcpu_ms,omitempty"`
 	UsedGiBMs    float64 `json:"used_gib_ms,omitempty"`
+	// SpendCap caps what the key's runs (and those of grants it minted) use over a period.
+	SpendCap *SpendCap `json:"spend_cap,omitempty"`
+}
+
+// Spend cap periods.
+const (
+	PeriodDay   = "day"
+	PeriodMonth = "month"
+	PeriodTotal = "total"
+)
+
+// SpendCap is a cap on what a key's runs use in a period (a UTC day, a UTC month, or its
+// whole life): CPU time, memory over time, or cost at the server's prices; 0 is no cap.
+type SpendCap struct {
+	VCPUMs float64 `json:"vcpu_ms,omitempty"`
+	GiBMs  float64 `json:"gib_ms,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
+	Period string  `json:"period,omitempty"`
 }
 
 // KindGrant marks a key that is a grant.
@@ -236,6 +257,8 @@ type Origin struct {
 type Usage struct {
 	VCPUMs float64 `json:"vcpu_ms"`
 	GiBMs  float64 `json:"gib_ms"`
+	// Cost is what it cost at the server's prices; absent when it sets none.
+	Cost float64 `json:"cost,omitempty"`
 	// Egress is what the sandbox's egress carried; nil when it had none.
 	Egress *EgressUsage `json:"egress,omitempty"`
 }
@@ -789,4 +812,5 @@ type UsageSum struct {
 	Commands int64   `json:"commands"`
 	VCPUMs   float64 `json:"vcpu_ms"`
 	GiBMs    float64 `json:"gib_ms"`
+	Cost     float64 `json:"cost,omitempty"`
 }

@@ -345,9 +345,12 @@ type Key struct {
 	Scopes  []string `json:"scopes"`
 
 	// Secret the secret, only in the answer to POST /v1/keys (see NewKey)
-	Secret     string  `json:"secret,omitempty"`
-	UsedGibMs  float64 `json:"used_gib_ms,omitempty"`
-	UsedVcpuMs float64 `json:"used_vcpu_ms,omitempty"`
+	Secret string `json:"secret,omitempty"`
+
+	// SpendCap a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it.
+	SpendCap   SpendCap `json:"spend_cap,omitempty"`
+	UsedGibMs  float64  `json:"used_gib_ms,omitempty"`
+	UsedVcpuMs float64  `json:"used_vcpu_ms,omitempty"`
 }
 
 // Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
@@ -616,6 +619,17 @@ type SnapshotList struct {
 	Snapshots  []Snapshot `json:"snapshots"`
 }
 
+// SpendCap a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it.
+type SpendCap struct {
+	// Cost at the server's prices (--price-vcpu-ms, --price-gib-ms)
+	Cost  float64 `json:"cost,omitempty"`
+	GibMs float64 `json:"gib_ms,omitempty"`
+
+	// Period a UTC day, a UTC month (the default), or the key's whole life
+	Period string  `json:"period,omitempty"`
+	VcpuMs float64 `json:"vcpu_ms,omitempty"`
+}
+
 // Spent defines model for Spent.
 type Spent struct {
 	GibMs  float64 `json:"gib_ms"`
@@ -689,6 +703,9 @@ type TemplateVersion struct {
 
 // Usage defines model for Usage.
 type Usage struct {
+	// Cost at the server's prices; absent when it sets none
+	Cost float64 `json:"cost,omitempty"`
+
 	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
 	Egress *EgressUsage `json:"egress,omitempty"`
 
@@ -711,10 +728,13 @@ type UsageReport struct {
 
 // UsageSum defines model for UsageSum.
 type UsageSum struct {
-	Commands int64   `json:"commands"`
-	GibMs    float64 `json:"gib_ms"`
-	Group    string  `json:"group,omitempty"`
-	VcpuMs   float64 `json:"vcpu_ms"`
+	Commands int64 `json:"commands"`
+
+	// Cost at the server's prices; absent when it sets none
+	Cost   float64 `json:"cost,omitempty"`
+	GibMs  float64 `json:"gib_ms"`
+	Group  string  `json:"group,omitempty"`
+	VcpuMs float64 `json:"vcpu_ms"`
 }
 
 // WorkflowBudget defines model for WorkflowBudget.

@@ -144,3 +144,10 @@ func (q queries) SumUsage(ctx context.Context, uq store.UsageQuery) ([]store.Usa
 	}
 	return out, rows.Err()
 }
+
+func (q queries) KeyUsage(ctx context.Context, id string, since time.Time) (store.UsageSum, error) {
+	var s store.UsageSum
+	err := q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(vcpu_ms), 0), COALESCE(SUM(gib_ms), 0) FROM usage_ledger
+		WHERE (key_id = ? OR key_id IN (SELECT id FROM api_keys WHERE parent = ?)) AND at >= ?`, id, id, ms(since)).Scan(&s.Commands, &s.VCPUMs, &s.GiBMs)
+	return s, err
+}

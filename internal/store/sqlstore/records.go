@@ -50,17 +50,20 @@ func (q queries) ListGraphs(ctx context.Context) ([]store.Graph, error) {
 // Keys.
 
 const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at, parent, sandbox_id, expires_at,
-	max_runs, runs, kind, origin, budget_vcpu_ms, budget_gib_ms, used_vcpu_ms, used_gib_ms`
+	max_runs, runs, kind, origin, budget_vcpu_ms, budget_gib_ms, used_vcpu_ms, used_gib_ms, spend_cap`
 
 func scanKey(sc row) (store.Key, error) {
 	var k store.Key
 	var graphs, scopes sql.NullString
 	var created int64
 	var revoked, expires sql.NullInt64
-	var createdBy, parent, sandbox, kind, origin sql.NullString
+	var createdBy, parent, sandbox, kind, origin, spendCap sql.NullString
 	if err := sc.Scan(&k.ID, &k.Name, &k.Hash, &k.Prefix, &graphs, &scopes, &created, &createdBy, &revoked,
 		&parent, &sandbox, &expires, &k.MaxRuns, &k.Runs, &kind, &origin, &k.BudgetVCPUMs, &k.BudgetGiBMs,
-		&k.UsedVCPUMs, &k.UsedGiBMs); err != nil {
+		&k.UsedVCPUMs, &k.UsedGiBMs, &spendCap); err != nil {
+		return k, err
+	}
+	if err := optFrom(spendCap, &k.SpendCap); err != nil {
 		return k, err
 	}
 	k.Kind = kind.String
@@ -76,10 +79,10 @@ func scanKey(sc row) (store.Key, error) {
 }
 
 func (q queries) CreateKey(ctx context.Context, k store.Key) error {
-	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (`+inList(20)+`)`,
+	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (`+inList(21)+`)`,
 		k.ID, k.Name, k.Hash, k.Prefix, jsonText(k.Graphs), jsonText(k.Scopes), ms(k.CreatedAt), nullStr(k.CreatedBy), msPtr(k.RevokedAt),
 		nullStr(k.Parent), nullStr(k.Sandbox), msPtr(k.ExpiresAt), k.MaxRuns, k.Runs, nullStr(k.Kind), jsonOpt(k.Origin),
-		k.BudgetVCPUMs, k.BudgetGiBMs, k.UsedVCPUMs, k.UsedGiBMs)
+		k.BudgetVCPUMs, k.BudgetGiBMs, k.UsedVCPUMs, k.UsedGiBMs, jsonOpt(k.SpendCap))
 	return err
 }
 

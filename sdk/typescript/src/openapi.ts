@@ -36,6 +36,8 @@ export interface components {
             /** @description memory reserved (limit) over the sandbox's life */
             gib_ms: number;
             egress?: components["schemas"]["EgressUsage"];
+            /** @description at the server's prices; absent when it sets none */
+            cost?: number;
         };
         TemplateRef: {
             id: string;
@@ -316,6 +318,7 @@ export interface components {
             graphs?: string[];
             /** @description default: every scope but admin */
             scopes?: ("sandboxes:read" | "sandboxes:write" | "sandboxes:delete" | "templates:write" | "files:read" | "files:write" | "admin")[];
+            spend_cap?: components["schemas"]["SpendCap"];
         };
         Key: {
             id: string;
@@ -349,6 +352,7 @@ export interface components {
             budget_gib_ms?: number;
             used_vcpu_ms?: number;
             used_gib_ms?: number;
+            spend_cap?: components["schemas"]["SpendCap"];
         };
         NewKey: components["schemas"]["Key"] & {
             /** @description shown this once */
@@ -702,6 +706,8 @@ export interface components {
             commands: number;
             vcpu_ms: number;
             gib_ms: number;
+            /** @description at the server's prices; absent when it sets none */
+            cost?: number;
         };
         UsageReport: {
             graph: string;
@@ -713,6 +719,18 @@ export interface components {
             group_by?: "key" | "template" | "workflow" | "day";
             total: components["schemas"]["UsageSum"];
             groups?: components["schemas"]["UsageSum"][];
+        };
+        /** @description a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it. */
+        SpendCap: {
+            vcpu_ms?: number;
+            gib_ms?: number;
+            /** @description at the server's prices (--price-vcpu-ms, --price-gib-ms) */
+            cost?: number;
+            /**
+             * @description a UTC day, a UTC month (the default), or the key's whole life
+             * @enum {string}
+             */
+            period?: "day" | "month" | "total";
         };
     };
     responses: never;

@@ -12,6 +12,8 @@ ALTER TABLE api_keys ADD COLUMN budget_gib_ms DOUBLE PRECISION NOT NULL DEFAULT 
 ALTER TABLE api_keys ADD COLUMN used_vcpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN used_gib_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
 
+-- A key's spend cap (JSON): CPU time, memory over time or cost, per day, month or in all.
+ALTER TABLE api_keys ADD COLUMN spend_cap TEXT;
 ALTER TABLE commands ADD COLUMN usage TEXT;
 ALTER TABLE commands ADD COLUMN budget_left TEXT;
 
@@ -46,3 +48,4 @@ CREATE TABLE usage_ledger (
 	gib_ms     DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX usage_ledger_graph_at ON usage_ledger (graph, at);
+CREATE INDEX usage_ledger_key_at ON usage_ledger (key_id, at);
