@@ -15,7 +15,7 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	s := newServer(t, nil)
 	check := checker(t, d, s, seen)
 	admin, q := s.admin, "?graph=main"
-	worker := s.key([]string{"main"}, []string{store.ScopeSandboxesRead, store.ScopeSandboxesWrite})
+	worker := s.key([]string{"main"}, []string{store.ScopeSandboxesRead, store.ScopeSandboxesWrite, store.ScopeFilesWrite})
 	filesOnly := s.key([]string{"main"}, []string{store.ScopeFilesRead})
 	other := s.key([]string{"other"}, nil)
 	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
@@ -35,7 +35,7 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	}
 	check("mintGrant", gr, 400, "POST", gr+q, worker, nil, `{"ttl_seconds": 7200}`)
 	check("mintGrant", gr, 401, "POST", gr+q, "", nil, `{}`)
-	wantCode(check("mintGrant", gr, 403, "POST", gr+q, worker, nil, `{"scopes": ["files:write"]}`), "forbidden")
+	wantCode(check("mintGrant", gr, 403, "POST", gr+q, worker, nil, `{"scopes": ["templates:write"]}`), "forbidden")
 	check("mintGrant", gr, 404, "POST", gr+"?graph=other", worker, nil, `{}`)
 	check("listGrants", gr, 200, "GET", gr+q, worker, nil, "")
 	check("listGrants", gr, 400, "GET", gr+q+"&limit=x", worker, nil, "")
@@ -50,6 +50,11 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	}
 	if left := run["budget"].(map[string]any)["grant"].(map[string]any); left["runs"] != 0.0 {
 		t.Fatalf("budget left: %v", run["budget"])
+	}
+	// A File kept with a grant carries the step too.
+	gf := check("createFile", "/v1/files", 201, "POST", "/v1/files"+q+"&name=step-out", token, nil, "out").json(t)["origin"].(map[string]any)
+	if gf["grant"] != id || gf["workflow"] != "etl" || gf["step"] != "s1" || gf["attempt"] != "1" {
+		t.Fatalf("a File's origin: %v", gf)
 	}
 	// The same call again replays; a new one is past the grant's budget.
 	check("createSandbox", "/v1/sandboxes", 200, "POST", "/v1/sandboxes"+q, token, idem("g1"), sumBody)

@@ -289,7 +289,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
-	sb, err := s.svc.Store().GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
+	sb, err := s.svc.GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
 	return answer(w, http.StatusOK, sb, err)
 }
 

@@ -295,3 +295,17 @@ func fmtUnit(name string, used, limit float64) string {
 func strconvF(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 func joinComma(parts []string) string { return strings.Join(parts, ", ") }
+
+// GetSandbox answers a sandbox's record; a running one's usage is what its ended lives used
+// and what this one has used so far, read from its cgroup now (the record itself is
+// updated when the life ends).
+func (s *Service) GetSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
+	sb, err := s.st.GetSandbox(ctx, graph, id)
+	if err != nil || sb.Status != store.SandboxRunning || sb.OneCall || s.lookupHeld(id) == nil {
+		return sb, err
+	}
+	if u, err := s.host.Usage(ctx, id); err == nil {
+		addUsage(&sb, u)
+	}
+	return sb, nil
+}

@@ -72,6 +72,10 @@ func TestMetering(t *testing.T) {
 			slept := ok(s.call("POST", "/v1/sandboxes/"+sbx+"/commands"+q, "", idem(iso+"-sleep"), `{"argv": ["sleep", "2"], "wait_ms": 30000}`), 200)
 			_, mem := usageOf(slept)
 			within(iso+": gib_ms of a command holding 512 MiB for 2 s", mem, 1000, 0.15)
+			// A running sandbox's usage is read from its cgroup when asked, not only at its end.
+			if _, sbMem := usageOf(ok(s.call("GET", "/v1/sandboxes/"+sbx+q, "", nil, ""), 200)); sbMem < mem {
+				t.Errorf("%s: the running sandbox's gib_ms %.0f is below its command's %.0f", iso, sbMem, mem)
+			}
 
 			// A workflow run's budget of 300 ms of CPU stops a run that would burn forever.
 			wf := "wf-" + iso
@@ -96,6 +100,11 @@ func TestMetering(t *testing.T) {
 			g := ok(s.call("POST", "/v1/grants"+q, "", nil, fmt.Sprintf(
 				`{"ttl_seconds": 120, "origin": {"workflow": %q, "run": "r2", "step": "spin", "attempt": "1"}, "budget": {"vcpu_ms": 300}}`, wf)), 201)
 			token := g["token"].(string)
+			defer func() {
+				if strings.Contains(s.stderr.String(), token) {
+					t.Errorf("the grant's token is in the server's log")
+				}
+			}()
 			spun := ok(s.call("POST", "/v1/sandboxes/"+sbx+"/commands"+q, token, idem(iso+"-spin"),
 				`{"argv": ["sh", "-c", "while :; do :; done"], "timeout_ms": 30000, "wait_ms": 30000}`), 200)
 			cpu, _ = usageOf(spun)
