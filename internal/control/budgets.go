@@ -82,7 +82,7 @@ func (s *Service) chargeBudgets(ctx context.Context, c Caller, o store.Origin) (
 	if err := s.checkSpend(ctx, c.Key); err != nil {
 		return a, err
 	}
-	grant := c.Key.Kind == store.KindGrant && grantBudget(c.Key) != (store.Budget{})
+	grant := c.Key.Kind == store.KindGrant // its runs are counted, within its budget if it has one
 	wf := o.Workflow != "" && o.Run != ""
 	if !grant && !wf {
 		return a, nil
