@@ -142,6 +142,9 @@ func TestMetering(t *testing.T) {
 	if int(tot["commands"].(float64)) != n || math.Abs(tot["vcpu_ms"].(float64)-sumCPU) > 0.01 || math.Abs(tot["gib_ms"].(float64)-sumMem) > 0.01 {
 		t.Errorf("usage %v; the records sum to %d commands, %.3f vcpu_ms, %.3f gib_ms", tot, n, sumCPU, sumMem)
 	}
+	if out, errOut, err := s.cli("usage", "--by", "workflow"); err != nil || !strings.Contains(out, "total") || !strings.Contains(out, "wf-ns") {
+		t.Errorf("lbb usage --by workflow: %v\n%s%s", err, out, errOut)
+	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_usage_vcpu_ms_total{graph="main"}`) {
 		t.Errorf("no usage counter in /metrics")
 	}
