@@ -12,6 +12,13 @@
 //		wf, _ := dbos.GetWorkflowID(ctx)
 //		return step.Run(c, client, step.Step{Workflow: wf, ID: "transform"}, lbb.RunParams{Code: code})
 //	}, dbos.WithStepName("transform"))
+//
+// In a Temporal activity, the activity's info names the step:
+//
+//	info := activity.GetInfo(ctx)
+//	s := step.Step{Workflow: info.WorkflowExecution.ID, Run: info.WorkflowExecution.RunID,
+//		ID: info.ActivityID, Attempt: int(info.Attempt)}
+//	cmd, err := step.Exec(ctx, client, s, sandboxID, lbb.ExecParams{Cmd: "make test"})
 package step
 
 import (
