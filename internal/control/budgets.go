@@ -126,6 +126,21 @@ func (s *Service) chargeBudgets(ctx context.Context, c Caller, o store.Origin) (
 	return a, err
 }
 
+// uncharge gives back the run chargeBudgets counted for a call that then ran nothing.
+func (s *Service) uncharge(ctx context.Context, c Caller, o store.Origin) {
+	ctx = context.WithoutCancel(ctx)
+	if c.Key.Kind == store.KindGrant {
+		if err := s.st.UncountKeyRun(ctx, c.Key.ID); err != nil {
+			s.log.Error("giving back a grant's run", "key", c.Key.ID, "err", err)
+		}
+	}
+	if o.Workflow != "" && o.Run != "" {
+		if err := s.st.UncountWorkflowRun(ctx, c.Graph, o.Workflow, o.Run); err != nil {
+			s.log.Error("giving back a workflow run's run", "workflow", o.Workflow, "run", o.Run, "err", err)
+		}
+	}
+}
+
 func describeSpent(b store.Budget, u store.Spent) string {
 	var parts []string
 	if b.Runs > 0 {

@@ -209,6 +209,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		return Response{}, err
 	}
 	if err := s.begin(); err != nil {
+		s.uncharge(ctx, c, cmd.Origin)
 		return Response{}, err
 	}
 	now := s.now()
@@ -232,6 +233,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	endReserve()
 	if err != nil || existing != nil {
 		s.runs.Done()
+		s.uncharge(ctx, c, cmd.Origin)
 		if err != nil {
 			if errdefs.IsConflict(err) {
 				// Another call took the key between our read and insert: answer as its replay.

@@ -170,6 +170,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	p.audit = pendingAudit(ctx)
 	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
+		s.uncharge(ctx, c, p.command.Origin)
 		return Response{}, err
 	}
 	// The sandbox is claimed while the reservation commits; no code runs in it before the
@@ -186,6 +187,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		if p.claimed {
 			s.host.Unclaim(context.WithoutCancel(ctx), p.sandbox.ID)
 		}
+		s.uncharge(ctx, c, p.command.Origin)
 		s.runs.Done()
 		if err != nil {
 			return Response{}, err

@@ -112,6 +112,10 @@ type Queries interface {
 	GetWorkflowBudget(ctx context.Context, graph, workflow, run string) (WorkflowBudget, error)
 	ChargeWorkflowRun(ctx context.Context, graph, workflow, run string) (bool, error)
 	AddWorkflowUsage(ctx context.Context, graph, workflow, run string, vcpuMs, gibMs float64) error
+	// UncountKeyRun and UncountWorkflowRun give back a run counted for a call that then ran
+	// nothing (refused, or answered by another call with its key).
+	UncountKeyRun(ctx context.Context, id string) error
+	UncountWorkflowRun(ctx context.Context, graph, workflow, run string) error
 	// AddUsage writes an ended command's line of the usage ledger (once per command).
 	AddUsage(ctx context.Context, e UsageEntry) error
 	SumUsage(ctx context.Context, q UsageQuery) ([]UsageSum, error)

@@ -151,3 +151,13 @@ func (q queries) KeyUsage(ctx context.Context, id string, since time.Time) (stor
 		WHERE (key_id = ? OR key_id IN (SELECT id FROM api_keys WHERE parent = ?)) AND at >= ?`, id, id, ms(since)).Scan(&s.Commands, &s.VCPUMs, &s.GiBMs)
 	return s, err
 }
+
+func (q queries) UncountKeyRun(ctx context.Context, id string) error {
+	_, err := q.exec(ctx, `UPDATE api_keys SET runs = runs - 1 WHERE id = ? AND runs > 0`, id)
+	return err
+}
+
+func (q queries) UncountWorkflowRun(ctx context.Context, graph, workflow, run string) error {
+	_, err := q.exec(ctx, `UPDATE budgets SET runs = runs - 1 WHERE graph = ? AND workflow = ? AND run = ? AND runs > 0`, graph, workflow, run)
+	return err
+}

@@ -36,6 +36,11 @@ func testBudgets(t *testing.T, s store.Store) {
 	if ok, err := s.ChargeWorkflowRun(ctx, "main", "wf", "r1"); err != nil || !ok {
 		t.Fatalf("the first run: %v %v", ok, err)
 	}
+	// A run given back (it ran nothing) is not counted.
+	must(t, s.UncountWorkflowRun(ctx, "main", "wf", "r1"))
+	if ok, err := s.ChargeWorkflowRun(ctx, "main", "wf", "r1"); err != nil || !ok {
+		t.Fatalf("the first run again: %v %v", ok, err)
+	}
 	must(t, s.AddWorkflowUsage(ctx, "main", "wf", "r1", 12, 3))
 	if ok, err := s.ChargeWorkflowRun(ctx, "main", "wf", "r1"); err != nil || ok {
 		t.Fatalf("a run past the budget's CPU time: %v %v", ok, err)
