@@ -51,6 +51,18 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	if left := run["budget"].(map[string]any)["grant"].(map[string]any); left["runs"] != 0.0 {
 		t.Fatalf("budget left: %v", run["budget"])
 	}
+	// So do a sandbox, and a run in it, made with a grant.
+	sg := check("mintGrant", gr, 201, "POST", gr+q, worker, nil, `{"origin": {"workflow": "etl", "run": "r0", "step": "s0", "attempt": "2"}}`).json(t)
+	gsb := check("createSandbox", "/v1/sandboxes", 201, "POST", "/v1/sandboxes"+q, sg["token"].(string), idem("g-sb0"), `{}`).json(t)
+	if o := gsb["origin"].(map[string]any); o["grant"] != sg["id"] || o["step"] != "s0" || o["attempt"] != "2" {
+		t.Fatalf("a sandbox's origin: %v", o)
+	}
+	gr0 := check("runInSandbox", "/v1/sandboxes/{id}/run", 200, "POST", "/v1/sandboxes/"+gsb["id"].(string)+"/run"+q, sg["token"].(string), idem("g-run0"),
+		`{"code": "def run(i, c):\n    return 1", "wait_ms": 30000}`).json(t)
+	if o := gr0["origin"].(map[string]any); o["grant"] != sg["id"] || o["run"] != "r0" {
+		t.Fatalf("a run in a sandbox's origin: %v", o)
+	}
+	check("deleteSandbox", "/v1/sandboxes/{id}", 200, "DELETE", "/v1/sandboxes/"+gsb["id"].(string)+q, admin, nil, "")
 	// A File kept with a grant carries the step too.
 	gf := check("createFile", "/v1/files", 201, "POST", "/v1/files"+q+"&name=step-out", token, nil, "out").json(t)["origin"].(map[string]any)
 	if gf["grant"] != id || gf["workflow"] != "etl" || gf["step"] != "s1" || gf["attempt"] != "1" {
@@ -106,7 +118,7 @@ func grantContract(t *testing.T, d doc, seen map[string]bool) {
 	// Usage: every ended run and command, grouped.
 	const us = "/v1/usage"
 	u := check("getUsage", us, 200, "GET", us+q+"&group_by=workflow", worker, nil, "").json(t)
-	if u["total"].(map[string]any)["commands"] != 3.0 || len(u["groups"].([]any)) != 1 {
+	if u["total"].(map[string]any)["commands"] != 4.0 || len(u["groups"].([]any)) != 1 { // g1, g3, g4 and the run in a sandbox
 		t.Fatalf("usage: %v", u)
 	}
 	check("getUsage", us, 400, "GET", us+q+"&group_by=colour", worker, nil, "")
