@@ -145,6 +145,15 @@ func TestMetering(t *testing.T) {
 	if out, errOut, err := s.cli("usage", "--by", "workflow"); err != nil || !strings.Contains(out, "total") || !strings.Contains(out, "wf-ns") {
 		t.Errorf("lbb usage --by workflow: %v\n%s%s", err, out, errOut)
 	}
+	if out, errOut, err := s.cli("budget", "get", "wf-ns", "r1"); err != nil || !strings.Contains(out, "used") {
+		t.Errorf("lbb budget get: %v\n%s%s", err, out, errOut)
+	}
+	if out, errOut, err := s.cli("grant", "mint", "--ttl", "1m", "--workflow", "wf-cli", "--runs", "1"); err != nil || !strings.Contains(out, "lbb_gt_") {
+		t.Errorf("lbb grant mint: %v\n%s", err, errOut)
+	}
+	if out, errOut, err := s.cli("grant", "list"); err != nil || !strings.Contains(out, "wf-cli") {
+		t.Errorf("lbb grant list: %v\n%s%s", err, out, errOut)
+	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_usage_vcpu_ms_total{graph="main"}`) {
 		t.Errorf("no usage counter in /metrics")
 	}
