@@ -338,7 +338,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	stopRun(nil)
 	if overBudget && s.runCtx.Err() == nil {
 		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.CommandBudgetExceeded
-		out.Error = "stopped: the run's budget ran out while it ran"
+		out.Error, out.Infrastructure = "stopped: the run's budget ran out while it ran", ""
 	}
 	if err != nil {
 		// The host agent could not say how the run ended (one in another process is gone).
