@@ -337,7 +337,7 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	overBudget := unwatch()
 	stopRun(nil)
 	if overBudget && s.runCtx.Err() == nil {
-		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.CommandBudgetExceeded
+		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.EndBudgetExceeded
 		out.Error, out.Infrastructure = "stopped: the run's budget ran out while it ran", ""
 	}
 	if err != nil {

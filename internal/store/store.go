@@ -404,6 +404,8 @@ const (
 	// EndEgressQuota: a one-call run failed after its sandbox's egress reached its quota
 	// (its connections were cut then).
 	EndEgressQuota = "egress_quota_exceeded"
+	// EndBudgetExceeded: a one-call run was stopped when a budget it ran under ran out.
+	EndBudgetExceeded = "budget_exceeded"
 )
 
 // Sandbox is a sandbox record.

@@ -172,10 +172,10 @@ export interface components {
             /** Format: date-time */
             expires_at?: string;
             /**
-             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota)
+             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out)
              * @enum {string}
              */
-            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded";
+            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded" | "budget_exceeded";
             error?: string;
             usage: components["schemas"]["Usage"];
             /**
