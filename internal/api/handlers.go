@@ -85,6 +85,9 @@ func (s *Server) routes() {
 	s.handle("POST", "/v1/sandboxes/{id}/fork", write, graph, audited, s.forkSandbox)
 	s.handle("GET", "/v1/snapshots/{id}", read, graph, !audited, s.getSnapshot)
 	s.handle("DELETE", "/v1/snapshots/{id}", del, graph, audited, s.deleteSnapshot)
+
+	// Grants, budgets and usage (grants.go).
+	s.grantRoutes()
 }
 
 // list is the shape of every list answer.
@@ -286,7 +289,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
-	sb, err := s.svc.Store().GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
+	sb, err := s.svc.GetSandbox(r.Context(), c.caller.Graph, r.PathValue("id"))
 	return answer(w, http.StatusOK, sb, err)
 }
 

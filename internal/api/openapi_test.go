@@ -364,6 +364,7 @@ func TestOpenAPIContract(t *testing.T) {
 	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
 	snapshotContract(t, s, check, admin, reader, other, sbxID, stopped)
 	quotaContract(t, d, seen)
+	grantContract(t, d, seen)
 
 	// 503: a server that is shutting down takes no run.
 	time.Sleep(50 * time.Millisecond)

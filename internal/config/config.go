@@ -24,6 +24,19 @@ type Limits struct {
 	DiskMiB   int64
 }
 
+// Prices are what one unit of metered usage costs, in the currency the operator bills in:
+// --price-vcpu-ms (a millisecond of CPU) and --price-gib-ms (a GiB of memory for a ms).
+type Prices struct {
+	VCPUMs float64
+	GiBMs  float64
+}
+
+// Set reports whether any price is set.
+func (p Prices) Set() bool { return p.VCPUMs > 0 || p.GiBMs > 0 }
+
+// Cost is what vcpuMs and gibMs cost.
+func (p Prices) Cost(vcpuMs, gibMs float64) float64 { return vcpuMs*p.VCPUMs + gibMs*p.GiBMs }
+
 // Quotas bound, per graph, the counts and bytes of what outlives a run. Each is a flag
 // --quota-<name> (LBB_QUOTA_<NAME>).
 type Quotas struct {
@@ -74,6 +87,8 @@ type Config struct {
 	MaxSandboxesPerGraph int
 	// Quotas bound what each graph keeps on the host between runs.
 	Quotas Quotas
+	// Prices turn metered units into cost (records' and usage's "cost"); 0: no price.
+	Prices Prices
 	// MaxResultBytes is the largest run result a record and an answer carry; a larger one is
 	// kept as a File of the graph the answer names.
 	MaxResultBytes int64
@@ -197,6 +212,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
 	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running sandboxes per graph")
 	fs.IntVar(&c.MaxSandboxesPerGraph, "max-sandboxes-per-graph", c.MaxSandboxesPerGraph, "sandboxes per graph that hold a disk: running, paused and stopped (at least --max-running-per-graph)")
+	fs.Float64Var(&c.Prices.VCPUMs, "price-vcpu-ms", c.Prices.VCPUMs, "the cost of a millisecond of CPU (0: none); sets cost on records, usage and spend caps")
+	fs.Float64Var(&c.Prices.GiBMs, "price-gib-ms", c.Prices.GiBMs, "the cost of a GiB of memory reserved for a millisecond (0: none)")
 	fs.Int64Var(&c.Quotas.Files, "quota-files", c.Quotas.Files, "Files of the graph per graph")
 	fs.Int64Var(&c.Quotas.FileBytes, "quota-file-bytes", c.Quotas.FileBytes, "bytes of Files of the graph per graph")
 	fs.Int64Var(&c.Quotas.Snapshots, "quota-snapshots", c.Quotas.Snapshots, "snapshots per graph")
@@ -272,6 +289,9 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Prices.VCPUMs < 0 || c.Prices.GiBMs < 0 {
+		bad("--price-vcpu-ms and --price-gib-ms must not be negative")
+	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("--addr %q: %v", c.Addr, err)
 	}

@@ -83,7 +83,7 @@ func (s *Service) Exec(ctx context.Context, c Caller, sandboxID string, req Exec
 	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindProcess,
 		Argv: req.Argv, Cwd: req.Cwd, StdinBytes: int64(len(stdin)), EnvNames: sortedKeys(req.Env),
 		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
-		Origin: store.Origin{Key: c.Key.ID}}
+		Origin: c.origin(nil)}
 	spec := hostagent.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Timeout: timeout, Env: req.Env, StdinOpen: req.StdinOpen, Hold: req.Stream}
 	if len(stdin) > 0 || req.Stdin != nil {
 		spec.Stdin = append([]byte{}, stdin...)
@@ -153,7 +153,7 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindRun,
 		Language: base.Language, Code: code, Input: input, Config: config, Template: ref, EnvNames: sortedKeys(r.Env),
 		TimeoutMs: timeout.Milliseconds(), Status: store.CommandRunning, IdempotencyKey: idemKey,
-		Origin: store.Origin{Key: c.Key.ID}}
+		Origin: c.origin(nil)}
 	spec := hostagent.ExecRequest{Run: &hostagent.RunCall{Language: base.Language, Code: code, Input: input, Config: config},
 		Timeout: timeout, Env: r.Env}
 	return s.startCommand(ctx, c, sandboxID, cmd, spec, RouteRunIn, idemKey, reqHash, wait)
@@ -204,7 +204,12 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	if err := s.chargeRun(ctx, c.Key); err != nil {
 		return Response{}, err
 	}
+	allow, err := s.chargeBudgets(ctx, c, cmd.Origin)
+	if err != nil {
+		return Response{}, err
+	}
 	if err := s.begin(); err != nil {
+		s.uncharge(ctx, c, cmd.Origin)
 		return Response{}, err
 	}
 	now := s.now()
@@ -228,6 +233,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	endReserve()
 	if err != nil || existing != nil {
 		s.runs.Done()
+		s.uncharge(ctx, c, cmd.Origin)
 		if err != nil {
 			if errdefs.IsConflict(err) {
 				// Another call took the key between our read and insert: answer as its replay.
@@ -252,13 +258,19 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	endRun := timing.Start(rctx, "run")
 	// Answer once the process runs, so that a kill or stdin that follows reaches it.
 	var end *hostagent.CommandEnd
+	// What the sandbox had used when the command started: the command's usage is what it
+	// used while the command ran.
+	base, err := s.host.Usage(ctx, sandboxID)
+	if err != nil {
+		base = store.Usage{}
+	}
 	if err := s.host.Exec(ctx, spec); err != nil {
 		t := time.Now()
 		end = &hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
 	}
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(rctx, cmd, end, inf, audit, endRun)
+		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow, base})
 	}()
 	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
 }
@@ -266,9 +278,15 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 // runCommand waits for a command's end and records it. The call's audit entry, when still
 // pending, is written with the end (one commit). A command still running when the server
 // ends its runs is killed.
-func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostagent.CommandEnd, inf *inflight, audit *PendingAudit, endRun func()) {
+func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostagent.CommandEnd, inf *inflight, audit *PendingAudit, endRun func(), m meterFrom) {
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
+	overBudget := false
 	if end == nil {
+		unwatch := s.watchBudget(cmd.SandboxID, m.allow, &m.base, func() {
+			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s.host.Signal(kctx, cmd.ID, "")
+		})
 		waited := make(chan struct{})
 		go func() {
 			select {
@@ -281,6 +299,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		}()
 		out, err := s.host.Wait(context.Background(), cmd.ID)
 		close(waited)
+		overBudget = unwatch()
 		if err != nil {
 			t := time.Now()
 			out = hostagent.CommandEnd{Status: store.CommandLost, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
@@ -288,6 +307,16 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		end = &out
 	}
 	out := *end
+	if overBudget && out.Status == store.CommandKilled {
+		out.Status, out.OK = store.CommandBudgetExceeded, false
+		out.Error = "stopped: the command's budget ran out while it ran"
+	}
+	// CPU time from the sandbox's cgroup while the command ran; memory reserved over its
+	// duration (below, once the sandbox's limits are read).
+	used := store.Usage{}
+	if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
+		used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
+	}
 	endRun()
 	s.metrics.running.Dec()
 	s.metrics.runs.WithLabelValues(out.Status).Inc()
@@ -314,13 +343,11 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var sb store.Sandbox
-	if cmd.Kind == store.KindRun {
-		var err error
-		if sb, err = s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID); err != nil {
-			sb = store.Sandbox{ID: cmd.SandboxID}
-		}
+	sb, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID)
+	if err != nil {
+		sb = store.Sandbox{ID: cmd.SandboxID}
 	}
+	used.GiBMs = float64(sb.Limits.MemoryMiB) / 1024 * float64(cmd.DurationMs)
 	large := s.stageResult(wctx, &cmd)
 	defer s.discard(large)
 	answer := func() Response {
@@ -335,8 +362,11 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	var resp Response
 	endRecord := timing.Start(ctx, "record")
-	err := s.st.WithTx(wctx, func(q store.Queries) error {
+	err = s.st.WithTx(wctx, func(q store.Queries) error {
 		s.keepResult(wctx, q, &cmd, large)
+		if err := s.meter(wctx, q, &cmd, used); err != nil {
+			return err
+		}
 		resp = answer()
 		if err := q.UpdateCommand(wctx, cmd); err != nil {
 			return err
@@ -469,4 +499,11 @@ func (s *Service) ReleaseHeld(commandID string) {
 	if _, err := s.host.ReadHeld(ctx, hostagent.HeldRead{CommandID: commandID, Release: true}); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
 		s.log.Warn("letting go of a command's held output", "command", commandID, "err", err)
 	}
+}
+
+// meterFrom is what a command is metered from: what its budgets had left when it started
+// and what its sandbox had used then.
+type meterFrom struct {
+	allow allowance
+	base  store.Usage
 }

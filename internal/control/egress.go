@@ -135,7 +135,7 @@ func (s *Service) regrant(ctx context.Context, sb *store.Sandbox) error {
 	if sb.API == nil {
 		return nil
 	}
-	parent, runs := sb.Origin.Key, int64(0)
+	parent, runs := firstNonEmpty(sb.Origin.Grant, sb.Origin.Key), int64(0)
 	if old, err := s.st.GetKey(ctx, sb.API.Key); err == nil {
 		parent, runs = old.Parent, old.Runs
 	}
@@ -155,7 +155,7 @@ func (s *Service) revokeGrant(ctx context.Context, sb store.Sandbox) {
 
 // chargeRun counts a run a key starts against its cap (a grant's max_runs).
 func (s *Service) chargeRun(ctx context.Context, k store.Key) error {
-	if k.MaxRuns == 0 {
+	if k.MaxRuns == 0 || k.Kind == store.KindGrant { // a grant's runs are its budget's (chargeBudgets)
 		return nil
 	}
 	ok, err := s.st.CountKeyRun(ctx, k.ID)

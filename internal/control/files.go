@@ -126,7 +126,7 @@ func (s *Service) KeepFile(ctx context.Context, c Caller, sandboxID, p, idemKey 
 		}
 		defer bs.Discard(st)
 		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: st.SHA256, Size: st.Size, Name: e.Name,
-			Origin: store.FileOrigin{Kind: store.FileFromSandbox, Sandbox: sandboxID, Path: e.Path, Key: c.Key.ID}, CreatedAt: s.now()}
+			Origin: c.fileOrigin(store.FileOrigin{Kind: store.FileFromSandbox, Sandbox: sandboxID, Path: e.Path}), CreatedAt: s.now()}
 		if err := s.st.WithTx(ctx, func(q store.Queries) error { return s.createFile(ctx, q, bs, f, st) }); err != nil {
 			return Response{}, err
 		}
@@ -161,7 +161,7 @@ func (s *Service) UploadFile(ctx context.Context, c Caller, name string, r io.Re
 	hash := idempotency.Hash(RouteKeepFile, c.Graph, "upload", name, st.SHA256)
 	return s.keys().Do(ctx, c.Graph, idemKey, RouteKeepFile, hash, func(ctx context.Context) (Response, error) {
 		f := store.File{ID: ids.New(ids.File), Graph: c.Graph, SHA256: st.SHA256, Size: st.Size, Name: name,
-			Origin: store.FileOrigin{Kind: store.FileFromUpload, Key: c.Key.ID}, CreatedAt: s.now()}
+			Origin: c.fileOrigin(store.FileOrigin{Kind: store.FileFromUpload}), CreatedAt: s.now()}
 		if err := s.st.WithTx(ctx, func(q store.Queries) error { return s.createFile(ctx, q, bs, f, st) }); err != nil {
 			return Response{}, err
 		}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
@@ -24,12 +25,15 @@ import (
 const KeyPrefix = "lbb_sk_"
 
 // NewSecret returns a fresh API key secret and its hash.
-func NewSecret() (secret, hash string) {
+func NewSecret() (secret, hash string) { return newSecret(KeyPrefix) }
+
+// newSecret is 240 random bits after prefix, and their hash.
+func newSecret(prefix string) (secret, hash string) {
 	b := make([]byte, 30)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
-	secret = KeyPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	secret = prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 	return secret, HashSecret(secret)
 }
 
@@ -51,10 +55,19 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 	} else if err != nil {
 		return store.Key{}, err
 	}
+	now := s.now()
+	if k.Kind == store.KindGrant {
+		if k.RevokedAt != nil {
+			return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantRevoked, "grant %s was revoked", k.ID)
+		}
+		if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
+			return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantExpired,
+				"grant %s expired at %s; mint a grant for the next attempt", k.ID, k.ExpiresAt.Format(time.RFC3339))
+		}
+	}
 	if k.RevokedAt != nil {
 		return store.Key{}, errdefs.Unauthorized("API key %s was revoked", k.ID)
 	}
-	now := s.now()
 	if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
 		return store.Key{}, errdefs.Unauthorized("API key %s expired", k.ID)
 	}
@@ -65,6 +78,10 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (store.Key, e
 			return store.Key{}, err
 		}
 		if err != nil || depth >= 8 || pk.RevokedAt != nil || pk.ExpiresAt != nil && !now.Before(*pk.ExpiresAt) {
+			if k.Kind == store.KindGrant {
+				return store.Key{}, errdefs.New(errdefs.ClassUnauthorized, errdefs.CodeGrantRevoked,
+					"grant %s came from key %s, which was revoked or expired", k.ID, p)
+			}
 			return store.Key{}, errdefs.Unauthorized("API key %s came from key %s, which was revoked or expired", k.ID, p)
 		}
 		p = pk.Parent
@@ -121,6 +138,8 @@ type KeyRequest struct {
 	Name   string   `json:"name"`
 	Graphs []string `json:"graphs"`
 	Scopes []string `json:"scopes"`
+	// SpendCap caps what the key's runs, and those of the grants it mints, use in a period.
+	SpendCap *store.SpendCap `json:"spend_cap,omitempty"`
 }
 
 // NewKey is a created key with its secret, shown once.
@@ -156,9 +175,12 @@ func (s *Service) CreateKey(ctx context.Context, createdBy string, req KeyReques
 	if req.Name == "" {
 		req.Name = "key"
 	}
+	if err := checkSpendCap(req.SpendCap); err != nil {
+		return NewKey{}, err
+	}
 	secret, hash := NewSecret()
 	k := store.Key{ID: ids.New(ids.Key), Name: req.Name, Hash: hash, Prefix: secret[:len(KeyPrefix)+6],
-		Graphs: req.Graphs, Scopes: req.Scopes, CreatedAt: s.now(), CreatedBy: createdBy}
+		Graphs: req.Graphs, Scopes: req.Scopes, CreatedAt: s.now(), CreatedBy: createdBy, SpendCap: req.SpendCap}
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
 		for _, g := range req.Graphs {
 			if g == store.AllGraphs {
@@ -246,6 +268,14 @@ func (s *Service) MintKey(ctx context.Context, by store.Key, req KeyRequest) (Ne
 	if !covers(by, want) {
 		return NewKey{}, errdefs.Forbidden("API key %s may only make keys within its own graphs (%s) and scopes (%s)",
 			by.ID, strings.Join(by.Graphs, ", "), strings.Join(by.Scopes, ", "))
+	}
+	// A key with a spend cap makes keys within it (its own when the request names none).
+	if by.SpendCap != nil {
+		if req.SpendCap == nil {
+			req.SpendCap = by.SpendCap
+		} else if !capWithin(*req.SpendCap, *by.SpendCap) {
+			return NewKey{}, errdefs.Forbidden("API key %s may only make keys within its spend cap", by.ID)
+		}
 	}
 	return s.CreateKey(ctx, by.ID, req)
 }

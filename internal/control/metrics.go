@@ -10,6 +10,9 @@ type metrics struct {
 	running     prometheus.Gauge
 	reaped      prometheus.Counter
 	lost        prometheus.Counter
+	// vcpuMs and gibMs are the metered usage of ended commands, per graph.
+	vcpuMs *prometheus.CounterVec
+	gibMs  *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -30,9 +33,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lbb_commands_lost_total", Help: "Commands a restart found unfinished and marked lost.",
 		}),
+		vcpuMs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbb_usage_vcpu_ms_total", Help: "CPU time of ended runs and commands, in milliseconds, by graph.",
+		}, []string{"graph"}),
+		gibMs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbb_usage_gib_ms_total", Help: "Memory reserved by ended runs and commands over their time, in GiB·ms, by graph.",
+		}, []string{"graph"}),
 	}
 	if r != nil {
-		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost)
+		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost, m.vcpuMs, m.gibMs)
 	}
 	return m
 }

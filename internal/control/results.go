@@ -48,7 +48,8 @@ func (s *Service) keepResult(ctx context.Context, q store.Queries, cmd *store.Co
 		return
 	}
 	f := store.File{ID: ids.New(ids.File), Graph: cmd.Graph, SHA256: st.SHA256, Size: st.Size, Name: cmd.ID + "-result.json",
-		Origin: store.FileOrigin{Kind: store.FileFromResult, Command: cmd.ID, Sandbox: cmd.SandboxID, Key: cmd.Origin.Key}, CreatedAt: s.now()}
+		Origin: store.FileOrigin{Kind: store.FileFromResult, Command: cmd.ID, Sandbox: cmd.SandboxID, Key: cmd.Origin.Key,
+			Grant: cmd.Origin.Grant, Workflow: cmd.Origin.Workflow, Run: cmd.Origin.Run, Step: cmd.Origin.Step, Attempt: cmd.Origin.Attempt}, CreatedAt: s.now()}
 	if err := s.createFile(ctx, q, s.blobs, f, st); err != nil {
 		s.noResultFile(cmd, err)
 		return

@@ -63,6 +63,7 @@ type OriginBody struct {
 	Workflow string `json:"workflow,omitempty"`
 	Run      string `json:"run,omitempty"`
 	Step     string `json:"step,omitempty"`
+	Attempt  string `json:"attempt,omitempty"`
 }
 
 // RunResult is the answer to a one-call run, and what its idempotency key replays.
@@ -90,9 +91,12 @@ type RunResult struct {
 	Egress          *store.Egress      `json:"egress,omitempty"`
 	TimeoutMs       int64              `json:"timeout_ms"`
 	Usage           store.Usage        `json:"usage"`
-	CreatedAt       time.Time          `json:"created_at"`
-	StartedAt       *time.Time         `json:"started_at,omitempty"`
-	FinishedAt      *time.Time         `json:"finished_at,omitempty"`
+	// Origin is who and what the run ran for; Budget what its budgets had left after it.
+	Origin     store.Origin      `json:"origin"`
+	Budget     *store.BudgetLeft `json:"budget,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	StartedAt  *time.Time        `json:"started_at,omitempty"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
 }
 
 // RouteCreateSandbox is the route idempotency keys of one-call runs belong to.
@@ -115,6 +119,8 @@ type plan struct {
 	audit *PendingAudit
 	// timings are the call's phases (its Server-Timing header), or nil.
 	timings *timing.Timings
+	// allow is what the run's budgets had left when it started.
+	allow allowance
 }
 
 // inflight is a run or command this process is executing.
@@ -158,9 +164,13 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	if err := s.chargeRun(ctx, c.Key); err != nil {
 		return Response{}, err
 	}
+	if p.allow, err = s.chargeBudgets(ctx, c, p.command.Origin); err != nil {
+		return Response{}, err
+	}
 	p.audit = pendingAudit(ctx)
 	p.command.IdempotencyKey = idemKey
 	if err := s.begin(); err != nil {
+		s.uncharge(ctx, c, p.command.Origin)
 		return Response{}, err
 	}
 	// The sandbox is claimed while the reservation commits; no code runs in it before the
@@ -177,6 +187,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 		if p.claimed {
 			s.host.Unclaim(context.WithoutCancel(ctx), p.sandbox.ID)
 		}
+		s.uncharge(ctx, c, p.command.Origin)
 		s.runs.Done()
 		if err != nil {
 			return Response{}, err
@@ -320,7 +331,15 @@ func (s *Service) launch(p *plan) *inflight {
 func (s *Service) execute(p *plan, inf *inflight) {
 	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
 	t0 := time.Now()
-	out, err := s.host.Run(timing.With(s.runCtx, p.timings), s.runSpec(p))
+	rctx, stopRun := context.WithCancelCause(s.runCtx)
+	unwatch := s.watchBudget(p.sandbox.ID, p.allow, nil, func() { stopRun(errBudget) })
+	out, err := s.host.Run(timing.With(rctx, p.timings), s.runSpec(p))
+	overBudget := unwatch()
+	stopRun(nil)
+	if overBudget && s.runCtx.Err() == nil {
+		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.EndBudgetExceeded
+		out.Error, out.Infrastructure = "stopped: the run's budget ran out while it ran", ""
+	}
 	if err != nil {
 		// The host agent could not say how the run ended (one in another process is gone).
 		out = hostagent.RunResult{EndReason: store.EndFailed,
@@ -346,6 +365,9 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	endRecord := timing.Start(timing.With(ctx, p.timings), "record")
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
 		s.keepResult(ctx, q, &cmd, large)
+		if err := s.meter(ctx, q, &cmd, out.CommandUsage); err != nil {
+			return err
+		}
 		resp = s.answerRun(cmd, sb)
 		if err := q.UpdateCommand(ctx, cmd); err != nil {
 			return err
@@ -445,12 +467,16 @@ func endSandbox(sb *store.Sandbox, out hostagent.RunResult) {
 
 // render is the answer for a run's records.
 func render(cmd store.Command, sb store.Sandbox) RunResult {
+	usage := sb.Usage
+	if cmd.Usage != nil && !sb.OneCall {
+		usage = *cmd.Usage // a run in a long-lived sandbox: its own share
+	}
 	return RunResult{
 		OK: cmd.OK, Result: cmd.Result, Error: cmd.Error, Command: cmd.ID, Sandbox: sb.ID, Status: cmd.Status,
 		ResultTruncated: cmd.ResultTruncated, ResultBytes: cmd.ResultBytes, ResultFile: cmd.ResultFile,
 		ExitCode: cmd.ExitCode, Signal: cmd.Signal, DurationMs: cmd.DurationMs, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
-		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, Egress: sb.Egress, TimeoutMs: cmd.TimeoutMs, Usage: sb.Usage,
-		CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,
+		Base: sb.Base, Template: cmd.Template, Limits: sb.Limits, Isolation: sb.Isolation, Egress: sb.Egress, TimeoutMs: cmd.TimeoutMs, Usage: usage,
+		Origin: cmd.Origin, Budget: cmd.Budget, CreatedAt: cmd.CreatedAt, StartedAt: cmd.StartedAt, FinishedAt: cmd.FinishedAt,
 	}
 }
 
@@ -565,10 +591,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 			env[k] = v
 		}
 	}
-	origin := store.Origin{Key: c.Key.ID}
-	if req.Origin != nil {
-		origin.Workflow, origin.Run, origin.Step = req.Origin.Workflow, req.Origin.Run, req.Origin.Step
-	}
+	origin := c.origin(req.Origin)
 	now := s.now()
 	sbID, cmdID := ids.New(ids.Sandbox), ids.New(ids.Command)
 	envNames := sortedKeys(env)

@@ -205,6 +205,9 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		if err := s.chargeRun(ctx, c.Key); err != nil {
 			return Response{}, err
 		}
+		if err := s.checkSpend(ctx, c.Key); err != nil {
+			return Response{}, err
+		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
 			Runtime: sb.Isolation, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
 		if err != nil {
@@ -316,10 +319,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	if err := checkGit(req.Git); err != nil {
 		return zero, nil, nil, err
 	}
-	origin := store.Origin{Key: c.Key.ID}
-	if req.Origin != nil {
-		origin.Workflow, origin.Run, origin.Step = req.Origin.Workflow, req.Origin.Run, req.Origin.Step
-	}
+	origin := c.origin(req.Origin)
 	env := map[string]string{}
 	for k, v := range req.Env {
 		env[k] = v

@@ -463,7 +463,7 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		envNames[k] = ""
 	}
 	sb.ID, sb.Status, sb.OneCall, sb.EnvNames, sb.Metadata = ids.New(ids.Sandbox), store.SandboxStarting, false, sortedKeys(envNames), md
-	sb.Origin = store.Origin{Key: c.Key.ID}
+	sb.Origin = c.origin(nil)
 	sb.CreatedAt, sb.StartedAt, sb.EndedAt, sb.EndReason, sb.Error = s.now(), nil, nil, "", ""
 	sb.Usage, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = store.Usage{}, nil, "", 0
 	sb.ForkedFrom = &store.ForkedFrom{Sandbox: from.ID, Snapshot: snap.ID}

@@ -24,6 +24,8 @@ const (
 	ClassUnprocessable
 	ClassLimitExceeded
 	ClassUnavailable
+	// ClassPaymentRequired: a budget or spend cap is spent (HTTP 402).
+	ClassPaymentRequired
 )
 
 // codes are each class's own code.
@@ -38,6 +40,7 @@ var codes = map[Class]string{
 	ClassUnprocessable:   "unprocessable",
 	ClassLimitExceeded:   "limit_exceeded",
 	ClassUnavailable:     "unavailable",
+	ClassPaymentRequired: "payment_required",
 }
 
 // Stable codes beyond each class's default one.
@@ -62,6 +65,16 @@ const (
 	CodeQuotaBytesExceeded = "quota_bytes_exceeded"
 	// CodeFileInUse: a File a template version names cannot be deleted (a Conflict).
 	CodeFileInUse = "file_in_use"
+	// CodeGrantExpired, CodeGrantRevoked: a grant's token past its expiry, or revoked (an
+	// Unauthorized).
+	CodeGrantExpired = "grant_expired"
+	CodeGrantRevoked = "grant_revoked"
+	// CodeBudgetExceeded: the grant's or workflow run's budget is spent; nothing ran (a
+	// PaymentRequired).
+	CodeBudgetExceeded = "budget_exceeded"
+	// CodeSpendCapReached: the key (or a key it came from) reached its spend cap for the
+	// period; nothing ran (a PaymentRequired).
+	CodeSpendCapReached = "spend_cap_reached"
 )
 
 // Error is a classified error with a stable code.

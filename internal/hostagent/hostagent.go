@@ -177,6 +177,9 @@ type RunResult struct {
 	EndReason string `json:"end_reason"`
 	// Usage is the sandbox's, up to the command's end.
 	Usage store.Usage `json:"usage"`
+	// CommandUsage is the command's: the sandbox's CPU time and reserved memory while the
+	// command ran (what its budgets count; the sandbox's start is not the command's).
+	CommandUsage store.Usage `json:"command_usage"`
 }
 
 // Ending is how a sandbox's life ended.

@@ -168,6 +168,7 @@ func (h *Local) runIn(ctx context.Context, oc *oneCall, req RunRequest, log *slo
 	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: &run, timeout: req.Timeout, limits: req.Limits, egress: esb},
 		stdoutCap, stderrCap, secrets, log)
 	out.CommandEnd, out.cpuNanos = res.CommandEnd, res.cpuNanos
+	out.CommandUsage = usage(res.cmdCPUNanos, req.Limits, res.Started, res.Ended)
 	if res.err != nil && res.Status == store.CommandFailed {
 		out.EndReason = store.EndFailed
 	}
@@ -293,6 +294,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 		log.Warn("reading sandbox stats", "err", serr)
 	}
 	out.cpuNanos = after.CPUNanos
+	if serr == nil && after.CPUNanos >= before.CPUNanos {
+		out.cmdCPUNanos = after.CPUNanos - before.CPUNanos
+	}
 	oom := serr == nil && after.OOMKills > before.OOMKills
 	killed := e.killed != nil && e.killed()
 

@@ -475,7 +475,7 @@ func (h *Local) Destroy(ctx context.Context, id string) (store.Usage, error) {
 func (h *Local) Usage(ctx context.Context, id string) (store.Usage, error) {
 	s := h.lookup(id, false)
 	if s == nil {
-		return store.Usage{}, notHere(id)
+		return h.oneCallUsage(ctx, id)
 	}
 	s.mu.Lock()
 	l := s.live
@@ -484,6 +484,30 @@ func (h *Local) Usage(ctx context.Context, id string) (store.Usage, error) {
 		return store.Usage{}, nil
 	}
 	return l.usage(ctx), nil
+}
+
+// oneCallUsage is what a one-call run's sandbox used since it started, while it runs (the
+// control plane meters a run against its budgets while it runs).
+func (h *Local) oneCallUsage(ctx context.Context, id string) (store.Usage, error) {
+	h.mu.Lock()
+	oc := h.runs[id]
+	h.mu.Unlock()
+	if oc == nil {
+		return store.Usage{}, notHere(id)
+	}
+	select {
+	case <-oc.done:
+	default:
+		return store.Usage{}, nil // still starting
+	}
+	if oc.lease == nil {
+		return store.Usage{}, nil
+	}
+	st, err := oc.lease.Sandbox.Stats(ctx)
+	if err != nil {
+		return store.Usage{}, err
+	}
+	return usage(st.CPUNanos, oc.limits, oc.lease.StartedAt, time.Now()), nil
 }
 
 // SetExpiry arms the sandbox's expiry timer (EventExpired at at); the zero time clears it.

@@ -33,6 +33,8 @@ type outcome struct {
 	CommandEnd
 	err      error
 	cpuNanos uint64
+	// cmdCPUNanos is the CPU time the sandbox used while the command ran.
+	cmdCPUNanos uint64
 }
 
 func (o *outcome) fail(status string, err error) outcome {

@@ -285,6 +285,10 @@ func scenario(t *testing.T, connect func(*testing.T, *person, string) *gomcp.Cli
 				!strings.Contains(out, "succeeded") || !strings.Contains(out, "<untrusted-output>\n6\n</untrusted-output>") {
 				t.Errorf("get_command:\n%s", out)
 			}
+			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "get_usage", "group_by": "day"}); isErr ||
+				!strings.HasPrefix(out, "Usage of graph main: ") || !strings.Contains(out, "vcpu_ms") {
+				t.Errorf("get_usage:\n%s", out)
+			}
 			if out, isErr := call(t, cs, toolRead, map[string]any{"action": "list_sandboxes", "limit": 5}); isErr || !strings.Contains(out, "sbx_") {
 				t.Errorf("list_sandboxes:\n%s", out)
 			}

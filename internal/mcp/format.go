@@ -434,3 +434,21 @@ func (s *stateSigner) verify(state, what, id string) bool {
 	}
 	return hmac.Equal([]byte(sig), []byte(s.mac(what, id, exp)))
 }
+
+func formatUsage(u *lbb.UsageReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage of graph %s: %d runs and commands, %.0f vcpu_ms (CPU time), %.0f gib_ms (memory reserved over time)",
+		u.Graph, u.Total.Commands, u.Total.VcpuMs, u.Total.GibMs)
+	if u.Total.Cost > 0 {
+		fmt.Fprintf(&b, ", cost %g", u.Total.Cost)
+	}
+	b.WriteString("\n")
+	for _, g := range u.Groups {
+		name := g.Group
+		if name == "" {
+			name = "(none)"
+		}
+		fmt.Fprintf(&b, "  %s %s: %d, %.0f vcpu_ms, %.0f gib_ms\n", u.GroupBy, name, g.Commands, g.VcpuMs, g.GibMs)
+	}
+	return b.String()
+}

@@ -27,7 +27,7 @@ const (
 
 // The actions of the read and manage tools, in the order their schemas list them.
 var (
-	readActions   = []string{"list_sandboxes", "get_sandbox", "list_commands", "get_command", "list_templates", "get_template", "list_files", "read_file", "list_snapshots", "get_snapshot"}
+	readActions   = []string{"list_sandboxes", "get_sandbox", "list_commands", "get_command", "list_templates", "get_template", "list_files", "read_file", "list_snapshots", "get_snapshot", "get_usage"}
 	manageActions = []string{"run", "create", "exec", "write_file", "stop", "resume", "pause", "snapshot", "fork"}
 	// isolations are the values the isolation argument may take.
 	isolations = []string{"ns", "gvisor", "microvm"}
@@ -41,7 +41,7 @@ const (
 )
 
 type readInput struct {
-	Action     string `json:"action" jsonschema:"what to read: list_sandboxes; get_sandbox (sandbox_id); list_commands (of sandbox_id, or the newest of the graph); get_command (command_id, optionally waiting wait_ms for it to end); list_templates; get_template (template); list_files (sandbox_id, path, recursive); read_file (sandbox_id, path); list_snapshots (of sandbox_id, newest first); get_snapshot (snapshot_id)"`
+	Action     string `json:"action" jsonschema:"what to read: list_sandboxes; get_sandbox (sandbox_id); list_commands (of sandbox_id, or the newest of the graph); get_command (command_id, optionally waiting wait_ms for it to end); list_templates; get_template (template); list_files (sandbox_id, path, recursive); read_file (sandbox_id, path); list_snapshots (of sandbox_id, newest first); get_snapshot (snapshot_id); get_usage (what the graph's ended runs and commands used: vcpu_ms and gib_ms, grouped by group_by)"`
 	SandboxID  string `json:"sandbox_id,omitempty" jsonschema:"a sandbox id (sbx_…): for get_sandbox, list_files, read_file and list_snapshots; with list_commands, list only its commands"`
 	CommandID  string `json:"command_id,omitempty" jsonschema:"a command id (cmd_…), for get_command"`
 	SnapshotID string `json:"snapshot_id,omitempty" jsonschema:"a snapshot id (snp_…), for get_snapshot"`
@@ -51,6 +51,7 @@ type readInput struct {
 	WaitMs     int64  `json:"wait_ms,omitempty" jsonschema:"for get_command: wait up to this many milliseconds (at most 60000) for a running command to end"`
 	Limit      int    `json:"limit,omitempty" jsonschema:"for list_*: how many records (default 20, at most 100)"`
 	Cursor     string `json:"cursor,omitempty" jsonschema:"for list_*: the next_cursor that the previous page gave, for the page after it"`
+	GroupBy    string `json:"group_by,omitempty" jsonschema:"for get_usage: key, template, workflow or day (empty: the total only)"`
 }
 
 type limitsInput struct {
@@ -296,6 +297,9 @@ func (t *tools) doRead(ctx context.Context, c *lbb.Client, in readInput) (string
 		}
 		snap, err := c.GetSnapshot(ctx, in.SnapshotID)
 		return show(snap, err, formatSnapshot)
+	case "get_usage":
+		u, err := c.Usage(ctx, lbb.UsageParams{GroupBy: in.GroupBy})
+		return show(u, err, formatUsage)
 	}
 	return "", errorf("unknown action %q; the actions are %s", in.Action, strings.Join(readActions, ", "))
 }

@@ -102,6 +102,27 @@ type Queries interface {
 	// ListAudit lists entries newest first; graph "" lists every graph's.
 	ListAudit(ctx context.Context, graph string, p Page) ([]AuditEntry, string, error)
 
+	// Budgets. ChargeKeyRun counts one run against a grant's budget, and
+	// ChargeWorkflowRun against a workflow run's: each answers false, counting nothing, when
+	// the budget is spent (runs, CPU time or memory), and ChargeWorkflowRun answers true when
+	// the run has no budget. Add* add a command's usage.
+	ChargeKeyBudget(ctx context.Context, id string) (bool, error)
+	AddKeyUsage(ctx context.Context, id string, vcpuMs, gibMs float64) error
+	PutWorkflowBudget(ctx context.Context, b WorkflowBudget) error
+	GetWorkflowBudget(ctx context.Context, graph, workflow, run string) (WorkflowBudget, error)
+	ChargeWorkflowRun(ctx context.Context, graph, workflow, run string) (bool, error)
+	AddWorkflowUsage(ctx context.Context, graph, workflow, run string, vcpuMs, gibMs float64) error
+	// UncountKeyRun and UncountWorkflowRun give back a run counted for a call that then ran
+	// nothing (refused, or answered by another call with its key).
+	UncountKeyRun(ctx context.Context, id string) error
+	UncountWorkflowRun(ctx context.Context, graph, workflow, run string) error
+	// AddUsage writes an ended command's line of the usage ledger (once per command).
+	AddUsage(ctx context.Context, e UsageEntry) error
+	SumUsage(ctx context.Context, q UsageQuery) ([]UsageSum, error)
+	// KeyUsage sums the usage ledger of the runs made with key id (and with the grants it
+	// minted) since since, in every graph.
+	KeyUsage(ctx context.Context, id string, since time.Time) (UsageSum, error)
+
 	// Recovery and retention, across every graph.
 	ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]Sandbox, error)
 	ListCommandsByStatus(ctx context.Context, statuses ...string) ([]Command, error)
@@ -165,7 +186,37 @@ type Key struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	MaxRuns   int64      `json:"max_runs,omitempty"`
 	Runs      int64      `json:"runs,omitempty"`
+	// Kind is KindGrant for a grant (POST /v1/grants): a short-lived derived key for one
+	// workflow step's attempt, with its Origin stamped on every record made with it, and a
+	// budget (MaxRuns, BudgetVCPUMs, BudgetGiBMs: 0 is no limit) with what was used under it.
+	Kind         string  `json:"kind,omitempty"`
+	Origin       *Origin `json:"origin,omitempty"`
+	BudgetVCPUMs float64 `json:"budget_vcpu_ms,omitempty"`
+	BudgetGiBMs  float64 `json:"budget_gib_ms,omitempty"`
+	UsedVCPUMs   float64 `json:"used_vcpu_ms,omitempty"`
+	UsedGiBMs    float64 `json:"used_gib_ms,omitempty"`
+	// SpendCap caps what the key's runs (and those of grants it minted) use over a period.
+	SpendCap *SpendCap `json:"spend_cap,omitempty"`
 }
+
+// Spend cap periods.
+const (
+	PeriodDay   = "day"
+	PeriodMonth = "month"
+	PeriodTotal = "total"
+)
+
+// SpendCap is a cap on what a key's runs use in a period (a UTC day, a UTC month, or its
+// whole life): CPU time, memory over time, or cost at the server's prices; 0 is no cap.
+type SpendCap struct {
+	VCPUMs float64 `json:"vcpu_ms,omitempty"`
+	GiBMs  float64 `json:"gib_ms,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
+	Period string  `json:"period,omitempty"`
+}
+
+// KindGrant marks a key that is a grant.
+const KindGrant = "grant"
 
 // HasGraph reports whether k may use graph.
 func (k Key) HasGraph(graph string) bool {
@@ -201,12 +252,17 @@ type Origin struct {
 	Workflow string `json:"workflow,omitempty"`
 	Run      string `json:"run,omitempty"`
 	Step     string `json:"step,omitempty"`
+	Attempt  string `json:"attempt,omitempty"`
+	// Grant is the grant the call was made with; Key is then the key that minted it.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Usage is what a sandbox consumed: CPU time, and memory reserved over its life.
 type Usage struct {
 	VCPUMs float64 `json:"vcpu_ms"`
 	GiBMs  float64 `json:"gib_ms"`
+	// Cost is what it cost at the server's prices; absent when it sets none.
+	Cost float64 `json:"cost,omitempty"`
 	// Egress is what the sandbox's egress carried; nil when it had none.
 	Egress *EgressUsage `json:"egress,omitempty"`
 }
@@ -348,6 +404,8 @@ const (
 	// EndEgressQuota: a one-call run failed after its sandbox's egress reached its quota
 	// (its connections were cut then).
 	EndEgressQuota = "egress_quota_exceeded"
+	// EndBudgetExceeded: a one-call run was stopped when a budget it ran under ran out.
+	EndBudgetExceeded = "budget_exceeded"
 )
 
 // Sandbox is a sandbox record.
@@ -430,6 +488,8 @@ const (
 	CommandLost      = "lost"
 	CommandOOM       = "oom"
 	CommandDiskFull  = "disk_full"
+	// CommandBudgetExceeded: the command was stopped when a budget it ran under ran out.
+	CommandBudgetExceeded = "budget_exceeded"
 )
 
 // CommandDone reports whether status is final.
@@ -508,6 +568,12 @@ type Command struct {
 	// Egress is what the sandbox's egress carried while the command ran (all of the
 	// sandbox's: commands running at once each count what they share).
 	Egress *EgressUsage `json:"egress,omitempty"`
+
+	// Usage is what the command used (a run: its sandbox's life; a command in a sandbox:
+	// the sandbox's CPU time and reserved memory while it ran), set when it ends; Budget is
+	// what its budgets had left after it. The record is the receipt of a workflow step.
+	Usage  *Usage      `json:"usage,omitempty"`
+	Budget *BudgetLeft `json:"budget,omitempty"`
 
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	Origin         Origin     `json:"origin"`
@@ -627,6 +693,12 @@ type FileOrigin struct {
 	Path    string `json:"path,omitempty"`
 	Command string `json:"command,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// The workflow step and grant of a File kept by a call made with a grant.
+	Workflow string `json:"workflow,omitempty"`
+	Run      string `json:"run,omitempty"`
+	Step     string `json:"step,omitempty"`
+	Attempt  string `json:"attempt,omitempty"`
+	Grant    string `json:"grant,omitempty"`
 }
 
 // GraphUsage is what a graph holds: the sandboxes it runs and keeps, its Files (each at its
@@ -651,4 +723,100 @@ type GraphUsage struct {
 type CommandFilter struct {
 	SandboxID string
 	Status    string
+}
+
+// Budget is a limit on what runs may use: runs started, CPU time and reserved memory over
+// time. 0 is no limit.
+type Budget struct {
+	Runs   int64   `json:"runs,omitempty"`
+	VCPUMs float64 `json:"vcpu_ms,omitempty"`
+	GiBMs  float64 `json:"gib_ms,omitempty"`
+}
+
+// Spent is what was used under a budget.
+type Spent struct {
+	Runs   int64   `json:"runs"`
+	VCPUMs float64 `json:"vcpu_ms"`
+	GiBMs  float64 `json:"gib_ms"`
+}
+
+// Left is what a budget has left (nil fields: no limit).
+func (b Budget) Left(u Spent) Remaining {
+	var r Remaining
+	if b.Runs > 0 {
+		r.Runs = ptrTo(max(0, b.Runs-u.Runs))
+	}
+	if b.VCPUMs > 0 {
+		r.VCPUMs = ptrTo(max(0, b.VCPUMs-u.VCPUMs))
+	}
+	if b.GiBMs > 0 {
+		r.GiBMs = ptrTo(max(0, b.GiBMs-u.GiBMs))
+	}
+	return r
+}
+
+// Exhausted reports whether u has reached a limit of b.
+func (b Budget) Exhausted(u Spent) bool {
+	return b.Runs > 0 && u.Runs >= b.Runs || b.VCPUMs > 0 && u.VCPUMs >= b.VCPUMs || b.GiBMs > 0 && u.GiBMs >= b.GiBMs
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// Remaining is what is left of a budget; a nil field has no limit.
+type Remaining struct {
+	Runs   *int64   `json:"runs,omitempty"`
+	VCPUMs *float64 `json:"vcpu_ms,omitempty"`
+	GiBMs  *float64 `json:"gib_ms,omitempty"`
+}
+
+// BudgetLeft is what a command's budgets had left after it: its grant's and its workflow
+// run's.
+type BudgetLeft struct {
+	Grant    *Remaining `json:"grant,omitempty"`
+	Workflow *Remaining `json:"workflow,omitempty"`
+}
+
+// WorkflowBudget is the budget of one run of a workflow in a graph, and what its runs used.
+type WorkflowBudget struct {
+	Graph     string    `json:"graph"`
+	Workflow  string    `json:"workflow"`
+	Run       string    `json:"run"`
+	Budget    Budget    `json:"budget"`
+	Used      Spent     `json:"used"`
+	Left      Remaining `json:"left"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// UsageEntry is one ended command's line of the usage ledger.
+type UsageEntry struct {
+	CommandID string
+	Graph     string
+	SandboxID string
+	Key       string
+	Grant     string
+	Workflow  string
+	Run       string
+	Template  string
+	At        time.Time
+	VCPUMs    float64
+	GiBMs     float64
+}
+
+// UsageQuery asks for the sum of the usage ledger of a graph over [From, To), grouped by
+// GroupBy: "key", "template", "workflow", "day" or "" (one total).
+type UsageQuery struct {
+	Graph   string
+	From    time.Time
+	To      time.Time
+	GroupBy string
+}
+
+// UsageSum is one group of a usage query.
+type UsageSum struct {
+	Group    string  `json:"group,omitempty"`
+	Commands int64   `json:"commands"`
+	VCPUMs   float64 `json:"vcpu_ms"`
+	GiBMs    float64 `json:"gib_ms"`
+	Cost     float64 `json:"cost,omitempty"`
 }

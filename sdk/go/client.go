@@ -66,6 +66,9 @@ type Client struct {
 	GraphFiles *GraphFilesService
 	Keys       *KeysService
 	Audit      *AuditService
+	// Grants are short-lived keys for workflow steps; Budgets those of workflow runs.
+	Grants  *GrantsService
+	Budgets *BudgetsService
 }
 
 // New returns a client.
@@ -122,6 +125,8 @@ func (c *Client) init() {
 	c.GraphFiles = &GraphFilesService{c: c}
 	c.Keys = &KeysService{c: c}
 	c.Audit = &AuditService{c: c}
+	c.Grants = &GrantsService{c: c}
+	c.Budgets = &BudgetsService{c: c}
 }
 
 // Graph is the graph the client's calls name.

@@ -186,6 +186,8 @@ type KeyParams struct {
 	Name   string   `json:"name,omitempty"`
 	Graphs []string `json:"graphs,omitempty"`
 	Scopes []string `json:"scopes,omitempty"`
+	// SpendCap caps what the key's runs use in a period (402 spend_cap_reached at it).
+	SpendCap *SpendCap `json:"spend_cap,omitempty"`
 }
 
 // Create makes a key; its Secret is shown this once.

@@ -50,10 +50,34 @@ type BaseTemplate struct {
 	Versions map[string]string `json:"versions"`
 }
 
+// Budget a limit on what runs may use; 0 or absent is no limit
+type Budget struct {
+	// GibMs memory reserved over time, in GiB·ms
+	GibMs float64 `json:"gib_ms,omitempty"`
+
+	// Runs runs started (one-call runs, commands and runs in a sandbox)
+	Runs int64 `json:"runs,omitempty"`
+
+	// VcpuMs CPU time, in ms
+	VcpuMs float64 `json:"vcpu_ms,omitempty"`
+}
+
+// BudgetLeft what a command's budgets had left after it
+type BudgetLeft struct {
+	// Grant what is left of a budget; an absent field has no limit
+	Grant Remaining `json:"grant,omitempty"`
+
+	// Workflow what is left of a budget; an absent field has no limit
+	Workflow Remaining `json:"workflow,omitempty"`
+}
+
 // Command Env values and stdin are never stored: only env names and stdin size.
 type Command struct {
 	Argv []string `json:"argv,omitempty"`
-	Code string   `json:"code,omitempty"`
+
+	// Budget what a command's budgets had left after it
+	Budget BudgetLeft `json:"budget,omitempty"`
+	Code   string     `json:"code,omitempty"`
 
 	// Config any JSON value
 	Config     json.RawMessage `json:"config,omitempty"`
@@ -76,7 +100,9 @@ type Command struct {
 	Kind     string          `json:"kind"`
 	Language string          `json:"language,omitempty"`
 	OK       bool            `json:"ok"`
-	Origin   Origin          `json:"origin"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin Origin `json:"origin"`
 
 	// Result any JSON value
 	Result json.RawMessage `json:"result,omitempty"`
@@ -102,6 +128,7 @@ type Command struct {
 	Stdout    Output       `json:"stdout"`
 	Template  *TemplateRef `json:"template,omitempty"`
 	TimeoutMs int64        `json:"timeout_ms"`
+	Usage     Usage        `json:"usage,omitempty"`
 }
 
 // createBody With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels.
@@ -187,12 +214,18 @@ type GraphFile struct {
 
 // FileOrigin defines model for File.origin.
 type FileOrigin struct {
+	Attempt string `json:"attempt,omitempty"`
+
 	// Command result: the run whose result it holds
-	Command string `json:"command,omitempty"`
-	Key     string `json:"key,omitempty"`
-	Kind    string `json:"kind"`
-	Path    string `json:"path,omitempty"`
-	Sandbox string `json:"sandbox,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Grant    string `json:"grant,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Kind     string `json:"kind"`
+	Path     string `json:"path,omitempty"`
+	Run      string `json:"run,omitempty"`
+	Sandbox  string `json:"sandbox,omitempty"`
+	Step     string `json:"step,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
 }
 
 // FileEntry defines model for FileEntry.
@@ -229,15 +262,75 @@ type GitClone struct {
 	URL string `json:"url"`
 }
 
+// Grant a short-lived key for one attempt of a workflow step; the record never holds its token
+type Grant struct {
+	// Budget a limit on what runs may use; 0 or absent is no limit
+	Budget    Budget    `json:"budget,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// CreatedBy the key that minted it
+	CreatedBy string    `json:"created_by"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Graph     string    `json:"graph"`
+	ID        string    `json:"id"`
+
+	// Left what is left of a budget; an absent field has no limit
+	Left Remaining `json:"left,omitempty"`
+	Name string    `json:"name,omitempty"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin    Origin     `json:"origin,omitempty"`
+	Prefix    string     `json:"prefix"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Scopes    []string   `json:"scopes"`
+
+	// Token the bearer token, only in the answer to POST /v1/grants
+	Token string `json:"token,omitempty"`
+	Used  Spent  `json:"used"`
+}
+
+// GrantList defines model for GrantList.
+type GrantList struct {
+	Data       []Grant `json:"data"`
+	NextCursor string  `json:"next_cursor,omitempty"`
+}
+
+// GrantRequest defines model for GrantRequest.
+type GrantRequest struct {
+	// Budget a limit on what runs may use; 0 or absent is no limit
+	Budget Budget `json:"budget,omitempty"`
+
+	// Graph the graph of the call (?graph=); optional
+	Graph string `json:"graph,omitempty"`
+	Name  string `json:"name,omitempty"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin Origin `json:"origin,omitempty"`
+
+	// Scopes within the minting key's; admin never. Default: sandboxes:read, sandboxes:write, files:read, files:write (those the key has)
+	Scopes []string `json:"scopes,omitempty"`
+
+	// TTLSeconds lifetime, 1 to 3600; default 900 (15 min); never past the minting key's expiry
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
 // Key defines model for Key.
 type Key struct {
-	CreatedAt time.Time  `json:"created_at"`
-	CreatedBy string     `json:"created_by,omitempty"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	Graphs    []string   `json:"graphs"`
-	ID        string     `json:"id"`
-	MaxRuns   int64      `json:"max_runs,omitempty"`
-	Name      string     `json:"name"`
+	BudgetGibMs  float64    `json:"budget_gib_ms,omitempty"`
+	BudgetVcpuMs float64    `json:"budget_vcpu_ms,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	CreatedBy    string     `json:"created_by,omitempty"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
+	Graphs       []string   `json:"graphs"`
+	ID           string     `json:"id"`
+
+	// Kind grant: a key minted by POST /v1/grants
+	Kind    string `json:"kind,omitempty"`
+	MaxRuns int64  `json:"max_runs,omitempty"`
+	Name    string `json:"name"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin Origin `json:"origin,omitempty"`
 
 	// Parent a derived key's (a sandbox's API grant) parent: it lives no longer than its parent
 	Parent    string     `json:"parent,omitempty"`
@@ -253,6 +346,11 @@ type Key struct {
 
 	// Secret the secret, only in the answer to POST /v1/keys (see NewKey)
 	Secret string `json:"secret,omitempty"`
+
+	// SpendCap a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it.
+	SpendCap   SpendCap `json:"spend_cap,omitempty"`
+	UsedGibMs  float64  `json:"used_gib_ms,omitempty"`
+	UsedVcpuMs float64  `json:"used_vcpu_ms,omitempty"`
 }
 
 // Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
@@ -263,8 +361,13 @@ type Limits struct {
 	Pids      int64   `json:"pids,omitempty"`
 }
 
-// Origin defines model for Origin.
+// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
 type Origin struct {
+	// Attempt the attempt of the workflow step
+	Attempt string `json:"attempt,omitempty"`
+
+	// Grant the grant the call was made with (key is then the key that minted it)
+	Grant    string `json:"grant,omitempty"`
 	Key      string `json:"key,omitempty"`
 	Run      string `json:"run,omitempty"`
 	Step     string `json:"step,omitempty"`
@@ -334,6 +437,13 @@ type Quotas struct {
 	} `json:"quotas"`
 }
 
+// Remaining what is left of a budget; an absent field has no limit
+type Remaining struct {
+	GibMs  float64 `json:"gib_ms,omitempty"`
+	Runs   int64   `json:"runs,omitempty"`
+	VcpuMs float64 `json:"vcpu_ms,omitempty"`
+}
+
 // runBody One call of run(input, config): code or template.
 type runBody struct {
 	Base string `json:"base,omitempty"`
@@ -381,10 +491,13 @@ type runInBody struct {
 
 // RunResult defines model for RunResult.
 type RunResult struct {
-	Base       string    `json:"base"`
-	Command    string    `json:"command"`
-	CreatedAt  time.Time `json:"created_at"`
-	DurationMs int64     `json:"duration_ms"`
+	Base string `json:"base"`
+
+	// Budget what a command's budgets had left after it
+	Budget     BudgetLeft `json:"budget,omitempty"`
+	Command    string     `json:"command"`
+	CreatedAt  time.Time  `json:"created_at"`
+	DurationMs int64      `json:"duration_ms"`
 
 	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
 	Egress     *Egress    `json:"egress,omitempty"`
@@ -398,6 +511,9 @@ type RunResult struct {
 	// Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
 	Limits Limits `json:"limits"`
 	OK     bool   `json:"ok"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin Origin `json:"origin,omitempty"`
 
 	// Result the JSON value run returned; null when it did not
 	Result json.RawMessage `json:"result"`
@@ -437,7 +553,7 @@ type Sandbox struct {
 	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
 	Egress *Egress `json:"egress,omitempty"`
 
-	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota)
+	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out)
 	EndReason string     `json:"end_reason,omitempty"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	EnvNames  []string   `json:"env_names,omitempty"`
@@ -460,7 +576,9 @@ type Sandbox struct {
 	Limits   Limits            `json:"limits"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	OneCall  bool              `json:"one_call"`
-	Origin   Origin            `json:"origin"`
+
+	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
+	Origin Origin `json:"origin"`
 
 	// PausedAt when the sandbox was paused; only while it is
 	PausedAt  *time.Time   `json:"paused_at,omitempty"`
@@ -499,6 +617,24 @@ type Snapshot struct {
 type SnapshotList struct {
 	NextCursor string     `json:"next_cursor,omitempty"`
 	Snapshots  []Snapshot `json:"snapshots"`
+}
+
+// SpendCap a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it.
+type SpendCap struct {
+	// Cost at the server's prices (--price-vcpu-ms, --price-gib-ms)
+	Cost  float64 `json:"cost,omitempty"`
+	GibMs float64 `json:"gib_ms,omitempty"`
+
+	// Period a UTC day, a UTC month (the default), or the key's whole life
+	Period string  `json:"period,omitempty"`
+	VcpuMs float64 `json:"vcpu_ms,omitempty"`
+}
+
+// Spent defines model for Spent.
+type Spent struct {
+	GibMs  float64 `json:"gib_ms"`
+	Runs   int64   `json:"runs"`
+	VcpuMs float64 `json:"vcpu_ms"`
 }
 
 // Template One immutable version of a template. Its id stays the same across versions.
@@ -567,6 +703,9 @@ type TemplateVersion struct {
 
 // Usage defines model for Usage.
 type Usage struct {
+	// Cost at the server's prices; absent when it sets none
+	Cost float64 `json:"cost,omitempty"`
+
 	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
 	Egress *EgressUsage `json:"egress,omitempty"`
 
@@ -575,4 +714,40 @@ type Usage struct {
 
 	// VCPUMs CPU time used
 	VCPUMs float64 `json:"vcpu_ms"`
+}
+
+// UsageReport defines model for UsageReport.
+type UsageReport struct {
+	From    *time.Time `json:"from,omitempty"`
+	Graph   string     `json:"graph"`
+	GroupBy string     `json:"group_by,omitempty"`
+	Groups  []UsageSum `json:"groups,omitempty"`
+	To      *time.Time `json:"to,omitempty"`
+	Total   UsageSum   `json:"total"`
+}
+
+// UsageSum defines model for UsageSum.
+type UsageSum struct {
+	Commands int64 `json:"commands"`
+
+	// Cost at the server's prices; absent when it sets none
+	Cost   float64 `json:"cost,omitempty"`
+	GibMs  float64 `json:"gib_ms"`
+	Group  string  `json:"group,omitempty"`
+	VcpuMs float64 `json:"vcpu_ms"`
+}
+
+// WorkflowBudget defines model for WorkflowBudget.
+type WorkflowBudget struct {
+	// Budget a limit on what runs may use; 0 or absent is no limit
+	Budget    Budget    `json:"budget"`
+	CreatedAt time.Time `json:"created_at"`
+	Graph     string    `json:"graph"`
+
+	// Left what is left of a budget; an absent field has no limit
+	Left      Remaining `json:"left"`
+	Run       string    `json:"run"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Used      Spent     `json:"used"`
+	Workflow  string    `json:"workflow"`
 }

@@ -19,6 +19,7 @@ var statuses = map[errdefs.Class]int{
 	errdefs.ClassUnprocessable:   http.StatusUnprocessableEntity,
 	errdefs.ClassLimitExceeded:   http.StatusTooManyRequests,
 	errdefs.ClassUnavailable:     http.StatusServiceUnavailable,
+	errdefs.ClassPaymentRequired: http.StatusPaymentRequired,
 }
 
 // Status returns the HTTP status for err: its class's, 500 for an unclassified error.

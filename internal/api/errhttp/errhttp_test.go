@@ -15,7 +15,7 @@ func TestStatuses(t *testing.T) {
 		errdefs.ClassInternal: 500, errdefs.ClassInvalidArgument: 400, errdefs.ClassUnauthorized: 401,
 		errdefs.ClassForbidden: 403, errdefs.ClassNotFound: 404, errdefs.ClassConflict: 409,
 		errdefs.ClassPayloadTooLarge: 413, errdefs.ClassUnprocessable: 422, errdefs.ClassLimitExceeded: 429,
-		errdefs.ClassUnavailable: 503,
+		errdefs.ClassUnavailable: 503, errdefs.ClassPaymentRequired: 402,
 	}
 	for class, status := range want {
 		err := fmt.Errorf("wrapped: %w", errdefs.New(class, "", "a failure of class %d", class))

@@ -50,16 +50,24 @@ func (q queries) ListGraphs(ctx context.Context) ([]store.Graph, error) {
 // Keys.
 
 const keyCols = `id, name, hash, prefix, graphs, scopes, created_at, created_by, revoked_at, parent, sandbox_id, expires_at,
-	max_runs, runs`
+	max_runs, runs, kind, origin, budget_vcpu_ms, budget_gib_ms, used_vcpu_ms, used_gib_ms, spend_cap`
 
 func scanKey(sc row) (store.Key, error) {
 	var k store.Key
 	var graphs, scopes sql.NullString
 	var created int64
 	var revoked, expires sql.NullInt64
-	var createdBy, parent, sandbox sql.NullString
+	var createdBy, parent, sandbox, kind, origin, spendCap sql.NullString
 	if err := sc.Scan(&k.ID, &k.Name, &k.Hash, &k.Prefix, &graphs, &scopes, &created, &createdBy, &revoked,
-		&parent, &sandbox, &expires, &k.MaxRuns, &k.Runs); err != nil {
+		&parent, &sandbox, &expires, &k.MaxRuns, &k.Runs, &kind, &origin, &k.BudgetVCPUMs, &k.BudgetGiBMs,
+		&k.UsedVCPUMs, &k.UsedGiBMs, &spendCap); err != nil {
+		return k, err
+	}
+	if err := optFrom(spendCap, &k.SpendCap); err != nil {
+		return k, err
+	}
+	k.Kind = kind.String
+	if err := optFrom(origin, &k.Origin); err != nil {
 		return k, err
 	}
 	k.CreatedAt, k.RevokedAt, k.CreatedBy = fromMs(created), fromNullMs(revoked), createdBy.String
@@ -71,9 +79,10 @@ func scanKey(sc row) (store.Key, error) {
 }
 
 func (q queries) CreateKey(ctx context.Context, k store.Key) error {
-	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (`+inList(14)+`)`,
+	_, err := q.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (`+inList(21)+`)`,
 		k.ID, k.Name, k.Hash, k.Prefix, jsonText(k.Graphs), jsonText(k.Scopes), ms(k.CreatedAt), nullStr(k.CreatedBy), msPtr(k.RevokedAt),
-		nullStr(k.Parent), nullStr(k.Sandbox), msPtr(k.ExpiresAt), k.MaxRuns, k.Runs)
+		nullStr(k.Parent), nullStr(k.Sandbox), msPtr(k.ExpiresAt), k.MaxRuns, k.Runs, nullStr(k.Kind), jsonOpt(k.Origin),
+		k.BudgetVCPUMs, k.BudgetGiBMs, k.UsedVCPUMs, k.UsedGiBMs, jsonOpt(k.SpendCap))
 	return err
 }
 
@@ -343,7 +352,7 @@ const commandCols = `id, graph, sandbox_id, kind, one_call, argv, cwd, stdin_byt
 	template_id, template_name, template_version, env_names, timeout_ms, status, ok, result, error, exit_code, signal,
 	stdout_head, stdout_tail, stdout_bytes, stderr_head, stderr_tail, stderr_bytes, output_expired,
 	idempotency_key, origin, created_at, started_at, finished_at, duration_ms, result_truncated, result_bytes, result_file,
-	egress_usage`
+	egress_usage, usage, budget_left`
 
 func commandArgs(c store.Command, oneCall bool) []any {
 	var tid, tname, tver any
@@ -360,20 +369,26 @@ func commandArgs(c store.Command, oneCall bool) []any {
 		c.Stdout.Head, c.Stdout.Tail, c.Stdout.Bytes, c.Stderr.Head, c.Stderr.Tail, c.Stderr.Bytes,
 		b2i(c.Stdout.Expired || c.Stderr.Expired), nullStr(c.IdempotencyKey), jsonText(c.Origin),
 		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs,
-		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile), jsonOpt(c.Egress)}
+		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile), jsonOpt(c.Egress), jsonOpt(c.Usage), jsonOpt(c.Budget)}
 }
 
 func scanCommand(sc row) (store.Command, error) {
 	var c store.Command
 	var oneCall, ok, expired, truncated int
-	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile, egress sql.NullString
+	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile, egress, usage, left sql.NullString
 	var tver, exit, started, finished sql.NullInt64
 	var created int64
 	err := sc.Scan(&c.ID, &c.Graph, &c.SandboxID, &c.Kind, &oneCall, &argv, &cwd, &c.StdinBytes, &lang, &code, &input, &config,
 		&tid, &tname, &tver, &env, &c.TimeoutMs, &c.Status, &ok, &result, &errStr, &exit, &signal,
 		&c.Stdout.Head, &c.Stdout.Tail, &c.Stdout.Bytes, &c.Stderr.Head, &c.Stderr.Tail, &c.Stderr.Bytes, &expired,
-		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile, &egress)
+		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile, &egress, &usage, &left)
 	if err != nil {
+		return c, err
+	}
+	if err := optFrom(usage, &c.Usage); err != nil {
+		return c, err
+	}
+	if err := optFrom(left, &c.Budget); err != nil {
 		return c, err
 	}
 	if err := optFrom(egress, &c.Egress); err != nil {
@@ -408,7 +423,7 @@ func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
 	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
 		return notFound(err, "sandbox %s not found", c.SandboxID)
 	}
-	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(40)+`)`, commandArgs(c, oneCall != 0)...)
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(42)+`)`, commandArgs(c, oneCall != 0)...)
 	return err
 }
 
@@ -425,7 +440,7 @@ func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
 		ok = ?, result = ?, error = ?, exit_code = ?, signal = ?, stdout_head = ?, stdout_tail = ?, stdout_bytes = ?,
 		stderr_head = ?, stderr_tail = ?, stderr_bytes = ?, output_expired = ?, idempotency_key = ?, origin = ?,
 		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ?, result_truncated = ?, result_bytes = ?, result_file = ?,
-		egress_usage = ? WHERE id = ? AND graph = ?`,
+		egress_usage = ?, usage = ?, budget_left = ? WHERE id = ? AND graph = ?`,
 		append(args[5:], c.ID, c.Graph)...)
 	return mustAffect(res, err, "command "+c.ID)
 }

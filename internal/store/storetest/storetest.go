@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TemplatesNamingFile", testTemplatesNamingFile},
 		{"TruncatedResult", testTruncatedResult},
 		{"Egress", testEgress},
+		{"Budgets", testBudgets},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}

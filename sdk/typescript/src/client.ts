@@ -42,8 +42,13 @@ import {
   type TemplateFile,
 } from "./types.js";
 import type {
+  WireBudget,
   WireCommand,
   WireCreateSandboxRequest,
+  WireGrant,
+  WireGrantRequest,
+  WireUsageReport,
+  WireWorkflowBudget,
   WireForkRequest,
   WireQuotas,
   WireRunBody,
@@ -1154,13 +1159,50 @@ export class LbbClient {
   readonly files: Files;
   readonly snapshots: Snapshots;
   private readonly t: Transport;
+  private readonly options: ClientOptions;
 
   constructor(options: ClientOptions = {}) {
+    this.options = options;
     this.t = new Transport(options);
     this.sandboxes = new Sandboxes(this.t);
     this.commands = new Commands(this.t);
     this.files = new Files(this.t);
     this.snapshots = new Snapshots(this.t);
+  }
+
+  /** A client like this one that calls with another key, or a grant's token. */
+  withApiKey(apiKey: string): LbbClient {
+    return new LbbClient({ ...this.options, baseUrl: this.t.baseUrl, graph: this.t.graph, apiKey });
+  }
+
+  /** Mints a short-lived grant for one attempt of a workflow step (POST /v1/grants); its token is answered once. */
+  mintGrant(req: WireGrantRequest = {}, o: CallOptions = {}): Promise<WireGrant> {
+    return this.t.json<WireGrant>("POST", "/v1/grants", { json: req, signal: o.signal });
+  }
+
+  /** A grant's record: origin, budget, usage so far (GET /v1/grants/{id}). */
+  getGrant(id: string, o: CallOptions = {}): Promise<WireGrant> {
+    return this.t.json<WireGrant>("GET", `/v1/grants/${encodeURIComponent(id)}`, o);
+  }
+
+  /** Revokes a grant: its calls answer 401 grant_revoked from then on. */
+  revokeGrant(id: string, o: CallOptions = {}): Promise<WireGrant> {
+    return this.t.json<WireGrant>("DELETE", `/v1/grants/${encodeURIComponent(id)}`, o);
+  }
+
+  /** Sets the budget of one run of a workflow (PUT /v1/budgets/{workflow}/{run}). */
+  putBudget(workflow: string, run: string, budget: WireBudget, o: CallOptions = {}): Promise<WireWorkflowBudget> {
+    return this.t.json<WireWorkflowBudget>("PUT", `/v1/budgets/${encodeURIComponent(workflow)}/${encodeURIComponent(run)}`, { json: budget, signal: o.signal });
+  }
+
+  /** A workflow run's budget, what its runs used and what is left. */
+  getBudget(workflow: string, run: string, o: CallOptions = {}): Promise<WireWorkflowBudget> {
+    return this.t.json<WireWorkflowBudget>("GET", `/v1/budgets/${encodeURIComponent(workflow)}/${encodeURIComponent(run)}`, o);
+  }
+
+  /** What the graph's ended runs and commands used (GET /v1/usage), over [from, to), grouped. */
+  usage(p: { from?: string; to?: string; groupBy?: "key" | "template" | "workflow" | "day" } & CallOptions = {}): Promise<WireUsageReport> {
+    return this.t.json<WireUsageReport>("GET", "/v1/usage", { query: { from: p.from, to: p.to, group_by: p.groupBy }, signal: p.signal });
   }
 
   get baseUrl(): string {

@@ -97,6 +97,16 @@ export class RateLimitError extends APIStatusError {}
 export class TooManySandboxesError extends RateLimitError {}
 /** 429 `quota_exceeded`: the call would take the graph past a count quota (the message names it, its usage and limit); deleting something makes room, so it is not retried. */
 export class QuotaExceededError extends RateLimitError {}
+/** 401 `grant_expired`: the grant's token is past its expiry; mint one for the next attempt. */
+export class GrantExpiredError extends AuthenticationError {}
+/** 401 `grant_revoked`: the grant (or the key that minted it) was revoked. */
+export class GrantRevokedError extends AuthenticationError {}
+/** 402: a budget or spend cap is spent; nothing ran. */
+export class PaymentRequiredError extends APIStatusError {}
+/** 402 `budget_exceeded`: the grant's or workflow run's budget is spent. */
+export class BudgetExceededError extends PaymentRequiredError {}
+/** 402 `spend_cap_reached`: the key reached its spend cap for the period. */
+export class SpendCapReachedError extends PaymentRequiredError {}
 /** 5xx other than 503: the server failed. */
 export class InternalServerError extends APIStatusError {}
 /** 503: the service cannot do this now; a retry later may work. */
@@ -107,6 +117,7 @@ type StatusErrorClass = new (message: string, options?: LbbErrorOptions) => APIS
 const byStatus: Record<number, StatusErrorClass> = {
   400: InvalidRequestError,
   401: AuthenticationError,
+  402: PaymentRequiredError,
   403: PermissionDeniedError,
   404: NotFoundError,
   405: InvalidRequestError,
@@ -128,11 +139,16 @@ const byCode: Record<string, StatusErrorClass> = {
   quota_exceeded: QuotaExceededError,
   quota_bytes_exceeded: QuotaBytesExceededError,
   file_in_use: FileInUseError,
+  grant_expired: GrantExpiredError,
+  grant_revoked: GrantRevokedError,
+  budget_exceeded: BudgetExceededError,
+  spend_cap_reached: SpendCapReachedError,
 };
 
 const defaultCodes: Record<number, string> = {
   400: "invalid_request",
   401: "unauthorized",
+  402: "payment_required",
   403: "forbidden",
   404: "not_found",
   409: "conflict",

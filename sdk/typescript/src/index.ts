@@ -11,6 +11,8 @@
  * ```
  */
 
+export { runStep, grantFor, stepKey } from "./step.js";
+export type { StepId } from "./step.js";
 export {
   LbbClient,
   Sandboxes,

@@ -36,17 +36,24 @@ export interface components {
             /** @description memory reserved (limit) over the sandbox's life */
             gib_ms: number;
             egress?: components["schemas"]["EgressUsage"];
+            /** @description at the server's prices; absent when it sets none */
+            cost?: number;
         };
         TemplateRef: {
             id: string;
             name: string;
             version: number;
         };
+        /** @description who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for */
         Origin: {
             key?: string;
             workflow?: string;
             run?: string;
             step?: string;
+            /** @description the attempt of the workflow step */
+            attempt?: string;
+            /** @description the grant the call was made with (key is then the key that minted it) */
+            grant?: string;
         };
         /** @description One call of run(input, config): code or template. */
         RunBody: {
@@ -116,7 +123,7 @@ export interface components {
             command: string;
             sandbox: string;
             /** @enum {string} */
-            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full" | "budget_exceeded";
             exit_code: number | null;
             signal?: string;
             duration_ms: number;
@@ -136,6 +143,8 @@ export interface components {
             /** Format: date-time */
             finished_at?: string;
             egress?: components["schemas"]["Egress"];
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["BudgetLeft"];
         };
         Sandbox: {
             id: string;
@@ -163,10 +172,10 @@ export interface components {
             /** Format: date-time */
             expires_at?: string;
             /**
-             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota)
+             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out)
              * @enum {string}
              */
-            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded";
+            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded" | "budget_exceeded";
             error?: string;
             usage: components["schemas"]["Usage"];
             /**
@@ -201,7 +210,7 @@ export interface components {
             env_names?: string[];
             timeout_ms: number;
             /** @enum {string} */
-            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full";
+            status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "killed" | "lost" | "oom" | "disk_full" | "budget_exceeded";
             ok: boolean;
             /** @description any JSON value */
             result?: unknown;
@@ -226,6 +235,9 @@ export interface components {
             finished_at?: string;
             duration_ms: number;
             egress?: components["schemas"]["EgressUsage"];
+            /** @description what the command used (a run: its sandbox's life; in a sandbox: the sandbox's CPU time and reserved memory while it ran), once it ended */
+            usage?: components["schemas"]["Usage"];
+            budget?: components["schemas"]["BudgetLeft"];
         };
         TemplateFile: {
             /** @description a File of the graph (fil_…) */
@@ -306,6 +318,7 @@ export interface components {
             graphs?: string[];
             /** @description default: every scope but admin */
             scopes?: ("sandboxes:read" | "sandboxes:write" | "sandboxes:delete" | "templates:write" | "files:read" | "files:write" | "admin")[];
+            spend_cap?: components["schemas"]["SpendCap"];
         };
         Key: {
             id: string;
@@ -329,6 +342,17 @@ export interface components {
             max_runs?: number;
             /** @description runs a key with max_runs started */
             runs?: number;
+            /**
+             * @description grant: a key minted by POST /v1/grants
+             * @enum {string}
+             */
+            kind?: "grant";
+            origin?: components["schemas"]["Origin"];
+            budget_vcpu_ms?: number;
+            budget_gib_ms?: number;
+            used_vcpu_ms?: number;
+            used_gib_ms?: number;
+            spend_cap?: components["schemas"]["SpendCap"];
         };
         NewKey: components["schemas"]["Key"] & {
             /** @description shown this once */
@@ -448,6 +472,11 @@ export interface components {
                 /** @description result: the run whose result it holds */
                 command?: string;
                 key?: string;
+                workflow?: string;
+                run?: string;
+                step?: string;
+                attempt?: string;
+                grant?: string;
             };
             /** Format: date-time */
             created_at: string;
@@ -596,6 +625,112 @@ export interface components {
             branch?: string;
             /** @description history to fetch; 0 or omitted: all */
             depth?: number;
+        };
+        /** @description a limit on what runs may use; 0 or absent is no limit */
+        Budget: {
+            /** @description runs started (one-call runs, commands and runs in a sandbox) */
+            runs?: number;
+            /** @description CPU time, in ms */
+            vcpu_ms?: number;
+            /** @description memory reserved over time, in GiB·ms */
+            gib_ms?: number;
+        };
+        Spent: {
+            runs: number;
+            vcpu_ms: number;
+            gib_ms: number;
+        };
+        /** @description what is left of a budget; an absent field has no limit */
+        Remaining: {
+            runs?: number;
+            vcpu_ms?: number;
+            gib_ms?: number;
+        };
+        /** @description what a command's budgets had left after it */
+        BudgetLeft: {
+            grant?: components["schemas"]["Remaining"];
+            workflow?: components["schemas"]["Remaining"];
+        };
+        GrantRequest: {
+            /** @description the graph of the call (?graph=); optional */
+            graph?: string;
+            /** @description within the minting key's; admin never. Default: sandboxes:read, sandboxes:write, files:read, files:write (those the key has) */
+            scopes?: string[];
+            /** @description lifetime, 1 to 3600; default 900 (15 min); never past the minting key's expiry */
+            ttl_seconds?: number;
+            /** @description the workflow step (workflow, run, step, attempt) stamped on every record made with the grant */
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["Budget"];
+            name?: string;
+        };
+        /** @description a short-lived key for one attempt of a workflow step; the record never holds its token */
+        Grant: {
+            id: string;
+            name?: string;
+            graph: string;
+            scopes: string[];
+            origin?: components["schemas"]["Origin"];
+            budget?: components["schemas"]["Budget"];
+            used: components["schemas"]["Spent"];
+            left?: components["schemas"]["Remaining"];
+            prefix: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description the key that minted it */
+            created_by: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            revoked_at?: string;
+            /** @description the bearer token, only in the answer to POST /v1/grants */
+            token?: string;
+        };
+        GrantList: {
+            data: components["schemas"]["Grant"][];
+            next_cursor?: string;
+        };
+        WorkflowBudget: {
+            graph: string;
+            workflow: string;
+            run: string;
+            budget: components["schemas"]["Budget"];
+            used: components["schemas"]["Spent"];
+            left: components["schemas"]["Remaining"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        UsageSum: {
+            group?: string;
+            commands: number;
+            vcpu_ms: number;
+            gib_ms: number;
+            /** @description at the server's prices; absent when it sets none */
+            cost?: number;
+        };
+        UsageReport: {
+            graph: string;
+            /** Format: date-time */
+            from?: string;
+            /** Format: date-time */
+            to?: string;
+            /** @enum {string} */
+            group_by?: "key" | "template" | "workflow" | "day";
+            total: components["schemas"]["UsageSum"];
+            groups?: components["schemas"]["UsageSum"][];
+        };
+        /** @description a cap on what a key's runs (and its grants' and sandboxes' in-sandbox grants') use in a period; at it calls that would start a run or a sandbox answer 402 spend_cap_reached. 0 or absent is no cap. A key with a cap mints keys within it. */
+        SpendCap: {
+            vcpu_ms?: number;
+            gib_ms?: number;
+            /** @description at the server's prices (--price-vcpu-ms, --price-gib-ms) */
+            cost?: number;
+            /**
+             * @description a UTC day, a UTC month (the default), or the key's whole life
+             * @enum {string}
+             */
+            period?: "day" | "month" | "total";
         };
     };
     responses: never;

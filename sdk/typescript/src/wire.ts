@@ -24,6 +24,14 @@ export type WireEgress = Schemas["Egress"];
 export type WireEgressUsage = Schemas["EgressUsage"];
 export type WireTemplateRef = Schemas["TemplateRef"];
 export type WireOrigin = Schemas["Origin"];
+export type WireBudget = Schemas["Budget"];
+export type WireGrantRequest = Schemas["GrantRequest"];
+/** A grant (POST /v1/grants); token only in the answer that minted it. */
+export type WireGrant = Schemas["Grant"];
+/** A workflow run's budget (PUT|GET /v1/budgets/{workflow}/{run}). */
+export type WireWorkflowBudget = Schemas["WorkflowBudget"];
+/** GET /v1/usage. */
+export type WireUsageReport = Schemas["UsageReport"];
 export type WireForkedFrom = Schemas["ForkedFrom"];
 export type WireTemplateFile = Schemas["TemplateFile"];
 export type WireTemplateVersion = Schemas["TemplateVersion"];

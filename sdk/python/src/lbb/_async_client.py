@@ -799,6 +799,52 @@ class AsyncLbbClient:
         """The graph's quotas: usage and limits (``GET /v1/quotas``)."""
         return Quotas(await self._api.json("GET", "/v1/quotas"))
 
+    async def mint_grant(
+        self,
+        *,
+        workflow: Optional[str] = None,
+        run: Optional[str] = None,
+        step: Optional[str] = None,
+        attempt: Optional[str] = None,
+        budget: Optional[Mapping[str, Any]] = None,
+        ttl_seconds: Optional[int] = None,
+        scopes: Optional[Sequence[str]] = None,
+    ) -> Record:
+        """Mints a short-lived grant for one attempt of a workflow step (``POST /v1/grants``):
+        its origin is stamped on every record made with it, its budget (``runs``, ``vcpu_ms``,
+        ``gib_ms``) counts every run. ``token`` is answered this once; call with it through
+        ``with_api_key``."""
+        origin = {k: v for k, v in {"workflow": workflow, "run": run, "step": step, "attempt": attempt}.items() if v is not None}
+        body = {k: v for k, v in {"origin": origin or None, "budget": budget, "ttl_seconds": ttl_seconds, "scopes": list(scopes) if scopes is not None else None}.items() if v is not None}
+        return Record(await self._api.json("POST", "/v1/grants", json=body))
+
+    async def get_grant(self, grant_id: str) -> Record:
+        """A grant's record: origin, budget, usage so far, expiry."""
+        return Record(await self._api.json("GET", f"/v1/grants/{grant_id}"))
+
+    async def revoke_grant(self, grant_id: str) -> Record:
+        """Revokes a grant: its calls answer 401 grant_revoked from then on."""
+        return Record(await self._api.json("DELETE", f"/v1/grants/{grant_id}"))
+
+    async def put_budget(self, workflow: str, run: str, *, runs: Optional[int] = None, vcpu_ms: Optional[float] = None, gib_ms: Optional[float] = None) -> Record:
+        """Sets the budget of one run of a workflow (``PUT /v1/budgets/{workflow}/{run}``)."""
+        body = {k: v for k, v in {"runs": runs, "vcpu_ms": vcpu_ms, "gib_ms": gib_ms}.items() if v is not None}
+        return Record(await self._api.json("PUT", f"/v1/budgets/{workflow}/{run}", json=body))
+
+    async def get_budget(self, workflow: str, run: str) -> Record:
+        """A workflow run's budget, what its runs used and what is left."""
+        return Record(await self._api.json("GET", f"/v1/budgets/{workflow}/{run}"))
+
+    async def usage(self, *, from_: Optional[str] = None, to: Optional[str] = None, group_by: Optional[str] = None) -> Record:
+        """What the graph's ended runs and commands used (``GET /v1/usage``), grouped by
+        ``key``, ``template``, ``workflow`` or ``day``."""
+        return Record(await self._api.json("GET", "/v1/usage", params={"from": from_, "to": to, "group_by": group_by}))
+
+    def with_api_key(self, api_key: str) -> "AsyncLbbClient":
+        """A client like this one that calls with another key, or a grant's token."""
+        o = self._api.opts
+        return AsyncLbbClient(o.base_url, api_key=api_key, graph=o.graph, timeout=o.timeout, max_retries=o.max_retries, headers=o.headers)
+
     async def openapi(self) -> Dict[str, Any]:
         """The server's OpenAPI document."""
         return dict(await self._api.json("GET", "/v1/openapi.json", graph=False))

@@ -148,6 +148,26 @@ class QuotaExceededError(RateLimitError):
     message names it, its usage and limit. Deleting something makes room; it is not retried."""
 
 
+class GrantExpiredError(AuthenticationError):
+    """401 ``grant_expired``: the grant's token is past its expiry; mint one for the next attempt."""
+
+
+class GrantRevokedError(AuthenticationError):
+    """401 ``grant_revoked``: the grant (or the key that minted it) was revoked."""
+
+
+class PaymentRequiredError(APIStatusError):
+    """402: a budget or spend cap is spent; nothing ran."""
+
+
+class BudgetExceededError(PaymentRequiredError):
+    """402 ``budget_exceeded``: the grant's or workflow run's budget is spent; nothing ran."""
+
+
+class SpendCapReachedError(PaymentRequiredError):
+    """402 ``spend_cap_reached``: the key reached its spend cap for the period; nothing ran."""
+
+
 class InternalServerError(APIStatusError):
     """5xx other than 503: the server failed."""
 
@@ -167,11 +187,16 @@ _BY_CODE: Dict[str, Type[APIStatusError]] = {
     "quota_exceeded": QuotaExceededError,
     "quota_bytes_exceeded": QuotaBytesExceededError,
     "file_in_use": FileInUseError,
+    "grant_expired": GrantExpiredError,
+    "grant_revoked": GrantRevokedError,
+    "budget_exceeded": BudgetExceededError,
+    "spend_cap_reached": SpendCapReachedError,
 }
 
 _BY_STATUS: Dict[int, Type[APIStatusError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
+    402: PaymentRequiredError,
     403: PermissionDeniedError,
     404: NotFoundError,
     405: InvalidRequestError,
@@ -185,6 +210,7 @@ _BY_STATUS: Dict[int, Type[APIStatusError]] = {
 _DEFAULT_CODES: Dict[int, str] = {
     400: "invalid_request",
     401: "unauthorized",
+    402: "payment_required",
     403: "forbidden",
     404: "not_found",
     409: "conflict",
