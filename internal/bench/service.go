@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
@@ -93,35 +91,8 @@ func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.R
 	}
 }
 
-// Sustained runs one-call runs from clients goroutines for d and returns the latencies and
-// the rate.
+// Sustained runs one-call runs of sum(input) from clients goroutines for d and returns the
+// latencies and the rate.
 func Sustained(ctx context.Context, c *lbb.Client, clients int, d time.Duration) (Sample, float64) {
-	var (
-		mu   sync.Mutex
-		s    = Sample{Name: fmt.Sprintf("lbb, %d clients", clients)}
-		done atomic.Int64
-		wg   sync.WaitGroup
-	)
-	end := time.Now().Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				r, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}})
-				el := time.Since(t0)
-				mu.Lock()
-				if err != nil || !r.OK {
-					s.Errors++
-				} else {
-					s.Durs = append(s.Durs, el)
-					done.Add(1)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return s, float64(done.Load()) / d.Seconds()
+	return SustainedRuns(ctx, c, clients, d, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}}, nil)
 }

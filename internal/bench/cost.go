@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// cpuacctRoot is where cgroup v1's cpuacct hierarchy is mounted.
+const cpuacctRoot = "/sys/fs/cgroup/cpuacct"
+
+// CPUAcct meters the CPU a server of the benchmark's own spends: the server process itself
+// and, since its sandboxes' cgroups are made below it (lbb serve --cgroup-parent
+// <Name>/sandboxes), every sandbox it runs or builds for its pool. cpuacct charges a group
+// and all its ancestors at once, so a sandbox's usage stays counted after its group is gone.
+type CPUAcct struct {
+	// Name is the group, relative to the hierarchy's root.
+	Name string
+}
+
+// NewCPUAcct makes the group name in cpuacct's hierarchy; nil when the host has no cgroup v1
+// cpuacct hierarchy (the CPU figures are then skipped, saying so).
+func NewCPUAcct(name string) (*CPUAcct, error) {
+	if _, err := os.Stat(filepath.Join(cpuacctRoot, "cpuacct.usage")); err != nil {
+		return nil, fmt.Errorf("no cgroup v1 cpuacct hierarchy at %s", cpuacctRoot)
+	}
+	if err := os.MkdirAll(filepath.Join(cpuacctRoot, name), 0o755); err != nil {
+		return nil, err
+	}
+	return &CPUAcct{Name: name}, nil
+}
+
+// SandboxParent is the cgroup parent the metered server's sandboxes go under.
+func (a *CPUAcct) SandboxParent() string { return a.Name + "/sandboxes" }
+
+// Add moves process pid (all its threads) into the group; what it forks after stays in it.
+func (a *CPUAcct) Add(pid int) error {
+	return os.WriteFile(filepath.Join(cpuacctRoot, a.Name, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+// Usage is the CPU time the group and everything below it used.
+func (a *CPUAcct) Usage() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(cpuacctRoot, a.Name, "cpuacct.usage"))
+	if err != nil {
+		return 0, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return time.Duration(ns), err
+}
+
+// Remove removes the group and the sandbox parents the server made below it, in every
+// hierarchy (they are empty once the server stopped).
+func (a *CPUAcct) Remove() error {
+	var errs []error
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, d := range dirs {
+		for _, g := range []string{a.SandboxParent(), a.Name} {
+			if err := os.Remove(filepath.Join(d, g)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Meter measures the CPU the metered group spends while f runs.
+func (a *CPUAcct) Meter(f func()) (time.Duration, error) {
+	if a == nil {
+		f()
+		return 0, errors.New("not metered")
+	}
+	before, err := a.Usage()
+	if err != nil {
+		return 0, err
+	}
+	f()
+	after, err := a.Usage()
+	return after - before, err
+}
+
+// Spawns is how fast a process can be started and waited for, clients at a time: the rate,
+// and the CPU (user and system, its waited-for children's included) each one used.
+type Spawns struct {
+	Rate     float64
+	CPUEach  time.Duration
+	Count    int
+	Errors   int
+	Duration time.Duration
+}
+
+// SpawnRate starts argv clients at a time, again and again for d.
+func SpawnRate(ctx context.Context, clients int, d time.Duration, argv ...string) Spawns {
+	var (
+		mu  sync.Mutex
+		out Spawns
+		cpu time.Duration
+		wg  sync.WaitGroup
+	)
+	t0 := time.Now()
+	end := t0.Add(d)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+				err := cmd.Run()
+				mu.Lock()
+				if err != nil {
+					out.Errors++
+				} else {
+					out.Count++
+					cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	out.Duration = time.Since(t0)
+	out.Rate = float64(out.Count) / out.Duration.Seconds()
+	if out.Count > 0 {
+		out.CPUEach = cpu / time.Duration(out.Count)
+	}
+	return out
+}
+
+// BwrapArgv is argv under bubblewrap on rootfs, as Bwrap runs it.
+func BwrapArgv(bwrap, rootfs string, argv ...string) []string {
+	args := []string{bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/workspace", "--chdir", "/workspace"}
+	return append(args, argv...)
+}
+
+// SustainedRuns runs one-call runs of p from clients goroutines for d, checking each answer
+// with ok: the latencies, and how many ended well per second.
+func SustainedRuns(ctx context.Context, c *lbb.Client, clients int, d time.Duration, p lbb.RunParams, ok func(*lbb.Run) error) (Sample, float64) {
+	var (
+		mu   sync.Mutex
+		s    = Sample{Name: fmt.Sprintf("lbb, %d clients", clients)}
+		done atomic.Int64
+		wg   sync.WaitGroup
+	)
+	t0 := time.Now()
+	end := t0.Add(d)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t := time.Now()
+				err := oneCall(ctx, c, p, ok)
+				el := time.Since(t)
+				mu.Lock()
+				if err != nil {
+					s.Errors++
+				} else {
+					s.Durs = append(s.Durs, el)
+					done.Add(1)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return s, float64(done.Load()) / time.Since(t0).Seconds()
+}
