@@ -238,7 +238,10 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	pandas := lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}
 	pandasArgv := []string{"python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())"}
 	row = bench.Row{Metric: "one-call pandas DataFrame(input).sum(), warm", Baselines: baselines("python3 -c (import pandas)", pandasArgv...)}
-	row.Values = b.cost(n, &notes, func() { row.LBB = bench.OneCallPaced(ctx, c, "lbb", n, pandas, wantJSON(`{"a":4,"b":6}`), warm); warm() })
+	row.Values = b.cost(n, &notes, func() {
+		row.LBB = bench.OneCallPaced(ctx, c, "lbb", n, pandas, wantJSON(`{"a":4,"b":6}`), warm)
+		warm()
+	})
 	rows = append(rows, row)
 
 	// At idle with a bare slot ready (pool depth: the server's --pool-min, 2 by default), as
