@@ -112,6 +112,13 @@ func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string,
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDirFromEnv(),
 		"--max-running-per-graph", strconv.Itoa(max(n, 10)), "--log-level", "warn"}
 	acct, aerr := bench.NewCPUAcct(fmt.Sprintf("lbb-bench-%d-%d", os.Getpid(), serves.Add(1)))
+	if aerr == nil && serveBinary != "" {
+		// An older build's server may not know --cgroup-parent.
+		if help, _ := exec.Command(exe, "serve", "--help").CombinedOutput(); !strings.Contains(string(help), "-cgroup-parent") {
+			acct.Remove()
+			acct, aerr = nil, fmt.Errorf("%s serve has no --cgroup-parent", exe)
+		}
+	}
 	if aerr != nil {
 		fmt.Fprintf(os.Stderr, "load: the server's CPU is not metered: %v\n", aerr)
 	} else {
