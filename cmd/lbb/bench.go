@@ -322,7 +322,13 @@ func (b serviceBench) sustained(ctx context.Context, shape string, p lbb.RunPara
 		return row
 	}
 	fmt.Fprintf(os.Stderr, "  beside: bwrap %s, %d at a time for %v…\n", strings.Join(argv, " "), sustainedClients, b.sustain)
-	sp := bench.SpawnRate(ctx, sustainedClients, b.sustain, bench.BwrapArgv(b.bwrap, b.rootfs, argv...)...)
+	acct, err := bench.NewCPUAcct(fmt.Sprintf("lbb-bench-%d-bwrap", os.Getpid()))
+	if err != nil {
+		*notes = append(*notes, "bwrap's CPU from wait4 (its pid namespace's CPU is not in it): "+err.Error())
+	} else {
+		defer acct.Remove()
+	}
+	sp := bench.SpawnRate(ctx, acct, sustainedClients, b.sustain, bench.BwrapArgv(b.bwrap, b.rootfs, argv...)...)
 	if sp.Errors > 0 {
 		*notes = append(*notes, fmt.Sprintf("sustained %s: %d bwrap spawns failed", shape, sp.Errors))
 	}

@@ -98,14 +98,20 @@ type Spawns struct {
 	Duration time.Duration
 }
 
-// SpawnRate starts argv clients at a time, again and again for d.
-func SpawnRate(ctx context.Context, clients int, d time.Duration, argv ...string) Spawns {
+// SpawnRate starts argv clients at a time, again and again for d. With acct, each process
+// is moved into acct's group as soon as it is started, and the CPU is acct's: bwrap's
+// sandboxed child is in a pid namespace of its own, whose CPU wait4 does not report.
+func SpawnRate(ctx context.Context, acct *CPUAcct, clients int, d time.Duration, argv ...string) Spawns {
 	var (
 		mu  sync.Mutex
 		out Spawns
 		cpu time.Duration
 		wg  sync.WaitGroup
 	)
+	var before time.Duration
+	if acct != nil {
+		before, _ = acct.Usage()
+	}
 	t0 := time.Now()
 	end := t0.Add(d)
 	for range clients {
@@ -114,7 +120,13 @@ func SpawnRate(ctx context.Context, clients int, d time.Duration, argv ...string
 			defer wg.Done()
 			for time.Now().Before(end) && ctx.Err() == nil {
 				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-				err := cmd.Run()
+				err := cmd.Start()
+				if err == nil {
+					if acct != nil {
+						acct.Add(cmd.Process.Pid)
+					}
+					err = cmd.Wait()
+				}
 				mu.Lock()
 				if err != nil {
 					out.Errors++
@@ -129,6 +141,11 @@ func SpawnRate(ctx context.Context, clients int, d time.Duration, argv ...string
 	wg.Wait()
 	out.Duration = time.Since(t0)
 	out.Rate = float64(out.Count) / out.Duration.Seconds()
+	if acct != nil {
+		if after, err := acct.Usage(); err == nil {
+			cpu = after - before
+		}
+	}
 	if out.Count > 0 {
 		out.CPUEach = cpu / time.Duration(out.Count)
 	}
