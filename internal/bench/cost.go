@@ -64,7 +64,8 @@ func (a *CPUAcct) Remove() error {
 	var errs []error
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, d := range dirs {
-		for _, g := range []string{a.SandboxParent(), a.Name} {
+		sb := a.SandboxParent()
+		for _, g := range []string{sb, sb + "-gvisor", sb + "-microvm", a.Name} {
 			if err := os.Remove(filepath.Join(d, g)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
