@@ -49,8 +49,16 @@ func (a *CPUAcct) Add(pid int) error {
 }
 
 // Usage is the CPU time the group and everything below it used.
-func (a *CPUAcct) Usage() (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(cpuacctRoot, a.Name, "cpuacct.usage"))
+func (a *CPUAcct) Usage() (time.Duration, error) { return a.usageOf(a.Name) }
+
+// SandboxUsage is the CPU time the server's ns sandboxes used (pool slots included).
+func (a *CPUAcct) SandboxUsage() time.Duration {
+	d, _ := a.usageOf(a.SandboxParent())
+	return d
+}
+
+func (a *CPUAcct) usageOf(group string) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(cpuacctRoot, group, "cpuacct.usage"))
 	if err != nil {
 		return 0, err
 	}
