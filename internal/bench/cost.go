@@ -108,8 +108,9 @@ type Spawns struct {
 }
 
 // SpawnRate starts argv clients at a time, again and again for d. With acct, each process
-// is moved into acct's group as soon as it is started, and the CPU is acct's: bwrap's
-// sandboxed child is in a pid namespace of its own, whose CPU wait4 does not report.
+// starts in acct's group (a shell joins it, then execs argv: nothing argv forks escapes it)
+// and the CPU is acct's: bwrap's sandboxed child is in a pid namespace of its own, whose CPU
+// wait4 does not report.
 func SpawnRate(ctx context.Context, acct *CPUAcct, clients int, d time.Duration, argv ...string) Spawns {
 	var (
 		mu  sync.Mutex
@@ -129,13 +130,11 @@ func SpawnRate(ctx context.Context, acct *CPUAcct, clients int, d time.Duration,
 			defer wg.Done()
 			for time.Now().Before(end) && ctx.Err() == nil {
 				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-				err := cmd.Start()
-				if err == nil {
-					if acct != nil {
-						acct.Add(cmd.Process.Pid)
-					}
-					err = cmd.Wait()
+				if acct != nil {
+					procs := filepath.Join(cpuacctRoot, acct.Name, "cgroup.procs")
+					cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, procs}, argv...)...)
 				}
+				err := cmd.Run()
 				mu.Lock()
 				if err != nil {
 					out.Errors++
