@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
@@ -74,12 +75,25 @@ func (a *CPUAcct) Remove() error {
 	for _, d := range dirs {
 		sb := a.SandboxParent()
 		for _, g := range []string{sb, sb + "-gvisor", sb + "-microvm", a.Name} {
-			if err := os.Remove(filepath.Join(d, g)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := removeGroup(filepath.Join(d, g)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeGroup removes an empty cgroup, waiting a little for processes that have been waited
+// for but are still leaving it (EBUSY meanwhile).
+func removeGroup(dir string) error {
+	var err error
+	for range 50 {
+		if err = os.Remove(dir); !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
 }
 
 // Meter measures the CPU the metered group spends while f runs.
