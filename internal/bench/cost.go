@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,42 +126,28 @@ type Spawns struct {
 // wait4 does not report.
 func SpawnRate(ctx context.Context, acct *CPUAcct, clients int, d time.Duration, argv ...string) Spawns {
 	var (
-		mu  sync.Mutex
-		out Spawns
-		cpu time.Duration
-		wg  sync.WaitGroup
+		mu     sync.Mutex
+		cpu    time.Duration
+		before time.Duration
 	)
-	var before time.Duration
 	if acct != nil {
 		before, _ = acct.Usage()
 	}
-	t0 := time.Now()
-	end := t0.Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-				if acct != nil {
-					procs := filepath.Join(cpuacctRoot, acct.Name, "cgroup.procs")
-					cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, procs}, argv...)...)
-				}
-				err := cmd.Run()
-				mu.Lock()
-				if err != nil {
-					out.Errors++
-				} else {
-					out.Count++
-					cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	out.Duration = time.Since(t0)
-	out.Rate = float64(out.Count) / out.Duration.Seconds()
+	s, wall := repeat(ctx, clients, d, func() error {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		if acct != nil {
+			procs := filepath.Join(cpuacctRoot, acct.Name, "cgroup.procs")
+			cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, procs}, argv...)...)
+		}
+		if err := cmd.Run(); err != nil {
+			return err
+		}
+		mu.Lock()
+		cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		mu.Unlock()
+		return nil
+	})
+	out := Spawns{Count: len(s.Durs), Errors: s.Errors, Duration: wall, Rate: float64(len(s.Durs)) / wall.Seconds()}
 	if acct != nil {
 		if after, err := acct.Usage(); err == nil {
 			cpu = after - before
@@ -172,6 +157,38 @@ func SpawnRate(ctx context.Context, acct *CPUAcct, clients int, d time.Duration,
 		out.CPUEach = cpu / time.Duration(out.Count)
 	}
 	return out
+}
+
+// repeat calls f from clients goroutines, again and again for d: the latencies of the calls
+// that succeeded, the failures, and how long it all took.
+func repeat(ctx context.Context, clients int, d time.Duration, f func() error) (Sample, time.Duration) {
+	var (
+		mu sync.Mutex
+		s  Sample
+		wg sync.WaitGroup
+	)
+	t0 := time.Now()
+	end := t0.Add(d)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t := time.Now()
+				err := f()
+				el := time.Since(t)
+				mu.Lock()
+				if err != nil {
+					s.Errors++
+				} else {
+					s.Durs = append(s.Durs, el)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return s, time.Since(t0)
 }
 
 // BwrapArgv is argv under bubblewrap on rootfs, as Bwrap runs it.
@@ -184,33 +201,7 @@ func BwrapArgv(bwrap, rootfs string, argv ...string) []string {
 // SustainedRuns runs one-call runs of p from clients goroutines for d, checking each answer
 // with ok: the latencies, and how many ended well per second.
 func SustainedRuns(ctx context.Context, c *lbb.Client, clients int, d time.Duration, p lbb.RunParams, ok func(*lbb.Run) error) (Sample, float64) {
-	var (
-		mu   sync.Mutex
-		s    = Sample{Name: fmt.Sprintf("lbb, %d clients", clients)}
-		done atomic.Int64
-		wg   sync.WaitGroup
-	)
-	t0 := time.Now()
-	end := t0.Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t := time.Now()
-				err := oneCall(ctx, c, p, ok)
-				el := time.Since(t)
-				mu.Lock()
-				if err != nil {
-					s.Errors++
-				} else {
-					s.Durs = append(s.Durs, el)
-					done.Add(1)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return s, float64(done.Load()) / time.Since(t0).Seconds()
+	s, wall := repeat(ctx, clients, d, func() error { return oneCall(ctx, c, p, ok) })
+	s.Name = fmt.Sprintf("lbb, %d clients", clients)
+	return s, float64(len(s.Durs)) / wall.Seconds()
 }

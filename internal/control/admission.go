@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,27 +91,18 @@ func (a *admission) enter(graph, key string) (*ticket, error) {
 }
 
 func (a *admission) push(graph, key string, t *ticket) {
-	var g *graphQueue
-	for _, q := range a.graphs {
-		if q.graph == graph {
-			g = q
-		}
+	gi := slices.IndexFunc(a.graphs, func(g *graphQueue) bool { return g.graph == graph })
+	if gi < 0 {
+		gi = len(a.graphs)
+		a.graphs = append(a.graphs, &graphQueue{graph: graph})
 	}
-	if g == nil {
-		g = &graphQueue{graph: graph}
-		a.graphs = append(a.graphs, g)
+	g := a.graphs[gi]
+	ki := slices.IndexFunc(g.keys, func(k *keyQueue) bool { return k.key == key })
+	if ki < 0 {
+		ki = len(g.keys)
+		g.keys = append(g.keys, &keyQueue{key: key})
 	}
-	var k *keyQueue
-	for _, q := range g.keys {
-		if q.key == key {
-			k = q
-		}
-	}
-	if k == nil {
-		k = &keyQueue{key: key}
-		g.keys = append(g.keys, k)
-	}
-	k.tickets = append(k.tickets, t)
+	g.keys[ki].tickets = append(g.keys[ki].tickets, t)
 	t.queued = true
 	a.queued++
 }
