@@ -53,6 +53,9 @@ func (a *CPUAcct) Usage() (time.Duration, error) { return a.usageOf(a.Name) }
 
 // SandboxUsage is the CPU time the server's ns sandboxes used (pool slots included).
 func (a *CPUAcct) SandboxUsage() time.Duration {
+	if a == nil {
+		return 0
+	}
 	d, _ := a.usageOf(a.SandboxParent())
 	return d
 }
