@@ -69,7 +69,7 @@ type Config struct {
 	MaxWait     time.Duration
 
 	MaxRunningPerGraph int
-	// RunSlots is how many one-call runs the host executes at once (0: two per CPU, no more
+	// RunSlots is how many one-call runs the host executes at once (0: four per CPU, no more
 	// than its memory holds at the default memory limit); RunQueue how many more wait for a
 	// slot, served fairly per graph then per key, before a run is refused (too_many_runs).
 	// One-call runs do not count toward MaxRunningPerGraph, which bounds long-lived sandboxes.
@@ -208,7 +208,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
 	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running long-lived sandboxes per graph (one-call runs wait for --run-slots instead)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "the cgroup under which sandboxes get theirs (default: lbb; gvisor's and microvm's get -gvisor and -microvm after it)")
-	fs.IntVar(&c.RunSlots, "run-slots", c.RunSlots, "one-call runs executed at once on this host (0: two per CPU, bounded by memory at the default memory limit)")
+	fs.IntVar(&c.RunSlots, "run-slots", c.RunSlots, "one-call runs executed at once on this host (0: four per CPU, bounded by memory at the default memory limit)")
 	fs.IntVar(&c.RunQueue, "run-queue", c.RunQueue, "one-call runs that may wait for a run slot (fair per graph, then per key) before one is refused with 429 too_many_runs")
 	fs.IntVar(&c.MaxSandboxesPerGraph, "max-sandboxes-per-graph", c.MaxSandboxesPerGraph, "sandboxes per graph that hold a disk: running, paused and stopped (at least --max-running-per-graph)")
 	fs.Int64Var(&c.Quotas.Files, "quota-files", c.Quotas.Files, "Files of the graph per graph")
