@@ -53,7 +53,13 @@ image, and prints p50, p90, p99 and p50 ratios:
     create + first exec of node -v, the TTI shape (chroot node -v)
     exec round trip of /bin/true through the API (bare fork/exec)
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
-    sustained one-call runs for --sustain with 8 clients (runs/s)
+    sustained one-call sum(input), then pandas, runs for --sustain with 8 clients (runs/s),
+      beside bwrap python3 -c (and with import pandas) spawned 8 at a time for as long
+      (spawns/s, and the ratio)
+    CPU per run (cpu_ms_per_run) of the one-call figures: the server, its sandboxes and its
+      pool's refills, metered by a cgroup v1 cpuacct group each server of its own runs in
+      (its sandboxes' cgroups below it: lbb serve --cgroup-parent); bwrap's from wait4
+    --server-binary runs another build's server beside this build's baselines
     --idle idle sandboxes held: their memory, and one-call latency meanwhile
 Needs root (the ns and gvisor drivers).
 `
@@ -74,6 +80,7 @@ func runBench(ctx context.Context, args []string) error {
 	idle := fs.Int("idle", 500, "idle sandboxes to hold while measuring their memory and run latency (0 skips it)")
 	coldServer := fs.Bool("cold", true, "also start a server with the pool off, for the cold one-call figure")
 	jsonOut := fs.String("json-out", "", "also write the figures as JSON to this file")
+	fs.StringVar(&serveBinary, "server-binary", "", "the lbb its servers run (default: this one), to measure another build's server beside the same baselines")
 	agentPath := fs.String("agent", defaultAgentPath(), "the static guest agent binary")
 	imagesDir := fs.String("images-dir", imagesDirFromEnv(), "where base images are")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +133,9 @@ func runBench(ctx context.Context, args []string) error {
 		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
 			capacity := max(*burst, *idle+20)
-			done, err := cf.serveOwn(ctx, capacity)
+			// The service figures are the default driver's: no gvisor slots are kept warm
+			// beside it, whose builds the CPU figures would count.
+			done, err := cf.serveOwn(ctx, capacity, "--pool-gvisor-min", "0")
 			if err != nil {
 				return err
 			}
@@ -147,7 +156,7 @@ func runBench(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, rootfs: img.Rootfs, bwrap: bwrap,
+		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, acct: cf.acct, rootfs: img.Rootfs, bwrap: bwrap,
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
@@ -186,6 +195,7 @@ var benchClient = lbb.Options{MaxRetries: 1000, UserAgent: "lbb-bench"}
 type serviceBench struct {
 	c, cold        *lbb.Client // cold: a server with the pool off (nil: skip)
 	url, key       string
+	acct           *bench.CPUAcct // meters the server and its sandboxes (nil: not metered)
 	rootfs, bwrap  string
 	n, burst, idle int
 	sustain        time.Duration
@@ -209,25 +219,37 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	}
 	// Warm runs wait (untimed) for a ready slot: a back-to-back loop would otherwise drain a
 	// pool that refills at about 2 python slots a second on 2 cores.
-	warm := func() {
-		if !bench.WaitPoolReady(ctx, b.url, b.key, "python", 1, 10*time.Second) {
-			notes = append(notes, "a warm run found no ready python slot within 10 s")
+	// Each shape waits for its flavour of slot: the lean one (key python) for code that
+	// imports no heavy module, python-sci (numpy and pandas imported) for pandas.
+	warmFor := func(key string) func() {
+		return func() {
+			if !bench.WaitPoolReady(ctx, b.url, b.key, key, 1, 10*time.Second) {
+				notes = append(notes, "a warm run found no ready "+key+" slot within 10 s")
+			}
 		}
 	}
+	warm, warmSci := warmFor("python"), warmFor("python-sci")
 	sum := lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}
 	pyBase := baselines("python3 -c", "python3", "-c", "print(sum([1,2,3]))")
 
 	logf("one-call Python sum(input), warm (%d times)…", n)
-	rows = append(rows, bench.Row{Metric: "one-call Python sum(input), warm", LBB: bench.OneCallPaced(ctx, c, "lbb", n, sum, wantJSON("6"), warm), Baselines: pyBase})
+	row := bench.Row{Metric: "one-call Python sum(input), warm", Baselines: pyBase}
+	row.Values = b.cost(n, &notes, func() { row.LBB = bench.OneCallPaced(ctx, c, "lbb", n, sum, wantJSON("6"), warm); warm() })
+	rows = append(rows, row)
 	if b.cold != nil {
 		logf("one-call Python sum(input), cold: pool off (%d times)…", n)
 		rows = append(rows, bench.Row{Metric: "one-call Python sum(input), cold", LBB: bench.OneCall(ctx, b.cold, "lbb", n, sum, wantJSON("6")), Baselines: pyBase})
 	}
 
 	logf("one-call pandas run, warm (%d times)…", n)
-	pd := bench.OneCallPaced(ctx, c, "lbb", n, lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}, wantJSON(`{"a":4,"b":6}`), warm)
-	rows = append(rows, bench.Row{Metric: "one-call pandas DataFrame(input).sum(), warm", LBB: pd,
-		Baselines: baselines("python3 -c (import pandas)", "python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())")})
+	pandas := lbb.RunParams{Code: bench.PandasSum, Input: bench.PandasInput}
+	pandasArgv := []string{"python3", "-c", "import pandas as pd; print(pd.DataFrame([{'a':1,'b':2},{'a':3,'b':4}]).sum().to_dict())"}
+	row = bench.Row{Metric: "one-call pandas DataFrame(input).sum(), warm", Baselines: baselines("python3 -c (import pandas)", pandasArgv...)}
+	row.Values = b.cost(n, &notes, func() {
+		row.LBB = bench.OneCallPaced(ctx, c, "lbb", n, pandas, wantJSON(`{"a":4,"b":6}`), warmSci)
+		warmSci()
+	})
+	rows = append(rows, row)
 
 	// At idle with a bare slot ready (pool depth: the server's --pool-min, 2 by default), as
 	// seed 002 measures it.
@@ -250,17 +272,21 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
-		s, extra, err := burst(ctx, c, b.burst)
+		var (
+			s     bench.Sample
+			extra string
+			err   error
+		)
+		values := b.cost(b.burst, &notes, func() { s, extra, err = burst(ctx, c, b.burst) })
 		if err != nil {
 			notes = append(notes, "burst: "+err.Error())
 		} else {
-			rows = append(rows, bench.Row{Metric: fmt.Sprintf("burst of %d one-call runs", b.burst), LBB: s, Extra: extra})
+			rows = append(rows, bench.Row{Metric: fmt.Sprintf("burst of %d one-call runs", b.burst), LBB: s, Extra: extra, Values: values})
 		}
 	}
 	if b.sustain > 0 {
-		logf("sustained one-call runs for %v with 8 clients…", b.sustain)
-		s, rate := bench.Sustained(ctx, c, 8, b.sustain)
-		rows = append(rows, bench.Row{Metric: "sustained one-call runs, 8 clients", LBB: s, Extra: fmt.Sprintf("%.1f runs/s over %v", rate, b.sustain)})
+		rows = append(rows, b.sustained(ctx, "sum(input)", sum, wantJSON("6"), []string{"python3", "-c", "print(sum([1,2,3]))"}, &notes))
+		rows = append(rows, b.sustained(ctx, "pandas", pandas, wantJSON(`{"a":4,"b":6}`), pandasArgv, &notes))
 	}
 	if b.idle > 0 {
 		logf("holding %d idle sandboxes…", b.idle)
@@ -273,6 +299,89 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	}
 	return rows, notes
 }
+
+// sustainedClients is how many clients the sustained figures run, and how many bwrap spawns
+// their baselines run at once.
+const sustainedClients = 8
+
+// sustained runs p from sustainedClients clients for b.sustain, then spawns argv under
+// bwrap at the same concurrency for as long: each one's rate and CPU per run, and their
+// ratios.
+func (b serviceBench) sustained(ctx context.Context, shape string, p lbb.RunParams, ok func(*lbb.Run) error, argv []string, notes *[]string) bench.Row {
+	fmt.Fprintf(os.Stderr, "sustained one-call %s runs for %v with %d clients…\n", shape, b.sustain, sustainedClients)
+	var (
+		s    bench.Sample
+		rate float64
+	)
+	row := bench.Row{Metric: fmt.Sprintf("sustained one-call %s, %d clients", shape, sustainedClients)}
+	var nRuns int
+	values := b.cost(1, notes, func() {
+		s, rate = bench.SustainedRuns(ctx, b.c, sustainedClients, b.sustain, p, ok)
+		nRuns = len(s.Durs)
+	})
+	row.LBB, row.Values = s, map[string]float64{"runs_per_s": rate}
+	if nRuns > 0 {
+		for k, v := range values {
+			row.Values[k] = v / float64(nRuns)
+		}
+	}
+	row.Extra = fmt.Sprintf("%.1f runs/s over %v", rate, b.sustain)
+	if b.bwrap == "" {
+		return row
+	}
+	fmt.Fprintf(os.Stderr, "  beside: bwrap %s, %d at a time for %v…\n", strings.Join(argv, " "), sustainedClients, b.sustain)
+	acct, err := bench.NewCPUAcct(fmt.Sprintf("lbb-bench-%d-bwrap", os.Getpid()))
+	if err != nil {
+		*notes = append(*notes, "bwrap's CPU from wait4 (its pid namespace's CPU is not in it): "+err.Error())
+	} else {
+		defer acct.Remove()
+	}
+	sp := bench.SpawnRate(ctx, acct, sustainedClients, b.sustain, bench.BwrapArgv(b.bwrap, b.rootfs, argv...)...)
+	if sp.Errors > 0 {
+		*notes = append(*notes, fmt.Sprintf("sustained %s: %d bwrap spawns failed", shape, sp.Errors))
+	}
+	row.Values["bwrap_spawns_per_s"] = sp.Rate
+	row.Values["bwrap_cpu_ms_per_spawn"] = ms(sp.CPUEach)
+	if sp.Rate > 0 {
+		row.Values["rate_vs_bwrap"] = rate / sp.Rate
+	}
+	if c, ok := row.Values["cpu_ms_per_run"]; ok && sp.CPUEach > 0 {
+		row.Values["cpu_vs_bwrap"] = c / ms(sp.CPUEach)
+	}
+	row.Extra += fmt.Sprintf("; bwrap at %d: %.1f spawns/s (%.2f×)", sustainedClients, sp.Rate, row.Values["rate_vs_bwrap"])
+	return row
+}
+
+// cost meters f, which makes n runs: the CPU per run of the server, its sandboxes and its
+// pool's refills. The pool settles before (its earlier refills are not f's) and after (its
+// refills after f are).
+func (b serviceBench) cost(n int, notes *[]string, f func()) map[string]float64 {
+	settle := func() {
+		if b.acct != nil && !bench.WaitPoolSettled(context.Background(), b.url, b.key, 3*time.Minute) {
+			*notes = append(*notes, "the pool did not settle within 3 min: a CPU figure counts refills not its own")
+		}
+	}
+	settle()
+	var sb0, sb1 time.Duration
+	cpu, err := b.acct.Meter(func() {
+		sb0 = b.acct.SandboxUsage()
+		f()
+		settle()
+		sb1 = b.acct.SandboxUsage()
+	})
+	if err != nil {
+		if b.acct != nil {
+			*notes = append(*notes, "metering CPU: "+err.Error())
+		}
+		return nil
+	}
+	// Where it went: the sandboxes (their agents, interpreters and the code), and the server
+	// (with the helpers it forks: mounts, mkfs, the sandbox's init before it joins its cgroups).
+	return map[string]float64{"cpu_ms_per_run": ms(cpu) / float64(n),
+		"sandbox_cpu_ms_per_run": ms(sb1-sb0) / float64(n), "server_cpu_ms_per_run": ms(cpu-(sb1-sb0)) / float64(n)}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // burst sends n one-call runs at once (the load check) and checks the records: n records,
 // none lost, none run twice.

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bench"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -17,6 +18,8 @@ import (
 type clientFlags struct {
 	url, apiKey, graph string
 	json               bool
+	// acct meters the CPU of a server of the command's own (serveOwn), when it can.
+	acct *bench.CPUAcct
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {

@@ -13,9 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/bench"
 	"github.com/littlebigbrain/lbb/internal/loadtest"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -75,42 +77,80 @@ func runLoad(ctx context.Context, args []string) error {
 // serveOwn points the client flags at a fresh lbb serve of its own (serveForLoad); done
 // stops it.
 func (cf *clientFlags) serveOwn(ctx context.Context, n int, extra ...string) (done func(), err error) {
-	cf.url, cf.apiKey, done, err = serveForLoad(ctx, n, extra...)
+	cf.url, cf.apiKey, cf.acct, done, err = serveForLoad(ctx, n, extra...)
 	cf.graph = "main"
 	return done, err
 }
+
+// serveBinary is the lbb that serveForLoad starts ("" this executable): lbb bench
+// --server-binary measures another build's server with this build's benchmark.
+var serveBinary string
+
+// serves numbers the servers of this process, to name their cgroups apart.
+var serves atomic.Int64
 
 var serveAddr = regexp.MustCompile(`lbb: serving on (http://\S+)`)
 
 // serveForLoad starts `lbb serve` in a temporary data directory on a free port; extra flags
 // go after the defaults.
-func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string, done func(), err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", "", nil, err
+//
+// When the host has cgroup v1's cpuacct hierarchy, the server runs in a cgroup of its own with
+// its sandboxes' cgroups below it (--cgroup-parent), and acct meters them all; else acct is nil.
+func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string, acct *bench.CPUAcct, done func(), err error) {
+	exe := serveBinary
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return "", "", nil, nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "lbb-load-")
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	os.Chmod(dir, 0o711)
 	data := filepath.Join(dir, "data")
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--images-dir", imagesDirFromEnv(),
 		"--max-running-per-graph", strconv.Itoa(max(n, 10)), "--log-level", "warn"}
+	acct, aerr := bench.NewCPUAcct(fmt.Sprintf("lbb-bench-%d-%d", os.Getpid(), serves.Add(1)))
+	if aerr == nil && serveBinary != "" {
+		// An older build's server may not know --cgroup-parent.
+		if help, _ := exec.Command(exe, "serve", "--help").CombinedOutput(); !strings.Contains(string(help), "-cgroup-parent") {
+			acct.Remove()
+			acct, aerr = nil, fmt.Errorf("%s serve has no --cgroup-parent", exe)
+		}
+	}
+	if aerr != nil {
+		fmt.Fprintf(os.Stderr, "load: the server's CPU is not metered: %v\n", aerr)
+	} else {
+		args = append(args, "--cgroup-parent", acct.SandboxParent())
+	}
 	cmd := exec.Command(exe, append(args, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	cmd.Stdout = io.Discard
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return "", "", nil, err
+		return "", "", nil, nil, err
+	}
+	if acct != nil {
+		// Before it serves: every thread and child it makes is metered.
+		if err := acct.Add(cmd.Process.Pid); err != nil {
+			fmt.Fprintf(os.Stderr, "load: the server's CPU is not metered: %v\n", err)
+			acct.Remove()
+			acct = nil
+		}
 	}
 	done = func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		os.RemoveAll(dir)
+		if acct != nil {
+			if err := acct.Remove(); err != nil {
+				fmt.Fprintf(os.Stderr, "load: removing the server's cgroups: %v\n", err)
+			}
+		}
 	}
 	found := make(chan string, 1)
 	var tail []string
@@ -129,18 +169,18 @@ func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string,
 	case url = <-found:
 	case <-time.After(10 * time.Minute):
 		done()
-		return "", "", nil, fmt.Errorf("lbb serve did not start:\n%s", strings.Join(tail, "\n"))
+		return "", "", nil, nil, fmt.Errorf("lbb serve did not start:\n%s", strings.Join(tail, "\n"))
 	case <-ctx.Done():
 		done()
-		return "", "", nil, ctx.Err()
+		return "", "", nil, nil, ctx.Err()
 	}
 	b, err := os.ReadFile(filepath.Join(data, "admin.key"))
 	if err != nil {
 		done()
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "load: serving on %s from %s\n", url, data)
-	return url, strings.TrimSpace(string(b)), done, nil
+	return url, strings.TrimSpace(string(b)), acct, done, nil
 }
 
 func imagesDirFromEnv() string {

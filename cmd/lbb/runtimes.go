@@ -24,14 +24,16 @@ import (
 // the guest kernel lbb images build fetched, under <data-dir>/microvm.
 func init() {
 	runtimes["ns"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
-		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+		return ns.New(ns.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log,
+			CgroupParent: cfg.CgroupParent})
 	})
 	runtimes["gvisor"] = isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
-		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log})
+		return gvisor.New(gvisor.Config{StateDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: cfg.Agent, Limits: defaultLimits(cfg), Logger: log,
+			CgroupParent: suffixed(cfg.CgroupParent, "-gvisor")})
 	})
 	microvmFactory := isolating(func(cfg config.Config, log *slog.Logger) runtime.Driver {
 		return microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), AgentPath: cfg.Agent,
-			ImagesDir: cfg.ImagesDir, Limits: defaultLimits(cfg), Logger: log})
+			ImagesDir: cfg.ImagesDir, Limits: defaultLimits(cfg), Logger: log, CgroupParent: suffixed(cfg.CgroupParent, "-microvm")})
 	})
 	open := microvmFactory.open
 	microvmFactory.open = func(cfg config.Config, log *slog.Logger) (runtime.Driver, error) {
@@ -94,4 +96,12 @@ func traversable(dataDir string) error {
 			return nil
 		}
 	}
+}
+
+// suffixed is parent with suffix after it, or "" (the driver's default) for no parent.
+func suffixed(parent, suffix string) string {
+	if parent == "" {
+		return ""
+	}
+	return parent + suffix
 }

@@ -250,6 +250,8 @@ func TestOpenAPIContract(t *testing.T) {
 	d := loadDoc(t)
 	s := newServer(t, func(c *config.Config) {
 		c.MaxRunningPerGraph = 1
+		// One one-call run at a time and none waiting: the second answers 429 too_many_runs.
+		c.RunSlots, c.RunQueue = 1, 0
 		c.MaxBodyBytes = 4096
 		c.MaxFileBytes = 4096
 	})

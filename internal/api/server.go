@@ -326,7 +326,7 @@ func (s *Server) writeError(w http.ResponseWriter, c *call, err error) {
 		s.log.Error("internal error", "request_id", c.requestID, "err", err)
 		msg = "internal error (request " + c.requestID + ")"
 	}
-	if code == errdefs.CodeTooManySandboxes {
+	if code == errdefs.CodeTooManySandboxes || code == errdefs.CodeTooManyRuns {
 		w.Header().Set("Retry-After", "1")
 	}
 	s.writeJSONError(w, c, status, code, msg)

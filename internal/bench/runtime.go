@@ -45,9 +45,7 @@ func Chroot(rootfs string, argv ...string) func() error {
 
 // Bwrap runs argv under bubblewrap on rootfs, unsharing every namespace.
 func Bwrap(bwrap, rootfs string, argv ...string) func() error {
-	args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/workspace", "--chdir", "/workspace"}
-	return Bare(append(append([]string{bwrap}, args...), argv...)...)
+	return Bare(BwrapArgv(bwrap, rootfs, argv...)...)
 }
 
 // Runtime measures the driver directly (no server): create → first exec, exec round trip,

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
@@ -56,25 +54,54 @@ func WaitPoolReady(ctx context.Context, baseURL, apiKey, key string, want int, d
 }
 
 func poolReady(baseURL, apiKey, key string) int {
+	return int(poolGauges(baseURL, apiKey, "lbb_pool_ready")[key])
+}
+
+// poolGauges reads the gauge name of every pool key from the server's /metrics.
+func poolGauges(baseURL, apiKey, name string) map[string]float64 {
+	out := map[string]float64{}
 	req, err := http.NewRequest("GET", baseURL+"/metrics", nil)
 	if err != nil {
-		return 0
+		return out
 	}
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0
+		return out
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	prefix := `lbb_pool_ready{key="` + key + `"} `
+	prefix := name + `{key="`
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int(f)
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			key, v, ok := strings.Cut(rest, `"} `)
+			if ok {
+				out[key], _ = strconv.ParseFloat(v, 64)
+			}
 		}
 	}
-	return 0
+	return out
+}
+
+// WaitPoolSettled polls the server's /metrics until every pool key has as many slots ready
+// as its refill aims for, or d passes: what a metered figure waits for before it starts,
+// so that it pays for no refill of before, and after it ends, so that it pays for its own.
+func WaitPoolSettled(ctx context.Context, baseURL, apiKey string, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		ready, target := poolGauges(baseURL, apiKey, "lbb_pool_ready"), poolGauges(baseURL, apiKey, "lbb_pool_target")
+		settled := len(target) > 0
+		for k, t := range target {
+			if ready[k] < t {
+				settled = false
+			}
+		}
+		if settled {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.Run) error) error {
@@ -93,35 +120,8 @@ func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.R
 	}
 }
 
-// Sustained runs one-call runs from clients goroutines for d and returns the latencies and
-// the rate.
+// Sustained runs one-call runs of sum(input) from clients goroutines for d and returns the
+// latencies and the rate.
 func Sustained(ctx context.Context, c *lbb.Client, clients int, d time.Duration) (Sample, float64) {
-	var (
-		mu   sync.Mutex
-		s    = Sample{Name: fmt.Sprintf("lbb, %d clients", clients)}
-		done atomic.Int64
-		wg   sync.WaitGroup
-	)
-	end := time.Now().Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				r, err := c.Sandboxes.Run(ctx, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}})
-				el := time.Since(t0)
-				mu.Lock()
-				if err != nil || !r.OK {
-					s.Errors++
-				} else {
-					s.Durs = append(s.Durs, el)
-					done.Add(1)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return s, float64(done.Load()) / d.Seconds()
+	return SustainedRuns(ctx, c, clients, d, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}}, nil)
 }

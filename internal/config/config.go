@@ -82,6 +82,16 @@ type Config struct {
 	MaxWait     time.Duration
 
 	MaxRunningPerGraph int
+	// RunSlots is how many one-call runs the host executes at once (0: four per CPU, no more
+	// than its memory holds at the default memory limit); RunQueue how many more wait for a
+	// slot, served fairly per graph then per key, before a run is refused (too_many_runs).
+	// One-call runs do not count toward MaxRunningPerGraph, which bounds long-lived sandboxes.
+	RunSlots int
+	RunQueue int
+	// CgroupParent is the cgroup under which the ns driver makes each sandbox's ("" its
+	// default, lbb); gvisor's and microvm's get "-gvisor" and "-microvm" after it. lbb bench
+	// gives each server of its own one, to meter what its sandboxes cost.
+	CgroupParent string
 	// MaxSandboxesPerGraph bounds a graph's sandboxes that hold a disk: starting, running,
 	// paused and stopped ones.
 	MaxSandboxesPerGraph int
@@ -160,6 +170,7 @@ func Default() Config {
 		MaxWait:              5 * time.Minute,
 		MaxRunningPerGraph:   10,
 		MaxSandboxesPerGraph: 100,
+		RunQueue:             1000,
 		Quotas: Quotas{
 			Files: 10000, FileBytes: 10 << 30,
 			Snapshots: 100, SnapshotBytes: 100 << 30,
@@ -210,7 +221,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxLifetime, "max-lifetime", c.MaxLifetime, "longest sandbox lifetime a call may ask for")
 	fs.DurationVar(&c.DefaultWait, "default-wait", c.DefaultWait, "how long a call waits for its command when it names no wait_ms")
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
-	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running sandboxes per graph")
+	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running long-lived sandboxes per graph (one-call runs wait for --run-slots instead)")
+	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "the cgroup under which sandboxes get theirs (default: lbb; gvisor's and microvm's get -gvisor and -microvm after it)")
+	fs.IntVar(&c.RunSlots, "run-slots", c.RunSlots, "one-call runs executed at once on this host (0: four per CPU, bounded by memory at the default memory limit)")
+	fs.IntVar(&c.RunQueue, "run-queue", c.RunQueue, "one-call runs that may wait for a run slot (fair per graph, then per key) before one is refused with 429 too_many_runs")
 	fs.IntVar(&c.MaxSandboxesPerGraph, "max-sandboxes-per-graph", c.MaxSandboxesPerGraph, "sandboxes per graph that hold a disk: running, paused and stopped (at least --max-running-per-graph)")
 	fs.Float64Var(&c.Prices.VCPUMs, "price-vcpu-ms", c.Prices.VCPUMs, "the cost of a millisecond of CPU (0: none); sets cost on records, usage and spend caps")
 	fs.Float64Var(&c.Prices.GiBMs, "price-gib-ms", c.Prices.GiBMs, "the cost of a GiB of memory reserved for a millisecond (0: none)")
@@ -370,6 +384,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRunningPerGraph < 1 {
 		bad("--max-running-per-graph must be at least 1")
+	}
+	if strings.Contains(c.CgroupParent, "..") || strings.HasPrefix(c.CgroupParent, "/") {
+		bad("--cgroup-parent must be a relative cgroup path")
+	}
+	if c.RunSlots < 0 || c.RunQueue < 0 {
+		bad("--run-slots and --run-queue must not be negative")
 	}
 	// Every running sandbox holds a disk: the cap of those is at least the running one.
 	c.MaxSandboxesPerGraph = max(c.MaxSandboxesPerGraph, c.MaxRunningPerGraph)

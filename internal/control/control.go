@@ -79,6 +79,9 @@ type Service struct {
 	// oneCalls are the graphs and keys of one-call runs' sandboxes running here (for the
 	// audit of their refused destinations).
 	oneCalls map[string]owner
+
+	// slots decide when one-call runs execute.
+	slots *admission
 }
 
 type owner struct{ graph, key string }
@@ -103,6 +106,12 @@ func New(o Options) *Service {
 		held:     map[string]*heldSandbox{},
 		oneCalls: map[string]owner{},
 	}
+	slots := o.Config.RunSlots
+	if slots == 0 {
+		slots = defaultRunSlots(o.Config.Defaults.MemoryMiB)
+	}
+	s.slots = newAdmission(slots, o.Config.RunQueue)
+	s.metrics.watchAdmission(s.slots)
 	s.watchEvents()
 	return s
 }

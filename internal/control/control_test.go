@@ -298,8 +298,12 @@ func TestWaitAnd202(t *testing.T) {
 	}
 }
 
-func TestTooManySandboxes(t *testing.T) {
-	e := setup(t, func(c *config.Config) { c.MaxRunningPerGraph = 2 })
+// TestRunAdmission: one-call runs do not count toward the graph's running cap; past the
+// host's run slots they wait in the queue (a call that does not wait answers 202 and the
+// run goes on once a slot frees), and past the queue's bound one is refused with 429
+// too_many_runs, reserving nothing.
+func TestRunAdmission(t *testing.T) {
+	e := setup(t, func(c *config.Config) { c.MaxRunningPerGraph, c.RunSlots, c.RunQueue = 1, 2, 1 })
 	zero := int64(0)
 	for i := range 2 {
 		req := run("block", "1")
@@ -308,16 +312,26 @@ func TestTooManySandboxes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := e.svc.Run(ctx, e.caller, run("x", "1"), "b3", "h")
-	wantCode(t, err, errdefs.CodeTooManySandboxes)
+	queued := run("x", "1")
+	queued.WaitMs = &zero
+	resp, err := e.svc.Run(ctx, e.caller, queued, "q", "h")
+	if err != nil || resp.Outcome != idempotency.Accepted {
+		t.Fatalf("a run past the slots: %v %d; want it queued (202)", err, resp.Outcome)
+	}
+	_, err = e.svc.Run(ctx, e.caller, run("x", "1"), "b3", "h")
+	wantCode(t, err, errdefs.CodeTooManyRuns)
 	if errhttp.Status(err) != 429 {
 		t.Fatalf("status %d", errhttp.Status(err))
 	}
 	e.runner.Release()
-	for i := range 2 {
-		resp, err := e.svc.Run(ctx, e.caller, run("block", "1"), fmt.Sprint("b", i), "h")
+	for i, key := range []string{"b0", "b1", "q"} {
+		req := run("block", "1")
+		if key == "q" {
+			req = run("x", "1")
+		}
+		resp, err := e.svc.Run(ctx, e.caller, req, key, "h")
 		if err != nil || decodeResult(t, resp).Status != store.CommandSucceeded {
-			t.Fatalf("blocked run %d: %v %s", i, err, resp.Body)
+			t.Fatalf("run %d (%s): %v %s", i, key, err, resp.Body)
 		}
 	}
 	// A 429 reserved nothing: the key runs now.

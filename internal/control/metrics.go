@@ -13,6 +13,24 @@ type metrics struct {
 	// vcpuMs and gibMs are the metered usage of ended commands, per graph.
 	vcpuMs *prometheus.CounterVec
 	gibMs  *prometheus.CounterVec
+	queueWait   prometheus.Histogram
+
+	r prometheus.Registerer
+}
+
+// watchAdmission exports a's run slots in use and queue depth.
+func (m *metrics) watchAdmission(a *admission) {
+	if m.r == nil {
+		return
+	}
+	m.r.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbb_run_slots_busy", Help: "One-call runs holding a run slot (executing)."},
+			func() float64 { b, _ := a.depth(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbb_run_queue_depth", Help: "One-call runs waiting for a run slot."},
+			func() float64 { _, q := a.depth(); return float64(q) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbb_run_slots", Help: "One-call runs the host executes at once (--run-slots)."},
+			func() float64 { return float64(a.slots) }),
+	)
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -39,9 +57,14 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		gibMs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lbb_usage_gib_ms_total", Help: "Memory reserved by ended runs and commands over their time, in GiB·ms, by graph.",
 		}, []string{"graph"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lbb_run_queue_wait_seconds", Help: "How long one-call runs waited for a run slot (0 for those that found one free).",
+			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		r: r,
 	}
 	if r != nil {
-		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost, m.vcpuMs, m.gibMs)
+		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost, m.vcpuMs, m.gibMs, m.queueWait)
 	}
 	return m
 }

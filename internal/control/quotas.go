@@ -159,13 +159,15 @@ func (s *Service) checkQuotas(graph string, u store.GraphUsage, as ...adds) erro
 // (too_many_sandboxes, transient: a retry may pass once a run ends) and, for a new sandbox,
 // the sandboxes holding a disk (quota_exceeded: delete one). A stopped or paused sandbox
 // that resumes holds its disk already, so resume checks the running cap alone: a graph at
-// its cap of sandboxes, all stopped, resumes any of them.
-func (s *Service) checkCap(ctx context.Context, q store.Queries, graph string, fresh bool) error {
-	running, held, err := q.CountSandboxes(ctx, graph)
+// its cap of sandboxes, all stopped, resumes any of them. Both caps count long-lived
+// sandboxes: one-call runs wait for the host's run slots instead (admission), and a
+// one-call run checks only that the graph holds no more sandboxes than it may.
+func (s *Service) checkCap(ctx context.Context, q store.Queries, graph string, fresh, oneCall bool) error {
+	running, held, err := q.CountLongLived(ctx, graph)
 	if err != nil {
 		return err
 	}
-	if running >= s.cfg.MaxRunningPerGraph {
+	if !oneCall && running >= s.cfg.MaxRunningPerGraph {
 		return errdefs.New(errdefs.ClassLimitExceeded, errdefs.CodeTooManySandboxes,
 			"graph %s has %d running sandboxes, the most it may have (--max-running-per-graph); stop or delete one, or retry later", graph, running)
 	}

@@ -121,6 +121,8 @@ type plan struct {
 	timings *timing.Timings
 	// allow is what the run's budgets had left when it started.
 	allow allowance
+	// slot is the run's place in admission: a run slot, or a place in the queue for one.
+	slot *ticket
 }
 
 // inflight is a run or command this process is executing.
@@ -169,16 +171,25 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	}
 	p.audit = pendingAudit(ctx)
 	p.command.IdempotencyKey = idemKey
+	// A run past the host's capacity waits for a slot (in execute, once reserved); past the
+	// queue's bound it is refused before anything is reserved.
+	if p.slot, err = s.slots.enter(c.Graph, c.Key.ID); err != nil {
+		return Response{}, err
+	}
 	if err := s.begin(); err != nil {
 		s.uncharge(ctx, c, p.command.Origin)
+		p.slot.release()
 		return Response{}, err
 	}
 	// The sandbox is claimed while the reservation commits; no code runs in it before the
-	// reservation is durable (launch runs it only after).
-	if err := s.host.Claim(timing.With(s.runCtx, p.timings), s.runSpec(p)); err != nil {
-		s.log.Warn("claiming a run's sandbox ahead", "sandbox", p.sandbox.ID, "err", err)
-	} else {
-		p.claimed = true
+	// reservation is durable (launch runs it only after). A queued run claims none ahead:
+	// its sandbox is made when its turn comes.
+	if p.slot.Granted() {
+		if err := s.host.Claim(timing.With(s.runCtx, p.timings), s.runSpec(p)); err != nil {
+			s.log.Warn("claiming a run's sandbox ahead", "sandbox", p.sandbox.ID, "err", err)
+		} else {
+			p.claimed = true
+		}
 	}
 	endReserve := timing.Start(ctx, "reserve")
 	existing, err := s.reserve(ctx, p)
@@ -188,6 +199,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 			s.host.Unclaim(context.WithoutCancel(ctx), p.sandbox.ID)
 		}
 		s.uncharge(ctx, c, p.command.Origin)
+		p.slot.release()
 		s.runs.Done()
 		if err != nil {
 			return Response{}, err
@@ -220,7 +232,7 @@ func (s *Service) reserve(ctx context.Context, p *plan) (*store.Idempotency, err
 			if existing, err = idempotency.Reserve(ctx, q, r); err != nil || existing != nil {
 				return err
 			}
-			if err := s.checkCap(ctx, q, p.sandbox.Graph, true); err != nil {
+			if err := s.checkCap(ctx, q, p.sandbox.Graph, true, true); err != nil {
 				return err
 			}
 			if err := q.CreateSandbox(ctx, p.sandbox); err != nil {
@@ -330,10 +342,20 @@ func (s *Service) launch(p *plan) *inflight {
 
 func (s *Service) execute(p *plan, inf *inflight) {
 	log := s.log.With("graph", p.sandbox.Graph, "sandbox", p.sandbox.ID, "command", p.command.ID)
+	endQueue := timing.Start(timing.With(s.runCtx, p.timings), "queue")
+	queued := time.Now()
+	// A server that stops while the run waits ends it as it ends a running one: host.Run
+	// answers killed at once for the cancelled context.
+	_ = p.slot.wait(s.runCtx)
+	endQueue()
+	s.metrics.queueWait.Observe(time.Since(queued).Seconds())
 	t0 := time.Now()
 	rctx, stopRun := context.WithCancelCause(s.runCtx)
 	unwatch := s.watchBudget(p.sandbox.ID, p.allow, nil, func() { stopRun(errBudget) })
 	out, err := s.host.Run(timing.With(rctx, p.timings), s.runSpec(p))
+	// The slot is free once the code has ended: the sandbox's teardown, below, is cheap
+	// beside a run and overlaps the next one.
+	p.slot.release()
 	overBudget := unwatch()
 	stopRun(nil)
 	if overBudget && s.runCtx.Err() == nil {

@@ -199,7 +199,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		// A graph at its cap starts nothing (the check is repeated with the insert, which
 		// settles a race by destroying the sandbox). A crash before the insert leaves a
 		// driver sandbox that no record claims, which Recover reaps.
-		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {
+		if err := s.checkCap(ctx, s.st, c.Graph, true, false); err != nil {
 			return Response{}, err
 		}
 		if err := s.chargeRun(ctx, c.Key); err != nil {
@@ -337,7 +337,7 @@ func (s *Service) admit(ctx context.Context, sb *store.Sandbox, started hostagen
 	at := started.StartedAt.UTC().Truncate(time.Millisecond)
 	sb.Status, sb.StartedAt = store.SandboxRunning, &at
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
-		if err := s.checkCap(ctx, q, sb.Graph, true); err != nil {
+		if err := s.checkCap(ctx, q, sb.Graph, true, false); err != nil {
 			return err
 		}
 		return q.CreateSandbox(ctx, *sb)
@@ -493,7 +493,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		if cur.Status != store.SandboxStopped && cur.Status != store.SandboxPaused {
 			return nil
 		}
-		if err := s.checkCap(wctx, q, graph, false); err != nil {
+		if err := s.checkCap(wctx, q, graph, false, false); err != nil {
 			return err
 		}
 		sb.Status = store.SandboxStarting

@@ -431,7 +431,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 					"sandbox %s has %d command(s) running; wait for them or kill them, then be forked", id, n)
 			}
 		}
-		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {
+		if err := s.checkCap(ctx, s.st, c.Graph, true, false); err != nil {
 			return Response{}, err
 		}
 		var snap store.Snapshot

@@ -48,8 +48,11 @@ const (
 	CodeIdempotencyKeyRequired = "idempotency_key_required"
 	CodeIdempotencyKeyReused   = "idempotency_key_reused"
 	CodeTooManySandboxes       = "too_many_sandboxes"
-	CodeLimitExceeded          = "limit_exceeded"
-	CodePathOutsideWorkspace   = "path_outside_workspace"
+	// CodeTooManyRuns: the host's queue of one-call runs waiting for capacity is full (a
+	// LimitExceeded, transient: Retry-After says when to retry with the same key).
+	CodeTooManyRuns          = "too_many_runs"
+	CodeLimitExceeded        = "limit_exceeded"
+	CodePathOutsideWorkspace = "path_outside_workspace"
 	// CodeIsolationUnavailable: the isolation asked for is known but this host cannot run it
 	// (an InvalidArgument).
 	CodeIsolationUnavailable = "isolation_unavailable"

@@ -57,7 +57,7 @@ func (h *Local) newOneCall(req RunRequest) *oneCall {
 
 func (h *Local) poolRequest(req RunRequest) pool.Request {
 	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime},
-		Language: req.Language}
+		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}
 }
 
 // Unclaim destroys a claimed sandbox once it is acquired; it returns at once.

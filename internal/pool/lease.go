@@ -18,6 +18,8 @@ import (
 type Request struct {
 	Spec     runtime.Spec
 	Language string
+	// Flavour is the flavour of slot the code runs best in (FlavourFor): a hint only.
+	Flavour string
 }
 
 // Provider hands out started sandboxes whose agent answers. Cold creates and starts one per

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"math"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ type Key struct {
 	// Imports are what the interpreter loads before it waits; nil means the agent's default
 	// (numpy and pandas for python, nothing for node).
 	Imports []string
+	// Flavour tells apart keys of one language that import different modules: a claim
+	// takes a slot of its own flavour first (Request.Flavour), then one of another.
+	Flavour string
 	// Limits is the class a spec must have exactly to be served from this key.
 	Limits runtime.Limits
 	// Runtime is the driver slots are made on (runtime.Spec.Runtime); a spec must name the
@@ -239,7 +243,7 @@ func New(o Options) (*Pool, error) {
 		if k.Max < k.Min {
 			k.Max = k.Min
 		}
-		id := fmt.Sprintf("%s\x00%s\x00%s\x00%+v", k.Image, k.Language, k.Runtime, k.Limits)
+		id := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%+v", k.Image, k.Language, k.Flavour, k.Runtime, k.Limits)
 		if seen[id] || seen["name\x00"+k.Name] {
 			return nil, fmt.Errorf("pool: key %q is given twice", k.Name)
 		}
@@ -383,7 +387,7 @@ func (p *Pool) claimStarted() func() {
 func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, error) {
 	spec := req.Spec
 	p.mu.Lock()
-	cands := p.match(spec, agent.Interpreter(req.Language))
+	cands := p.match(spec, agent.Interpreter(req.Language), req.Flavour)
 	if len(cands) > 0 {
 		cands[0].claims++ // demand, whether it is met warm or not
 	}
@@ -422,31 +426,34 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, erro
 	return nil, nil
 }
 
-// match lists the keys that can serve spec, best first: the exact one, then a bare slot of
-// the same image and limits (a started sandbox, whatever it runs).
-func (p *Pool) match(spec runtime.Spec, lang string) []*keyState {
+// match lists the keys that can serve spec, best first: the exact one (language and
+// flavour), another flavour of the language (a wrong flavour costs the run the imports it
+// lacks, or memory it does not use, never correctness), then a bare slot of the same image
+// and limits (a started sandbox, whatever it runs).
+func (p *Pool) match(spec runtime.Spec, lang, flavour string) []*keyState {
 	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
 	}
-	var exact, bare *keyState
+	var exact, sibling, bare *keyState
 	for _, ks := range p.keys {
 		k := ks.key
 		if k.Image != spec.Image || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
 			continue
 		}
-		switch k.Language {
-		case lang:
+		switch {
+		case k.Language == lang && k.Flavour == flavour:
 			exact = ks
-		case "":
+		case k.Language == lang && lang != "" && sibling == nil:
+			sibling = ks
+		case k.Language == "":
 			bare = ks
 		}
 	}
 	var out []*keyState
-	if exact != nil {
-		out = append(out, exact)
-	}
-	if bare != nil && bare != exact {
-		out = append(out, bare)
+	for _, ks := range []*keyState{exact, sibling, bare} {
+		if ks != nil && !slices.Contains(out, ks) {
+			out = append(out, ks)
+		}
 	}
 	return out
 }
@@ -784,11 +791,14 @@ func (p *Pool) watch(s *slot) {
 }
 
 // DefaultKeys are the keys lbb serve keeps on image for a limits class (the server's default
-// limits): python with numpy and pandas imported, node, and bare slots (the agent up,
-// nothing started) for long-lived sandboxes (Handover) and shell runs.
+// limits): python with numpy and pandas imported (python-sci), lean python (the harness
+// alone: most runs import neither, and a lean slot costs a fraction of the CPU to build),
+// node, and bare slots (the agent up, nothing started) for long-lived sandboxes (Handover)
+// and shell runs. Each key's depth follows its own demand.
 func DefaultKeys(image string, limits runtime.Limits) []Key {
 	return []Key{
-		{Name: "python", Image: image, Language: agent.LangPython, Limits: limits},
+		{Name: "python-sci", Image: image, Language: agent.LangPython, Limits: limits},
+		{Name: "python", Image: image, Language: agent.LangPython, Flavour: FlavourLean, Imports: []string{}, Limits: limits},
 		{Name: "node", Image: image, Language: agent.LangNode, Limits: limits},
 		{Name: "bare", Image: image, Limits: limits},
 	}

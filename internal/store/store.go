@@ -45,6 +45,9 @@ type Queries interface {
 	// CountSandboxes counts the graph's sandboxes that are starting or running (running),
 	// and those and the paused and stopped ones, which hold a disk (held).
 	CountSandboxes(ctx context.Context, graph string) (running, held int, err error)
+	// CountLongLived counts as CountSandboxes does the graph's long-lived sandboxes alone:
+	// one-call runs' sandboxes are bounded by the host's run slots instead.
+	CountLongLived(ctx context.Context, graph string) (running, held int, err error)
 	// GraphUsage answers what the graph holds, for its quotas.
 	GraphUsage(ctx context.Context, graph string) (GraphUsage, error)
 

@@ -56,9 +56,10 @@ func TestRunPastWait(t *testing.T) {
 	}
 }
 
-// TestRetryTooMany: a 429 (the graph's running sandboxes) is retried with the same key.
+// TestRetryTooMany: a 429 (the host's run slots taken and no room to wait: too_many_runs)
+// is retried with the same key.
 func TestRetryTooMany(t *testing.T) {
-	c, r := newClient(t, func(cfg *config.Config) { cfg.MaxRunningPerGraph = 1 })
+	c, r := newClient(t, func(cfg *config.Config) { cfg.RunSlots, cfg.RunQueue = 1, 0 })
 	ctx := context.Background()
 	first := make(chan error, 1)
 	go func() {

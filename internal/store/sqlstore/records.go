@@ -286,6 +286,13 @@ func (q queries) CountSandboxes(ctx context.Context, graph string) (running, hel
 	return running, held, err
 }
 
+func (q queries) CountLongLived(ctx context.Context, graph string) (running, held int, err error) {
+	err = q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END), 0) FROM sandboxes
+		WHERE graph = ? AND one_call = ? AND status IN (?, ?, ?, ?)`, store.SandboxStarting, store.SandboxRunning,
+		graph, false, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped).Scan(&held, &running)
+	return running, held, err
+}
+
 func (q queries) GraphUsage(ctx context.Context, graph string) (store.GraphUsage, error) {
 	var u store.GraphUsage
 	rows, err := q.query(ctx, `SELECT status, pause_mode, COUNT(*), COALESCE(SUM(checkpoint_bytes), 0) FROM sandboxes

@@ -165,6 +165,10 @@ func testSandboxes(t *testing.T, s store.Store) {
 	if running != 2 || held != 2 {
 		t.Fatalf("running in main = %d, held %d, want 2 and 2", running, held)
 	}
+	// Both are one-call runs' sandboxes: no long-lived one counts.
+	if running, held, err := s.CountLongLived(ctx, "main"); err != nil || running != 0 || held != 0 {
+		t.Fatalf("long-lived in main = %d running, %d held (%v), want 0 and 0", running, held, err)
+	}
 
 	a.Status, a.EndReason, a.StartedAt, a.EndedAt = store.SandboxDestroyed, store.EndRunFinished, ptr(now()), ptr(now())
 	a.Usage = store.Usage{VCPUMs: 12.5, GiBMs: 3}
@@ -628,6 +632,9 @@ func testGraphUsage(t *testing.T, s store.Store) {
 	must(t, err)
 	if running != 2 || held != 6 {
 		t.Fatalf("CountSandboxes = %d running, %d held; want 2 and 6", running, held)
+	}
+	if running, held, err := s.CountLongLived(ctx, "main"); err != nil || running != 2 || held != 6 {
+		t.Fatalf("CountLongLived = %d running, %d held (%v); want 2 and 6", running, held, err)
 	}
 	got, err = s.GraphUsage(ctx, "none")
 	must(t, err)

@@ -28,6 +28,7 @@ CASES = [
     (422, "idempotency_key_reused", lbb.IdempotencyConflictError),
     (429, "limit_exceeded", lbb.RateLimitError),
     (429, "too_many_sandboxes", lbb.TooManySandboxesError),
+    (429, "too_many_runs", lbb.TooManyRunsError),
     (429, "quota_exceeded", lbb.QuotaExceededError),
     (500, "internal", lbb.InternalServerError),
     (503, "unavailable", lbb.UnavailableError),

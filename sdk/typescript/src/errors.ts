@@ -95,6 +95,8 @@ export class IdempotencyConflictError extends UnprocessableError {}
 export class RateLimitError extends APIStatusError {}
 /** 429 `too_many_sandboxes`: the graph has as many running sandboxes as it may. */
 export class TooManySandboxesError extends RateLimitError {}
+/** 429 `too_many_runs`: the host's queue of one-call runs waiting for capacity is full; retried with the same Idempotency-Key after Retry-After. */
+export class TooManyRunsError extends RateLimitError {}
 /** 429 `quota_exceeded`: the call would take the graph past a count quota (the message names it, its usage and limit); deleting something makes room, so it is not retried. */
 export class QuotaExceededError extends RateLimitError {}
 /** 401 `grant_expired`: the grant's token is past its expiry; mint one for the next attempt. */
@@ -133,6 +135,7 @@ const byCode: Record<string, StatusErrorClass> = {
   idempotency_key_reused: IdempotencyConflictError,
   path_outside_workspace: PathOutsideWorkspaceError,
   too_many_sandboxes: TooManySandboxesError,
+  too_many_runs: TooManyRunsError,
   isolation_unavailable: IsolationUnavailableError,
   not_supported: NotSupportedError,
   commands_running: CommandsRunningError,

@@ -6,7 +6,7 @@ export interface components {
     schemas: {
         Error: {
             error: {
-                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, quota_exceeded, quota_bytes_exceeded, file_in_use, unavailable, method_not_allowed, internal */
+                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, too_many_runs, quota_exceeded, quota_bytes_exceeded, file_in_use, unavailable, method_not_allowed, internal */
                 code: string;
                 message: string;
                 request_id: string;

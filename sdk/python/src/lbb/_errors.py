@@ -143,6 +143,10 @@ class TooManySandboxesError(RateLimitError):
     """429 ``too_many_sandboxes``: the graph has as many running sandboxes as it may."""
 
 
+class TooManyRunsError(RateLimitError):
+    """429 ``too_many_runs``: the host's queue of one-call runs waiting for capacity is full."""
+
+
 class QuotaExceededError(RateLimitError):
     """429 ``quota_exceeded``: the call would take the graph past one of its count quotas; the
     message names it, its usage and limit. Deleting something makes room; it is not retried."""
@@ -181,6 +185,7 @@ _BY_CODE: Dict[str, Type[APIStatusError]] = {
     "idempotency_key_reused": IdempotencyConflictError,
     "path_outside_workspace": PathOutsideWorkspaceError,
     "too_many_sandboxes": TooManySandboxesError,
+    "too_many_runs": TooManyRunsError,
     "isolation_unavailable": IsolationUnavailableError,
     "not_supported": NotSupportedError,
     "commands_running": CommandsRunningError,
