@@ -11,9 +11,9 @@ type metrics struct {
 	reaped      prometheus.Counter
 	lost        prometheus.Counter
 	// vcpuMs and gibMs are the metered usage of ended commands, per graph.
-	vcpuMs *prometheus.CounterVec
-	gibMs  *prometheus.CounterVec
-	queueWait   prometheus.Histogram
+	vcpuMs    *prometheus.CounterVec
+	gibMs     *prometheus.CounterVec
+	queueWait prometheus.Histogram
 
 	r prometheus.Registerer
 }

@@ -174,6 +174,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 	// A run past the host's capacity waits for a slot (in execute, once reserved); past the
 	// queue's bound it is refused before anything is reserved.
 	if p.slot, err = s.slots.enter(c.Graph, c.Key.ID); err != nil {
+		s.uncharge(ctx, c, p.command.Origin)
 		return Response{}, err
 	}
 	if err := s.begin(); err != nil {
