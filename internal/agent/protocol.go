@@ -8,6 +8,7 @@
 //	POST   /v1/exec      header Lbb-Exec      start a process; body = stdin; response = frames
 //	POST   /v1/run       body RunRequest      run(input, config); response = frames
 //	POST   /v1/procs/{id}/signal  SignalRequest → 204
+//	POST   /v1/procs/{id}/resize  PtySize    a process on a pty (ExecRequest.Pty): its new size → 204
 //	GET    /v1/files?path=&recursive=1       → []FileEntry (a path that is no directory: its entry)
 //	DELETE /v1/files?path=&recursive=1       → 204
 //	POST   /v1/files/mkdir?path=             → 204; parents are made
@@ -106,6 +107,18 @@ type ExecRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TimeoutMs kills the whole process group when it passes; 0 means none.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// Pty runs the process on a new pseudo-terminal of this size, as the leader of a new
+	// session whose controlling terminal it is: stdin, stdout and stderr are the terminal,
+	// the output comes as FrameStdout only, and the body's bytes are what is typed (the line
+	// discipline turns ^C into SIGINT for the foreground job). The body's end leaves the
+	// terminal open. TERM defaults to xterm-256color.
+	Pty *PtySize `json:"pty,omitempty"`
+}
+
+// PtySize is the size of a terminal, in characters.
+type PtySize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
 }
 
 // RunRequest calls run(input, config) of code with a base's harness. Input defaults to null
