@@ -72,7 +72,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
 	} else {
-		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
+		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds(), Pty: req.Pty}
 		switch {
 		case req.StdinOpen:
 			pr, pw := io.Pipe()
@@ -160,6 +160,26 @@ func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
 	return nil
 }
 
+// Resize sets the terminal size of a running command started with a Pty.
+func (h *Local) Resize(ctx context.Context, commandID string, size PtySize) error {
+	c, err := h.lookupCommand(commandID)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return errdefs.NotFound("command %s has ended", commandID)
+	default:
+	}
+	if size.Cols == 0 || size.Rows == 0 {
+		return errdefs.InvalidArgument("a terminal needs at least one column and one row")
+	}
+	if err := c.agent.Resize(ctx, commandID, size); err != nil {
+		return agentError(err)
+	}
+	return nil
+}
+
 // WriteStdin streams r to a command started with StdinOpen, and closes its stdin when close
 // is set.
 func (h *Local) WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (StdinResult, error) {
@@ -208,6 +228,9 @@ func (h *Local) ReadOutput(ctx context.Context, commandID, stream string, off in
 		capt = c.stderr
 	default:
 		return off, nil, errdefs.InvalidArgument("stream must be stdout or stderr")
+	}
+	if off < 0 {
+		off = capt.Recent(-off)
 	}
 	if max < 0 {
 		done, cancel := context.WithCancel(ctx)

@@ -218,7 +218,8 @@ func (unavailable) Exec(context.Context, hostagent.ExecRequest) error { return e
 func (unavailable) Wait(context.Context, string) (hostagent.CommandEnd, error) {
 	return hostagent.CommandEnd{}, errNoSandboxes
 }
-func (unavailable) Signal(context.Context, string, string) error { return errNoSandboxes }
+func (unavailable) Signal(context.Context, string, string) error            { return errNoSandboxes }
+func (unavailable) Resize(context.Context, string, hostagent.PtySize) error { return errNoSandboxes }
 func (unavailable) WriteStdin(context.Context, string, io.Reader, bool) (hostagent.StdinResult, error) {
 	return hostagent.StdinResult{}, errNoSandboxes
 }

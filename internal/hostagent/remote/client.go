@@ -283,6 +283,10 @@ func (c *Client) Signal(ctx context.Context, commandID, signal string) error {
 	return ok(ctx, c, "Signal", signalArgs{commandID, signal})
 }
 
+func (c *Client) Resize(ctx context.Context, commandID string, size hostagent.PtySize) error {
+	return ok(ctx, c, "Resize", resizeArgs{commandID, size})
+}
+
 // WriteStdin streams r as the request body.
 func (c *Client) WriteStdin(ctx context.Context, commandID string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
 	q := url.Values{"command_id": {commandID}, "close": {strconv.FormatBool(closeIt)}}

@@ -160,6 +160,9 @@ func (f *fake) Wait(ctx context.Context, id string) (hostagent.CommandEnd, error
 func (f *fake) Signal(ctx context.Context, id, signal string) error {
 	return f.rec("Signal", id, signal)
 }
+func (f *fake) Resize(ctx context.Context, id string, size hostagent.PtySize) error {
+	return f.rec("Resize", id, size)
+}
 func (f *fake) WriteStdin(ctx context.Context, id string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
 	if f.stall {
 		<-ctx.Done()
@@ -353,6 +356,10 @@ var calls = []struct {
 		return nil, h.Signal(ctx, "cmd_2", "SIGTERM")
 	},
 		[]any{"cmd_2", "SIGTERM"}, nil},
+	{"Resize", func(ctx context.Context, h hostagent.Host) (any, error) {
+		return nil, h.Resize(ctx, "cmd_2", hostagent.PtySize{Cols: 80, Rows: 24})
+	},
+		[]any{"cmd_2", hostagent.PtySize{Cols: 80, Rows: 24}}, nil},
 	{"WriteStdin", func(ctx context.Context, h hostagent.Host) (any, error) {
 		return h.WriteStdin(ctx, "cmd_2", strings.NewReader("hello"), true)
 	}, []any{"cmd_2", sumOf("hello"), int64(5), true}, stdinRes},

@@ -50,6 +50,7 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Exec", call(s, none(h.Exec)))
 	handle("Wait", call(s, func(ctx context.Context, a idArgs) (hostagent.CommandEnd, error) { return h.Wait(ctx, a.ID) }))
 	handle("Signal", call(s, none(func(ctx context.Context, a signalArgs) error { return h.Signal(ctx, a.CommandID, a.Signal) })))
+	handle("Resize", call(s, none(func(ctx context.Context, a resizeArgs) error { return h.Resize(ctx, a.CommandID, a.Size) })))
 	handle("WriteStdin", s.writeStdin)
 	handle("ReadOutput", s.readOutput)
 	handle("ReadHeld", call(s, h.ReadHeld))
