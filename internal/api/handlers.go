@@ -64,6 +64,7 @@ func (s *Server) routes() {
 	s.handle("GET", "/v1/commands/{id}/output", read, graph, !audited, s.commandOutput)
 	s.handle("POST", "/v1/commands/{id}/kill", write, graph, audited, s.killCommand)
 	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
+	s.handle("GET", "/v1/sandboxes/{id}/pty", write, graph, audited, s.sandboxPty)
 	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)

@@ -195,6 +195,20 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("importFile", im, 404, "PUT", im+"?graph=other&sandbox="+a+"&path=x&source_sha256="+sha, other, nil, "")
 	check("importFile", im, 422, "PUT", im+q+"&sandbox="+a+"&path=elsewhere&source_sha256="+sha, admin, idem("l3-i1"), "")
 
+	// A terminal over a WebSocket (pty_test.go drives one): a handshake by hand, for a
+	// terminal that ends at once, so that the answer ends.
+	const pt = "/v1/sandboxes/{id}/pty"
+	upgrade := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	if r := check("sandboxPty", pt, 101, "GET", A+"/pty"+q+"&argv=echo&argv=hi", admin, upgrade, ""); !strings.Contains(string(r.body), `"type":"exit"`) {
+		t.Fatalf("pty: %q", r.body)
+	}
+	check("sandboxPty", pt, 400, "GET", A+"/pty"+q+"&cols=wide", admin, upgrade, "")
+	check("sandboxPty", pt, 401, "GET", A+"/pty"+q, "", upgrade, "")
+	check("sandboxPty", pt, 403, "GET", A+"/pty"+q, reader, upgrade, "")
+	check("sandboxPty", pt, 404, "GET", sb+"/sbx_nope/pty"+q, admin, upgrade, "")
+	check("sandboxPty", pt, 404, "GET", A+"/pty"+q+"&terminal="+bg["id"].(string), admin, upgrade, "")
+
 	const st, rs = "/v1/sandboxes/{id}/stop", "/v1/sandboxes/{id}/resume"
 	check("stopSandbox", st, 401, "POST", A+"/stop"+q, "", nil, "")
 	check("stopSandbox", st, 403, "POST", A+"/stop"+q, reader, nil, "")
@@ -210,6 +224,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("makeDir", md, 409, "POST", A+"/files/mkdir"+q+"&path=d", admin, nil, "")
 	check("removeFile", fl, 409, "DELETE", A+"/files"+q+"&path=dir", admin, nil, "")
 	check("execCommand", sc, 409, "POST", A+"/commands"+q, admin, idem("l3-x2"), `{"argv": ["true"]}`)
+	check("sandboxPty", pt, 409, "GET", A+"/pty"+q, admin, upgrade, "")
 	check("runInSandbox", rn, 409, "POST", A+"/run"+q, admin, idem("l3-x3"), runBody)
 	check("createFile", gf, 409, "POST", gf+q+"&source_sandbox="+a+"&source_path=dir/a.txt", admin, nil, "")
 	check("importFile", im, 409, "PUT", imq+sha, admin, nil, "")

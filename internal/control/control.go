@@ -79,6 +79,9 @@ type Service struct {
 	// oneCalls are the graphs and keys of one-call runs' sandboxes running here (for the
 	// audit of their refused destinations).
 	oneCalls map[string]owner
+
+	// terms are the terminals running here: who is attached, and their grace timers.
+	terms terminals
 }
 
 type owner struct{ graph, key string }

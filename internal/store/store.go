@@ -441,6 +441,9 @@ func CommandDone(status string) bool {
 const (
 	KindRun     = "run"
 	KindProcess = "process"
+	// KindTerminal is a process on a terminal (GET /v1/sandboxes/{id}/pty): its output is
+	// stdout alone; what is typed is its stdin, counted and never kept.
+	KindTerminal = "terminal"
 )
 
 // Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),
