@@ -565,6 +565,32 @@ type TemplateVersion struct {
 	Version   int    `json:"version"`
 }
 
+// TerminalMessage A text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty).
+type TerminalMessage struct {
+	// Cols resize
+	Cols  int64  `json:"cols,omitempty"`
+	Error string `json:"error,omitempty"`
+
+	// ExitCode exit
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Rows resize
+	Rows    int64  `json:"rows,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+
+	// Signal exit: the signal that ended it
+	Signal string `json:"signal,omitempty"`
+
+	// Status exit: the command's status
+	Status string `json:"status,omitempty"`
+
+	// Terminal the terminal's command id (started, exit)
+	Terminal string `json:"terminal,omitempty"`
+
+	// Type started and exit come from the server, resize from the client
+	Type string `json:"type"`
+}
+
 // Usage defines model for Usage.
 type Usage struct {
 	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
