@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 )
 
@@ -123,6 +124,23 @@ func (s *Stream) Close() error {
 func (c *Client) AcceptConn(ctx context.Context, id string) (*Stream, error) {
 	pr, pw := io.Pipe()
 	r, err := c.newRequest(ctx, http.MethodPost, PathConns+url.PathEscape(id)+"/accept", nil, pr)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.do(r)
+	if err != nil {
+		pw.CloseWithError(err)
+		return nil, err
+	}
+	return &Stream{pw: pw, body: resp.Body}, nil
+}
+
+// DialPort opens a connection to port on the sandbox's loopback (127.0.0.1, else ::1), as a
+// stream: what a preview of the port carries. Nothing listening is CodePortRefused.
+func (c *Client) DialPort(ctx context.Context, port int) (*Stream, error) {
+	pr, pw := io.Pipe()
+	r, err := c.newRequest(ctx, http.MethodPost, PathPorts+strconv.Itoa(port)+"/connect", nil, pr)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,9 @@
 //	                                         Lbb-Listening (Listening), then ConnRequest lines
 //	POST   /v1/conns/{id}/accept             body = bytes to the connection; response = bytes from it
 //	POST   /v1/conns/{id}/refuse  Refusal    → 204
+//	POST   /v1/ports/{port}/connect          body = bytes to a connection to the port on the
+//	                                         sandbox's loopback; response = frames from it
+//	                                         (as accept); nothing listening: port_refused (502)
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
@@ -74,6 +77,7 @@ const (
 	PathPrestart    = "/v1/prestart"
 	PathListen      = "/v1/listen"
 	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
+	PathPorts       = "/v1/ports/" // + port + "/connect"
 
 	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
 	HeaderListening = "Lbb-Listening"
@@ -336,6 +340,8 @@ const (
 	CodeNotSupported = "not_supported"
 	CodeNotEmpty     = "directory_not_empty"
 	CodePermission   = "permission_denied"
+	// CodePortRefused: nothing in the sandbox listens on the port (a preview's connect).
+	CodePortRefused = "port_refused"
 )
 
 // StatusOf is the HTTP status the agent answers with for an error code.
@@ -351,6 +357,8 @@ func StatusOf(code string) int {
 		return 409
 	case CodeNotSupported:
 		return 501
+	case CodePortRefused:
+		return 502
 	case CodeDiskFull:
 		return 507
 	default:

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -112,6 +113,11 @@ type Host interface {
 	ListFiles(ctx context.Context, sandboxID, path string, recursive bool) ([]FileEntry, error)
 	RemoveFile(ctx context.Context, sandboxID, path string, recursive bool) error
 	MakeDir(ctx context.Context, sandboxID, path string) (FileEntry, error)
+
+	// DialPort connects to a port on a running sandbox's loopback (127.0.0.1, else ::1)
+	// through its channel: what a preview of the port carries. Nothing listening there is
+	// errdefs Unavailable. The connection lasts until its Close or the sandbox's end.
+	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 
 	// Sandboxes lists the ids of every sandbox the machine holds state for (any state).
 	Sandboxes(ctx context.Context) ([]string, error)

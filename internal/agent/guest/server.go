@@ -172,6 +172,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathListen, s.handleListen)
 	mux.HandleFunc("POST "+agent.PathConns+"{id}/accept", s.handleConnAccept)
 	mux.HandleFunc("POST "+agent.PathConns+"{id}/refuse", s.handleConnRefuse)
+	mux.HandleFunc("POST "+agent.PathPorts+"{port}/connect", s.handlePortConnect)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such route"})
 	})

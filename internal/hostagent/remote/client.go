@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -285,6 +286,12 @@ func (c *Client) Signal(ctx context.Context, commandID, signal string) error {
 
 func (c *Client) Resize(ctx context.Context, commandID string, size hostagent.PtySize) error {
 	return ok(ctx, c, "Resize", resizeArgs{commandID, size})
+}
+
+// DialPort is not carried between processes yet: previews need the host agent in the
+// server's process.
+func (c *Client) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	return nil, errdefs.Unavailable("previews need the host agent in the server's process (not --host-agent)")
 }
 
 // WriteStdin streams r as the request body.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -162,6 +163,9 @@ func (f *fake) Signal(ctx context.Context, id, signal string) error {
 }
 func (f *fake) Resize(ctx context.Context, id string, size hostagent.PtySize) error {
 	return f.rec("Resize", id, size)
+}
+func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return nil, f.rec("DialPort", id, port)
 }
 func (f *fake) WriteStdin(ctx context.Context, id string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
 	if f.stall {
