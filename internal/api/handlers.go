@@ -65,6 +65,7 @@ func (s *Server) routes() {
 	s.handle("POST", "/v1/commands/{id}/kill", write, graph, audited, s.killCommand)
 	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
 	s.handle("GET", "/v1/sandboxes/{id}/pty", write, graph, audited, s.sandboxPty)
+	s.handle("POST", "/v1/sandboxes/{id}/ports/{port}/url", write, graph, audited, s.previewURL)
 	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)

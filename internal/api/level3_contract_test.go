@@ -209,6 +209,19 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("sandboxPty", pt, 404, "GET", sb+"/sbx_nope/pty"+q, admin, upgrade, "")
 	check("sandboxPty", pt, 404, "GET", A+"/pty"+q+"&terminal="+bg["id"].(string), admin, upgrade, "")
 
+	// Preview URLs (the preview listener itself: test/e2e). No listener: 503.
+	const pu = "/v1/sandboxes/{id}/ports/{port}/url"
+	check("previewURL", pu, 503, "POST", A+"/ports/8000/url"+q, admin, nil, "")
+	s.svc.SetPreviewListener("http", "7701")
+	if r := check("previewURL", pu, 200, "POST", A+"/ports/8000/url"+q, admin, nil, `{"expires_in_seconds": 60}`).json(t); !strings.HasPrefix(r["url"].(string), "http://p8000-") {
+		t.Fatalf("preview: %v", r)
+	}
+	check("previewURL", pu, 400, "POST", A+"/ports/0/url"+q, admin, nil, "")
+	check("previewURL", pu, 400, "POST", A+"/ports/80/url"+q, admin, nil, `{"expires_in_seconds": 99999999}`)
+	check("previewURL", pu, 401, "POST", A+"/ports/80/url"+q, "", nil, "")
+	check("previewURL", pu, 403, "POST", A+"/ports/80/url"+q, reader, nil, "")
+	check("previewURL", pu, 404, "POST", A+"/ports/80/url?graph=other", other, nil, "")
+
 	const st, rs = "/v1/sandboxes/{id}/stop", "/v1/sandboxes/{id}/resume"
 	check("stopSandbox", st, 401, "POST", A+"/stop"+q, "", nil, "")
 	check("stopSandbox", st, 403, "POST", A+"/stop"+q, reader, nil, "")
@@ -225,6 +238,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("removeFile", fl, 409, "DELETE", A+"/files"+q+"&path=dir", admin, nil, "")
 	check("execCommand", sc, 409, "POST", A+"/commands"+q, admin, idem("l3-x2"), `{"argv": ["true"]}`)
 	check("sandboxPty", pt, 409, "GET", A+"/pty"+q, admin, upgrade, "")
+	check("previewURL", pu, 409, "POST", A+"/ports/80/url"+q, admin, nil, "")
 	check("runInSandbox", rn, 409, "POST", A+"/run"+q, admin, idem("l3-x3"), runBody)
 	check("createFile", gf, 409, "POST", gf+q+"&source_sandbox="+a+"&source_path=dir/a.txt", admin, nil, "")
 	check("importFile", im, 409, "PUT", imq+sha, admin, nil, "")

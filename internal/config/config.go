@@ -42,9 +42,13 @@ type Quotas struct {
 
 // Config is the server's configuration.
 type Config struct {
-	Addr      string
-	DataDir   string
-	ImagesDir string
+	Addr string
+	// PreviewAddr is the listener of port previews ("" serves none); PreviewDomain the
+	// domain whose subdomains name them (<token>.<domain>), each its own web origin.
+	PreviewAddr   string
+	PreviewDomain string
+	DataDir       string
+	ImagesDir     string
 	// Mirror is the Debian mirror image builds use ("" for the builder's default).
 	Mirror string
 	// Runtime names the default isolation driver. The server also offers every other driver
@@ -133,6 +137,8 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Addr:                 "127.0.0.1:7700",
+		PreviewAddr:          "127.0.0.1:7701",
+		PreviewDomain:        "preview.localhost",
 		DataDir:              "/var/lib/lbb",
 		Runtime:              "ns",
 		Defaults:             Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
@@ -175,6 +181,8 @@ func Default() Config {
 // Flags registers every setting on fs, with c's values as defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on")
+	fs.StringVar(&c.PreviewAddr, "preview-addr", c.PreviewAddr, "address of the port previews' listener (empty: none)")
+	fs.StringVar(&c.PreviewDomain, "preview-domain", c.PreviewDomain, "previews are served as <token>.<this domain>; *.localhost resolves locally in browsers and curl")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
 	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")

@@ -82,6 +82,8 @@ type Service struct {
 
 	// terms are the terminals running here: who is attached, and their grace timers.
 	terms terminals
+	// previews sign and check the host names of port previews.
+	previews previews
 }
 
 type owner struct{ graph, key string }

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/ids"
+)
+
+// previewURL signs a URL of a port of a sandbox (POST /v1/sandboxes/{id}/ports/{port}/url).
+func (s *Server) previewURL(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("id")
+	c.target, c.sandbox = id, id
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		return errdefs.InvalidArgument("port must be a number from 1 to 65535")
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req control.PreviewRequest
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decode(body, &req); err != nil {
+			return err
+		}
+	}
+	p, err := s.svc.PreviewURL(r.Context(), c.caller, id, port, req)
+	return answer(w, http.StatusOK, p, err)
+}
+
+type previewTarget struct{}
+
+// NewPreview is the handler of the preview listener: a request whose host name is a valid,
+// unexpired signed token (<token>.<preview domain>) of a sandbox running here goes to the
+// port the token names, through the sandbox's channel, WebSocket upgrades included; any
+// other answers 404. The caller's Authorization is not passed on, and nothing is added.
+func NewPreview(svc *control.Service, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tr := &http.Transport{
+		// The address is <sandbox ulid>:<port> (see Rewrite): the connection goes through
+		// the channel, never the network.
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, err
+			}
+			return svc.DialPreview(ctx, ids.Sandbox+host, port)
+		},
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(previewTarget{}).([2]string)
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", t[0]+":"+t[1]
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del("Authorization")
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1, // server-sent events and streamed answers go out as they come
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			t := r.Context().Value(previewTarget{}).([2]string)
+			status, msg := http.StatusBadGateway, fmt.Sprintf("nothing answers on port %s in the sandbox", t[1])
+			if errdefs.IsNotFound(err) || errdefs.IsConflict(err) {
+				status, msg = http.StatusNotFound, "404 page not found"
+			} else if !errors.Is(err, context.Canceled) {
+				log.Debug("preview", "sandbox", ids.Sandbox+t[0], "port", t[1], "err", err)
+			}
+			http.Error(w, msg, status)
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sandboxID, port, ok := svc.ResolvePreview(r.Host)
+		if !ok {
+			http.Error(w, "404 page not found", http.StatusNotFound)
+			return
+		}
+		t := [2]string{strings.TrimPrefix(sandboxID, ids.Sandbox), strconv.Itoa(port)}
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), previewTarget{}, t)))
+	})
+}
