@@ -173,3 +173,16 @@ func (t *Terminal) Close() error {
 	t.ws.Close(websocket.StatusNormalClosure, "detached")
 	return nil
 }
+
+// PreviewParams ask for a preview URL.
+type PreviewParams struct {
+	// ExpiresInSeconds is how long the URL is valid; default 3600, at most 7 days.
+	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
+}
+
+// PreviewURL signs an expiring URL of a port of a running sandbox (a preview): a process
+// listening there (on 127.0.0.1 or 0.0.0.0) is reached through it, HTTP and WebSocket alike,
+// by anyone who has it until it expires; nothing else reaches the port.
+func (s *SandboxesService) PreviewURL(ctx context.Context, id string, port int, p PreviewParams) (*Preview, error) {
+	return call[Preview](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/ports/"+strconv.Itoa(port)+"/url"), body: p})
+}

@@ -285,6 +285,16 @@ type Output struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Preview defines model for Preview.
+type Preview struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Port      int64     `json:"port"`
+	Sandbox   string    `json:"sandbox"`
+
+	// URL the signed URL: open it in a browser, or with curl
+	URL string `json:"url"`
+}
+
 // Quota one quota of a graph: what it holds and the most it may
 type Quota struct {
 	Limit int64  `json:"limit"`
