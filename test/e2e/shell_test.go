@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -16,7 +17,7 @@ import (
 // (SIGWINCH), state across lines, and the shell's exit code as lbb's; then --new.
 func TestShellCLI(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed (apt-get install tmux): the test needs a real terminal")
+		testkit.SkipPrivileged(t, "tmux is not installed (scripts/deps.sh installs it): the test needs a real terminal")
 	}
 	s := startServer(t, "--pool=false")
 	_, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
