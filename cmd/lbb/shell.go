@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -109,4 +110,26 @@ func sandboxShell(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args [
 		return exitError{*e.ExitCode, ""}
 	}
 	return nil
+}
+
+// sandboxURL prints a signed, expiring URL of a port of a sandbox (a preview).
+func sandboxURL(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	expires := fs.Duration("expires", time.Hour, "how long the URL is valid (at most 168h)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return exitError{2, "usage: lbb sandbox url ID PORT [--expires 1h]"}
+	}
+	port, err := strconv.Atoi(pos[1])
+	if err != nil {
+		return exitError{2, "PORT must be a number"}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	p, err := c.Sandboxes.PreviewURL(ctx, pos[0], port, lbb.PreviewParams{ExpiresInSeconds: int64(expires.Seconds())})
+	return answer(cf, p, err, func(p *lbb.Preview) { fmt.Println(p.URL) })
 }

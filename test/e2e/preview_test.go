@@ -168,6 +168,15 @@ func TestPreview(t *testing.T) {
 				t.Errorf("another graph: %v, want 404", err)
 			}
 
+			// The CLI's URL works the same.
+			out, errOut, err := s.cli("sandbox", "url", sb.ID, "8000", "--expires", "10m")
+			if err != nil {
+				t.Fatalf("lbb sandbox url: %v: %s", err, errOut)
+			}
+			if code, body := get(strings.TrimSpace(out)); code != 200 || !strings.Contains(body, "lbb preview") {
+				t.Errorf("the CLI's URL %q answers %d", out, code)
+			}
+
 			browse(t, c, sb.ID, p.URL)
 
 			// Previews end with the sandbox.
