@@ -21,4 +21,5 @@ func TestPty(t *testing.T) {
 	}
 	ptytest.Drive(t, c, sb.ID)
 	ptytest.Flood(t, c, sb.ID, 20<<20)
+	ptytest.Pause(t, c, sb.ID)
 }

@@ -39,6 +39,7 @@ type terminals struct {
 
 type terminal struct {
 	graph    string
+	sandbox  string
 	attached int
 	grace    *time.Timer
 }
@@ -108,7 +109,7 @@ func (s *Service) OpenTerminal(ctx context.Context, c Caller, sandboxID string, 
 	if s.terms.m == nil {
 		s.terms.m = map[string]*terminal{}
 	}
-	t := &terminal{graph: c.Graph}
+	t := &terminal{graph: c.Graph, sandbox: sandboxID}
 	s.terms.m[cmd.ID] = t
 	s.terms.mu.Unlock()
 	// Nobody attached yet: the grace starts now, and the opener's attach stops it.
@@ -179,6 +180,37 @@ func (s *Service) detached(id string, t *terminal) {
 			}
 		}
 	})
+}
+
+// endTerminals hangs up the terminals of a sandbox (SIGHUP; SIGKILL after terminalHangup)
+// and waits for their records: a pause leaves no terminal behind to break its rule that no
+// command runs.
+func (s *Service) endTerminals(ctx context.Context, sandboxID string) {
+	s.terms.mu.Lock()
+	var ids []string
+	for id, t := range s.terms.m {
+		if t.sandbox == sandboxID {
+			ids = append(ids, id)
+		}
+	}
+	s.terms.mu.Unlock()
+	for _, id := range ids {
+		inf := s.liveCommand(id)
+		if inf == nil {
+			continue
+		}
+		s.host.Signal(ctx, id, "SIGHUP")
+		select {
+		case <-inf.done:
+			continue
+		case <-time.After(terminalHangup):
+		}
+		s.host.Signal(ctx, id, "")
+		select {
+		case <-inf.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
 }
 
 // ResizeTerminal sets a running terminal's size.

@@ -21,6 +21,7 @@ func TestPty(t *testing.T) {
 			c, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
 			ptytest.Drive(t, c, sb.ID)
 			ptytest.Flood(t, c, sb.ID, 32<<20)
+			ptytest.Pause(t, c, sb.ID)
 		})
 	}
 }

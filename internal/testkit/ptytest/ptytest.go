@@ -184,6 +184,31 @@ func Drive(t *testing.T, c *lbb.Client, sandboxID string) {
 	}
 }
 
+// Pause opens a terminal and pauses its sandbox: the terminal ends (hung up), its socket
+// says so, and the pause succeeds.
+func Pause(t *testing.T, c *lbb.Client, sandboxID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"sh"}, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	s := Follow(term)
+	s.Type(t, "echo up-$((1+2))\n")
+	s.WaitFor(t, "up-3")
+	if _, err := c.Sandboxes.Pause(ctx, sandboxID); err != nil {
+		t.Fatalf("pause with a terminal open: %v", err)
+	}
+	s.WaitEnd(t)
+	if e := term.Exit(); e == nil || e.Status == "running" {
+		t.Errorf("the terminal's end: %+v", e)
+	}
+	if _, err := c.Sandboxes.Resume(ctx, sandboxID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Flood writes much output through a terminal nobody reads quickly and checks that the
 // terminal still answers: the server keeps bounded buffers.
 func Flood(t *testing.T, c *lbb.Client, sandboxID string, bytes int) {
