@@ -38,6 +38,8 @@ export type {
   RunCommandParams,
   RunCommandOptions,
   SnapshotParams,
+  PreviewParams,
+  Preview,
   ForkParams,
   Origin,
   StreamOptions,
