@@ -142,16 +142,25 @@ func (h *Local) Wait(ctx context.Context, commandID string) (CommandEnd, error) 
 	return c.end, nil
 }
 
-// Signal signals a running command's process group ("" is SIGKILL).
-func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
-	c, err := h.lookupCommand(commandID)
+// runningCommand finds a command that has not ended.
+func (h *Local) runningCommand(id string) (*command, error) {
+	c, err := h.lookupCommand(id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	select {
 	case <-c.done:
-		return errdefs.NotFound("command %s has ended", commandID)
+		return nil, errdefs.NotFound("command %s has ended", id)
 	default:
+	}
+	return c, nil
+}
+
+// Signal signals a running command's process group ("" is SIGKILL).
+func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
+	c, err := h.runningCommand(commandID)
+	if err != nil {
+		return err
 	}
 	c.killed.Store(true)
 	if err := c.agent.Signal(ctx, commandID, signal); err != nil {
@@ -162,14 +171,9 @@ func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
 
 // Resize sets the terminal size of a running command started with a Pty.
 func (h *Local) Resize(ctx context.Context, commandID string, size PtySize) error {
-	c, err := h.lookupCommand(commandID)
+	c, err := h.runningCommand(commandID)
 	if err != nil {
 		return err
-	}
-	select {
-	case <-c.done:
-		return errdefs.NotFound("command %s has ended", commandID)
-	default:
 	}
 	if size.Cols == 0 || size.Rows == 0 {
 		return errdefs.InvalidArgument("a terminal needs at least one column and one row")

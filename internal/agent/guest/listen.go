@@ -325,6 +325,11 @@ func (s *Server) handleConnAccept(w http.ResponseWriter, r *http.Request) {
 	if conn == nil {
 		return
 	}
+	serveStream(w, r, conn)
+}
+
+// serveStream answers a stream's call with 200 and bridges conn to it.
+func serveStream(w http.ResponseWriter, r *http.Request, conn net.Conn) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -352,14 +357,7 @@ func (s *Server) handlePortConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodePortRefused, Message: fmt.Sprintf("nothing listens on port %d in the sandbox: %v", port, err)})
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
-		conn.Close()
-		return
-	}
-	bridge(conn, w, rc, r.Body)
+	serveStream(w, r, conn)
 }
 
 // bridge copies body into conn and conn into w until both have ended; an end of one
