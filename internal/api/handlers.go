@@ -66,6 +66,8 @@ func (s *Server) routes() {
 	s.handle("POST", "/v1/commands/{id}/stdin", write, graph, audited, s.commandStdin)
 	s.handle("GET", "/v1/sandboxes/{id}/pty", write, graph, audited, s.sandboxPty)
 	s.handle("POST", "/v1/sandboxes/{id}/ports/{port}/url", write, graph, audited, s.previewURL)
+	s.handle("GET", "/v1/sandboxes/{id}/previews", read, graph, !audited, s.listPreviews)
+	s.handle("DELETE", "/v1/sandboxes/{id}/previews/{preview}", write, graph, audited, s.deletePreview)
 	s.handle("PUT", "/v1/sandboxes/{id}/files/content", write, graph, audited, s.writeFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files/content", read, graph, !audited, s.readFile)
 	s.handle("GET", "/v1/sandboxes/{id}/files", read, graph, !audited, s.listFiles)

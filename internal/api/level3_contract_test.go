@@ -221,6 +221,20 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("previewURL", pu, 401, "POST", A+"/ports/80/url"+q, "", nil, "")
 	check("previewURL", pu, 403, "POST", A+"/ports/80/url"+q, reader, nil, "")
 	check("previewURL", pu, 404, "POST", A+"/ports/80/url?graph=other", other, nil, "")
+	const pl, pd = "/v1/sandboxes/{id}/previews", "/v1/sandboxes/{id}/previews/{preview}"
+	previews := check("listPreviews", pl, 200, "GET", A+"/previews"+q, reader, nil, "").json(t)["data"].([]any)
+	if len(previews) != 1 || previews[0].(map[string]any)["url"] != nil {
+		t.Fatalf("previews (their URLs are not shown again): %v", previews)
+	}
+	prv := previews[0].(map[string]any)["id"].(string)
+	check("listPreviews", pl, 400, "GET", A+"/previews"+q+"&limit=x", reader, nil, "")
+	check("listPreviews", pl, 401, "GET", A+"/previews"+q, "", nil, "")
+	check("listPreviews", pl, 404, "GET", sb+"/sbx_nope/previews"+q, reader, nil, "")
+	check("deletePreview", pd, 401, "DELETE", A+"/previews/"+prv+q, "", nil, "")
+	check("deletePreview", pd, 403, "DELETE", A+"/previews/"+prv+q, reader, nil, "")
+	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+"?graph=other", other, nil, "")
+	check("deletePreview", pd, 204, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
+	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
 
 	const st, rs = "/v1/sandboxes/{id}/stop", "/v1/sandboxes/{id}/resume"
 	check("stopSandbox", st, 401, "POST", A+"/stop"+q, "", nil, "")

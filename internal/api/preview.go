@@ -15,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/store"
 )
 
 // previewURL signs a URL of a port of a sandbox (POST /v1/sandboxes/{id}/ports/{port}/url).
@@ -98,4 +99,22 @@ func NewPreview(svc *control.Service, log *slog.Logger) http.Handler {
 		t := [2]string{strings.TrimPrefix(sandboxID, ids.Sandbox), strconv.Itoa(port)}
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), previewTarget{}, t)))
 	})
+}
+
+// listPreviews lists a sandbox's previews (GET /v1/sandboxes/{id}/previews).
+func (s *Server) listPreviews(w http.ResponseWriter, r *http.Request, c *call) error {
+	return writeList(w, r, func(p store.Page) ([]control.Preview, string, error) {
+		return s.svc.ListPreviews(r.Context(), c.caller.Graph, r.PathValue("id"), p)
+	})
+}
+
+// deletePreview revokes one (DELETE /v1/sandboxes/{id}/previews/{preview}).
+func (s *Server) deletePreview(w http.ResponseWriter, r *http.Request, c *call) error {
+	id := r.PathValue("preview")
+	c.target, c.sandbox = id, r.PathValue("id")
+	if err := s.svc.DeletePreview(r.Context(), c.caller.Graph, r.PathValue("id"), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

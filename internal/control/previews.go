@@ -28,12 +28,19 @@ const PreviewSecretFile = "preview.key"
 // MaxPreviewExpiry bounds how long a preview URL may live.
 const MaxPreviewExpiry = 7 * 24 * time.Hour
 
-// Preview is a signed, expiring URL of a port of a sandbox.
+// Preview is a signed, expiring URL of a port of a sandbox. The URL is shown when it is made
+// only; a listing shows the rest.
 type Preview struct {
-	URL       string    `json:"url"`
+	ID        string    `json:"id"`
+	URL       string    `json:"url,omitempty"`
 	Sandbox   string    `json:"sandbox"`
 	Port      int       `json:"port"`
 	ExpiresAt time.Time `json:"expires_at"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func previewOf(p store.Preview) Preview {
+	return Preview{ID: p.ID, Sandbox: p.SandboxID, Port: p.Port, ExpiresAt: p.ExpiresAt, CreatedAt: p.CreatedAt}
 }
 
 // PreviewRequest is the body of POST /v1/sandboxes/{id}/ports/{port}/url.
@@ -87,10 +94,10 @@ func (s *Service) SetPreviewListener(scheme, port string) {
 
 var tokenEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// previewMAC is the signature of (sandbox, port, expiry).
-func previewMAC(secret []byte, sandboxID string, port int, exp int64) string {
+// previewMAC is the signature of (preview, sandbox, port, expiry).
+func previewMAC(secret []byte, previewID, sandboxID string, port int, exp int64) string {
 	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "lbb-preview\x00%s\x00%d\x00%d", sandboxID, port, exp)
+	fmt.Fprintf(m, "lbb-preview\x00%s\x00%s\x00%d\x00%d", previewID, sandboxID, port, exp)
 	return tokenEncoding.EncodeToString(m.Sum(nil)[:10])
 }
 
@@ -125,14 +132,43 @@ func (s *Service) PreviewURL(ctx context.Context, c Caller, sandboxID string, po
 	if err != nil {
 		return Preview{}, err
 	}
-	at := s.now().Add(exp).Truncate(time.Second)
-	ulid := strings.TrimPrefix(sandboxID, ids.Sandbox)
-	token := fmt.Sprintf("p%d-%s-%s-%s", port, ulid, strconv.FormatInt(at.Unix(), 36), previewMAC(secret, sandboxID, port, at.Unix()))
+	now := s.now()
+	rec := store.Preview{ID: ids.New(ids.Preview), Graph: c.Graph, SandboxID: sandboxID, Port: port,
+		ExpiresAt: now.Add(exp).Truncate(time.Second), CreatedAt: now, Origin: store.Origin{Key: c.Key.ID}}
+	if err := s.st.WithTx(ctx, func(q store.Queries) error { return q.CreatePreview(ctx, rec) }); err != nil {
+		return Preview{}, err
+	}
+	token := fmt.Sprintf("p%d-%s-%s", port, strings.TrimPrefix(rec.ID, ids.Preview),
+		previewMAC(secret, rec.ID, sandboxID, port, rec.ExpiresAt.Unix()))
 	host := token + "." + s.cfg.PreviewDomain
 	if lport != "" {
 		host = net.JoinHostPort(host, lport)
 	}
-	return Preview{URL: scheme + "://" + host + "/", Sandbox: sandboxID, Port: port, ExpiresAt: at}, nil
+	p := previewOf(rec)
+	p.URL = scheme + "://" + host + "/"
+	return p, nil
+}
+
+// ListPreviews lists a sandbox's previews, newest first (their URLs are not shown again).
+func (s *Service) ListPreviews(ctx context.Context, graph, sandboxID string, p store.Page) ([]Preview, string, error) {
+	if _, err := s.st.GetSandbox(ctx, graph, sandboxID); err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.st.ListPreviews(ctx, graph, sandboxID, p)
+	out := make([]Preview, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, previewOf(r))
+	}
+	return out, next, err
+}
+
+// DeletePreview revokes a preview of a sandbox: its URL answers 404 from now on.
+func (s *Service) DeletePreview(ctx context.Context, graph, sandboxID, id string) error {
+	p, err := s.st.GetPreview(ctx, id)
+	if err != nil || p.Graph != graph || p.SandboxID != sandboxID {
+		return errdefs.NotFound("preview %s of sandbox %s not found", id, sandboxID)
+	}
+	return s.st.WithTx(ctx, func(q store.Queries) error { return q.DeletePreview(ctx, graph, id) })
 }
 
 // ResolvePreview checks the host name of a preview request: its signature and expiry, and
@@ -148,26 +184,28 @@ func (s *Service) ResolvePreview(host string) (sandboxID string, port int, ok bo
 		return "", 0, false
 	}
 	parts := strings.Split(token, "-")
-	if len(parts) != 4 || !strings.HasPrefix(parts[0], "p") {
+	if len(parts) != 3 || !strings.HasPrefix(parts[0], "p") {
 		return "", 0, false
 	}
 	port, err := strconv.Atoi(parts[0][1:])
-	if err != nil || port < 1 || port > 65535 {
+	if err != nil || port < 1 || port > 65535 || !ids.Valid(ids.Preview, ids.Preview+parts[1]) {
 		return "", 0, false
 	}
-	exp, err := strconv.ParseInt(parts[2], 36, 64)
-	if err != nil || time.Now().Unix() >= exp {
-		return "", 0, false
-	}
-	sandboxID = ids.Sandbox + parts[1]
 	secret, err := s.previewSecret()
-	if err != nil || !hmac.Equal([]byte(parts[3]), []byte(previewMAC(secret, sandboxID, port, exp))) {
+	if err != nil {
 		return "", 0, false
 	}
-	if s.lookupHeld(sandboxID) == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, err := s.st.GetPreview(ctx, ids.Preview+parts[1])
+	if err != nil || rec.Port != port || !time.Now().Before(rec.ExpiresAt) ||
+		!hmac.Equal([]byte(parts[2]), []byte(previewMAC(secret, rec.ID, rec.SandboxID, port, rec.ExpiresAt.Unix()))) {
 		return "", 0, false
 	}
-	return sandboxID, port, true
+	if hs := s.lookupHeld(rec.SandboxID); hs == nil || hs.graph != rec.Graph {
+		return "", 0, false
+	}
+	return rec.SandboxID, port, true
 }
 
 // DialPreview connects to a port of a sandbox for its preview.
