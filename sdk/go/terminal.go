@@ -186,3 +186,14 @@ type PreviewParams struct {
 func (s *SandboxesService) PreviewURL(ctx context.Context, id string, port int, p PreviewParams) (*Preview, error) {
 	return call[Preview](ctx, s.c, request{method: http.MethodPost, path: s.path(id, "/ports/"+strconv.Itoa(port)+"/url"), body: p})
 }
+
+// Previews lists a sandbox's previews, newest first (their URLs are shown only when made).
+func (s *SandboxesService) Previews(ctx context.Context, id string, p ListParams) (*List[Preview], error) {
+	return get[List[Preview]](ctx, s.c, s.path(id, "/previews"), p.query())
+}
+
+// DeletePreview revokes a preview: its URL answers 404 from now on.
+func (s *SandboxesService) DeletePreview(ctx context.Context, sandboxID, previewID string) error {
+	_, err := s.c.do(ctx, request{method: http.MethodDelete, path: s.path(sandboxID, "/previews/"+url.PathEscape(previewID)), retry: true}, nil)
+	return err
+}

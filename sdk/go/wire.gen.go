@@ -287,12 +287,16 @@ type Output struct {
 
 // Preview defines model for Preview.
 type Preview struct {
+	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
-	Port      int64     `json:"port"`
-	Sandbox   string    `json:"sandbox"`
 
-	// URL the signed URL: open it in a browser, or with curl
-	URL string `json:"url"`
+	// ID prv_…
+	ID      string `json:"id"`
+	Port    int64  `json:"port"`
+	Sandbox string `json:"sandbox"`
+
+	// URL the signed URL: open it in a browser, or with curl (in the answer that made it only)
+	URL string `json:"url,omitempty"`
 }
 
 // Quota one quota of a graph: what it holds and the most it may

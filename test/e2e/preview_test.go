@@ -177,6 +177,25 @@ func TestPreview(t *testing.T) {
 				t.Errorf("the CLI's URL %q answers %d", out, code)
 			}
 
+			// A revoked preview answers 404; the others go on.
+			l, err := c.Sandboxes.Previews(bg, sb.ID, lbb.ListParams{})
+			if err != nil || len(l.Data) < 3 || l.Data[0].URL != "" {
+				t.Fatalf("previews: %v %+v", err, l)
+			}
+			revoke, err := c.Sandboxes.PreviewURL(bg, sb.ID, 8000, lbb.PreviewParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := get(revoke.URL); code != 200 {
+				t.Fatalf("a fresh preview answers %d", code)
+			}
+			if err := c.Sandboxes.DeletePreview(bg, sb.ID, revoke.ID); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := get(revoke.URL); code != 404 {
+				t.Errorf("a revoked preview answers %d, want 404", code)
+			}
+
 			browse(t, c, sb.ID, p.URL)
 
 			// Previews end with the sandbox.

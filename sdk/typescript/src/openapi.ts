@@ -624,12 +624,20 @@ export interface components {
             expires_in_seconds?: number;
         };
         Preview: {
-            /** @description the signed URL: open it in a browser, or with curl */
-            url: string;
+            /** @description prv_… */
+            id: string;
+            /** @description the signed URL: open it in a browser, or with curl (in the answer that made it only) */
+            url?: string;
             sandbox: string;
             port: number;
             /** Format: date-time */
             expires_at: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        PreviewList: {
+            data: components["schemas"]["Preview"][];
+            next_cursor?: string;
         };
     };
     responses: never;
