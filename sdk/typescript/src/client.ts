@@ -919,7 +919,7 @@ export class Sandbox {
   async previewUrl(port: number, p: PreviewParams = {}): Promise<Preview> {
     const body = compact<WirePreviewRequest>({ expires_in_seconds: p.expiresInSeconds });
     const w = await this.t.json<WirePreview>("POST", `${this.path}/ports/${Math.trunc(port)}/url`, { json: body, signal: p.signal });
-    return { url: w.url, sandbox: w.sandbox, port: w.port, expiresAt: w.expires_at };
+    return { id: w.id, url: w.url ?? "", sandbox: w.sandbox, port: w.port, expiresAt: w.expires_at, createdAt: w.created_at };
   }
 
   async snapshot(p: SnapshotParams = {}): Promise<Snapshot> {
@@ -963,10 +963,13 @@ export interface PreviewParams extends CallOptions {
 
 /** A signed, expiring URL of a port of a sandbox. */
 export interface Preview {
+  /** prv_…: DELETE /v1/sandboxes/{id}/previews/{preview} revokes it. */
+  id: string;
   url: string;
   sandbox: string;
   port: number;
   expiresAt: string;
+  createdAt: string;
 }
 
 export interface SnapshotParams extends IdempotentCallOptions {

@@ -247,10 +247,12 @@ class Preview(Record):
     """A signed, expiring URL of a port of a sandbox: what listens there answers it, HTTP and
     WebSocket alike, in a browser or with curl, until ``expires_at``."""
 
+    id = _str()
     url = _str()
     sandbox = _str()
     port = _int()
     expires_at = _str()
+    created_at = _str()
 
 
 class Template(Record):
