@@ -63,6 +63,8 @@ type Queries interface {
 	// ListPreviews lists the previews of one sandbox of the graph, newest first.
 	ListPreviews(ctx context.Context, graph, sandboxID string, p Page) ([]Preview, string, error)
 	DeletePreview(ctx context.Context, graph, id string) error
+	// DeleteExpiredPreviews removes the previews that expired before before.
+	DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error)
 
 	CreateCommand(ctx context.Context, c Command) error
 	GetCommand(ctx context.Context, graph, id string) (Command, error)

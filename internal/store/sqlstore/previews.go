@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -42,6 +43,15 @@ func (q queries) ListPreviews(ctx context.Context, graph, sandboxID string, p st
 	}
 	out, next := cutPage(out, limit, func(x store.Preview) string { return x.ID })
 	return out, next, nil
+}
+
+func (q queries) DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error) {
+	res, err := q.exec(ctx, `DELETE FROM previews WHERE expires_at < ?`, ms(before))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
 
 func (q queries) DeletePreview(ctx context.Context, graph, id string) error {

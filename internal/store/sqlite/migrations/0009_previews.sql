@@ -1,6 +1,5 @@
 -- Previews: the signed URLs given out for ports of sandboxes. A URL names its row; deleting
--- the row revokes the URL. Rows of ended sandboxes or past their expiry are removed by the
--- janitor's sweep of previews.
+-- the row revokes the URL. The janitor removes rows a day past their expiry.
 
 CREATE TABLE previews (
 	id          TEXT PRIMARY KEY,
