@@ -38,8 +38,8 @@ type ptyMessage struct {
 }
 
 // sandboxPty opens a terminal in a sandbox (or re-attaches to one: ?terminal=cmd_…) and
-// carries it over a WebSocket. A dropped socket leaves the terminal running for
-// control.TerminalGrace.
+// carries it over a WebSocket. A dropped socket leaves the terminal running for the server's
+// terminal grace (--terminal-grace).
 func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) error {
 	sandboxID := r.PathValue("id")
 	c.sandbox = sandboxID

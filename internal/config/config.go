@@ -100,6 +100,9 @@ type Config struct {
 
 	// ShutdownGrace is how long a stopping server lets running commands finish.
 	ShutdownGrace time.Duration
+	// TerminalGrace is how long a terminal nobody is attached to waits to be re-attached
+	// before it is hung up.
+	TerminalGrace time.Duration
 	LogLevel      string
 
 	// Pool keeps warm sandboxes with pre-started interpreters for one-call runs: PoolMin
@@ -167,6 +170,7 @@ func Default() Config {
 		OutputRetention:  7 * 24 * time.Hour,
 		JanitorInterval:  time.Minute,
 		ShutdownGrace:    30 * time.Second,
+		TerminalGrace:    2 * time.Minute,
 		LogLevel:         "info",
 		Pool:             true,
 		PoolMin:          2,
@@ -224,6 +228,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.OutputRetention, "output-retention", c.OutputRetention, "how long the output of a one-call run is kept")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", c.JanitorInterval, "how often expired records are removed")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stopping server lets running commands finish")
+	fs.DurationVar(&c.TerminalGrace, "terminal-grace", c.TerminalGrace, "how long a terminal nobody is attached to waits to be re-attached before it is hung up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Pool, "pool", c.Pool, "keep warm sandboxes for one-call runs (--pool=false: every run starts cold)")
 	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")

@@ -12,10 +12,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
-// TerminalGrace is how long a terminal with nobody attached lives on, waiting to be
-// re-attached, before it is hung up (SIGHUP, then SIGKILL).
-const TerminalGrace = 2 * time.Minute
-
 // terminalHangup is how long a hung-up terminal may take to end before it is killed.
 const terminalHangup = 5 * time.Second
 
@@ -167,8 +163,12 @@ func (s *Service) detached(id string, t *terminal) {
 	if t.attached > 0 || t.grace != nil || s.terms.m[id] != t {
 		return
 	}
-	t.grace = time.AfterFunc(TerminalGrace, func() {
-		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", TerminalGrace)
+	grace := s.cfg.TerminalGrace
+	if grace <= 0 {
+		grace = 2 * time.Minute
+	}
+	t.grace = time.AfterFunc(grace, func() {
+		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
 		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
 		defer cancel()
 		s.host.Signal(ctx, id, "SIGHUP")
