@@ -91,7 +91,7 @@ func NewPreview(svc *control.Service, log *slog.Logger) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sandboxID, port, ok := svc.ResolvePreview(r.Host)
+		sandboxID, port, ok := svc.ResolvePreview(r.Host, r.Header.Get("Authorization"))
 		if !ok {
 			http.Error(w, "404 page not found", http.StatusNotFound)
 			return

@@ -172,9 +172,11 @@ func (s *Service) DeletePreview(ctx context.Context, graph, sandboxID, id string
 }
 
 // ResolvePreview checks the host name of a preview request: its signature and expiry, and
-// that its sandbox runs here. ok is false for anything else, which the preview listener
-// answers 404 (nothing says whether a sandbox exists).
-func (s *Service) ResolvePreview(host string) (sandboxID string, port int, ok bool) {
+// that its sandbox runs here. A host p<port>-s<sandbox ulid> names a port without a
+// signature: authorization (the request's header) must then carry an API key with
+// sandboxes:read on the sandbox's graph. ok is false for anything else, which the preview
+// listener answers 404 (nothing says whether a sandbox exists).
+func (s *Service) ResolvePreview(host, authorization string) (sandboxID string, port int, ok bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
@@ -184,6 +186,9 @@ func (s *Service) ResolvePreview(host string) (sandboxID string, port int, ok bo
 		return "", 0, false
 	}
 	parts := strings.Split(token, "-")
+	if len(parts) == 2 && strings.HasPrefix(parts[0], "p") && strings.HasPrefix(parts[1], "s") {
+		return s.resolveOwnerPreview(parts[0][1:], ids.Sandbox+parts[1][1:], authorization)
+	}
 	if len(parts) != 3 || !strings.HasPrefix(parts[0], "p") {
 		return "", 0, false
 	}
@@ -206,6 +211,27 @@ func (s *Service) ResolvePreview(host string) (sandboxID string, port int, ok bo
 		return "", 0, false
 	}
 	return rec.SandboxID, port, true
+}
+
+// resolveOwnerPreview admits a request to a port of a sandbox that carries an API key of
+// its graph with sandboxes:read.
+func (s *Service) resolveOwnerPreview(portText, sandboxID, authorization string) (string, int, bool) {
+	port, err := strconv.Atoi(portText)
+	secret, bearer := strings.CutPrefix(authorization, "Bearer ")
+	if err != nil || port < 1 || port > 65535 || !bearer || !ids.Valid(ids.Sandbox, sandboxID) {
+		return "", 0, false
+	}
+	hs := s.lookupHeld(sandboxID)
+	if hs == nil {
+		return "", 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	k, err := s.Authenticate(ctx, strings.TrimSpace(secret))
+	if err != nil || s.Authorize(ctx, k, hs.graph, store.ScopeSandboxesRead) != nil {
+		return "", 0, false
+	}
+	return sandboxID, port, true
 }
 
 // DialPreview connects to a port of a sandbox for its preview.

@@ -163,9 +163,25 @@ func TestPreview(t *testing.T) {
 			if code, _ := get(closed.URL); code != 502 {
 				t.Errorf("a port nothing listens on answers %d, want 502", code)
 			}
-			// Another graph's key cannot make a URL of this sandbox.
-			if _, err := c.WithGraph("other").Sandboxes.PreviewURL(bg, sb.ID, 8000, lbb.PreviewParams{}); lbb.StatusOf(err) != 404 {
+			// Another graph's key cannot make a URL of this sandbox, nor reach its port as the
+			// owner's key does (p<port>-s<sandbox>, Authorization: Bearer), nor can no key.
+			k, err := c.Keys.Create(bg, lbb.KeyParams{Name: "other", Graphs: []string{"other"}, Scopes: []string{"sandboxes:read", "sandboxes:write"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := lbb.New(lbb.Options{BaseURL: s.url, APIKey: k.Secret, Graph: "other"})
+			if _, err := o.Sandboxes.PreviewURL(bg, sb.ID, 8000, lbb.PreviewParams{}); lbb.StatusOf(err) != 404 {
 				t.Errorf("another graph: %v, want 404", err)
+			}
+			owner := "http://p8000-s" + strings.TrimPrefix(sb.ID, "sbx_") + ".preview.localhost:" + u.Port() + "/"
+			if code, body := get(owner, "Authorization", "Bearer "+s.key); code != 200 || !strings.Contains(body, "lbb preview") {
+				t.Errorf("the owner's key: %d", code)
+			}
+			if code, _ := get(owner, "Authorization", "Bearer "+k.Secret); code != 404 {
+				t.Errorf("another graph's key: %d, want 404", code)
+			}
+			if code, _ := get(owner); code != 404 {
+				t.Errorf("no key: %d, want 404", code)
 			}
 
 			// The CLI's URL works the same.
