@@ -42,7 +42,8 @@ func TestShellCLI(t *testing.T) {
 	tm.wait("LBB-EXIT=7")
 
 	// --new: a scratch sandbox for one session, deleted after.
-	tm.run("kill-session", "-t", "main")
+	// A second session before the first goes: the last session's end ends the tmux server.
+	tm.run("rename-session", "-t", "main", "first")
 	tm.start(fmt.Sprintf("%s sandbox shell --new -- sh -c 'echo scratch-$((3*3)); exit 0'; echo LBB-EXIT=$?; sleep 600", lbbBin))
 	tm.wait("LBB-EXIT=0")
 	tm.wait("scratch-9")

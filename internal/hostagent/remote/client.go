@@ -288,11 +288,48 @@ func (c *Client) Resize(ctx context.Context, commandID string, size hostagent.Pt
 	return ok(ctx, c, "Resize", resizeArgs{commandID, size})
 }
 
-// DialPort is not carried between processes yet: previews need the host agent in the
-// server's process.
+// DialPort is one full-duplex call: its request body carries what is sent to the port, its
+// answer what comes back. The connection outlives ctx (which bounds the dial) until Close.
 func (c *Client) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
-	return nil, errdefs.Unavailable("previews need the host agent in the server's process (not --host-agent)")
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	resp, err := c.post(sctx, "DialPort", url.Values{"sandbox_id": {sandboxID}, "port": {strconv.Itoa(port)}}, pr)
+	stop()
+	if err != nil {
+		pw.CloseWithError(err)
+		cancel()
+		return nil, err
+	}
+	return &remoteConn{body: resp.Body, pw: pw, cancel: cancel, port: port}, nil
 }
+
+// remoteConn is a DialPort call as a net.Conn. Deadlines are not kept: its users end it with
+// Close.
+type remoteConn struct {
+	body   io.ReadCloser
+	pw     *io.PipeWriter
+	cancel context.CancelFunc
+	port   int
+	once   sync.Once
+}
+
+func (c *remoteConn) Read(p []byte) (int, error)  { return c.body.Read(p) }
+func (c *remoteConn) Write(p []byte) (int, error) { return c.pw.Write(p) }
+func (c *remoteConn) CloseWrite() error           { return c.pw.Close() }
+func (c *remoteConn) Close() error {
+	c.once.Do(func() {
+		c.pw.CloseWithError(net.ErrClosed)
+		c.body.Close()
+		c.cancel()
+	})
+	return nil
+}
+func (c *remoteConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *remoteConn) RemoteAddr() net.Addr             { return &net.TCPAddr{Port: c.port} }
+func (c *remoteConn) SetDeadline(time.Time) error      { return nil }
+func (c *remoteConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *remoteConn) SetWriteDeadline(time.Time) error { return nil }
 
 // WriteStdin streams r as the request body.
 func (c *Client) WriteStdin(ctx context.Context, commandID string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {

@@ -40,7 +40,9 @@ type fake struct {
 	// entered makes Wait and Run wait for their context to end, then report it on canceled.
 	entered, canceled chan struct{}
 	// stall makes WriteStdin read nothing until its context ends.
-	stall  bool
+	stall bool
+	// echo makes DialPort answer a connection that sends back what it gets.
+	echo   bool
 	events []hostagent.Event
 }
 
@@ -165,7 +167,37 @@ func (f *fake) Resize(ctx context.Context, id string, size hostagent.PtySize) er
 	return f.rec("Resize", id, size)
 }
 func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if f.echo {
+		a, b := net.Pipe()
+		go func() {
+			io.Copy(b, b)
+			b.Close()
+		}()
+		return a, nil
+	}
 	return nil, f.rec("DialPort", id, port)
+}
+
+// TestDialPort: a connection to a port through the remote host agent carries bytes both ways
+// while it lasts, after the call that opened it answered.
+func TestDialPort(t *testing.T) {
+	c, _ := serve(t, &fake{echo: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := c.DialPort(ctx, "sbx_1", 8000)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, msg := range []string{"hello", "again"} {
+		if _, err := conn.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo: %q %v", buf, err)
+		}
+	}
 }
 func (f *fake) WriteStdin(ctx context.Context, id string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
 	if f.stall {
