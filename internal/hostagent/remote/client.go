@@ -291,15 +291,34 @@ func (c *Client) Resize(ctx context.Context, commandID string, size hostagent.Pt
 // DialPort is one full-duplex call: its request body carries what is sent to the port, its
 // answer what comes back. The connection outlives ctx (which bounds the dial) until Close.
 func (c *Client) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	// Not post: an answer that is an error must end the request body before the transport
+	// lets go of the call, and post's reader hides the pipe from it.
 	pr, pw := io.Pipe()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	resp, err := c.post(sctx, "DialPort", url.Values{"sandbox_id": {sandboxID}, "port": {strconv.Itoa(port)}}, pr)
-	stop()
+	defer stop()
+	q := url.Values{"sandbox_id": {sandboxID}, "port": {strconv.Itoa(port)}}
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, c.base+"DialPort?"+q.Encode(), pr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		pw.CloseWithError(err)
 		cancel()
-		return nil, err
+		return nil, broken(ctx, "DialPort", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		pw.Close()
+		defer cancel()
+		defer resp.Body.Close()
+		var we wireError
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&we); err != nil || we.Class == "" {
+			return nil, errdefs.New(errdefs.ClassUnavailable, "", "host agent DialPort: %s", resp.Status)
+		}
+		return nil, we.err(ctx)
 	}
 	return &remoteConn{body: resp.Body, pw: pw, cancel: cancel, port: port}, nil
 }

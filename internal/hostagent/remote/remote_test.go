@@ -802,3 +802,12 @@ func TestStreamFailures(t *testing.T) {
 		t.Errorf("WriteFile of a failing body: %v, want %v", err, tooBig)
 	}
 }
+
+func TestDialPortRefused(t *testing.T) {
+	c, _ := serve(t, &fake{fail: errdefs.Unavailable("nothing listens")})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.DialPort(ctx, "sbx_1", 8000); errdefs.ClassOf(err) != errdefs.ClassUnavailable {
+		t.Fatalf("DialPort: %v, want unavailable", err)
+	}
+}

@@ -194,6 +194,10 @@ func (s *server) writeStdin(w http.ResponseWriter, r *http.Request) {
 // dialPort bridges the call to a connection to a port in a sandbox: the request body goes to
 // it, what it sends is the answer.
 func (s *server) dialPort(w http.ResponseWriter, r *http.Request) {
+	// Before any answer, an error's too: an HTTP/1 server would otherwise read the request
+	// body to its end (it never ends) before it answers.
+	rc := http.NewResponseController(w)
+	rc.EnableFullDuplex()
 	q := r.URL.Query()
 	port, err := strconv.Atoi(q.Get("port"))
 	if err != nil {
@@ -206,8 +210,6 @@ func (s *server) dialPort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
-	rc := http.NewResponseController(w)
-	rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	if rc.Flush() != nil {
