@@ -133,8 +133,10 @@ func Drive(t *testing.T, c *lbb.Client, sandboxID string) {
 	// as an editor draws, then back: the stream carries it and the shell answers after.
 	s.Type(t, `printf '\033[?1049h\033[2J\033[H'; i=0; while [ $i -lt 40 ]; do printf '\033[%d;1H\033[38;5;%dm── line %d ✓\033[0m' $i $i $i; i=$((i+1)); done; printf '\033[?1049l'; echo full-$((3*3))`+"\n")
 	s.WaitFor(t, "full-9")
-	s.Type(t, "sleep 60; echo slept-$((2+2))\n")
-	time.Sleep(500 * time.Millisecond)
+	// ^C once sleep runs (a ^C before it starts would not reach it).
+	s.Type(t, "echo zz-$((5+5)); sleep 60; echo slept-$((2+2))\n")
+	s.WaitFor(t, "zz-10")
+	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	s.Type(t, "\x03")
 	s.Type(t, "echo inter$((1+1))rupted\n")
