@@ -42,6 +42,19 @@ func (s *Server) previewURL(w http.ResponseWriter, r *http.Request, c *call) err
 
 type previewTarget struct{}
 
+// hostOnlyCookie drops the Domain attribute of a Set-Cookie value.
+func hostOnlyCookie(c string) string {
+	parts := strings.Split(c, ";")
+	out := parts[:1]
+	for _, p := range parts[1:] {
+		if k, _, _ := strings.Cut(strings.TrimSpace(p), "="); strings.EqualFold(k, "domain") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ";")
+}
+
 // NewPreview is the handler of the preview listener: a request whose host name is a valid,
 // unexpired signed token (<token>.<preview domain>) of a sandbox running here goes to the
 // port the token names, through the sandbox's channel, WebSocket upgrades included; any
@@ -75,6 +88,17 @@ func NewPreview(svc *control.Service, log *slog.Logger) http.Handler {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del("Authorization")
 			pr.SetXForwarded()
+		},
+		// A cookie a preview's server sets stays its own host's: a Domain attribute (the
+		// preview domain itself, say) would share it with every other preview.
+		ModifyResponse: func(resp *http.Response) error {
+			if cs := resp.Header.Values("Set-Cookie"); len(cs) > 0 {
+				resp.Header.Del("Set-Cookie")
+				for _, c := range cs {
+					resp.Header.Add("Set-Cookie", hostOnlyCookie(c))
+				}
+			}
+			return nil
 		},
 		Transport:     tr,
 		FlushInterval: -1, // server-sent events and streamed answers go out as they come

@@ -47,6 +47,14 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == '/headers':
             return self.send(json.dumps(dict(self.headers)), 'application/json')
+        if self.path == '/setcookie':
+            b = b'set'
+            self.send_response(200)
+            self.send_header('Set-Cookie', 'shared=1; Domain=preview.localhost; Path=/')
+            self.send_header('Content-Length', str(len(b)))
+            self.end_headers()
+            self.wfile.write(b)
+            return
         if self.path == '/ws':
             key = self.headers['Sec-WebSocket-Key']
             acc = base64.b64encode(hashlib.sha1((key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
@@ -132,6 +140,15 @@ func TestPreview(t *testing.T) {
 			if code, body := get(p.URL+"headers", "Authorization", "Bearer "+s.key); code != 200 || strings.Contains(body, s.key) ||
 				strings.Contains(strings.ToLower(body), "authorization") {
 				t.Errorf("headers the server saw: %d %s", code, body)
+			}
+			// A cookie of a preview stays its host's: no Domain shares it with other previews.
+			if resp, err := hc.Get(p.URL + "setcookie"); err != nil {
+				t.Fatal(err)
+			} else {
+				resp.Body.Close()
+				if c := resp.Header.Get("Set-Cookie"); c != "shared=1; Path=/" {
+					t.Errorf("Set-Cookie through the preview: %q", c)
+				}
 			}
 			// Tampered: one character of the signature changed.
 			host := u.Hostname()
