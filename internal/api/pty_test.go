@@ -40,14 +40,7 @@ func TestPtyGraceAndMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func() *ptytest.Screen {
-		term, err := c.Sandboxes.OpenTerminal(bg, sb.ID, lbb.TerminalParams{Argv: []string{"sh"}, Env: map[string]string{"PS1": "$ "}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ptytest.Follow(term)
-	}
-	a, b := open(), open()
+	a, b := ptytest.Shell(bg, t, c, sb.ID), ptytest.Shell(bg, t, c, sb.ID)
 	defer b.T.Close()
 	a.Type(t, "X=a-$((1+1)); echo $X\n")
 	b.Type(t, "X=b-$((2+2)); echo $X\n")

@@ -186,24 +186,30 @@ func Drive(t *testing.T, c *lbb.Client, sandboxID string) {
 	}
 }
 
+// Shell opens a terminal running sh (prompt "$ ") and follows it.
+func Shell(ctx context.Context, t testing.TB, c *lbb.Client, sandboxID string) *Screen {
+	t.Helper()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"sh"}, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Follow(term)
+}
+
 // Pause opens a terminal and pauses its sandbox: the terminal ends (hung up), its socket
 // says so, and the pause succeeds.
 func Pause(t *testing.T, c *lbb.Client, sandboxID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"sh"}, Env: map[string]string{"PS1": "$ "}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer term.Close()
-	s := Follow(term)
+	s := Shell(ctx, t, c, sandboxID)
+	defer s.T.Close()
 	s.Type(t, "echo up-$((1+2))\n")
 	s.WaitFor(t, "up-3")
 	if _, err := c.Sandboxes.Pause(ctx, sandboxID); err != nil {
 		t.Fatalf("pause with a terminal open: %v", err)
 	}
 	s.WaitEnd(t)
-	if e := term.Exit(); e == nil || e.Status == "running" {
+	if e := s.T.Exit(); e == nil || e.Status == "running" {
 		t.Errorf("the terminal's end: %+v", e)
 	}
 	if _, err := c.Sandboxes.Resume(ctx, sandboxID); err != nil {
@@ -216,12 +222,8 @@ func Pause(t *testing.T, c *lbb.Client, sandboxID string) {
 func Flood(t *testing.T, c *lbb.Client, sandboxID string, bytes int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"sh"}, Env: map[string]string{"PS1": "$ "}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer term.Close()
-	s := Follow(term)
+	s := Shell(ctx, t, c, sandboxID)
+	defer s.T.Close()
 	s.Type(t, "head -c "+itoa(bytes)+" /dev/zero | tr '\\0' x; echo; echo flood-$((4*4))\n")
 	s.WaitFor(t, "flood-16")
 	s.Type(t, "exit\n")
