@@ -31,7 +31,8 @@ error of lbb or the server exits 1, a usage error 2.`},
 				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--attach TERMINAL] [-- ARGV...] | --new [--isolation I] [--base B] [-- ARGV...]",
 				help: `opens a terminal in the sandbox (a login shell, or ARGV) and connects this one to it:
 raw mode, its size followed, and the shell's exit code as lbb's (Ctrl-D or exit ends it).
-A dropped connection leaves the terminal running for two minutes: --attach TERMINAL (its
+A dropped connection leaves the terminal running for the server's --terminal-grace (2m by
+default): --attach TERMINAL (its
 command id) takes it up again. --new creates a sandbox for the session and deletes it after.`},
 			{name: "url", args: "ID PORT [--expires 1h]", run: sandboxURL,
 				help: `prints a signed URL of PORT in the sandbox (a preview), valid for --expires: what
