@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,10 @@ type tmux struct {
 func newTmux(t *testing.T, s *server) *tmux {
 	tm := &tmux{t: t, socket: fmt.Sprintf("lbb-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
 		env: append(os.Environ(), "LBB_URL="+s.url, "LBB_API_KEY="+s.key, "LBB_GRAPH=main", "TERM=xterm-256color")}
-	t.Cleanup(func() { tm.cmd("kill-server").Run() })
+	t.Cleanup(func() {
+		tm.cmd("kill-server").Run()
+		os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("tmux-%d", os.Getuid()), tm.socket))
+	})
 	return tm
 }
 
