@@ -2,6 +2,8 @@
 # Installs the host packages lbb's builds and tests need. Idempotent and quiet when all is there.
 set -euo pipefail
 need=()
+# Installed without what Debian recommends beside them: QEMU and Chromium.
+qemu=()
 for pair in debootstrap:debootstrap npm:npm bwrap:bubblewrap mkfs.ext4:e2fsprogs losetup:mount ip:iproute2 zstd:zstd; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
@@ -13,10 +15,13 @@ for pair in httpx:python3-httpx setuptools:python3-setuptools wheel:python3-whee
 	mod=${pair%%:*} pkg=${pair#*:}
 	/usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need+=("$pkg")
 done
+# The terminal and preview tests: tmux (a real terminal for lbb sandbox shell), and headless
+# Chromium, the browser that opens previews (without what Debian recommends beside it).
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v chromium >/dev/null 2>&1 || qemu+=(chromium)
 # The microvm driver's QEMU, without what Debian recommends beside it (a GUI, firmware for
 # other machines): microvm boots with SeaBIOS's bios-microvm.bin, which it depends on.
-qemu=()
-command -v qemu-system-x86_64 >/dev/null 2>&1 || qemu=(qemu-system-x86)
+command -v qemu-system-x86_64 >/dev/null 2>&1 || qemu+=(qemu-system-x86)
 if [ ${#need[@]} -gt 0 ] || [ ${#qemu[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing ${need[*]} ${qemu[*]}; run as root (or: sudo apt-get install ${need[*]} ${qemu[*]})" >&2

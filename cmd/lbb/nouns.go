@@ -27,6 +27,17 @@ it; --detach prints the command id and returns. A command that runs past its tim
 says "timed out after N ms" and exits 124. Output that did not come (this process stopped
 reading for minutes, and the server let go): lbb says how many bytes and exits 125. An
 error of lbb or the server exits 1, a usage error 2.`},
+			{name: "shell", run: sandboxShell,
+				args: "ID [--cwd DIR] [--env NAME=VALUE]... [--attach TERMINAL] [-- ARGV...] | --new [--isolation I] [--base B] [-- ARGV...]",
+				help: `opens a terminal in the sandbox (a login shell, or ARGV) and connects this one to it:
+raw mode, its size followed, and the shell's exit code as lbb's (Ctrl-D or exit ends it).
+A dropped connection leaves the terminal running for the server's --terminal-grace (2m by
+default): --attach TERMINAL (its
+command id) takes it up again. --new creates a sandbox for the session and deletes it after.`},
+			{name: "url", args: "ID PORT [--expires 1h]", run: sandboxURL,
+				help: `prints a signed URL of PORT in the sandbox (a preview), valid for --expires: what
+listens there (on 127.0.0.1 or 0.0.0.0) answers it, HTTP and WebSocket alike, in a browser or
+with curl; ports are private otherwise. Anyone with the URL reaches the port until it expires.`},
 			{name: "stop", args: "ID", help: "its processes end, its disk stays", run: sandboxDo((*lbb.SandboxesService).Stop)},
 			{name: "resume", args: "ID", help: "starts again with the same workspace (a paused one: where it was)", run: sandboxDo((*lbb.SandboxesService).Resume)},
 			{name: "pause", args: "ID", help: "parks it: gvisor saves its memory to disk, ns freezes it in RAM", run: sandboxDo((*lbb.SandboxesService).Pause)},

@@ -21,7 +21,7 @@ func init() {
 	sandboxBench = runSandboxBench
 }
 
-const sandboxBenchUsage = `Usage: lbb sandbox bench [--n 100] [--file-mib 200] [--serve] [--json]
+const sandboxBenchUsage = `Usage: lbb sandbox bench [--n 100] [--file-mib 200] [--serve] [--interactive] [--json]
 
 Measures Level 3 through the API, in one long-lived sandbox:
   create (cold), stop, resume and delete of a sandbox
@@ -30,6 +30,8 @@ Measures Level 3 through the API, in one long-lived sandbox:
   run in a sandbox: POST …/run of a Python run() returning 1
   file throughput: a --file-mib file up (PUT …/files/content), down (GET), kept as a File
   and imported back, with the sha256 checked each way
+  --interactive alone: a terminal's keystroke echo through the WebSocket, and a request
+  through a preview beside the same request to the same server on the host
 Against --url / LBB_URL, or with --serve a fresh lbb serve of its own (ns runtime).
 `
 
@@ -53,11 +55,12 @@ func runSandboxBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 100, "samples of the exec round trip (run: n/5)")
 	fileMiB := fs.Int64("file-mib", 200, "size of the file moved up and down")
 	serveOwn := fs.Bool("serve", false, "start a server of its own")
+	interactive := fs.Bool("interactive", false, "measure a terminal and a preview only")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if *serveOwn {
-		done, err := cf.serveOwn(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20))
+		done, err := cf.serveOwn(ctx, 10, "--max-file-bytes", fmt.Sprint((*fileMiB+1)<<20), "--preview-addr", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
@@ -68,6 +71,17 @@ func runSandboxBench(ctx context.Context, args []string) error {
 		return err
 	}
 	var figs []benchFigure
+	if *interactive {
+		sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{ExpiresInSeconds: 600})
+		if err != nil {
+			return err
+		}
+		defer c.Sandboxes.Delete(context.Background(), sb.ID)
+		if figs, err = interactiveFigures(ctx, c, sb.ID, *n); err != nil {
+			return err
+		}
+		return printFigures(cf, figs)
+	}
 	timed := func(f func() error) (time.Duration, error) {
 		t0 := time.Now()
 		err := f()
@@ -217,6 +231,10 @@ func runSandboxBench(ctx context.Context, args []string) error {
 	}
 	figs = append(figs, mibs("import a File", d))
 
+	return printFigures(cf, figs)
+}
+
+func printFigures(cf *clientFlags, figs []benchFigure) error {
 	if cf.json {
 		return json.NewEncoder(os.Stdout).Encode(figs)
 	}

@@ -163,6 +163,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv.RegisterOnShutdown(mcpHandler.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if cfg.PreviewAddr != "" {
+		// Previews: their own listener and host names, so that every preview is its own web
+		// origin and none shares one with the API. No read timeout: a WebSocket lives long.
+		// A port taken (another server on this machine) turns previews off, not the server.
+		pln, err := net.Listen("tcp", cfg.PreviewAddr)
+		if err != nil {
+			log.Warn("previews are off: cannot listen on --preview-addr", "err", err)
+			fmt.Fprintf(os.Stderr, "lbb: previews are off: --preview-addr %s: %v\n", cfg.PreviewAddr, err)
+			pln = nil
+		}
+		if pln != nil {
+			defer pln.Close()
+			_, port, _ := net.SplitHostPort(pln.Addr().String())
+			svc.SetPreviewListener("http", port)
+			psrv := &http.Server{Handler: api.NewPreview(svc, log.With("part", "preview")), ReadHeaderTimeout: 10 * time.Second,
+				ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+			go psrv.Serve(pln)
+			defer psrv.Close()
+			fmt.Fprintf(os.Stderr, "lbb: previews on http://*.%s:%s\n", cfg.PreviewDomain, port)
+		}
+	}
 	log.Info("serving", "addr", ln.Addr().String(), "runtime", cfg.Runtime, "isolation", iso.Available, "image", image.ID, "data_dir", cfg.DataDir)
 	fmt.Fprintf(os.Stderr, "lbb: serving on http://%s (runtime %s, isolation %s, image %s)\n", ln.Addr(), cfg.Runtime,
 		strings.Join(iso.Available, ", "), image.ID)

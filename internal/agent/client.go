@@ -340,6 +340,12 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 	return c.call(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/signal", nil, SignalRequest{Signal: signal}, nil)
 }
 
+// Resize sets the terminal size of the running process id, started with ExecRequest.Pty; its
+// foreground job gets SIGWINCH.
+func (c *Client) Resize(ctx context.Context, id string, size PtySize) error {
+	return c.call(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/resize", nil, size, nil)
+}
+
 func pathQuery(path string, recursive bool) url.Values {
 	q := url.Values{"path": {path}}
 	if recursive {

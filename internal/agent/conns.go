@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 )
 
@@ -121,8 +122,21 @@ func (s *Stream) Close() error {
 
 // AcceptConn answers a ConnRequest by opening its stream. The stream lasts while ctx does.
 func (c *Client) AcceptConn(ctx context.Context, id string) (*Stream, error) {
+	return c.openStream(ctx, PathConns+url.PathEscape(id)+"/accept")
+}
+
+// DialPort opens a connection to port on the sandbox's loopback (127.0.0.1, else ::1), as a
+// stream: what a preview of the port carries. Nothing listening is CodePortRefused. The
+// stream lasts while ctx does.
+func (c *Client) DialPort(ctx context.Context, port int) (*Stream, error) {
+	return c.openStream(ctx, PathPorts+strconv.Itoa(port)+"/connect")
+}
+
+// openStream opens a full-duplex stream: the request body carries what is sent, the answer
+// what comes back, as frames.
+func (c *Client) openStream(ctx context.Context, path string) (*Stream, error) {
 	pr, pw := io.Pipe()
-	r, err := c.newRequest(ctx, http.MethodPost, PathConns+url.PathEscape(id)+"/accept", nil, pr)
+	r, err := c.newRequest(ctx, http.MethodPost, path, nil, pr)
 	if err != nil {
 		return nil, err
 	}

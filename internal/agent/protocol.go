@@ -8,6 +8,7 @@
 //	POST   /v1/exec      header Lbb-Exec      start a process; body = stdin; response = frames
 //	POST   /v1/run       body RunRequest      run(input, config); response = frames
 //	POST   /v1/procs/{id}/signal  SignalRequest → 204
+//	POST   /v1/procs/{id}/resize  PtySize    a process on a pty (ExecRequest.Pty): its new size → 204
 //	GET    /v1/files?path=&recursive=1       → []FileEntry (a path that is no directory: its entry)
 //	DELETE /v1/files?path=&recursive=1       → 204
 //	POST   /v1/files/mkdir?path=             → 204; parents are made
@@ -19,6 +20,9 @@
 //	                                         Lbb-Listening (Listening), then ConnRequest lines
 //	POST   /v1/conns/{id}/accept             body = bytes to the connection; response = bytes from it
 //	POST   /v1/conns/{id}/refuse  Refusal    → 204
+//	POST   /v1/ports/{port}/connect          body = bytes to a connection to the port on the
+//	                                         sandbox's loopback; response = frames from it
+//	                                         (as accept); nothing listening: port_refused (502)
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
@@ -73,6 +77,7 @@ const (
 	PathPrestart    = "/v1/prestart"
 	PathListen      = "/v1/listen"
 	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
+	PathPorts       = "/v1/ports/" // + port + "/connect"
 
 	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
 	HeaderListening = "Lbb-Listening"
@@ -106,6 +111,18 @@ type ExecRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TimeoutMs kills the whole process group when it passes; 0 means none.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// Pty runs the process on a new pseudo-terminal of this size, as the leader of a new
+	// session whose controlling terminal it is: stdin, stdout and stderr are the terminal,
+	// the output comes as FrameStdout only, and the body's bytes are what is typed (the line
+	// discipline turns ^C into SIGINT for the foreground job). The body's end leaves the
+	// terminal open. TERM defaults to xterm-256color.
+	Pty *PtySize `json:"pty,omitempty"`
+}
+
+// PtySize is the size of a terminal, in characters.
+type PtySize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
 }
 
 // RunRequest calls run(input, config) of code with a base's harness. Input defaults to null
@@ -323,6 +340,8 @@ const (
 	CodeNotSupported = "not_supported"
 	CodeNotEmpty     = "directory_not_empty"
 	CodePermission   = "permission_denied"
+	// CodePortRefused: nothing in the sandbox listens on the port (a preview's connect).
+	CodePortRefused = "port_refused"
 )
 
 // StatusOf is the HTTP status the agent answers with for an error code.
@@ -338,6 +357,8 @@ func StatusOf(code string) int {
 		return 409
 	case CodeNotSupported:
 		return 501
+	case CodePortRefused:
+		return 502
 	case CodeDiskFull:
 		return 507
 	default:

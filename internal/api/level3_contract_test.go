@@ -195,6 +195,47 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("importFile", im, 404, "PUT", im+"?graph=other&sandbox="+a+"&path=x&source_sha256="+sha, other, nil, "")
 	check("importFile", im, 422, "PUT", im+q+"&sandbox="+a+"&path=elsewhere&source_sha256="+sha, admin, idem("l3-i1"), "")
 
+	// A terminal over a WebSocket (pty_test.go drives one): a handshake by hand, for a
+	// terminal that ends at once, so that the answer ends.
+	const pt = "/v1/sandboxes/{id}/pty"
+	upgrade := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	if r := check("sandboxPty", pt, 101, "GET", A+"/pty"+q+"&argv=echo&argv=hi", admin, upgrade, ""); !strings.Contains(string(r.body), `"type":"exit"`) {
+		t.Fatalf("pty: %q", r.body)
+	}
+	check("sandboxPty", pt, 400, "GET", A+"/pty"+q+"&cols=wide", admin, upgrade, "")
+	check("sandboxPty", pt, 401, "GET", A+"/pty"+q, "", upgrade, "")
+	check("sandboxPty", pt, 403, "GET", A+"/pty"+q, reader, upgrade, "")
+	check("sandboxPty", pt, 404, "GET", sb+"/sbx_nope/pty"+q, admin, upgrade, "")
+	check("sandboxPty", pt, 404, "GET", A+"/pty"+q+"&terminal="+bg["id"].(string), admin, upgrade, "")
+
+	// Preview URLs (the preview listener itself: test/e2e). No listener: 503.
+	const pu = "/v1/sandboxes/{id}/ports/{port}/url"
+	check("previewURL", pu, 503, "POST", A+"/ports/8000/url"+q, admin, nil, "")
+	s.svc.SetPreviewListener("http", "7701")
+	if r := check("previewURL", pu, 200, "POST", A+"/ports/8000/url"+q, admin, nil, `{"expires_in_seconds": 60}`).json(t); !strings.HasPrefix(r["url"].(string), "http://p8000-") {
+		t.Fatalf("preview: %v", r)
+	}
+	check("previewURL", pu, 400, "POST", A+"/ports/0/url"+q, admin, nil, "")
+	check("previewURL", pu, 400, "POST", A+"/ports/80/url"+q, admin, nil, `{"expires_in_seconds": 99999999}`)
+	check("previewURL", pu, 401, "POST", A+"/ports/80/url"+q, "", nil, "")
+	check("previewURL", pu, 403, "POST", A+"/ports/80/url"+q, reader, nil, "")
+	check("previewURL", pu, 404, "POST", A+"/ports/80/url?graph=other", other, nil, "")
+	const pl, pd = "/v1/sandboxes/{id}/previews", "/v1/sandboxes/{id}/previews/{preview}"
+	previews := check("listPreviews", pl, 200, "GET", A+"/previews"+q, reader, nil, "").json(t)["data"].([]any)
+	if len(previews) != 1 || previews[0].(map[string]any)["url"] != nil {
+		t.Fatalf("previews (their URLs are not shown again): %v", previews)
+	}
+	prv := previews[0].(map[string]any)["id"].(string)
+	check("listPreviews", pl, 400, "GET", A+"/previews"+q+"&limit=x", reader, nil, "")
+	check("listPreviews", pl, 401, "GET", A+"/previews"+q, "", nil, "")
+	check("listPreviews", pl, 404, "GET", sb+"/sbx_nope/previews"+q, reader, nil, "")
+	check("deletePreview", pd, 401, "DELETE", A+"/previews/"+prv+q, "", nil, "")
+	check("deletePreview", pd, 403, "DELETE", A+"/previews/"+prv+q, reader, nil, "")
+	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+"?graph=other", other, nil, "")
+	check("deletePreview", pd, 204, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
+	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
+
 	const st, rs = "/v1/sandboxes/{id}/stop", "/v1/sandboxes/{id}/resume"
 	check("stopSandbox", st, 401, "POST", A+"/stop"+q, "", nil, "")
 	check("stopSandbox", st, 403, "POST", A+"/stop"+q, reader, nil, "")
@@ -210,6 +251,8 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("makeDir", md, 409, "POST", A+"/files/mkdir"+q+"&path=d", admin, nil, "")
 	check("removeFile", fl, 409, "DELETE", A+"/files"+q+"&path=dir", admin, nil, "")
 	check("execCommand", sc, 409, "POST", A+"/commands"+q, admin, idem("l3-x2"), `{"argv": ["true"]}`)
+	check("sandboxPty", pt, 409, "GET", A+"/pty"+q, admin, upgrade, "")
+	check("previewURL", pu, 409, "POST", A+"/ports/80/url"+q, admin, nil, "")
 	check("runInSandbox", rn, 409, "POST", A+"/run"+q, admin, idem("l3-x3"), runBody)
 	check("createFile", gf, 409, "POST", gf+q+"&source_sandbox="+a+"&source_path=dir/a.txt", admin, nil, "")
 	check("importFile", im, 409, "PUT", imq+sha, admin, nil, "")

@@ -55,9 +55,13 @@ type Quotas struct {
 
 // Config is the server's configuration.
 type Config struct {
-	Addr      string
-	DataDir   string
-	ImagesDir string
+	Addr string
+	// PreviewAddr is the listener of port previews ("" serves none); PreviewDomain the
+	// domain whose subdomains name them (<token>.<domain>), each its own web origin.
+	PreviewAddr   string
+	PreviewDomain string
+	DataDir       string
+	ImagesDir     string
 	// Mirror is the Debian mirror image builds use ("" for the builder's default).
 	Mirror string
 	// Runtime names the default isolation driver. The server also offers every other driver
@@ -121,6 +125,9 @@ type Config struct {
 
 	// ShutdownGrace is how long a stopping server lets running commands finish.
 	ShutdownGrace time.Duration
+	// TerminalGrace is how long a terminal nobody is attached to waits to be re-attached
+	// before it is hung up.
+	TerminalGrace time.Duration
 	LogLevel      string
 
 	// Pool keeps warm sandboxes with pre-started interpreters for one-call runs: PoolMin
@@ -158,6 +165,8 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Addr:                 "127.0.0.1:7700",
+		PreviewAddr:          "127.0.0.1:7701",
+		PreviewDomain:        "preview.localhost",
 		DataDir:              "/var/lib/lbb",
 		Runtime:              "ns",
 		Defaults:             Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
@@ -187,6 +196,7 @@ func Default() Config {
 		OutputRetention:  7 * 24 * time.Hour,
 		JanitorInterval:  time.Minute,
 		ShutdownGrace:    30 * time.Second,
+		TerminalGrace:    2 * time.Minute,
 		LogLevel:         "info",
 		Pool:             true,
 		PoolMin:          2,
@@ -201,6 +211,8 @@ func Default() Config {
 // Flags registers every setting on fs, with c's values as defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on")
+	fs.StringVar(&c.PreviewAddr, "preview-addr", c.PreviewAddr, "address of the port previews' listener (empty: none)")
+	fs.StringVar(&c.PreviewDomain, "preview-domain", c.PreviewDomain, "previews are served as <token>.<this domain>; *.localhost resolves locally in browsers and curl")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
 	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")
@@ -247,6 +259,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.OutputRetention, "output-retention", c.OutputRetention, "how long the output of a one-call run is kept")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", c.JanitorInterval, "how often expired records are removed")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stopping server lets running commands finish")
+	fs.DurationVar(&c.TerminalGrace, "terminal-grace", c.TerminalGrace, "how long a terminal nobody is attached to waits to be re-attached before it is hung up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Pool, "pool", c.Pool, "keep warm sandboxes for one-call runs (--pool=false: every run starts cold)")
 	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")

@@ -82,6 +82,10 @@ type Service struct {
 
 	// slots decide when one-call runs execute.
 	slots *admission
+	// terms are the terminals running here: who is attached, and their grace timers.
+	terms terminals
+	// previews sign and check the host names of port previews.
+	previews previews
 }
 
 type owner struct{ graph, key string }

@@ -243,6 +243,10 @@ func (s *Service) Sweep(ctx context.Context) (Swept, error) {
 	if _, err := s.sweepSnapshots(ctx); err != nil {
 		return sw, fmt.Errorf("janitor: removing snapshots: %w", err)
 	}
+	// A preview past its expiry answers 404 anyway; its row goes a day later.
+	if _, err := s.st.DeleteExpiredPreviews(ctx, now.Add(-24*time.Hour)); err != nil {
+		return sw, fmt.Errorf("janitor: removing expired previews: %w", err)
+	}
 	for {
 		n, err := s.st.DeleteEndedSandboxes(ctx, now.Add(-s.cfg.SandboxRetention), batch)
 		if err != nil {

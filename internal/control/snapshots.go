@@ -101,6 +101,7 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	if sb.Status != store.SandboxRunning {
 		return sb, errdefs.Conflict("sandbox %s is %s; only a running sandbox can pause", id, sb.Status)
 	}
+	s.endTerminals(wctx, id)
 	t0 := time.Now()
 	p, err := s.host.Pause(wctx, id)
 	if err != nil {

@@ -72,7 +72,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
 	} else {
-		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
+		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds(), Pty: req.Pty}
 		switch {
 		case req.StdinOpen:
 			pr, pw := io.Pipe()
@@ -142,19 +142,43 @@ func (h *Local) Wait(ctx context.Context, commandID string) (CommandEnd, error) 
 	return c.end, nil
 }
 
-// Signal signals a running command's process group ("" is SIGKILL).
-func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
-	c, err := h.lookupCommand(commandID)
+// runningCommand finds a command that has not ended.
+func (h *Local) runningCommand(id string) (*command, error) {
+	c, err := h.lookupCommand(id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	select {
 	case <-c.done:
-		return errdefs.NotFound("command %s has ended", commandID)
+		return nil, errdefs.NotFound("command %s has ended", id)
 	default:
+	}
+	return c, nil
+}
+
+// Signal signals a running command's process group ("" is SIGKILL).
+func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
+	c, err := h.runningCommand(commandID)
+	if err != nil {
+		return err
 	}
 	c.killed.Store(true)
 	if err := c.agent.Signal(ctx, commandID, signal); err != nil {
+		return agentError(err)
+	}
+	return nil
+}
+
+// Resize sets the terminal size of a running command started with a Pty.
+func (h *Local) Resize(ctx context.Context, commandID string, size PtySize) error {
+	c, err := h.runningCommand(commandID)
+	if err != nil {
+		return err
+	}
+	if size.Cols == 0 || size.Rows == 0 {
+		return errdefs.InvalidArgument("a terminal needs at least one column and one row")
+	}
+	if err := c.agent.Resize(ctx, commandID, size); err != nil {
 		return agentError(err)
 	}
 	return nil
@@ -208,6 +232,9 @@ func (h *Local) ReadOutput(ctx context.Context, commandID, stream string, off in
 		capt = c.stderr
 	default:
 		return off, nil, errdefs.InvalidArgument("stream must be stdout or stderr")
+	}
+	if off < 0 {
+		off = capt.Recent(-off)
 	}
 	if max < 0 {
 		done, cancel := context.WithCancel(ctx)

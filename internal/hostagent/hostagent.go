@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -86,6 +87,8 @@ type Host interface {
 	// Signal signals a running command's process group ("" is SIGKILL); the command then ends
 	// killed.
 	Signal(ctx context.Context, commandID, signal string) error
+	// Resize sets the terminal size of a running command started with a Pty.
+	Resize(ctx context.Context, commandID string, size PtySize) error
 	// WriteStdin streams r to a command started with StdinOpen, and closes its stdin when
 	// close is set.
 	WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (StdinResult, error)
@@ -93,7 +96,9 @@ type Host interface {
 	// "stderr"): kept bytes from offset off on, at most max (0: any), waiting while there are
 	// none yet; start > off says the bytes between were not kept. With max < 0 it does not
 	// wait: it answers what is kept now (no data when there is none yet). At the end of the
-	// stream it answers io.EOF; a command that is not running here is errdefs NotFound.
+	// stream it answers io.EOF; a command that is not running here is errdefs NotFound. An
+	// off below 0 reads from -off bytes before the end, within what the tail keeps: the
+	// recent output a terminal shows when it is re-attached.
 	ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (start int64, data []byte, err error)
 	// ReadHeld takes the held output of a command started with Hold (ExecRequest): stdout and
 	// stderr from req's offsets on, in the order the process wrote them, waiting while there
@@ -108,6 +113,11 @@ type Host interface {
 	ListFiles(ctx context.Context, sandboxID, path string, recursive bool) ([]FileEntry, error)
 	RemoveFile(ctx context.Context, sandboxID, path string, recursive bool) error
 	MakeDir(ctx context.Context, sandboxID, path string) (FileEntry, error)
+
+	// DialPort connects to a port on a running sandbox's loopback (127.0.0.1, else ::1)
+	// through its channel: what a preview of the port carries. Nothing listening there is
+	// errdefs Unavailable. The connection lasts until its Close or the sandbox's end.
+	DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error)
 
 	// Sandboxes lists the ids of every sandbox the machine holds state for (any state).
 	Sandboxes(ctx context.Context) ([]string, error)
@@ -275,7 +285,13 @@ type ExecRequest struct {
 	// holds at most HoldBytes unread, then stops reading the process's output, so that the
 	// process waits in write(2). A hold nobody reads is let go after HoldIdle (see ReadHeld).
 	Hold bool `json:"hold,omitempty"`
+	// Pty runs the process on a terminal of this size (a terminal's command): its output is
+	// stdout alone, its stdin what is typed (StdinOpen).
+	Pty *PtySize `json:"pty,omitempty"`
 }
+
+// PtySize is a terminal's size in characters.
+type PtySize = agent.PtySize
 
 // HoldBytes is how much unread output the host agent holds for a command started with Hold.
 const HoldBytes = 1 << 20

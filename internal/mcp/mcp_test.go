@@ -496,6 +496,12 @@ func TestSnapshotActions(t *testing.T) {
 	if out, isErr := manage(map[string]any{"action": "fork"}); !isErr || !strings.Contains(out, "needs sandbox_id") {
 		t.Errorf("fork of nothing: %v\n%s", isErr, out)
 	}
+	if out, isErr := manage(map[string]any{"action": "preview_url", "sandbox_id": id}); !isErr || !strings.Contains(out, "needs port") {
+		t.Errorf("preview_url without a port: %v\n%s", isErr, out)
+	}
+	if out, isErr := manage(map[string]any{"action": "preview_url", "port": 8000}); !isErr || !strings.Contains(out, "needs sandbox_id") {
+		t.Errorf("preview_url without a sandbox: %v\n%s", isErr, out)
+	}
 
 	// The API's refusals come with what to do about them.
 	f.mu.Lock()

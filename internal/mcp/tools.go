@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -28,7 +29,7 @@ const (
 // The actions of the read and manage tools, in the order their schemas list them.
 var (
 	readActions   = []string{"list_sandboxes", "get_sandbox", "list_commands", "get_command", "list_templates", "get_template", "list_files", "read_file", "list_snapshots", "get_snapshot", "get_usage"}
-	manageActions = []string{"run", "create", "exec", "write_file", "stop", "resume", "pause", "snapshot", "fork"}
+	manageActions = []string{"run", "create", "exec", "write_file", "stop", "resume", "pause", "snapshot", "fork", "preview_url"}
 	// isolations are the values the isolation argument may take.
 	isolations = []string{"ns", "gvisor", "microvm"}
 )
@@ -62,7 +63,7 @@ type limitsInput struct {
 }
 
 type manageInput struct {
-	Action     string       `json:"action" jsonschema:"run: call run(input, config) of code (or of a saved template) once, in a new sandbox that ends with the run, or in sandbox_id; create: start a sandbox that stays (until stopped, deleted or expired); exec: start a process (argv) in sandbox_id; write_file: write content to path in sandbox_id; stop: end every process of sandbox_id, keeping its disk; resume: start a stopped sandbox_id again, or wake a paused one where it was; pause: park sandbox_id until resume (gvisor: processes and memory saved to disk, RAM freed; ns: frozen in RAM); snapshot: save sandbox_id with its processes, memory and disk (gvisor only), it runs on; fork: start a new sandbox from a snapshot of sandbox_id (snapshot_id, or a fresh one)"`
+	Action     string       `json:"action" jsonschema:"run: call run(input, config) of code (or of a saved template) once, in a new sandbox that ends with the run, or in sandbox_id; create: start a sandbox that stays (until stopped, deleted or expired); exec: start a process (argv) in sandbox_id; write_file: write content to path in sandbox_id; stop: end every process of sandbox_id, keeping its disk; resume: start a stopped sandbox_id again, or wake a paused one where it was; pause: park sandbox_id until resume (gvisor: processes and memory saved to disk, RAM freed; ns: frozen in RAM); snapshot: save sandbox_id with its processes, memory and disk (gvisor only), it runs on; fork: start a new sandbox from a snapshot of sandbox_id (snapshot_id, or a fresh one); preview_url: a signed URL, valid expires_in_seconds (default 3600), of port in sandbox_id, which a person opens in a browser to see what a server there answers (HTTP and WebSocket); ports are private otherwise"`
 	SandboxID  string       `json:"sandbox_id,omitempty" jsonschema:"the sandbox (sbx_…): needed by exec, write_file, stop, resume, pause and snapshot; for fork, the source (may be left out when snapshot_id is given); with run, run inside it, next to its files"`
 	SnapshotID string       `json:"snapshot_id,omitempty" jsonschema:"for fork: the snapshot (snp_…) to start from; without it a fresh snapshot of the running sandbox_id is taken first, and kept"`
 	Isolation  string       `json:"isolation,omitempty" jsonschema:"for run and create: what isolates the sandbox: ns (Linux namespaces) or gvisor (a user-space kernel; needed for snapshot and fork, and pause saves to disk); empty takes the template's, else the server's default. A fork keeps its source's"`
@@ -74,6 +75,8 @@ type manageInput struct {
 	Config   json.RawMessage `json:"config,omitempty" jsonschema:"for run: the config, a JSON object (merged over a template's)"`
 	Language string          `json:"language,omitempty" jsonschema:"for run: python (default) or node"`
 	Base     string          `json:"base,omitempty" jsonschema:"for run and create: lbb/python (default), lbb/node or lbb/shell"`
+
+	Port int `json:"port,omitempty" jsonschema:"for preview_url: the port a server in the sandbox listens on (127.0.0.1 or 0.0.0.0), e.g. 8000"`
 
 	Argv        []string `json:"argv,omitempty" jsonschema:"for exec: the program and its arguments, e.g. [\"python\", \"main.py\"]; for a shell line [\"bash\", \"-c\", \"…\"]"`
 	Cwd         string   `json:"cwd,omitempty" jsonschema:"for exec: the working directory, relative to /workspace (the default)"`
@@ -88,7 +91,7 @@ type manageInput struct {
 	Limits           *limitsInput      `json:"limits,omitempty" jsonschema:"for run and create: resources of the sandbox; unset fields take the server's defaults"`
 	TimeoutMs        int64             `json:"timeout_ms,omitempty" jsonschema:"for run and exec: kill the code after this many milliseconds (server default 60000)"`
 	WaitMs           int64             `json:"wait_ms,omitempty" jsonschema:"for exec: answer after this many milliseconds with the command still running (default 0: wait for its end, as long as the server lets a call wait; negative: answer at once)"`
-	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty" jsonschema:"for create and fork: end the sandbox this long after it starts (server default 600, at most 3600)"`
+	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty" jsonschema:"for create and fork: end the sandbox this long after it starts (server default 600, at most 3600); for preview_url: how long the URL is valid (default 3600, at most 604800)"`
 	Metadata         map[string]string `json:"metadata,omitempty" jsonschema:"for run and create: labels kept on the sandbox record; for snapshot: labels kept on the snapshot; for fork: the new sandbox's labels (default: the source's)"`
 
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"for run, create, exec, write_file and fork: a key that makes a retry safe: the same key with the same request never runs twice but answers what the first call did. Without it each call gets a fresh key, which the answer shows"`
@@ -336,7 +339,7 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 	if key == "" {
 		key = lbb.NewIdempotencyKey()
 	}
-	if err := needSandbox(in.Action, in.SandboxID, "exec", "write_file", "stop", "resume", "pause", "snapshot"); err != nil {
+	if err := needSandbox(in.Action, in.SandboxID, "exec", "write_file", "stop", "resume", "pause", "snapshot", "preview_url"); err != nil {
 		return "", err
 	}
 	switch in.Action {
@@ -450,6 +453,17 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 		return fmt.Sprintf("Forked sandbox %s from sandbox %s (%s): its processes, memory and files start as they were then.\n%s"+
 			"idempotency_key: %s\nNext: exec, write_file or run with sandbox_id=%s; lbb_sandboxes_delete destroys it when you are done.\n",
 			sb.ID, src, from, formatSandbox(sb), key, sb.ID), nil
+	case "preview_url":
+		if in.Port < 1 || in.Port > 65535 {
+			return "", errorf("action preview_url needs port, the port a server in the sandbox listens on (1 to 65535)")
+		}
+		p, err := c.Sandboxes.PreviewURL(ctx, in.SandboxID, in.Port, lbb.PreviewParams{ExpiresInSeconds: in.ExpiresInSeconds})
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Preview of port %d of sandbox %s, valid until %s:\n%s\nAnyone with the URL reaches the port until then "+
+			"(open it in a browser, or with curl). Nothing answering there: 502; start the server first (exec, e.g. "+
+			"[\"python3\", \"-m\", \"http.server\", \"%d\"]).\n", p.Port, p.Sandbox, p.ExpiresAt.Format(time.RFC3339), p.URL, p.Port), nil
 	}
 	return "", errorf("unknown action %q; the actions are %s", in.Action, strings.Join(manageActions, ", "))
 }

@@ -162,6 +162,17 @@ func (c *Capture) Dropped() int64 {
 	return c.total - int64(len(h)+len(t))
 }
 
+// Recent is the offset n bytes before the end, or where the tail starts when it keeps less.
+func (c *Capture) Recent(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tailStart := c.total - int64(len(c.ring))
+	if int64(len(c.head)) == c.total {
+		tailStart = 0
+	}
+	return max(tailStart, c.total-n, 0)
+}
+
 // Close marks the end of the stream: followers get io.EOF once they have read everything.
 func (c *Capture) Close() error {
 	c.mu.Lock()

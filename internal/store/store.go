@@ -60,6 +60,15 @@ type Queries interface {
 	// ended (destroyed or failed) or whose record is gone.
 	ListEndedSnapshots(ctx context.Context, limit int) ([]Snapshot, error)
 
+	CreatePreview(ctx context.Context, p Preview) error
+	// GetPreview finds a preview by its id alone: the preview listener knows no graph.
+	GetPreview(ctx context.Context, id string) (Preview, error)
+	// ListPreviews lists the previews of one sandbox of the graph, newest first.
+	ListPreviews(ctx context.Context, graph, sandboxID string, p Page) ([]Preview, string, error)
+	DeletePreview(ctx context.Context, graph, id string) error
+	// DeleteExpiredPreviews removes the previews that expired before before.
+	DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error)
+
 	CreateCommand(ctx context.Context, c Command) error
 	GetCommand(ctx context.Context, graph, id string) (Command, error)
 	UpdateCommand(ctx context.Context, c Command) error
@@ -465,6 +474,17 @@ type ForkedFrom struct {
 	Snapshot string `json:"snapshot"`
 }
 
+// Preview is a signed URL given out for a port of a sandbox; deleting it revokes the URL.
+type Preview struct {
+	ID        string    `json:"id"`
+	Graph     string    `json:"graph"`
+	SandboxID string    `json:"sandbox"`
+	Port      int       `json:"port"`
+	ExpiresAt time.Time `json:"expires_at"`
+	CreatedAt time.Time `json:"created_at"`
+	Origin    Origin    `json:"origin"`
+}
+
 // Snapshot is a saved state of a running sandbox, memory included, that forks start from.
 // Its bytes are a directory of the host's data directory.
 type Snapshot struct {
@@ -504,6 +524,9 @@ func CommandDone(status string) bool {
 const (
 	KindRun     = "run"
 	KindProcess = "process"
+	// KindTerminal is a process on a terminal (GET /v1/sandboxes/{id}/pty): its output is
+	// stdout alone; what is typed is its stdin, counted and never kept.
+	KindTerminal = "terminal"
 )
 
 // Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),

@@ -388,6 +388,20 @@ type Output struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Preview defines model for Preview.
+type Preview struct {
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// ID prv_…
+	ID      string `json:"id"`
+	Port    int64  `json:"port"`
+	Sandbox string `json:"sandbox"`
+
+	// URL the signed URL: open it in a browser, or with curl (in the answer that made it only)
+	URL string `json:"url,omitempty"`
+}
+
 // Quota one quota of a graph: what it holds and the most it may
 type Quota struct {
 	Limit int64  `json:"limit"`
@@ -699,6 +713,32 @@ type TemplateVersion struct {
 	// Isolation the version's isolation; omitted: the server default
 	Isolation string `json:"isolation,omitempty"`
 	Version   int    `json:"version"`
+}
+
+// TerminalMessage A text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty).
+type TerminalMessage struct {
+	// Cols resize
+	Cols  int64  `json:"cols,omitempty"`
+	Error string `json:"error,omitempty"`
+
+	// ExitCode exit
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Rows resize
+	Rows    int64  `json:"rows,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+
+	// Signal exit: the signal that ended it
+	Signal string `json:"signal,omitempty"`
+
+	// Status exit: the command's status
+	Status string `json:"status,omitempty"`
+
+	// Terminal the terminal's command id (started, exit)
+	Terminal string `json:"terminal,omitempty"`
+
+	// Type started and exit come from the server, resize from the client
+	Type string `json:"type"`
 }
 
 // Usage defines model for Usage.

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -75,6 +76,8 @@ type procSpec struct {
 	// warmReq makes its request from the resolved working directory and the request's env.
 	warm    *warmProc
 	warmReq func(dir string, env map[string]string) ([]byte, error)
+	// pty runs the process on a new terminal of this size (agent.ExecRequest.Pty).
+	pty *agent.PtySize
 }
 
 // resultHeader is the status line a harness writes to its result fd before the result.
@@ -104,7 +107,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "argv is empty"})
 		return
 	}
-	sp := &procSpec{id: req.ID, argv: req.Argv, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond}
+	sp := &procSpec{id: req.ID, argv: req.Argv, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond, pty: req.Pty}
 	if req.Stdin {
 		sp.stdin = r.Body
 	}
@@ -200,8 +203,26 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	if startErr == "" && sp.warm == nil {
 		exe, startErr = lookPath(sp.argv[0], env["PATH"], dir)
 	}
-	var outR, outW, errR, errW, inR, inW *os.File
-	if startErr == "" && sp.warm == nil {
+	var outR, outW, errR, errW, inR, inW, ptmx *os.File
+	if sp.pty != nil {
+		if _, ok := env["TERM"]; !ok {
+			env["TERM"] = "xterm-256color"
+		}
+	}
+	if startErr == "" && sp.pty != nil {
+		// The terminal is the child's stdin, stdout and stderr (outW, errW and inR alike);
+		// its master side is read as stdout and written as stdin.
+		var tty *os.File
+		if ptmx, tty, err = pty.Open(); err != nil {
+			startErr = "pty: " + err.Error()
+		} else {
+			pty.Setsize(ptmx, &pty.Winsize{Cols: sp.pty.Cols, Rows: sp.pty.Rows})
+			outR, outW = ptmx, tty
+			if sp.stdin != nil {
+				inW = ptmx
+			}
+		}
+	} else if startErr == "" && sp.warm == nil {
 		if outR, outW, err = os.Pipe(); err == nil {
 			if errR, errW, err = os.Pipe(); err == nil && sp.stdin != nil {
 				inR, inW, err = os.Pipe()
@@ -236,14 +257,19 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 			stdin = inR
 		}
 		// Fd puts each child end into blocking mode, as a child expects.
-		files := []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}
+		var files []uintptr
+		if ptmx != nil {
+			files = []uintptr{outW.Fd(), outW.Fd(), outW.Fd()}
+		} else {
+			files = []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}
+		}
 		for _, f := range sp.extra {
 			files = append(files, f.Fd())
 		}
 		started = time.Now()
 		p, err = table.start(startSpec{
 			id: sp.id, path: exe, argv: sp.argv, env: envList(env), dir: dir,
-			files: files, pdeathsig: !s.pid1,
+			files: files, pdeathsig: !s.pid1, pty: ptmx,
 		})
 		closeAll(inR, outW, errW)
 		for _, f := range sp.extra {
@@ -272,10 +298,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 
 	ps := &procState{}
 	var wg sync.WaitGroup
-	pumps := []*os.File{outR, errR}
-	wg.Add(2)
+	pumps := []*os.File{outR}
+	wg.Add(1)
 	go s.pump(&wg, outR, agent.FrameStdout, fw, ps, nil)
-	go s.pump(&wg, errR, agent.FrameStderr, fw, ps, nil)
+	if errR != nil {
+		pumps = append(pumps, errR)
+		wg.Add(1)
+		go s.pump(&wg, errR, agent.FrameStderr, fw, ps, nil)
+	}
 	hdr := &resultHeader{}
 	if sp.result != nil {
 		pumps = append(pumps, sp.result)
@@ -286,7 +316,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	if inW != nil {
 		go func() {
 			io.Copy(inW, sp.stdin)
-			inW.Close()
+			if ptmx == nil { // a terminal stays open: its pump closes it
+				inW.Close()
+			}
 		}()
 	}
 
@@ -344,7 +376,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		}
 		wg.Wait()
 	}
-	if inW != nil {
+	if inW != nil && ptmx == nil {
 		inW.Close()
 	}
 

@@ -325,6 +325,11 @@ func (s *Server) handleConnAccept(w http.ResponseWriter, r *http.Request) {
 	if conn == nil {
 		return
 	}
+	serveStream(w, r, conn)
+}
+
+// serveStream answers a stream's call with 200 and bridges conn to it.
+func serveStream(w http.ResponseWriter, r *http.Request, conn net.Conn) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -333,6 +338,26 @@ func (s *Server) handleConnAccept(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	bridge(conn, w, rc, r.Body)
+}
+
+// handlePortConnect connects to a port on the sandbox's loopback for the host (a preview).
+func (s *Server) handlePortConnect(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "port must be from 1 to 65535"})
+		return
+	}
+	var conn net.Conn
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		if conn, err = net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), 5*time.Second); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		writeError(w, &agent.Error{Code: agent.CodePortRefused, Message: fmt.Sprintf("nothing listens on port %d in the sandbox: %v", port, err)})
+		return
+	}
+	serveStream(w, r, conn)
 }
 
 // bridge copies body into conn and conn into w until both have ended; an end of one

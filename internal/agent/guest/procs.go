@@ -30,6 +30,8 @@ type proc struct {
 	// Together they tell whether an orphan can only have come from this process.
 	seq           uint64
 	othersAtStart bool
+	// pty is the terminal's master side of a process started on one (nil otherwise).
+	pty *os.File
 }
 
 // signal signals the process group; a group that is already gone is not an error.
@@ -75,11 +77,14 @@ type startSpec struct {
 	// pdeathsig kills the child when the agent dies; only needed when the agent is not the
 	// sandbox's PID 1 (whose death ends every process of the namespace).
 	pdeathsig bool
+	// pty: the child leads a new session whose controlling terminal is its fd 0, and
+	// master is that terminal's other side.
+	pty *os.File
 }
 
 func (t *procTable) start(sp startSpec) (*proc, error) {
 	t.once.Do(func() { go t.reap() })
-	p := &proc{id: sp.id, done: make(chan exitStatus, 1)}
+	p := &proc{id: sp.id, done: make(chan exitStatus, 1), pty: sp.pty}
 	t.mu.Lock()
 	if sp.id != "" {
 		if _, dup := t.byID[sp.id]; dup {
@@ -94,6 +99,11 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 	t.mu.Unlock()
 
 	sys := &syscall.SysProcAttr{Setpgid: true}
+	if sp.pty != nil {
+		// A new session's leader leads its own process group too (pgid = pid), so signals
+		// to -pid reach the same processes as for the others.
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	if t.asRoot {
 		// The agent's own real uid (lbb-agent --uid) is not its processes': they run as root.
 		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}

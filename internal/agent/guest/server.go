@@ -22,6 +22,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -160,6 +161,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathExec, s.handleExec)
 	mux.HandleFunc("POST "+agent.PathRun, s.handleRun)
 	mux.HandleFunc("POST "+agent.PathProcs+"{id}/signal", s.handleSignal)
+	mux.HandleFunc("POST "+agent.PathProcs+"{id}/resize", s.handleResize)
 	mux.HandleFunc("GET "+agent.PathFiles, s.handleList)
 	mux.HandleFunc("DELETE "+agent.PathFiles, s.handleDelete)
 	mux.HandleFunc("POST "+agent.PathMkdir, s.handleMkdir)
@@ -170,6 +172,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathListen, s.handleListen)
 	mux.HandleFunc("POST "+agent.PathConns+"{id}/accept", s.handleConnAccept)
 	mux.HandleFunc("POST "+agent.PathConns+"{id}/refuse", s.handleConnRefuse)
+	mux.HandleFunc("POST "+agent.PathPorts+"{port}/connect", s.handlePortConnect)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such route"})
 	})
@@ -266,6 +269,30 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := p.signal(sig); err != nil {
 		writeError(w, &agent.Error{Code: agent.CodeInternal, Message: err.Error()})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) {
+	var size agent.PtySize
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&size); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "resize request: " + err.Error()})
+		return
+	}
+	id := r.PathValue("id")
+	p := table.lookup(id)
+	if p == nil {
+		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: fmt.Sprintf("no running process %q", id)})
+		return
+	}
+	if p.pty == nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("process %q has no terminal", id)})
+		return
+	}
+	// TIOCSWINSZ on the master sends SIGWINCH to the terminal's foreground process group.
+	if err := pty.Setsize(p.pty, &pty.Winsize{Cols: size.Cols, Rows: size.Rows}); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInternal, Message: "resize: " + err.Error()})
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -219,6 +220,10 @@ func (unavailable) Wait(context.Context, string) (hostagent.CommandEnd, error) {
 	return hostagent.CommandEnd{}, errNoSandboxes
 }
 func (unavailable) Signal(context.Context, string, string) error { return errNoSandboxes }
+func (unavailable) DialPort(context.Context, string, int) (net.Conn, error) {
+	return nil, errNoSandboxes
+}
+func (unavailable) Resize(context.Context, string, hostagent.PtySize) error { return errNoSandboxes }
 func (unavailable) WriteStdin(context.Context, string, io.Reader, bool) (hostagent.StdinResult, error) {
 	return hostagent.StdinResult{}, errNoSandboxes
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -282,6 +283,72 @@ func (c *Client) Wait(ctx context.Context, commandID string) (hostagent.CommandE
 func (c *Client) Signal(ctx context.Context, commandID, signal string) error {
 	return ok(ctx, c, "Signal", signalArgs{commandID, signal})
 }
+
+func (c *Client) Resize(ctx context.Context, commandID string, size hostagent.PtySize) error {
+	return ok(ctx, c, "Resize", resizeArgs{commandID, size})
+}
+
+// DialPort is one full-duplex call: its request body carries what is sent to the port, its
+// answer what comes back. The connection outlives ctx (which bounds the dial) until Close.
+func (c *Client) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	// Not post: an answer that is an error must end the request body before the transport
+	// lets go of the call, and post's reader hides the pipe from it.
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	q := url.Values{"sandbox_id": {sandboxID}, "port": {strconv.Itoa(port)}}
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, c.base+"DialPort?"+q.Encode(), pr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		pw.CloseWithError(err)
+		cancel()
+		return nil, broken(ctx, "DialPort", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		pw.Close()
+		defer cancel()
+		defer resp.Body.Close()
+		var we wireError
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&we); err != nil || we.Class == "" {
+			return nil, errdefs.New(errdefs.ClassUnavailable, "", "host agent DialPort: %s", resp.Status)
+		}
+		return nil, we.err(ctx)
+	}
+	return &remoteConn{body: resp.Body, pw: pw, cancel: cancel, port: port}, nil
+}
+
+// remoteConn is a DialPort call as a net.Conn. Deadlines are not kept: its users end it with
+// Close.
+type remoteConn struct {
+	body   io.ReadCloser
+	pw     *io.PipeWriter
+	cancel context.CancelFunc
+	port   int
+	once   sync.Once
+}
+
+func (c *remoteConn) Read(p []byte) (int, error)  { return c.body.Read(p) }
+func (c *remoteConn) Write(p []byte) (int, error) { return c.pw.Write(p) }
+func (c *remoteConn) CloseWrite() error           { return c.pw.Close() }
+func (c *remoteConn) Close() error {
+	c.once.Do(func() {
+		c.pw.CloseWithError(net.ErrClosed)
+		c.body.Close()
+		c.cancel()
+	})
+	return nil
+}
+func (c *remoteConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *remoteConn) RemoteAddr() net.Addr             { return &net.TCPAddr{Port: c.port} }
+func (c *remoteConn) SetDeadline(time.Time) error      { return nil }
+func (c *remoteConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *remoteConn) SetWriteDeadline(time.Time) error { return nil }
 
 // WriteStdin streams r as the request body.
 func (c *Client) WriteStdin(ctx context.Context, commandID string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {

@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 )
@@ -133,6 +134,10 @@ type (
 	signalArgs struct {
 		CommandID string `json:"command_id"`
 		Signal    string `json:"signal"`
+	}
+	resizeArgs struct {
+		CommandID string        `json:"command_id"`
+		Size      agent.PtySize `json:"size"`
 	}
 	outputArgs struct {
 		CommandID string `json:"command_id"`

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -39,7 +40,9 @@ type fake struct {
 	// entered makes Wait and Run wait for their context to end, then report it on canceled.
 	entered, canceled chan struct{}
 	// stall makes WriteStdin read nothing until its context ends.
-	stall  bool
+	stall bool
+	// echo makes DialPort answer a connection that sends back what it gets.
+	echo   bool
 	events []hostagent.Event
 }
 
@@ -159,6 +162,42 @@ func (f *fake) Wait(ctx context.Context, id string) (hostagent.CommandEnd, error
 }
 func (f *fake) Signal(ctx context.Context, id, signal string) error {
 	return f.rec("Signal", id, signal)
+}
+func (f *fake) Resize(ctx context.Context, id string, size hostagent.PtySize) error {
+	return f.rec("Resize", id, size)
+}
+func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if f.echo {
+		a, b := net.Pipe()
+		go func() {
+			io.Copy(b, b)
+			b.Close()
+		}()
+		return a, nil
+	}
+	return nil, f.rec("DialPort", id, port)
+}
+
+// TestDialPort: a connection to a port through the remote host agent carries bytes both ways
+// while it lasts, after the call that opened it answered.
+func TestDialPort(t *testing.T) {
+	c, _ := serve(t, &fake{echo: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := c.DialPort(ctx, "sbx_1", 8000)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, msg := range []string{"hello", "again"} {
+		if _, err := conn.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo: %q %v", buf, err)
+		}
+	}
 }
 func (f *fake) WriteStdin(ctx context.Context, id string, r io.Reader, closeIt bool) (hostagent.StdinResult, error) {
 	if f.stall {
@@ -353,6 +392,10 @@ var calls = []struct {
 		return nil, h.Signal(ctx, "cmd_2", "SIGTERM")
 	},
 		[]any{"cmd_2", "SIGTERM"}, nil},
+	{"Resize", func(ctx context.Context, h hostagent.Host) (any, error) {
+		return nil, h.Resize(ctx, "cmd_2", hostagent.PtySize{Cols: 80, Rows: 24})
+	},
+		[]any{"cmd_2", hostagent.PtySize{Cols: 80, Rows: 24}}, nil},
 	{"WriteStdin", func(ctx context.Context, h hostagent.Host) (any, error) {
 		return h.WriteStdin(ctx, "cmd_2", strings.NewReader("hello"), true)
 	}, []any{"cmd_2", sumOf("hello"), int64(5), true}, stdinRes},
@@ -757,5 +800,14 @@ func TestStreamFailures(t *testing.T) {
 	_, err = c.WriteFile(t.Context(), "sbx_1", "f", &failAfter{pattern{size: 3 << 20}, tooBig})
 	if !errors.Is(err, tooBig) {
 		t.Errorf("WriteFile of a failing body: %v, want %v", err, tooBig)
+	}
+}
+
+func TestDialPortRefused(t *testing.T) {
+	c, _ := serve(t, &fake{fail: errdefs.Unavailable("nothing listens")})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.DialPort(ctx, "sbx_1", 8000); errdefs.ClassOf(err) != errdefs.ClassUnavailable {
+		t.Fatalf("DialPort: %v, want unavailable", err)
 	}
 }

@@ -50,6 +50,8 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Exec", call(s, none(h.Exec)))
 	handle("Wait", call(s, func(ctx context.Context, a idArgs) (hostagent.CommandEnd, error) { return h.Wait(ctx, a.ID) }))
 	handle("Signal", call(s, none(func(ctx context.Context, a signalArgs) error { return h.Signal(ctx, a.CommandID, a.Signal) })))
+	handle("Resize", call(s, none(func(ctx context.Context, a resizeArgs) error { return h.Resize(ctx, a.CommandID, a.Size) })))
+	handle("DialPort", s.dialPort)
 	handle("WriteStdin", s.writeStdin)
 	handle("ReadOutput", s.readOutput)
 	handle("ReadHeld", call(s, h.ReadHeld))
@@ -187,6 +189,53 @@ func (s *server) writeStdin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// dialPort bridges the call to a connection to a port in a sandbox: the request body goes to
+// it, what it sends is the answer.
+func (s *server) dialPort(w http.ResponseWriter, r *http.Request) {
+	// Before any answer, an error's too: an HTTP/1 server would otherwise read the request
+	// body to its end (it never ends) before it answers.
+	rc := http.NewResponseController(w)
+	rc.EnableFullDuplex()
+	q := r.URL.Query()
+	port, err := strconv.Atoi(q.Get("port"))
+	if err != nil {
+		s.fail(w, r, errdefs.InvalidArgument("port must be a number"))
+		return
+	}
+	conn, err := s.h.DialPort(r.Context(), q.Get("sandbox_id"), port)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer conn.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	go func() {
+		if _, err := io.Copy(conn, r.Body); err != nil {
+			conn.Close()
+			return
+		}
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SandboxLabels", testSandboxLabels},
 		{"IdempotencyDelete", testIdempotencyDelete},
 		{"Snapshots", testSnapshots},
+		{"Previews", testPreviews},
 		{"PausedAndForked", testPausedAndForked},
 		{"GraphUsage", testGraphUsage},
 		{"DeleteFile", testDeleteFile},
@@ -513,6 +514,43 @@ func testIdempotencyDelete(t *testing.T, s store.Store) {
 	_, err = s.GetIdempotency(ctx, "main", "k")
 	wantClass(t, err, errdefs.ClassNotFound)
 	must(t, s.CreateIdempotency(ctx, r))
+}
+
+func testPreviews(t *testing.T, s store.Store) {
+	sb := newSandbox("main")
+	must(t, s.CreateSandbox(ctx, sb))
+	t0 := now()
+	mk := func(exp time.Time) store.Preview {
+		p := store.Preview{ID: ids.New(ids.Preview), Graph: "main", SandboxID: sb.ID, Port: 8000, ExpiresAt: exp, CreatedAt: t0,
+			Origin: store.Origin{Key: "key_1"}}
+		must(t, s.CreatePreview(ctx, p))
+		return p
+	}
+	old, live := mk(t0.Add(-48*time.Hour)), mk(t0.Add(time.Hour))
+	got, err := s.GetPreview(ctx, live.ID)
+	if err != nil || got.SandboxID != sb.ID || got.Port != 8000 || !got.ExpiresAt.Equal(live.ExpiresAt) || got.Origin.Key != "key_1" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	l, _, err := s.ListPreviews(ctx, "main", sb.ID, store.Page{})
+	if err != nil || len(l) != 2 || l[0].ID != live.ID {
+		t.Fatalf("list: %+v %v", l, err)
+	}
+	if l, _, _ := s.ListPreviews(ctx, "other", sb.ID, store.Page{}); len(l) != 0 {
+		t.Fatalf("another graph lists %+v", l)
+	}
+	if n, err := s.DeleteExpiredPreviews(ctx, t0.Add(-24*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("delete expired: %d %v", n, err)
+	}
+	if _, err := s.GetPreview(ctx, old.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("expired preview: %v", err)
+	}
+	if err := s.DeletePreview(ctx, "other", live.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("delete of another graph: %v", err)
+	}
+	must(t, s.DeletePreview(ctx, "main", live.ID))
+	if _, err := s.GetPreview(ctx, live.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("deleted preview: %v", err)
+	}
 }
 
 func testSnapshots(t *testing.T, s store.Store) {

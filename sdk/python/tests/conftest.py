@@ -73,7 +73,7 @@ def server() -> Iterator[Server]:
     for k in ("LBB_ADDR", "LBB_DATA_DIR", "LBB_URL", "LBB_API_KEY"):
         env.pop(k, None)
     proc = subprocess.Popen(
-        [binary, "serve", "--addr", addr, "--data-dir", data_dir, "--images-dir", _images_dir(), "--shutdown-grace", "5s"],
+        [binary, "serve", "--addr", addr, "--preview-addr", "127.0.0.1:0", "--data-dir", data_dir, "--images-dir", _images_dir(), "--shutdown-grace", "5s"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

@@ -11,6 +11,7 @@ import subprocess
 import time
 from typing import Iterator, List
 
+import httpx
 import pytest
 
 from conftest import Server
@@ -95,3 +96,30 @@ def test_seq_whole_async(server: Server, want: bytes) -> None:
         return bytes(got)
 
     assert asyncio.run(main()) == want
+
+
+def test_preview_url(sandbox: Sandbox) -> None:
+    """A server in the sandbox answers its signed preview URL; a tampered one is 404."""
+    sandbox.files.write("www/index.html", "<p>hello preview</p>")
+    sandbox.commands.run("cd www && (python3 -m http.server 8000 >/dev/null 2>&1 &)")
+    p = sandbox.preview_url(8000, expires_in_seconds=120)
+    assert p.port == 8000 and p.sandbox == sandbox.id and ".preview.localhost:" in p.url
+    port = p.url.rsplit(":", 1)[1].strip("/")
+    # *.localhost is the machine itself (as browsers and curl resolve it).
+    transport = httpx.HTTPTransport(local_address="127.0.0.1")
+    with httpx.Client(transport=transport, timeout=10) as http:
+
+        def get(url: str) -> httpx.Response:
+            host = url.split("//", 1)[1].split("/", 1)[0]
+            return http.get(f"http://127.0.0.1:{port}/", headers={"Host": host})
+
+        deadline = time.monotonic() + 30
+        while True:
+            r = get(p.url)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200 and "hello preview" in r.text, r
+        label = p.url.split("//", 1)[1].split(".", 1)[0]
+        tampered = p.url.replace(label, label[:-1] + ("a" if label[-1] != "a" else "b"))
+        assert get(tampered).status_code == 404

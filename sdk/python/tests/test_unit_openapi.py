@@ -17,6 +17,7 @@ SCHEMAS = {
     lbb.ForkedFrom: "ForkedFrom",
     lbb.SandboxRecord: "Sandbox",
     lbb.Snapshot: "Snapshot",
+    lbb.Preview: "Preview",
     lbb.Template: "Template",
     lbb.FileInfo: "FileEntry",
     lbb.File: "File",

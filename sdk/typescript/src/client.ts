@@ -54,6 +54,8 @@ import type {
   WireRunBody,
   WireRunResult,
   WireSandbox,
+  WirePreview,
+  WirePreviewRequest,
   WireSnapshot,
   WireSnapshotRequest,
   WireTemplate,
@@ -913,6 +915,18 @@ export class Sandbox {
    * Takes a memory snapshot (processes, memory and disk) of the running sandbox, which then
    * runs on. Needs isolation "gvisor": on ns it throws NotSupportedError (409 not_supported).
    */
+  /**
+   * A signed URL of `port` in the sandbox (a preview), valid `expiresInSeconds` (default 3600,
+   * at most 7 days): a server listening there (127.0.0.1 or 0.0.0.0) answers it, HTTP and
+   * WebSocket alike. Ports are private otherwise; anyone with the URL reaches the port until
+   * it expires.
+   */
+  async previewUrl(port: number, p: PreviewParams = {}): Promise<Preview> {
+    const body = compact<WirePreviewRequest>({ expires_in_seconds: p.expiresInSeconds });
+    const w = await this.t.json<WirePreview>("POST", `${this.path}/ports/${Math.trunc(port)}/url`, { json: body, signal: p.signal });
+    return { id: w.id, url: w.url ?? "", sandbox: w.sandbox, port: w.port, expiresAt: w.expires_at, createdAt: w.created_at };
+  }
+
   async snapshot(p: SnapshotParams = {}): Promise<Snapshot> {
     const body = compact<WireSnapshotRequest>({ metadata: p.metadata });
     // Retried under one key: a retry answers the snapshot the first attempt took.
@@ -945,6 +959,22 @@ export class Sandbox {
   async delete(o: CallOptions = {}): Promise<void> {
     await this.t.request("DELETE", this.path, o);
   }
+}
+
+export interface PreviewParams extends CallOptions {
+  /** How long the URL is valid (default 3600 s, at most 7 days). */
+  expiresInSeconds?: number;
+}
+
+/** A signed, expiring URL of a port of a sandbox. */
+export interface Preview {
+  /** prv_…: DELETE /v1/sandboxes/{id}/previews/{preview} revokes it. */
+  id: string;
+  url: string;
+  sandbox: string;
+  port: number;
+  expiresAt: string;
+  createdAt: string;
 }
 
 export interface SnapshotParams extends IdempotentCallOptions {

@@ -40,6 +40,8 @@ export type {
   RunCommandParams,
   RunCommandOptions,
   SnapshotParams,
+  PreviewParams,
+  Preview,
   ForkParams,
   Origin,
   StreamOptions,

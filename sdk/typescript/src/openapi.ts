@@ -196,7 +196,7 @@ export interface components {
             graph: string;
             sandbox: string;
             /** @enum {string} */
-            kind: "run" | "process";
+            kind: "run" | "process" | "terminal";
             argv?: string[];
             cwd?: string;
             stdin_bytes?: number;
@@ -731,6 +731,48 @@ export interface components {
              * @enum {string}
              */
             period?: "day" | "month" | "total";
+        };
+        /** @description A text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty). */
+        TerminalMessage: {
+            /**
+             * @description started and exit come from the server, resize from the client
+             * @enum {string}
+             */
+            type: "started" | "exit" | "resize";
+            /** @description the terminal's command id (started, exit) */
+            terminal?: string;
+            sandbox?: string;
+            /** @description resize */
+            cols?: number;
+            /** @description resize */
+            rows?: number;
+            /** @description exit */
+            exit_code?: number | null;
+            /** @description exit: the signal that ended it */
+            signal?: string;
+            /** @description exit: the command's status */
+            status?: string;
+            error?: string;
+        };
+        PreviewRequest: {
+            /** @description how long the URL is valid (default 3600; at most 7 days) */
+            expires_in_seconds?: number;
+        };
+        Preview: {
+            /** @description prv_… */
+            id: string;
+            /** @description the signed URL: open it in a browser, or with curl (in the answer that made it only) */
+            url?: string;
+            sandbox: string;
+            port: number;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        PreviewList: {
+            data: components["schemas"]["Preview"][];
+            next_cursor?: string;
         };
     };
     responses: never;

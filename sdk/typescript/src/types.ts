@@ -143,7 +143,8 @@ export interface CommandResult extends Command {
 export interface Command {
   id: string;
   sandbox: string;
-  kind: "process" | "run";
+  /** terminal: a terminal opened over GET /v1/sandboxes/{id}/pty. */
+  kind: "process" | "run" | "terminal";
   status: CommandStatus;
   ok: boolean;
   exitCode: number | null;

@@ -46,6 +46,8 @@ export type WireSandbox = Schemas["Sandbox"];
 export type SandboxStatus = WireSandbox["status"];
 /** A memory snapshot: POST /v1/sandboxes/{id}/snapshot, GET and DELETE /v1/snapshots/{id}. */
 export type WireSnapshot = Schemas["Snapshot"];
+export type WirePreview = Schemas["Preview"];
+export type WirePreviewRequest = Schemas["PreviewRequest"];
 /** GET /v1/sandboxes/{id}/snapshots. */
 export type WireSnapshotList = Schemas["SnapshotList"];
 /** One version of a template: POST /v1/sandboxes/templates; GET adds `versions`. The document

@@ -55,7 +55,7 @@ async function startServer(): Promise<{ proc: ChildProcess; url: string; key: st
   const fd = openSync(log, "w");
   const env = { ...process.env };
   for (const k of ["LBB_ADDR", "LBB_DATA_DIR", "LBB_URL", "LBB_API_KEY"]) delete env[k];
-  const proc = spawn(bin, ["serve", "--addr", addr, "--data-dir", dataDir, "--images-dir", images, "--shutdown-grace", "5s"], {
+  const proc = spawn(bin, ["serve", "--addr", addr, "--preview-addr", "127.0.0.1:0", "--data-dir", dataDir, "--images-dir", images, "--shutdown-grace", "5s"], {
     stdio: ["ignore", fd, fd],
     env,
   });

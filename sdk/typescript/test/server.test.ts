@@ -314,3 +314,42 @@ test("openapi: each route the SDK calls answers (and takes) the schema of its wi
   const wrong = checks.filter(([m, p, st, name]) => !refs(at(m, p, st)).includes(name)).map(([m, p, st, name]) => `${m.toUpperCase()} ${p} ${st}: ${name}`);
   assert.deepEqual(wrong, [], "routes whose schema in /v1/openapi.json is not the one the SDK's wire type is");
 });
+
+test("a preview URL reaches a server in the sandbox; a tampered one is 404", async (t) => {
+  const lbb = client(t);
+  if (!lbb) return;
+  const sb = await lbb.sandboxes.create({ expiresInSeconds: 300 });
+  try {
+    await sb.files.write("www/index.html", "<p>hello preview</p>");
+    await sb.commands.create({ argv: ["bash", "-c", "cd www && (python3 -m http.server 8000 >/dev/null 2>&1 &)"], waitMs: 30_000 });
+    const p = await sb.previewUrl(8000, { expiresInSeconds: 120 });
+    assert.equal(p.port, 8000);
+    const u = new URL(p.url);
+    assert.match(u.hostname, /\.preview\.localhost$/);
+    // *.localhost is the machine itself; Node's fetch is told so with the Host header.
+    const get = async (host: string) => {
+      const { request } = await import("node:http");
+      return await new Promise<{ status: number; body: string }>((ok, fail) => {
+        const req = request({ host: "127.0.0.1", port: Number(u.port), path: "/", headers: { host: `${host}:${u.port}` } }, (res) => {
+          let body = "";
+          res.on("data", (c) => (body += c));
+          res.on("end", () => ok({ status: res.statusCode ?? 0, body }));
+        });
+        req.on("error", fail);
+        req.end();
+      });
+    };
+    let r = await get(u.hostname);
+    for (let i = 0; i < 100 && r.status !== 200; i++) {
+      await new Promise((ok) => setTimeout(ok, 200));
+      r = await get(u.hostname);
+    }
+    assert.equal(r.status, 200);
+    assert.match(r.body, /hello preview/);
+    const label = u.hostname.split(".")[0]!;
+    const tampered = label.slice(0, -1) + (label.endsWith("a") ? "b" : "a");
+    assert.equal((await get(u.hostname.replace(label, tampered))).status, 404);
+  } finally {
+    await sb.delete();
+  }
+});

@@ -37,6 +37,7 @@ from ._models import (
     File,
     FileInfo,
     Page,
+    Preview,
     Quotas,
     Record,
     RunResult,
@@ -540,6 +541,13 @@ class AsyncSandbox:
         return AsyncSandbox(
             self._api, await self._api.json("POST", f"/v1/sandboxes/{self.id}/fork", json=body, idempotency_key=idempotency_key)
         )
+
+    async def preview_url(self, port: int, expires_in_seconds: Optional[int] = None) -> Preview:
+        """A signed URL of ``port`` in the sandbox (a preview), valid ``expires_in_seconds``
+        (default 3600, at most 7 days): a server listening there (127.0.0.1 or 0.0.0.0) answers
+        it. Ports are private otherwise; anyone with the URL reaches the port until it expires."""
+        body = {} if expires_in_seconds is None else {"expires_in_seconds": expires_in_seconds}
+        return Preview(await self._api.json("POST", f"/v1/sandboxes/{self.id}/ports/{int(port)}/url", json=body))
 
     async def snapshots(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Snapshot]:
         """This sandbox's snapshots, newest first."""

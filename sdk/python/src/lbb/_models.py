@@ -243,6 +243,18 @@ class Snapshot(Record):
     metadata = _Field(lambda v: dict(v or {}))
 
 
+class Preview(Record):
+    """A signed, expiring URL of a port of a sandbox: what listens there answers it, HTTP and
+    WebSocket alike, in a browser or with curl, until ``expires_at``."""
+
+    id = _str()
+    url = _str()
+    sandbox = _str()
+    port = _int()
+    expires_at = _str()
+    created_at = _str()
+
+
 class Template(Record):
     """One version of a template (``GET`` adds ``versions``, the list of all of them)."""
 

@@ -1,0 +1,66 @@
+package api_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/config"
+	"github.com/littlebigbrain/lbb/internal/testkit/ptytest"
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
+)
+
+// TestPty drives a terminal through the WebSocket with the Go SDK, on the local driver
+// (test/e2e runs the same on ns and gvisor).
+func TestPty(t *testing.T) {
+	s := newServer(t, nil)
+	c, err := lbb.New(lbb.Options{BaseURL: s.url, APIKey: s.admin, Graph: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(bg, lbb.CreateParams{ExpiresInSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptytest.Drive(t, c, sb.ID)
+	ptytest.Flood(t, c, sb.ID, 20<<20)
+	ptytest.Pause(t, c, sb.ID)
+}
+
+// TestPtyGraceAndMany: two terminals of one sandbox at once, each its own shell; a terminal
+// nobody re-attaches is hung up after the grace and its record says how it ended, while
+// one still attached lives on.
+func TestPtyGraceAndMany(t *testing.T) {
+	s := newServer(t, func(c *config.Config) { c.TerminalGrace = time.Second })
+	c, err := lbb.New(lbb.Options{BaseURL: s.url, APIKey: s.admin, Graph: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(bg, lbb.CreateParams{ExpiresInSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := ptytest.Shell(bg, t, c, sb.ID), ptytest.Shell(bg, t, c, sb.ID)
+	defer b.T.Close()
+	a.Type(t, "X=a-$((1+1)); echo $X\n")
+	b.Type(t, "X=b-$((2+2)); echo $X\n")
+	a.WaitFor(t, "a-2")
+	b.WaitFor(t, "b-4")
+	if strings.Contains(a.String(), "b-4") || strings.Contains(b.String(), "a-2") {
+		t.Fatal("two terminals share output")
+	}
+	a.T.Close()
+	time.Sleep(3 * time.Second)
+	rec, err := c.Commands.Get(bg, a.T.ID, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status == "running" || rec.Signal != "SIGHUP" {
+		t.Errorf("the detached terminal after the grace: status %s signal %q", rec.Status, rec.Signal)
+	}
+	if _, err := c.Sandboxes.AttachTerminal(bg, sb.ID, a.T.ID, 0, 0); !lbb.IsConflict(err) {
+		t.Errorf("attaching to a hung-up terminal: %v, want a conflict", err)
+	}
+	b.Type(t, "echo still-$((3+3))\n")
+	b.WaitFor(t, "still-6")
+}

@@ -1,0 +1,249 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/ids"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// terminalHangup is how long a hung-up terminal may take to end before it is killed.
+const terminalHangup = 5 * time.Second
+
+// TerminalRequest opens a terminal in a running sandbox.
+type TerminalRequest struct {
+	// Argv is what runs on the terminal; default a login shell (bash -l).
+	Argv []string
+	Env  map[string]string
+	Cwd  string
+	// Cols and Rows are its size; default 80×24.
+	Cols, Rows uint16
+	// Term is its TERM; default xterm-256color.
+	Term string
+}
+
+// terminals are the terminals running here and who is attached to each.
+type terminals struct {
+	mu sync.Mutex
+	m  map[string]*terminal
+}
+
+type terminal struct {
+	graph    string
+	sandbox  string
+	attached int
+	grace    *time.Timer
+}
+
+// OpenTerminal starts a command of kind terminal in a running sandbox and answers its
+// record. The caller attaches (AttachTerminal) and follows its output (ReadOutput, stdout).
+// A terminal lives as long as the server's maximum command timeout at most, and ends with
+// its sandbox.
+func (s *Service) OpenTerminal(ctx context.Context, c Caller, sandboxID string, req TerminalRequest) (store.Command, error) {
+	if len(req.Argv) == 0 {
+		req.Argv = []string{"bash", "-l"}
+	}
+	if req.Argv[0] == "" {
+		return store.Command{}, errdefs.InvalidArgument("argv needs at least the program to run")
+	}
+	if req.Cols == 0 {
+		req.Cols = 80
+	}
+	if req.Rows == 0 {
+		req.Rows = 24
+	}
+	if err := validEnv(req.Env); err != nil {
+		return store.Command{}, err
+	}
+	env := req.Env
+	if req.Term != "" {
+		env = map[string]string{}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		env["TERM"] = req.Term
+	}
+	sb, hs, err := s.sandboxFor(ctx, c.Graph, sandboxID)
+	if err != nil {
+		return store.Command{}, err
+	}
+	if sb.OneCall {
+		return store.Command{}, errdefs.Conflict("sandbox %s is a one-call run's; create a sandbox to open terminals in", sandboxID)
+	}
+	if hs == nil || sb.Status != store.SandboxRunning {
+		return store.Command{}, errdefs.Conflict("sandbox %s is %s; terminals open in a running sandbox (resume a stopped one)", sandboxID, sb.Status)
+	}
+	if err := s.chargeRun(ctx, c.Key); err != nil {
+		return store.Command{}, err
+	}
+	// A terminal is a command: its grant's and workflow run's budgets count it and meter it.
+	origin := c.origin(nil)
+	allow, err := s.chargeBudgets(ctx, c, origin)
+	if err != nil {
+		return store.Command{}, err
+	}
+	if err := s.begin(); err != nil {
+		s.uncharge(ctx, c, origin)
+		return store.Command{}, err
+	}
+	now := s.now()
+	timeout := s.cfg.MaxTimeout
+	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindTerminal,
+		Argv: req.Argv, Cwd: req.Cwd, EnvNames: sortedKeys(env), TimeoutMs: timeout.Milliseconds(),
+		Status: store.CommandRunning, Origin: origin, CreatedAt: now, StartedAt: &now}
+	if err := s.st.WithTx(ctx, func(q store.Queries) error { return q.CreateCommand(ctx, cmd) }); err != nil {
+		s.runs.Done()
+		s.uncharge(ctx, c, origin)
+		return store.Command{}, err
+	}
+	spec := hostagent.ExecRequest{SandboxID: sandboxID, CommandID: cmd.ID, Argv: req.Argv, Cwd: req.Cwd, Env: env,
+		Timeout: timeout, StdinOpen: true, Pty: &hostagent.PtySize{Cols: req.Cols, Rows: req.Rows},
+		HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes}
+	inf := &inflight{done: make(chan struct{}), sandbox: sandboxID}
+	s.mu.Lock()
+	s.inflight[cmd.ID] = inf
+	s.mu.Unlock()
+	s.metrics.running.Inc()
+	s.terms.mu.Lock()
+	if s.terms.m == nil {
+		s.terms.m = map[string]*terminal{}
+	}
+	t := &terminal{graph: c.Graph, sandbox: sandboxID}
+	s.terms.m[cmd.ID] = t
+	s.terms.mu.Unlock()
+	// Nobody attached yet: the grace starts now, and the opener's attach stops it.
+	s.detached(cmd.ID, t)
+	var end *hostagent.CommandEnd
+	base, err := s.host.Usage(ctx, sandboxID)
+	if err != nil {
+		base = store.Usage{}
+	}
+	if err := s.host.Exec(ctx, spec); err != nil {
+		t := time.Now()
+		end = &hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
+	}
+	go func() {
+		defer s.runs.Done()
+		s.runCommand(context.Background(), cmd, end, inf, nil, func() {}, meterFrom{allow, base})
+		s.terms.mu.Lock()
+		if t.grace != nil {
+			t.grace.Stop()
+		}
+		delete(s.terms.m, cmd.ID)
+		s.terms.mu.Unlock()
+	}()
+	return cmd, nil
+}
+
+// AttachTerminal attaches a caller to a running terminal of graph: its grace timer stops
+// until every attached caller has called detach. done is closed when the terminal has
+// ended and has its record.
+func (s *Service) AttachTerminal(graph, id string) (detach func(), done <-chan struct{}, err error) {
+	s.terms.mu.Lock()
+	t := s.terms.m[id]
+	if t == nil || t.graph != graph {
+		s.terms.mu.Unlock()
+		return nil, nil, errdefs.NotFound("terminal %s is not running on this server", id)
+	}
+	t.attached++
+	if t.grace != nil {
+		t.grace.Stop()
+		t.grace = nil
+	}
+	s.terms.mu.Unlock()
+	inf := s.liveCommand(id)
+	if inf == nil {
+		s.detached(id, t)
+		return nil, nil, errdefs.NotFound("terminal %s has ended", id)
+	}
+	return sync.OnceFunc(func() { s.detached(id, t) }), inf.done, nil
+}
+
+// detached counts one attached caller off (none for a terminal just opened) and starts the
+// grace when none is left.
+func (s *Service) detached(id string, t *terminal) {
+	s.terms.mu.Lock()
+	defer s.terms.mu.Unlock()
+	if t.attached > 0 {
+		t.attached--
+	}
+	if t.attached > 0 || t.grace != nil || s.terms.m[id] != t {
+		return
+	}
+	grace := s.cfg.TerminalGrace
+	if grace <= 0 {
+		grace = 2 * time.Minute
+	}
+	t.grace = time.AfterFunc(grace, func() {
+		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
+		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
+		defer cancel()
+		s.host.Signal(ctx, id, "SIGHUP")
+		if inf := s.liveCommand(id); inf != nil {
+			select {
+			case <-inf.done:
+			case <-time.After(terminalHangup):
+				s.host.Signal(ctx, id, "")
+			}
+		}
+	})
+}
+
+// endTerminals hangs up the terminals of a sandbox (SIGHUP; SIGKILL after terminalHangup)
+// and waits for their records: a pause leaves no terminal behind to break its rule that no
+// command runs.
+func (s *Service) endTerminals(ctx context.Context, sandboxID string) {
+	s.terms.mu.Lock()
+	var ids []string
+	for id, t := range s.terms.m {
+		if t.sandbox == sandboxID {
+			ids = append(ids, id)
+		}
+	}
+	s.terms.mu.Unlock()
+	for _, id := range ids {
+		inf := s.liveCommand(id)
+		if inf == nil {
+			continue
+		}
+		s.host.Signal(ctx, id, "SIGHUP")
+		select {
+		case <-inf.done:
+			continue
+		case <-time.After(terminalHangup):
+		}
+		s.host.Signal(ctx, id, "")
+		select {
+		case <-inf.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// ResizeTerminal sets a running terminal's size.
+func (s *Service) ResizeTerminal(ctx context.Context, graph, id string, cols, rows uint16) error {
+	s.terms.mu.Lock()
+	t := s.terms.m[id]
+	s.terms.mu.Unlock()
+	if t == nil || t.graph != graph {
+		return errdefs.NotFound("terminal %s is not running on this server", id)
+	}
+	return s.host.Resize(ctx, id, hostagent.PtySize{Cols: cols, Rows: rows})
+}
+
+// TerminalInput writes what is typed to a running terminal of graph.
+func (s *Service) TerminalInput(ctx context.Context, graph, id string, b []byte) error {
+	s.terms.mu.Lock()
+	t := s.terms.m[id]
+	s.terms.mu.Unlock()
+	if t == nil || t.graph != graph {
+		return errdefs.NotFound("terminal %s is not running on this server", id)
+	}
+	_, err := s.host.WriteStdin(ctx, id, bytes.NewReader(b), false)
+	return err
+}
