@@ -340,6 +340,12 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 	return c.call(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/signal", nil, SignalRequest{Signal: signal}, nil)
 }
 
+// HoldTimeouts holds (hold) or releases the timeouts of the processes running (see
+// TimeoutsRequest).
+func (c *Client) HoldTimeouts(ctx context.Context, hold bool) error {
+	return c.call(ctx, http.MethodPost, PathTimeouts, nil, TimeoutsRequest{Hold: hold}, nil)
+}
+
 func pathQuery(path string, recursive bool) url.Values {
 	q := url.Values{"path": {path}}
 	if recursive {

@@ -73,6 +73,7 @@ const (
 	PathPrestart    = "/v1/prestart"
 	PathListen      = "/v1/listen"
 	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
+	PathTimeouts    = "/v1/timeouts"
 
 	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
 	HeaderListening = "Lbb-Listening"
@@ -431,4 +432,11 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 		return 0, nil, err
 	}
 	return hdr[0], buf, nil
+}
+
+// TimeoutsRequest holds (Hold) or releases the timeouts of every running process: the host
+// holds them before it pauses the sandbox and releases them when it resumes it, so that a
+// paused time does not count toward a command's timeout.
+type TimeoutsRequest struct {
+	Hold bool `json:"hold"`
 }

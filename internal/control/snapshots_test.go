@@ -64,18 +64,31 @@ func (e *env3) fork(t *testing.T, id string, req control.ForkRequest, key string
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// TestPause: pause refuses while a command runs or when not running; a checkpointed pause
-// keeps its checkpoint until resume; stop and delete work on a paused sandbox.
+// TestPause: pause with a command running freezes it (no checkpoint: that would end the
+// command) and resume thaws it, the command still running; pause refuses when not running; a
+// checkpointed pause keeps its checkpoint until resume; stop and delete work on a paused
+// sandbox.
 func TestPause(t *testing.T) {
 	e, drv := newSnapEnv(t, nil)
 	sb := e.create(t, control.CreateRequest{})
 	bg, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "30"}, WaitMs: ms(0)}, "bg")
-	_, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
-	wantErrCode(t, "pause with a command running", err, errdefs.ClassConflict, errdefs.CodeCommandsRunning)
+	p, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
+	if err != nil || p.Status != store.SandboxPaused || p.PauseMode != store.PauseFreeze || drv.Checkpoints != 0 {
+		t.Fatalf("pause with a command running: %+v %v (%d checkpoints), want it frozen", p, err, drv.Checkpoints)
+	}
+	if r, err := e.svc.ResumeSandbox(ctx, "main", sb.ID); err != nil || r.Status != store.SandboxRunning {
+		t.Fatalf("resume with a command running: %+v %v", r, err)
+	}
+	if got, err := e.svc.GetCommand(ctx, "main", bg.ID, 0); err != nil || got.Status != store.CommandRunning {
+		t.Fatalf("the command after pause and resume: %+v %v", got, err)
+	}
 	if _, err := e.svc.KillCommand(ctx, "main", bg.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	p, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
+	if got, err := e.svc.GetCommand(ctx, "main", bg.ID, 10*time.Second); err != nil || got.Status != store.CommandKilled {
+		t.Fatalf("the command killed after resume: %+v %v", got, err)
+	}
+	p, err = e.svc.PauseSandbox(ctx, "main", sb.ID)
 	if err != nil || p.Status != store.SandboxPaused || p.PausedAt == nil || p.PauseMode != store.PauseCheckpoint {
 		t.Fatalf("pause: %+v %v", p, err)
 	}

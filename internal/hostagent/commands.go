@@ -67,7 +67,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	if req.Hold {
 		c.hold = output.NewHold(HoldBytes, h.holdIdle)
 	}
-	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress}
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
 	if req.Run != nil {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}

@@ -262,8 +262,14 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	stdout, stderr := newMaskWriter(outW, secrets), newMaskWriter(errW, secrets)
 
 	// The agent enforces the timeout; the backstop covers an agent that cannot.
-	runCtx, cancel := context.WithTimeout(ctx, e.timeout+h.backstop)
+	// Its clock stops while the sandbox is paused, as the agent's does.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	backstops := e.backstops
+	if backstops == nil {
+		backstops = &agent.Deadlines{}
+	}
+	defer backstops.Stop(backstops.Start(e.timeout+h.backstop, cancel))
 	if e.hold != nil {
 		// A sandbox that stops, or a command past its backstop, waits for no reader.
 		defer context.AfterFunc(runCtx, e.hold.Release)()

@@ -44,7 +44,9 @@ type sandbox struct {
 	cancel context.CancelCauseFunc
 	env    map[string]string
 	cmds   map[string]*command
-	expiry *time.Timer
+	// backstops are its commands' backstop deadlines (held while it is paused).
+	backstops agent.Deadlines
+	expiry    *time.Timer
 	// expired says its expiry passed: it ends for that.
 	expired bool
 	// egress is its route out and API (nil: none), served on every life as espec says;
@@ -317,6 +319,7 @@ func (h *Local) stopLive(ctx context.Context, s *sandbox, cause error) (store.Us
 		if err := h.thaw(ctx, s.id); err != nil {
 			h.log.Warn("thawing a paused sandbox", "sandbox", s.id, "err", err)
 		}
+		s.backstops.Hold(false)
 	}
 	u := l.usage(ctx)
 	if cancel != nil {
@@ -382,6 +385,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		s.mu.Lock()
 		s.frozen = false
 		s.mu.Unlock()
+		h.holdTimeouts(ctx, s, l, false)
 		return h.answer(req.ID, req.Runtime, l), nil
 	case l != nil:
 		return h.answer(req.ID, req.Runtime, l), nil

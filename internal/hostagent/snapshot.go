@@ -27,8 +27,14 @@ import (
 //     snapshots.
 //
 // A driver that routes between several (internal/runtime/mux) has both abilities and answers
-// a Conflict with code not_supported for a sandbox whose own driver lacks one. None of these
-// breaks a running command: they answer a Conflict with code commands_running instead.
+// a Conflict with code not_supported for a sandbox whose own driver lacks one.
+//
+// A sandbox with commands running pauses by the freezer on every driver that has one (ns and
+// gvisor): its commands, their output streams, stdin pipes and the readers attached to them
+// stay as they are, parked, and go on when it resumes; their timeouts (the agent's and the
+// host's backstop) are held meanwhile. A checkpoint would end the agent's session and with
+// it the commands' streams, so snapshot and fork still answer a Conflict with code
+// commands_running, and so does pause where there is no freezer (microvm).
 
 // CodeSandboxStopped is the code of an error after which the sandbox is stopped (its disk
 // kept): a checkpoint or restore failed on the way.
@@ -126,9 +132,12 @@ func freshDir(dir string) error {
 	return os.MkdirAll(filepath.Dir(dir), 0o700)
 }
 
-// Pause parks a running sandbox with no command running: checkpointed where the driver can
+// Pause parks a running sandbox: with no command running checkpointed where the driver can
 // (saved with its memory and stopped; Paused.Usage is its life's), else frozen.
 func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
+	if p, busy, err := h.pauseBusy(ctx, id); busy {
+		return p, err
+	}
 	dir := h.pauseDir(id)
 	s, l, u, err := h.detachTo(ctx, id, "pause", dir)
 	if err != nil {
@@ -151,6 +160,52 @@ func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
 	s.frozen = true
 	s.mu.Unlock()
 	return Paused{Mode: mode}, nil
+}
+
+// pauseBusy freezes sandbox id when it has commands running (busy), its commands' timeouts
+// held; it answers busy false, and does nothing, for one that has none or is not running.
+func (h *Local) pauseBusy(ctx context.Context, id string) (_ Paused, busy bool, _ error) {
+	s := h.lookup(id, false)
+	if s == nil {
+		return Paused{}, false, nil
+	}
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	l, n := s.live, len(s.cmds)
+	busy = l != nil && !s.frozen && n > 0
+	s.mu.Unlock()
+	if !busy {
+		return Paused{}, false, nil
+	}
+	f, ok := h.driver.(runtime.Freezer)
+	if !ok {
+		return Paused{}, true, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+			"sandbox %s has %d command(s) running and runtime %q cannot pause a sandbox without ending them; wait for them or kill them, then pause", id, n, h.driver.Name())
+	}
+	h.holdTimeouts(ctx, s, l, true)
+	if err := f.Freeze(ctx, id); err != nil {
+		h.holdTimeouts(ctx, s, l, false)
+		if IsNotSupported(err) {
+			return Paused{}, true, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+				"sandbox %s has %d command(s) running and its isolation cannot pause it without ending them (%v); wait for them or kill them, then pause", id, n, err)
+		}
+		return Paused{}, true, fmt.Errorf("freezing sandbox %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.frozen = true
+	s.mu.Unlock()
+	return Paused{Mode: store.PauseFreeze}, true, nil
+}
+
+// holdTimeouts holds (hold) or releases the timeouts of the commands of a sandbox that is
+// being paused or resumed: the agent's, and the host's backstops.
+func (h *Local) holdTimeouts(ctx context.Context, s *sandbox, l *live, hold bool) {
+	s.backstops.Hold(hold)
+	if err := l.agent.HoldTimeouts(ctx, hold); err != nil {
+		// An agent older than this call: its timeouts count the paused time.
+		h.log.Warn("holding the commands' timeouts", "sandbox", s.id, "hold", hold, "err", err)
+	}
 }
 
 func (h *Local) pause(ctx context.Context, l *live, id, dir string) (string, error) {

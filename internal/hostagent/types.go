@@ -25,6 +25,9 @@ type execution struct {
 	hold *output.Hold
 	// egress is the sandbox's, whose share the command's end says (nil: none).
 	egress *egress.Sandbox
+	// backstops is the set of the sandbox's backstop deadlines, held while it is paused
+	// (nil: a deadline of its own).
+	backstops *agent.Deadlines
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded

@@ -291,9 +291,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 
 	var timedOut atomic.Bool
-	var timer *time.Timer
+	var timer *agent.Deadline
 	if sp.timeout > 0 {
-		timer = time.AfterFunc(sp.timeout, func() {
+		timer = timeouts.Start(sp.timeout, func() {
 			timedOut.Store(true)
 			table.killGroupAndEscaped(p)
 		})
@@ -334,7 +334,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	settled.Store(true)
 	duration := time.Since(started)
 	if timer != nil {
-		timer.Stop()
+		timeouts.Stop(timer)
 	}
 	if !early {
 		ps.exitAt.Store(time.Now().UnixNano())

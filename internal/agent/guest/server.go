@@ -160,6 +160,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathExec, s.handleExec)
 	mux.HandleFunc("POST "+agent.PathRun, s.handleRun)
 	mux.HandleFunc("POST "+agent.PathProcs+"{id}/signal", s.handleSignal)
+	mux.HandleFunc("POST "+agent.PathTimeouts, s.handleTimeouts)
 	mux.HandleFunc("GET "+agent.PathFiles, s.handleList)
 	mux.HandleFunc("DELETE "+agent.PathFiles, s.handleDelete)
 	mux.HandleFunc("POST "+agent.PathMkdir, s.handleMkdir)
@@ -244,6 +245,19 @@ func (c *closeNotifyConn) Close() error {
 
 // Forward sends sig to the process group of every running process.
 func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig) }
+
+// timeouts are the running processes' timeouts, held while the host pauses the sandbox.
+var timeouts agent.Deadlines
+
+func (s *Server) handleTimeouts(w http.ResponseWriter, r *http.Request) {
+	var req agent.TimeoutsRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "timeouts request: " + err.Error()})
+		return
+	}
+	timeouts.Hold(req.Hold)
+	w.WriteHeader(http.StatusNoContent)
+}
 
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	var req agent.SignalRequest
