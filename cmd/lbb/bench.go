@@ -248,6 +248,9 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 			Baselines: []bench.Sample{b.baselines.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
 	}
 
+	logf("pause + resume, idle and with a command running (%d times each)…", n)
+	rows, notes = pauseRows(ctx, c, n, "", rows, notes)
+
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
 		s, extra, err := burst(ctx, c, b.burst)
@@ -389,6 +392,7 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 	if b.bwrap != "" {
 		pyBase = append(pyBase, b.baselines.Time("bwrap python3 -c", b.n, bench.Bwrap(b.bwrap, b.rootfs, pyArgv...)))
 	}
+	rows, notes = gvisorPause(ctx, b.n, prefix, rows, notes)
 	for _, warm := range []bool{true, false} {
 		row, err := gvisorOneCall(ctx, b.n, warm, sum, &notes)
 		if err != nil {
@@ -400,6 +404,37 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 		rows = append(rows, row)
 	}
 	return rows, notes
+}
+
+// pauseRows times pause + resume of an idle sandbox and of one with a command running
+// (issue 22: the second is a freeze on every driver, the first a checkpoint where the driver
+// has one).
+func pauseRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	for _, busy := range []bool{false, true} {
+		s, err := bench.PauseResume(ctx, c, n, lbb.CreateParams{Base: "lbb/shell"}, busy)
+		if err != nil {
+			notes = append(notes, prefix+"pause + resume: "+err.Error())
+			continue
+		}
+		rows = append(rows, bench.Row{Metric: prefix + "pause + resume (API)", LBB: s})
+	}
+	return rows, notes
+}
+
+// gvisorPause starts a server of its own with --runtime gvisor and times pause + resume on it.
+func gvisorPause(ctx context.Context, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	fmt.Fprintf(os.Stderr, "gvisor: pause + resume, idle and with a command running (%d times each)…\n", n)
+	var cf clientFlags
+	done, err := cf.serveOwn(ctx, n+20, "--runtime", "gvisor", "--pool=false")
+	if err != nil {
+		return rows, append(notes, "gvisor pause: "+err.Error())
+	}
+	defer done()
+	c, err := cf.clientWith(benchClient)
+	if err != nil {
+		return rows, append(notes, "gvisor pause: "+err.Error())
+	}
+	return pauseRows(ctx, c, n, prefix, rows, notes)
 }
 
 // gvisorOneCall starts a server of its own with --runtime gvisor (the pool on when warm)

@@ -133,3 +133,38 @@ func cgroupMemory(parent string) (rss, usage uint64, groups int) {
 	}
 	return rss, usage, groups
 }
+
+// PauseResume times a pause and the resume after it, of a sandbox made with p, n times; busy
+// runs one command in it meanwhile (a counter printing every 100 ms, its output followed by
+// nobody), which a pause keeps running. It checks the command still runs at the end.
+func PauseResume(ctx context.Context, c *lbb.Client, n int, p lbb.CreateParams, busy bool) (Sample, error) {
+	sb, err := c.Sandboxes.Create(ctx, p)
+	if err != nil {
+		return Sample{}, err
+	}
+	defer c.Sandboxes.Delete(ctx, sb.ID)
+	var cmd *lbb.Command
+	if busy {
+		cmd, err = c.Sandboxes.Exec(ctx, sb.ID, lbb.ExecParams{Argv: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done"}, WaitMs: -1})
+		if err != nil {
+			return Sample{}, err
+		}
+	}
+	name := "lbb, idle"
+	if busy {
+		name = "lbb, one command running"
+	}
+	s := Time(name, n, func() error {
+		if _, err := c.Sandboxes.Pause(ctx, sb.ID); err != nil {
+			return err
+		}
+		_, err := c.Sandboxes.Resume(ctx, sb.ID)
+		return err
+	})
+	if cmd != nil {
+		if got, err := c.Commands.Get(ctx, cmd.ID, -1); err != nil || got.Status != "running" {
+			return s, fmt.Errorf("the command after %d pauses: %v %v", n, got, err)
+		}
+	}
+	return s, nil
+}

@@ -31,7 +31,8 @@ import (
 // janitor for any left over) or by DELETE /v1/snapshots/{id}; forks do not need them once
 // started.
 //
-// None of these breaks a running command: they answer 409 commands_running instead.
+// None of these breaks a running command: pause freezes a sandbox with commands running
+// (they go on at resume); snapshot and fork answer 409 commands_running instead.
 
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"
@@ -246,7 +247,7 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 func (s *Service) noSnapshots(sb store.Sandbox) error {
 	iso := firstNonEmpty(sb.Isolation, s.iso.Default)
 	return errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported,
-		`memory snapshots need isolation "gvisor"; sandbox %s runs on %q`, sb.ID, iso)
+		`memory snapshots need isolation "gvisor"; sandbox %s runs on %q, whose processes live in the host's own kernel, which cannot save them (pause freezes them in place instead)`, sb.ID, iso)
 }
 
 func renderSnapshot(snap store.Snapshot) store.Snapshot {
@@ -428,7 +429,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 			}
 			if n := s.commandsRunning(id); n > 0 {
 				return Response{}, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
-					"sandbox %s has %d command(s) running; wait for them or kill them, then be forked", id, n)
+					"sandbox %s has %d command(s) running; a fork's checkpoint would end their output streams: wait for them or kill them, then fork (pause keeps them)", id, n)
 			}
 		}
 		if err := s.checkCap(ctx, s.st, c.Graph, true); err != nil {

@@ -73,7 +73,7 @@ func (h *Local) detach(id, what string) (*sandbox, *live, error) {
 	if n := len(s.cmds); n > 0 {
 		s.ops.Unlock()
 		return nil, nil, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
-			"sandbox %s has %d command(s) running; wait for them or kill them, then %s", id, n, what)
+			"sandbox %s has %d command(s) running, whose output streams a checkpoint would end; wait for them or kill them, then %s (pause keeps them)", id, n, what)
 	}
 	l, cancel := s.live, s.cancel
 	s.live, s.ctx, s.cancel = nil, nil, nil
