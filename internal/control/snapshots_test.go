@@ -49,6 +49,27 @@ func newSnapEnv(t *testing.T, tweak func(*config.Config)) (*env3, *controltest.C
 	return setupSnap(t, dir, st, drv, tweak), drv
 }
 
+// TestPauseHoldsTimeout: a command's timeout does not count the time its sandbox was paused.
+// The command sleeps 1 s under a timeout of 2 s; the sandbox is paused 3 s in between. Past
+// its wall-clock timeout, it ends by itself at resume, succeeded.
+func TestPauseHoldsTimeout(t *testing.T) {
+	e, _ := newSnapEnv(t, nil)
+	sb := e.create(t, control.CreateRequest{})
+	cmd, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo done"}, TimeoutMs: 2000, WaitMs: ms(0)}, "t")
+	time.Sleep(300 * time.Millisecond)
+	if p, err := e.svc.PauseSandbox(ctx, "main", sb.ID); err != nil || p.PauseMode != store.PauseFreeze {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := e.svc.ResumeSandbox(ctx, "main", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.svc.GetCommand(ctx, "main", cmd.ID, 10*time.Second)
+	if err != nil || got.Status != store.CommandSucceeded || got.Stdout.Tail != "done\n" {
+		t.Fatalf("the command paused past its timeout: %+v %v, want it succeeded", got, err)
+	}
+}
+
 func wantErrCode(t *testing.T, what string, err error, class errdefs.Class, code string) {
 	t.Helper()
 	if err == nil || errdefs.ClassOf(err) != class || code != "" && errdefs.CodeOf(err) != code {
