@@ -52,7 +52,7 @@ type timedLine struct {
 }
 
 func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
-	const timeout, paused = 6 * time.Second, 4 * time.Second
+	const timeout, paused = 5 * time.Second, 5 * time.Second
 	server, err := c.Sandboxes.Exec(bg, id, lbb.ExecParams{Argv: []string{"python3", "-m", "http.server", "8000"}, WaitMs: -1})
 	if err != nil {
 		t.Fatal(err)
