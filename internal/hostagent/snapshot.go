@@ -29,12 +29,12 @@ import (
 // A driver that routes between several (internal/runtime/mux) has both abilities and answers
 // a Conflict with code not_supported for a sandbox whose own driver lacks one.
 //
-// A sandbox with commands running pauses by the freezer on every driver that has one (ns and
-// gvisor): its commands, their output streams, stdin pipes and the readers attached to them
+// A sandbox with commands running pauses by the freezer on every driver that has one (ns,
+// gvisor, microvm): its commands, their output streams, stdin pipes and the readers attached to them
 // stay as they are, parked, and go on when it resumes; their timeouts (the agent's and the
 // host's backstop) are held meanwhile. A checkpoint would end the agent's session and with
 // it the commands' streams, so snapshot and fork still answer a Conflict with code
-// commands_running, and so does pause where there is no freezer (microvm).
+// commands_running, and so does pause where there is no freezer.
 
 // CodeSandboxStopped is the code of an error after which the sandbox is stopped (its disk
 // kept): a checkpoint or restore failed on the way.

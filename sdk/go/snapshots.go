@@ -32,8 +32,9 @@ type ForkRequest struct {
 
 // Pause parks a running sandbox: on gvisor its memory and processes are saved to disk and
 // its RAM freed (it stays paused across a server restart); on ns the freezer holds them in
-// RAM. Resume wakes it where it was. A sandbox with a command running answers 409
-// (CodeOf: commands_running).
+// RAM. Resume wakes it where it was. A sandbox with commands running is frozen on every
+// isolation: its commands, their output streams and stdin go on at resume, and the paused
+// time does not count toward their timeouts.
 func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, error) {
 	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/pause"))
 }

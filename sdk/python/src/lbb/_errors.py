@@ -110,8 +110,9 @@ class NotSupportedError(ConflictError):
 
 
 class CommandsRunningError(ConflictError):
-    """409 ``commands_running``: a command still runs in the sandbox; pause and snapshot wait
-    for none and never break one, so end or wait for it first."""
+    """409 ``commands_running``: a command still runs in the sandbox; snapshot and fork wait
+    for none and never break one, so end or wait for it first (pause keeps it: it freezes
+    the sandbox, commands and all)."""
 
 
 class FileInUseError(ConflictError):
