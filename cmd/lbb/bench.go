@@ -63,7 +63,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm")
+	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume alone, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -151,6 +151,13 @@ func runBench(ctx context.Context, args []string) error {
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if sections["pause"] {
+		// Only pause + resume, on ns and gvisor (the service and gvisor sections time them too).
+		for _, rt := range []string{"ns", "gvisor"} {
+			rep.Rows, rep.Notes = runtimePause(ctx, rt, *n, rt+": ", rep.Rows, rep.Notes)
+		}
 	}
 
 	if sections["microvm"] {
@@ -416,23 +423,32 @@ func pauseRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []
 			notes = append(notes, prefix+"pause + resume: "+err.Error())
 			continue
 		}
-		rows = append(rows, bench.Row{Metric: prefix + "pause + resume (API)", LBB: s})
+		what := "idle"
+		if busy {
+			what = "one command running"
+		}
+		rows = append(rows, bench.Row{Metric: prefix + "pause + resume (API), " + what, LBB: s})
 	}
 	return rows, notes
 }
 
 // gvisorPause starts a server of its own with --runtime gvisor and times pause + resume on it.
 func gvisorPause(ctx context.Context, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
-	fmt.Fprintf(os.Stderr, "gvisor: pause + resume, idle and with a command running (%d times each)…\n", n)
+	return runtimePause(ctx, "gvisor", n, prefix, rows, notes)
+}
+
+// runtimePause starts a server of its own with --runtime name and times pause + resume on it.
+func runtimePause(ctx context.Context, name string, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	fmt.Fprintf(os.Stderr, "%s: pause + resume, idle and with a command running (%d times each)…\n", name, n)
 	var cf clientFlags
-	done, err := cf.serveOwn(ctx, n+20, "--runtime", "gvisor", "--pool=false")
+	done, err := cf.serveOwn(ctx, n+20, "--runtime", name, "--pool=false")
 	if err != nil {
-		return rows, append(notes, "gvisor pause: "+err.Error())
+		return rows, append(notes, name+" pause: "+err.Error())
 	}
 	defer done()
 	c, err := cf.clientWith(benchClient)
 	if err != nil {
-		return rows, append(notes, "gvisor pause: "+err.Error())
+		return rows, append(notes, name+" pause: "+err.Error())
 	}
 	return pauseRows(ctx, c, n, prefix, rows, notes)
 }
