@@ -70,6 +70,24 @@ func TestPauseHoldsTimeout(t *testing.T) {
 	}
 }
 
+// TestStopPausedWithCommand: a sandbox paused with a command running stops (thawed first),
+// and its command ends killed.
+func TestStopPausedWithCommand(t *testing.T) {
+	e, _ := newSnapEnv(t, nil)
+	sb := e.create(t, control.CreateRequest{})
+	cmd, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "60"}, WaitMs: ms(0)}, "s")
+	if p, err := e.svc.PauseSandbox(ctx, "main", sb.ID); err != nil || p.PauseMode != store.PauseFreeze {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if st, err := e.svc.StopSandbox(ctx, "main", sb.ID); err != nil || st.Status != store.SandboxStopped {
+		t.Fatalf("stop of a sandbox paused with a command running: %+v %v", st, err)
+	}
+	got, err := e.svc.GetCommand(ctx, "main", cmd.ID, 10*time.Second)
+	if err != nil || got.Status != store.CommandKilled {
+		t.Fatalf("the command of a stopped sandbox: %+v %v, want it killed", got, err)
+	}
+}
+
 func wantErrCode(t *testing.T, what string, err error, class errdefs.Class, code string) {
 	t.Helper()
 	if err == nil || errdefs.ClassOf(err) != class || code != "" && errdefs.CodeOf(err) != code {
