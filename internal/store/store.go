@@ -375,8 +375,8 @@ type Sandbox struct {
 	// PausedAt is when the sandbox was paused; set only while it is.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	// PauseMode is how it was paused (PauseCheckpoint, PauseFreeze), so that resume, also
-	// after a restart, knows how to wake it.
-	PauseMode string `json:"-"`
+	// after a restart, knows how to wake it; set only while it is.
+	PauseMode string `json:"pause_mode,omitempty"`
 	// CheckpointBytes is the size of its checkpoint while it is paused with one.
 	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 	// ForkedFrom names the sandbox and snapshot a fork started from.

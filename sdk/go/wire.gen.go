@@ -462,6 +462,9 @@ type Sandbox struct {
 	OneCall  bool              `json:"one_call"`
 	Origin   Origin            `json:"origin"`
 
+	// PauseMode how it is paused, only while it is: checkpoint (saved to disk with its memory, RAM freed, paused across a server restart: gvisor and microvm with no command running) or freeze (its processes parked in RAM, commands and their streams included; a server restart stops it: ns, and any sandbox paused with commands running)
+	PauseMode string `json:"pause_mode,omitempty"`
+
 	// PausedAt when the sandbox was paused; only while it is
 	PausedAt  *time.Time   `json:"paused_at,omitempty"`
 	StartedAt *time.Time   `json:"started_at,omitempty"`

@@ -128,8 +128,8 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 	waitFor("the counter to reach 10", func() bool { return counter() >= 10 })
 
 	p, err := c.Sandboxes.Pause(bg, id)
-	if err != nil || p.Status != "paused" {
-		t.Fatalf("pause with commands running: %+v %v", p, err)
+	if err != nil || p.Status != "paused" || p.PauseMode != "freeze" {
+		t.Fatalf("pause with commands running: %+v %v, want it paused by the freezer", p, err)
 	}
 	pausedAt := time.Now()
 	time.Sleep(500 * time.Millisecond)

@@ -157,8 +157,8 @@ func TestSnapshotGvisor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := c.Sandboxes.Pause(bg, sb.ID); err != nil || p.Status != "paused" {
-		t.Fatalf("pause with a command running: %+v %v, want it paused", p, err)
+	if p, err := c.Sandboxes.Pause(bg, sb.ID); err != nil || p.Status != "paused" || p.PauseMode != "freeze" {
+		t.Fatalf("pause with a command running: %+v %v, want it frozen", p, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "paused", sb.ID)); len(ents) != 0 {
 		t.Fatalf("a checkpoint of a sandbox with a command running: %v", ents)
@@ -182,7 +182,7 @@ func TestSnapshotGvisor(t *testing.T) {
 	// Pause: saved with its memory, RAM freed; resume: the same process carries on.
 	st = carriesOn(t, c, sb.ID, "before pause", st)
 	p, err := c.Sandboxes.Pause(bg, sb.ID)
-	if err != nil || p.Status != "paused" || p.PausedAt == nil {
+	if err != nil || p.Status != "paused" || p.PausedAt == nil || p.PauseMode != "checkpoint" {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
 	if _, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"true"}}); !lbb.IsConflict(err) {

@@ -174,6 +174,11 @@ export interface components {
              * @description when the sandbox was paused; only while it is
              */
             paused_at?: string;
+            /**
+             * @description how it is paused, only while it is: checkpoint (saved to disk with its memory, RAM freed, paused across a server restart: gvisor and microvm with no command running) or freeze (its processes parked in RAM, commands and their streams included; a server restart stops it: ns, and any sandbox paused with commands running)
+             * @enum {string}
+             */
+            pause_mode?: "checkpoint" | "freeze";
             /** @description the size of its checkpoint on disk while it is paused with one (gvisor) */
             checkpoint_bytes?: number;
             forked_from?: components["schemas"]["ForkedFrom"];
