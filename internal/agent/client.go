@@ -340,6 +340,31 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 	return c.call(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/signal", nil, SignalRequest{Signal: signal}, nil)
 }
 
+// Attach takes on the stream of detachable process id whose channel ended (see
+// AttachRequest); stdin, when not nil, is its stdin from then on. Wait as after Exec.
+func (c *Client) Attach(ctx context.Context, id string, req AttachRequest, stdin io.Reader) (*Process, error) {
+	req.Stdin = stdin != nil
+	hdr, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	body := stdin
+	if body == nil {
+		body = http.NoBody
+	}
+	r, err := c.newRequest(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/attach", nil, body)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set(HeaderAttach, base64.RawURLEncoding.EncodeToString(hdr))
+	return c.start(r)
+}
+
+// DropDetached kills the detachable processes whose streams wait for an attach.
+func (c *Client) DropDetached(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, PathDropDetached, nil, nil, nil)
+}
+
 // HoldTimeouts holds (hold) or releases the timeouts of the processes running (see
 // TimeoutsRequest).
 func (c *Client) HoldTimeouts(ctx context.Context, hold bool) error {

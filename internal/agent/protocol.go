@@ -74,6 +74,12 @@ const (
 	PathListen      = "/v1/listen"
 	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
 	PathTimeouts    = "/v1/timeouts"
+	// PathDropDetached kills the detachable processes whose streams wait for an attach.
+	PathDropDetached = "/v1/procs-detached/drop"
+
+	// HeaderAttach carries the AttachRequest of POST /v1/procs/{id}/attach, as unpadded
+	// base64url JSON (the body is the process's stdin from then on).
+	HeaderAttach = "Lbb-Attach"
 
 	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
 	HeaderListening = "Lbb-Listening"
@@ -107,6 +113,9 @@ type ExecRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TimeoutMs kills the whole process group when it passes; 0 means none.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// Detachable keeps the process when the channel ends, for an attach on the next one
+	// (POST /v1/procs/{id}/attach); nobody attaching within two minutes kills it.
+	Detachable bool `json:"detachable,omitempty"`
 }
 
 // RunRequest calls run(input, config) of code with a base's harness. Input defaults to null
@@ -439,4 +448,13 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 // paused time does not count toward a command's timeout.
 type TimeoutsRequest struct {
 	Hold bool `json:"hold"`
+}
+
+// AttachRequest takes on the stream of a detachable process (ExecRequest.Detachable) whose
+// channel ended: its output from the offsets the host has (Stdout, Stderr bytes), and with
+// Stdin its stdin from the request's body.
+type AttachRequest struct {
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
+	Stdin  bool  `json:"stdin,omitempty"`
 }

@@ -27,11 +27,15 @@ type command struct {
 	done           chan struct{}
 	end            CommandEnd
 	killed         atomic.Bool
-	agent          *agent.Client
+	// agent is the guest agent the command's stream is on (a snapshot moves it to the next).
+	agent atomic.Pointer[agent.Client]
+	// detachable: the stream can move to the sandbox's next channel (an exec, not a run).
+	detachable bool
 
-	stdinMu    sync.Mutex
-	stdin      *io.PipeWriter // nil unless StdinOpen
-	stdinBytes atomic.Int64
+	stdinMu     sync.Mutex
+	stdin       *io.PipeWriter // nil unless StdinOpen
+	stdinClosed bool
+	stdinBytes  atomic.Int64
 
 	// hold keeps the output for the command's starter (nil unless Hold).
 	hold *output.Hold
@@ -61,8 +65,9 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		env = map[string]string{}
 	}
 	maps.Copy(env, req.Env)
-	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), agent: l.agent,
+	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), detachable: req.Run == nil,
 		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
+	c.agent.Store(l.agent)
 	c.stdinBytes.Store(int64(len(req.Stdin)))
 	if req.Hold {
 		c.hold = output.NewHold(HoldBytes, h.holdIdle)
@@ -72,7 +77,9 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
 	} else {
-		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
+		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds(),
+			Detachable: true}
+		e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
 		switch {
 		case req.StdinOpen:
 			pr, pw := io.Pipe()
@@ -154,7 +161,7 @@ func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
 	default:
 	}
 	c.killed.Store(true)
-	if err := c.agent.Signal(ctx, commandID, signal); err != nil {
+	if err := c.agent.Load().Signal(ctx, commandID, signal); err != nil {
 		return agentError(err)
 	}
 	return nil
@@ -188,6 +195,7 @@ func (h *Local) WriteStdin(ctx context.Context, commandID string, r io.Reader, c
 	}
 	if close {
 		c.stdin.Close()
+		c.stdinClosed = true
 		res.Closed = true
 	}
 	res.Total = c.stdinBytes.Load()
@@ -246,4 +254,36 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// moveStream waits while sandbox s is moving to a new channel (a snapshot checkpoints and
+// restores it) and answers the guest agent of its new life and, for a command with its stdin
+// open, the reader of a fresh stdin pipe; nil when the command's stream cannot go on.
+func (h *Local) moveStream(ctx context.Context, s *sandbox, c *command) (*agent.Client, io.Reader) {
+	old := c.agent.Load()
+	for {
+		s.mu.Lock()
+		moving, l, changed := s.moving, s.live, s.changed
+		s.mu.Unlock()
+		if !moving {
+			if l == nil || l.agent == old {
+				return nil, nil
+			}
+			c.agent.Store(l.agent)
+			c.stdinMu.Lock()
+			defer c.stdinMu.Unlock()
+			if c.stdin == nil || c.stdinClosed {
+				return l.agent, nil
+			}
+			// The old stream's body (the pipe's reader) was closed with it.
+			pr, pw := io.Pipe()
+			c.stdin = pw
+			return l.agent, pr
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -286,7 +287,24 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}
 	var exit agent.Exit
 	if err == nil {
-		exit, err = p.Wait(stdout, stderr)
+		// Counted as they come from the agent: an attach after a move says where it is.
+		cout, cerr := &countingWriter{stdout, new(atomic.Int64)}, &countingWriter{stderr, new(atomic.Int64)}
+		for {
+			exit, err = p.Wait(cout, cerr)
+			if err == nil || e.reattach == nil || runCtx.Err() != nil {
+				break
+			}
+			next, stdin := e.reattach(runCtx)
+			if next == nil {
+				break
+			}
+			p, err = next.Attach(runCtx, e.exec.ID, agent.AttachRequest{Stdout: cout.n.Load(), Stderr: cerr.n.Load()}, stdin)
+			if err != nil {
+				err = fmt.Errorf("attaching to the command's stream after a snapshot: %w", err)
+				break
+			}
+			log.Debug("the command's stream moved to the sandbox's new channel", "stdout", cout.n.Load(), "stderr", cerr.n.Load())
+		}
 	}
 	out.Ended = time.Now()
 	flush(stdout)

@@ -58,7 +58,10 @@ func (h *Local) checkpointer() (runtime.Checkpointer, bool) {
 // detach takes a running sandbox's live from it, so that no command starts on it, unless a
 // command runs (commands_running). The caller holds s.ops and gives the live back with
 // setRunning, or stops the sandbox.
-func (h *Local) detach(id, what string) (*sandbox, *live, error) {
+//
+// With carry, its commands (execs, whose streams can move) are carried to the sandbox's next
+// life: s.moving is set, and the commands' context stays.
+func (h *Local) detach(id, what string, carry bool) (*sandbox, *live, error) {
 	s := h.lookup(id, false)
 	if s == nil {
 		return nil, nil, notHere(id)
@@ -70,13 +73,29 @@ func (h *Local) detach(id, what string) (*sandbox, *live, error) {
 		s.ops.Unlock()
 		return nil, nil, errdefs.Conflict("sandbox %s is not running; only a running sandbox can %s", id, what)
 	}
-	if n := len(s.cmds); n > 0 {
-		s.ops.Unlock()
-		return nil, nil, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
-			"sandbox %s has %d command(s) running, whose output streams a checkpoint would end; wait for them or kill them, then %s (pause keeps them)", id, n, what)
+	movable := carry
+	for _, c := range s.cmds {
+		movable = movable && c.detachable
 	}
-	l, cancel := s.live, s.cancel
-	s.live, s.ctx, s.cancel = nil, nil, nil
+	if n := len(s.cmds); n > 0 && !movable {
+		s.ops.Unlock()
+		why := "whose output streams a checkpoint would end"
+		if carry {
+			why = "a run(input, config) among them, whose stream a checkpoint would end"
+		}
+		return nil, nil, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+			"sandbox %s has %d command(s) running, %s; wait for them or kill them, then %s (pause keeps them)", id, n, why, what)
+	}
+	l := s.live
+	s.live = nil
+	if len(s.cmds) > 0 {
+		// The commands go on in their context; the watcher of the old life finds it gone.
+		s.moving = true
+		s.notify()
+		return s, l, nil
+	}
+	cancel := s.cancel
+	s.ctx, s.cancel = nil, nil
 	if cancel != nil {
 		// Ends the watcher of its init: a checkpoint stops the sandbox on purpose.
 		cancel(fmt.Errorf("the sandbox is being made to %s", what))
@@ -84,10 +103,33 @@ func (h *Local) detach(id, what string) (*sandbox, *live, error) {
 	return s, l, nil
 }
 
+// moved ends a move of s's commands (detach with carry) once they can find its new life, or
+// none (nl nil: they end). The caller holds s.ops.
+func (h *Local) moved(ctx context.Context, s *sandbox, nl *live, cause error) {
+	s.mu.Lock()
+	if !s.moving {
+		s.mu.Unlock()
+		return
+	}
+	s.moving = false
+	var cancel context.CancelCauseFunc
+	if nl == nil {
+		cancel = s.cancel
+		s.ctx, s.cancel = nil, nil
+	}
+	s.notify()
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+		return
+	}
+	h.holdTimeouts(ctx, s, nl, false)
+}
+
 // detachTo detaches a running sandbox (see detach) for a checkpoint into dir, which it makes
 // fresh, and answers what the sandbox used so far. The caller unlocks s.ops.
-func (h *Local) detachTo(ctx context.Context, id, what, dir string) (*sandbox, *live, store.Usage, error) {
-	s, l, err := h.detach(id, what)
+func (h *Local) detachTo(ctx context.Context, id, what, dir string, carry bool) (*sandbox, *live, store.Usage, error) {
+	s, l, err := h.detach(id, what, carry)
 	if err != nil {
 		return nil, nil, store.Usage{}, err
 	}
@@ -139,7 +181,7 @@ func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
 		return p, err
 	}
 	dir := h.pauseDir(id)
-	s, l, u, err := h.detachTo(ctx, id, "pause", dir)
+	s, l, u, err := h.detachTo(ctx, id, "pause", dir, false)
 	if err != nil {
 		return Paused{}, err
 	}
@@ -240,17 +282,27 @@ func (h *Local) Snapshot(ctx context.Context, id, snapshotID string) (SnapshotIn
 		return SnapshotInfo{}, NotSupported("runtime %q cannot take memory snapshots", h.driver.Name())
 	}
 	dir := h.snapshotDir(snapshotID)
-	s, l, u, err := h.detachTo(ctx, id, "be snapshotted", dir)
+	s, l, u, err := h.detachTo(ctx, id, "be snapshotted", dir, true)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	defer s.ops.Unlock()
+	s.mu.Lock()
+	carried := s.moving
+	s.mu.Unlock()
+	if carried {
+		// The commands' timeouts do not count the move; the restored agent has its held.
+		h.holdTimeouts(ctx, s, l, true)
+	}
 	t0 := time.Now()
 	err = c.Checkpoint(ctx, id, dir)
 	if err != nil {
-		if lerr := h.reattach(ctx, s, l, dir, "a snapshot", err); lerr != nil {
+		lerr := h.reattach(ctx, s, l, dir, "a snapshot", err)
+		if lerr != nil {
+			h.moved(ctx, s, nil, lerr)
 			return SnapshotInfo{}, lerr
 		}
+		h.moved(ctx, s, l, nil)
 		if IsNotSupported(err) {
 			return SnapshotInfo{}, err
 		}
@@ -260,11 +312,14 @@ func (h *Local) Snapshot(ctx context.Context, id, snapshotID string) (SnapshotIn
 	t1 := time.Now()
 	nl, err := h.restore(ctx, c, id, dir, l.limits, false)
 	if err != nil {
-		return SnapshotInfo{}, errdefs.New(errdefs.ClassUnavailable, CodeSandboxStopped,
+		err = errdefs.New(errdefs.ClassUnavailable, CodeSandboxStopped,
 			"sandbox %s was saved but did not start again (it is stopped; resume starts it again on its disk): %v", id, err)
+		h.moved(ctx, s, nil, err)
+		return SnapshotInfo{}, err
 	}
-	h.log.Debug("sandbox snapshotted", "sandbox", id, "checkpoint_ms", ms(t1.Sub(t0)), "restore_ms", ms(time.Since(t1)))
+	h.log.Debug("sandbox snapshotted", "sandbox", id, "checkpoint_ms", ms(t1.Sub(t0)), "restore_ms", ms(time.Since(t1)), "commands_moved", carried)
 	h.setRunning(s, nl)
+	h.moved(ctx, s, nl, nil)
 	return SnapshotInfo{ID: snapshotID, Bytes: diskUsage(dir), Usage: u,
 		Sandbox: Sandbox{ID: id, Runtime: h.info.Default, StartedAt: nl.startedAt}}, nil
 }
@@ -304,6 +359,15 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 	l, err := h.restore(ctx, c, req.ID, h.snapshotDir(req.SnapshotID), req.Limits, true)
 	if err != nil {
 		return Sandbox{}, err
+	}
+	// The source's commands, copied with it, are not the fork's: their streams wait for an
+	// attach nobody makes here, so they end now.
+	if err := l.agent.DropDetached(ctx); err != nil {
+		h.log.Warn("ending the fork's copies of its source's commands", "sandbox", req.ID, "err", err)
+	}
+	// A snapshot of a sandbox with commands running holds its timeouts (see Snapshot).
+	if err := l.agent.HoldTimeouts(ctx, false); err != nil {
+		h.log.Warn("releasing the fork's timeouts", "sandbox", req.ID, "err", err)
 	}
 	s := h.lookup(req.ID, true)
 	s.ops.Lock()

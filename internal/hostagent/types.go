@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"context"
 	"io"
 	"time"
 
@@ -28,6 +29,9 @@ type execution struct {
 	// backstops is the set of the sandbox's backstop deadlines, held while it is paused
 	// (nil: a deadline of its own).
 	backstops *agent.Deadlines
+	// reattach, when set, answers the guest agent the stream moved to after the channel
+	// broke (and the stdin to give it), or nil: see Local.moveStream.
+	reattach func(ctx context.Context) (*agent.Client, io.Reader)
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded

@@ -51,6 +51,131 @@ type timedLine struct {
 	line string
 }
 
+// follower reads a command's stdout over SSE from its start, line by line, and checks that
+// every chunk starts where the one before ended.
+type follower struct {
+	mu      sync.Mutex
+	lines   []timedLine
+	partial string
+	done    chan *lbb.Command
+}
+
+func follow(t *testing.T, c *lbb.Client, id string) *follower {
+	t.Helper()
+	st, err := c.Commands.Output(bg, id, "stdout", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &follower{done: make(chan *lbb.Command, 1)}
+	go func() {
+		var next int64
+		for st.Next() {
+			ch := st.Chunk()
+			f.mu.Lock()
+			if ch.Offset != next {
+				t.Errorf("chunk at offset %d, want %d (bytes lost or repeated)", ch.Offset, next)
+			}
+			next = ch.Offset + int64(len(ch.Data))
+			f.partial += string(ch.Data)
+			for {
+				i := strings.IndexByte(f.partial, '\n')
+				if i < 0 {
+					break
+				}
+				f.lines = append(f.lines, timedLine{time.Now(), f.partial[:i]})
+				f.partial = f.partial[i+1:]
+			}
+			f.mu.Unlock()
+		}
+		if err := st.Err(); err != nil {
+			t.Errorf("the stream: %v", err)
+		}
+		f.done <- st.Exit()
+	}()
+	return f
+}
+
+func (f *follower) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.lines) == 0 {
+		return ""
+	}
+	return f.lines[len(f.lines)-1].line
+}
+
+func (f *follower) has(want string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.lines {
+		if l.line == want {
+			return true
+		}
+	}
+	return false
+}
+
+// counter is the last number the counter printed.
+func (f *follower) counter() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.lines) - 1; i >= 0; i-- {
+		if n, err := strconv.Atoi(f.lines[i].line); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+func (f *follower) waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s; last line %q", what, f.last())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// end waits for the stream's end and answers the command's record.
+func (f *follower) end(t *testing.T) *lbb.Command {
+	t.Helper()
+	select {
+	case c := <-f.done:
+		return c
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream did not end")
+		return nil
+	}
+}
+
+// checkSequence checks the counter's lines are 1, 2, 3… with no gap and no repeat, and that
+// the longest pause between two is at least gap; it answers that longest pause.
+func (f *follower) checkSequence(t *testing.T, gap time.Duration) time.Duration {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want, longest := 1, time.Duration(0)
+	for i, l := range f.lines {
+		if strings.HasPrefix(l.line, "got ") {
+			continue
+		}
+		if l.line != strconv.Itoa(want) {
+			t.Fatalf("line %d is %q, want %d", i, l.line, want)
+		}
+		want++
+		if i > 0 {
+			longest = max(longest, l.at.Sub(f.lines[i-1].at))
+		}
+	}
+	if longest < gap {
+		t.Fatalf("the longest pause between lines is %v, want at least %v", longest, gap)
+	}
+	t.Logf("%d lines, the longest pause between two %v", want-1, longest)
+	return longest
+}
+
 func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 	const timeout, paused = 5 * time.Second, 5 * time.Second
 	server, err := c.Sandboxes.Exec(bg, id, lbb.ExecParams{Argv: []string{"python3", "-m", "http.server", "8000"}, WaitMs: -1})
@@ -63,69 +188,8 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	st, err := c.Commands.Output(bg, cmd.ID, "stdout", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var lines []timedLine
-	var partial string
-	last := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(lines) == 0 {
-			return ""
-		}
-		return lines[len(lines)-1].line
-	}
-	has := func(want string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, l := range lines {
-			if l.line == want {
-				return true
-			}
-		}
-		return false
-	}
-	streamDone := make(chan *lbb.Command, 1)
-	go func() {
-		var next int64
-		for st.Next() {
-			ch := st.Chunk()
-			mu.Lock()
-			if ch.Offset != next {
-				t.Errorf("chunk at offset %d, want %d (bytes lost or repeated)", ch.Offset, next)
-			}
-			next = ch.Offset + int64(len(ch.Data))
-			partial += string(ch.Data)
-			for {
-				i := strings.IndexByte(partial, '\n')
-				if i < 0 {
-					break
-				}
-				lines = append(lines, timedLine{time.Now(), partial[:i]})
-				partial = partial[i+1:]
-			}
-			mu.Unlock()
-		}
-		if err := st.Err(); err != nil {
-			t.Errorf("the stream: %v", err)
-		}
-		streamDone <- st.Exit()
-	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s; last line %q", what, last())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	counter := func() int { n, _ := strconv.Atoi(last()); return n }
-	waitFor("the counter to reach 10", func() bool { return counter() >= 10 })
+	f := follow(t, c, cmd.ID)
+	f.waitFor(t, "the counter to reach 10", func() bool { return f.counter() >= 10 })
 
 	p, err := c.Sandboxes.Pause(bg, id)
 	if err != nil || p.Status != "paused" || p.PauseMode != "freeze" {
@@ -133,21 +197,21 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 	}
 	pausedAt := time.Now()
 	time.Sleep(500 * time.Millisecond)
-	frozen := last()
+	frozen := f.last()
 	if got, err := c.Commands.Get(bg, cmd.ID, -1); err != nil || got.Status != "running" {
 		t.Fatalf("the command while paused: %+v %v", got, err)
 	}
 	time.Sleep(paused - 500*time.Millisecond)
-	if last() != frozen {
-		t.Fatalf("output while paused: %q after %q", last(), frozen)
+	if f.last() != frozen {
+		t.Fatalf("output while paused: %q after %q", f.last(), frozen)
 	}
 	r, err := c.Sandboxes.Resume(bg, id)
 	if err != nil || r.Status != "running" {
 		t.Fatalf("resume: %+v %v", r, err)
 	}
 	resumedAt := time.Now()
-	n := counter()
-	waitFor("the counter to go on", func() bool { return counter() >= n+5 })
+	n := f.counter()
+	f.waitFor(t, "the counter to go on", func() bool { return f.counter() >= n+5 })
 	if time.Since(started) < timeout {
 		t.Fatalf("the test ran %v, less than the timeout %v: it shows nothing", time.Since(started), timeout)
 	}
@@ -158,7 +222,7 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 	if err := c.Commands.WriteStdin(bg, cmd.ID, []byte("after-resume\n"), false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("stdin to reach the command", func() bool { return has("got after-resume") })
+	f.waitFor(t, "stdin to reach the command", func() bool { return f.has("got after-resume") })
 
 	// The dev server answers.
 	get, err := c.Commands.Run(bg, id, lbb.CommandParams{ExecParams: lbb.ExecParams{Argv: []string{"python3", "-c",
@@ -170,37 +234,63 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 	if _, err := c.Commands.Kill(bg, cmd.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	var end *lbb.Command
-	select {
-	case end = <-streamDone:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the stream did not end after kill")
-	}
-	if end == nil || end.Status != "killed" {
+	if end := f.end(t); end == nil || end.Status != "killed" {
 		t.Fatalf("the command's end: %+v", end)
 	}
 	if _, err := c.Commands.Kill(bg, server.ID, ""); err != nil {
 		t.Fatal(err)
 	}
+	// One gap in time of about the pause, none in the sequence.
+	f.checkSequence(t, paused-time.Second)
+}
 
-	// The sequence: 1, 2, 3… with no gap and no repeat, one gap in time of about the pause.
-	mu.Lock()
-	defer mu.Unlock()
-	want, gap := 1, time.Duration(0)
-	for i, l := range lines {
-		if strings.HasPrefix(l.line, "got ") {
-			continue
-		}
-		if l.line != strconv.Itoa(want) {
-			t.Fatalf("line %d is %q, want %d", i, l.line, want)
-		}
-		want++
-		if i > 0 {
-			gap = max(gap, l.at.Sub(lines[i-1].at))
-		}
+// TestSnapshotCommandsRunningGvisor: a snapshot of a gvisor sandbox with a command running
+// leaves the command running: its SSE stream, attached before, goes on with no byte lost or
+// repeated across the checkpoint and restore; stdin written after reaches it; kill ends it.
+// A fork of that snapshot starts, without the source's command (the fork's copy is ended).
+func TestSnapshotCommandsRunningGvisor(t *testing.T) {
+	requireGvisor(t)
+	s := startServer(t, "--runtime", "gvisor", "--pool=false")
+	c, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
+	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"python3", "-u", "-c", counterScript},
+		StdinOpen: true, WaitMs: -1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if gap < paused-time.Second {
-		t.Fatalf("the longest gap between lines is %v, want about the pause (%v)", gap, paused)
+	f := follow(t, c, cmd.ID)
+	f.waitFor(t, "the counter to reach 10", func() bool { return f.counter() >= 10 })
+	snap, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{})
+	if err != nil {
+		t.Fatalf("snapshot with a command running: %v", err)
 	}
-	t.Logf("%d lines, the pause's gap %v", want-1, gap)
+	n := f.counter()
+	f.waitFor(t, "the counter to go on after the snapshot", func() bool { return f.counter() >= n+5 })
+	if got, err := c.Commands.Get(bg, cmd.ID, -1); err != nil || got.Status != "running" {
+		t.Fatalf("the command after the snapshot: %+v %v", got, err)
+	}
+	if err := c.Commands.WriteStdin(bg, cmd.ID, []byte("after-snapshot\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "stdin to reach the command", func() bool { return f.has("got after-snapshot") })
+
+	fork, err := c.Sandboxes.Fork(bg, sb.ID, lbb.ForkRequest{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatalf("fork of the snapshot: %v", err)
+	}
+	t.Cleanup(func() { c.Sandboxes.Delete(bg, fork.ID) })
+	ps, err := c.Commands.Run(bg, fork.ID, lbb.CommandParams{ExecParams: lbb.ExecParams{Cmd: "ps -eo args"}, OutputLimit: 1 << 16})
+	if err != nil || strings.Contains(string(ps.Stdout), "select.select") {
+		t.Fatalf("the fork's processes: %s %v, want no copy of the source's command", ps.Stdout, err)
+	}
+	m := f.counter()
+	f.waitFor(t, "the source's counter to go on after the fork", func() bool { return f.counter() >= m+3 })
+
+	if _, err := c.Commands.Kill(bg, cmd.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	end := f.end(t)
+	if end == nil || end.Status != "killed" {
+		t.Fatalf("the command's end: %+v", end)
+	}
+	f.checkSequence(t, 0)
 }

@@ -150,9 +150,8 @@ func TestSnapshotGvisor(t *testing.T) {
 	requireGvisor(t)
 	s, c, sb, st := holding(t, "gvisor")
 
-	// Pause with a command running freezes the sandbox, command and all (a checkpoint would
-	// end the command; TestPauseCommandsRunning follows one through); a snapshot never
-	// breaks a running command.
+	// Pause with a command running freezes the sandbox, command and all (TestPauseCommandsRunning
+	// follows one through).
 	bgCmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"sleep", "60"}, WaitMs: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -169,8 +168,10 @@ func TestSnapshotGvisor(t *testing.T) {
 	if got, err := c.Commands.Get(bg, bgCmd.ID, -1); err != nil || got.Status != "running" {
 		t.Fatalf("the command after pause and resume: %+v %v", got, err)
 	}
-	if _, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{}); lbb.CodeOf(err) != "commands_running" {
-		t.Fatalf("snapshot with a command running: %v, want 409 commands_running", err)
+	// (A snapshot carries the command on: TestSnapshotCommandsRunningGvisor. A fork without
+	// a snapshot does not take one while commands run.)
+	if _, err := c.Sandboxes.Fork(bg, sb.ID, lbb.ForkRequest{}); lbb.CodeOf(err) != "commands_running" {
+		t.Fatalf("fork with a command running: %v, want 409 commands_running", err)
 	}
 	if _, err := c.Commands.Kill(bg, bgCmd.ID, ""); err != nil {
 		t.Fatal(err)

@@ -161,6 +161,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathRun, s.handleRun)
 	mux.HandleFunc("POST "+agent.PathProcs+"{id}/signal", s.handleSignal)
 	mux.HandleFunc("POST "+agent.PathTimeouts, s.handleTimeouts)
+	mux.HandleFunc("POST "+agent.PathProcs+"{id}/attach", s.handleAttach)
+	mux.HandleFunc("POST "+agent.PathDropDetached, s.handleDropDetached)
 	mux.HandleFunc("GET "+agent.PathFiles, s.handleList)
 	mux.HandleFunc("DELETE "+agent.PathFiles, s.handleDelete)
 	mux.HandleFunc("POST "+agent.PathMkdir, s.handleMkdir)
@@ -211,7 +213,8 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	}
 	l := &oneConnListener{conn: &closeNotifyConn{Conn: conn, closed: make(chan struct{})}}
 	srv.Serve(l)
-	table.signalAll(syscall.SIGKILL)
+	// Detachable streams wait for an attach on the next channel (attach.go).
+	table.signalAll(syscall.SIGKILL, isAttachable)
 }
 
 // oneConnListener hands out its one connection, then blocks until that is closed.
@@ -244,7 +247,7 @@ func (c *closeNotifyConn) Close() error {
 }
 
 // Forward sends sig to the process group of every running process.
-func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig) }
+func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig, nil) }
 
 // timeouts are the running processes' timeouts, held while the host pauses the sandbox.
 var timeouts agent.Deadlines
