@@ -50,7 +50,7 @@ type sandbox struct {
 	// closed (and replaced) whenever live or moving changes (see Local.moveStream).
 	moving  bool
 	changed chan struct{}
-	expiry    *time.Timer
+	expiry  *time.Timer
 	// expired says its expiry passed: it ends for that.
 	expired bool
 	// egress is its route out and API (nil: none), served on every life as espec says;
