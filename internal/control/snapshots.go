@@ -32,7 +32,8 @@ import (
 // started.
 //
 // None of these breaks a running command: pause freezes a sandbox with commands running
-// (they go on at resume); snapshot and fork answer 409 commands_running instead.
+// (they go on at resume); a snapshot carries them on (gvisor); a fork without a snapshot
+// answers 409 commands_running instead, since a fork does not carry its source's commands.
 
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"

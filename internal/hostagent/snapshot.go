@@ -30,11 +30,13 @@ import (
 // a Conflict with code not_supported for a sandbox whose own driver lacks one.
 //
 // A sandbox with commands running pauses by the freezer on every driver that has one (ns,
-// gvisor, microvm): its commands, their output streams, stdin pipes and the readers attached to them
-// stay as they are, parked, and go on when it resumes; their timeouts (the agent's and the
-// host's backstop) are held meanwhile. A checkpoint would end the agent's session and with
-// it the commands' streams, so snapshot and fork still answer a Conflict with code
-// commands_running, and so does pause where there is no freezer.
+// gvisor, microvm): its commands, their output streams, stdin pipes and the readers attached
+// to them stay as they are, parked, and go on when it resumes; their timeouts (the agent's
+// and the host's backstop) are held meanwhile. A snapshot carries execs on: each one's stream
+// is detachable in the guest agent (agent.ExecRequest.Detachable), and after the checkpoint
+// and restore it attaches to the new agent from the offsets the host has (moveStream); a
+// run(input, config) cannot move (commands_running). A fork of such a snapshot ends its
+// copies of the source's commands.
 
 // CodeSandboxStopped is the code of an error after which the sandbox is stopped (its disk
 // kept): a checkpoint or restore failed on the way.

@@ -40,7 +40,7 @@ func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, erro
 }
 
 // Snapshot saves a running sandbox with its memory (gvisor only: elsewhere 409
-// not_supported); the sandbox runs on.
+// not_supported); the sandbox runs on, its running commands too.
 func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRequest) (*Snapshot, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()

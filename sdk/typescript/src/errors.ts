@@ -79,7 +79,7 @@ export class NotFoundError extends APIStatusError {}
 export class ConflictError extends APIStatusError {}
 /** 409 `not_supported`: the sandbox's isolation cannot do this (memory snapshots and forks need isolation "gvisor"). */
 export class NotSupportedError extends ConflictError {}
-/** 409 `commands_running`: a command still runs in the sandbox; snapshot and fork never break one (pause freezes it). */
+/** 409 `commands_running`: a command still runs in the sandbox and a fork without a snapshot would not carry it (pause and snapshot keep it). */
 export class CommandsRunningError extends ConflictError {}
 /** 409 `file_in_use`: a template version names the File, so it stays. */
 export class FileInUseError extends ConflictError {}

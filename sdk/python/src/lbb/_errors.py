@@ -110,9 +110,9 @@ class NotSupportedError(ConflictError):
 
 
 class CommandsRunningError(ConflictError):
-    """409 ``commands_running``: a command still runs in the sandbox; snapshot and fork wait
-    for none and never break one, so end or wait for it first (pause keeps it: it freezes
-    the sandbox, commands and all)."""
+    """409 ``commands_running``: a command still runs in the sandbox, and the call (a fork
+    without a snapshot) would not carry it; end or wait for it first (pause and snapshot
+    keep it)."""
 
 
 class FileInUseError(ConflictError):
