@@ -250,7 +250,11 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 // A fork of that snapshot starts, without the source's command (the fork's copy is ended).
 func TestSnapshotCommandsRunningGvisor(t *testing.T) {
 	requireGvisor(t)
-	s := startServer(t, "--runtime", "gvisor", "--pool=false")
+	snapshotCommandsRunning(t, "gvisor")
+}
+
+func snapshotCommandsRunning(t *testing.T, rt string) {
+	s := startServer(t, "--runtime", rt, "--pool=false")
 	c, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
 	cmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"python3", "-u", "-c", counterScript},
 		StdinOpen: true, WaitMs: -1})

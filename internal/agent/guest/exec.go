@@ -107,7 +107,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sp := &procSpec{id: req.ID, argv: req.Argv, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
-		detachable: req.Detachable && req.ID != ""}
+		detachable: req.Detachable && req.ID != "" && s.opts.Reconnects}
 	if req.Stdin {
 		sp.stdin = r.Body
 	}

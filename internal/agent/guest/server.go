@@ -45,7 +45,11 @@ type Options struct {
 	// SyncWorkspace syncs the workspace's file system when a process ends and after each
 	// file call, before the answer: a microvm's page cache is lost when its machine is.
 	SyncWorkspace bool
-	Logger        *slog.Logger
+	// Reconnects says the agent serves a next channel when one ends (a checkpointed and
+	// restored sandbox's): detachable streams then wait for an attach there instead of
+	// ending with their channel.
+	Reconnects bool
+	Logger     *slog.Logger
 }
 
 // Server is the agent.
@@ -214,7 +218,11 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	l := &oneConnListener{conn: &closeNotifyConn{Conn: conn, closed: make(chan struct{})}}
 	srv.Serve(l)
 	// Detachable streams wait for an attach on the next channel (attach.go).
-	table.signalAll(syscall.SIGKILL, isAttachable)
+	var spare func(pid int) bool
+	if s.opts.Reconnects {
+		spare = isAttachable
+	}
+	table.signalAll(syscall.SIGKILL, spare)
 }
 
 // oneConnListener hands out its one connection, then blocks until that is closed.
