@@ -63,7 +63,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume alone, idle and with a command running, on ns and gvisor)")
+	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -432,12 +432,31 @@ func pauseRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []
 	return rows, notes
 }
 
-// gvisorPause starts a server of its own with --runtime gvisor and times pause + resume on it.
+// gvisorPause starts a server of its own with --runtime gvisor and times pause + resume,
+// snapshot and fork on it.
 func gvisorPause(ctx context.Context, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
 	return runtimePause(ctx, "gvisor", n, prefix, rows, notes)
 }
 
-// runtimePause starts a server of its own with --runtime name and times pause + resume on it.
+// snapshotRows times snapshot and fork of an idle sandbox and of one with a command running.
+func snapshotRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	for _, busy := range []bool{false, true} {
+		what := "idle"
+		if busy {
+			what = "one command running"
+		}
+		snap, fork, err := bench.SnapshotFork(ctx, c, n, lbb.CreateParams{Base: "lbb/shell"}, busy)
+		if err != nil {
+			notes = append(notes, prefix+"snapshot and fork: "+err.Error())
+		}
+		rows = append(rows, bench.Row{Metric: prefix + "snapshot (API), " + what, LBB: snap},
+			bench.Row{Metric: prefix + "fork of a snapshot (API), " + what, LBB: fork})
+	}
+	return rows, notes
+}
+
+// runtimePause starts a server of its own with --runtime name and times pause + resume on
+// it, and where the runtime has them (not ns) snapshot and fork.
 func runtimePause(ctx context.Context, name string, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
 	fmt.Fprintf(os.Stderr, "%s: pause + resume, idle and with a command running (%d times each)…\n", name, n)
 	var cf clientFlags
@@ -450,7 +469,11 @@ func runtimePause(ctx context.Context, name string, n int, prefix string, rows [
 	if err != nil {
 		return rows, append(notes, name+" pause: "+err.Error())
 	}
-	return pauseRows(ctx, c, n, prefix, rows, notes)
+	rows, notes = pauseRows(ctx, c, n, prefix, rows, notes)
+	if name != "ns" {
+		rows, notes = snapshotRows(ctx, c, n, prefix, rows, notes)
+	}
+	return rows, notes
 }
 
 // gvisorOneCall starts a server of its own with --runtime gvisor (the pool on when warm)
