@@ -24,8 +24,9 @@ import (
 
 const (
 	attachWait = 2 * time.Minute
-	// replayMax is how much of each stream is kept for an attach to send again: more than
-	// the channel can have in flight.
+	// replayMax is how much of each stream is kept for an attach to send again: as much as
+	// the channel can have in flight (the host's window per stream, agent.Client's 4 MiB).
+	// It is kept only as a command writes that much.
 	replayMax = 4 << 20
 )
 
@@ -110,7 +111,7 @@ func (fw *frameWriter) record(frame []byte) {
 	p := frame[agent.FrameHeaderLen:]
 	fw.sent[k] += int64(len(p))
 	fw.ring[k] = append(fw.ring[k], p...)
-	if len(fw.ring[k]) > 2*replayMax {
+	if len(fw.ring[k]) > replayMax+replayMax/4 {
 		fw.ring[k] = append([]byte(nil), fw.ring[k][len(fw.ring[k])-replayMax:]...)
 	}
 }
