@@ -457,4 +457,7 @@ type AttachRequest struct {
 	Stdout int64 `json:"stdout"`
 	Stderr int64 `json:"stderr"`
 	Stdin  bool  `json:"stdin,omitempty"`
+	// FromNow takes the output from what comes next, whatever the offsets (a fork's copy of
+	// a command, whose earlier output was its source's).
+	FromNow bool `json:"from_now,omitempty"`
 }

@@ -22,7 +22,10 @@ const endedKept = time.Minute
 
 // command is a command running in a long-lived sandbox.
 type command struct {
-	id, sandbox    string
+	id, sandbox string
+	// procID is its process's id in the guest agent: id, or for a fork's copy of a command
+	// its source command's.
+	procID         string
 	stdout, stderr *output.Capture
 	done           chan struct{}
 	end            CommandEnd
@@ -65,7 +68,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		env = map[string]string{}
 	}
 	maps.Copy(env, req.Env)
-	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), detachable: req.Run == nil,
+	c := &command{id: req.CommandID, procID: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), detachable: req.Run == nil,
 		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
 	c.agent.Store(l.agent)
 	c.stdinBytes.Store(int64(len(req.Stdin)))
@@ -95,6 +98,50 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 			e.stdin = strings.NewReader(string(req.Stdin))
 		}
 	}
+	h.launch(ctx, s, l, sctx, c, e, Secrets(env))
+	return nil
+}
+
+// adopt carries on, as command fc.ID of sandbox id (a fork), the fork's copy of its source's
+// command fc.Source: its stream from now on. It answers whether the copy runs.
+func (h *Local) adopt(ctx context.Context, id string, fc ForkCommand) bool {
+	s, l, sctx, err := h.running(id)
+	if err != nil {
+		return false
+	}
+	c := &command{id: fc.ID, procID: fc.Source, sandbox: id, done: make(chan struct{}), detachable: true,
+		stdout: output.NewCapture(fc.HeadBytes, fc.TailBytes), stderr: output.NewCapture(fc.HeadBytes, fc.TailBytes)}
+	c.agent.Store(l.agent)
+	e := execution{attachTo: fc.Source, timeout: fc.Timeout, limits: l.limits, killed: c.killed.Load, egress: l.egress, backstops: &s.backstops}
+	e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
+	// Its stdin is open when the source's is (on this host).
+	if src, err := h.lookupCommand(fc.Source); err == nil {
+		src.stdinMu.Lock()
+		open := src.stdin != nil && !src.stdinClosed
+		src.stdinMu.Unlock()
+		if open {
+			pr, pw := io.Pipe()
+			c.stdin, e.stdin = pw, pr
+		}
+	}
+	s.mu.Lock()
+	secrets := Secrets(s.env)
+	s.mu.Unlock()
+	h.launch(ctx, s, l, sctx, c, e, secrets)
+	select {
+	case <-c.done:
+		h.mu.Lock()
+		delete(h.commands, c.id)
+		h.mu.Unlock()
+		return false
+	default:
+		return true
+	}
+}
+
+// launch runs command c (e) in the background and returns once its process runs, or could
+// not start.
+func (h *Local) launch(ctx context.Context, s *sandbox, l *live, sctx context.Context, c *command, e execution, secrets []string) {
 	started := make(chan struct{})
 	e.started = sync.OnceFunc(func() { close(started) })
 	h.mu.Lock()
@@ -103,8 +150,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	s.mu.Lock()
 	s.cmds[c.id] = c
 	s.mu.Unlock()
-	log := h.log.With("sandbox", req.SandboxID, "command", req.CommandID)
-	secrets := Secrets(env)
+	log := h.log.With("sandbox", c.sandbox, "command", c.id)
 	go func() {
 		out := h.execute(sctx, l.sb, l.agent, e, c.stdout, c.stderr, secrets, log)
 		if c.hold != nil && c.hold.Idled() {
@@ -125,7 +171,6 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	case <-c.done:
 	case <-ctx.Done():
 	}
-	return nil
 }
 
 // Wait answers how a command ended, once it has. Its output stays readable for a while.
@@ -161,7 +206,7 @@ func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
 	default:
 	}
 	c.killed.Store(true)
-	if err := c.agent.Load().Signal(ctx, commandID, signal); err != nil {
+	if err := c.agent.Load().Signal(ctx, c.procID, signal); err != nil {
 		return agentError(err)
 	}
 	return nil

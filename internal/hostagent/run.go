@@ -277,9 +277,12 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}
 	out.Started = time.Now()
 	var p *agent.Process
-	if e.run != nil {
+	switch {
+	case e.attachTo != "":
+		p, err = ag.Attach(runCtx, e.attachTo, agent.AttachRequest{FromNow: true}, e.stdin)
+	case e.run != nil:
 		p, err = ag.Run(runCtx, *e.run)
-	} else {
+	default:
 		p, err = ag.Exec(runCtx, *e.exec, e.stdin)
 	}
 	if e.started != nil {
@@ -298,7 +301,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 			if next == nil {
 				break
 			}
-			p, err = next.Attach(runCtx, e.exec.ID, agent.AttachRequest{Stdout: cout.n.Load(), Stderr: cerr.n.Load()}, stdin)
+			p, err = next.Attach(runCtx, e.procID(), agent.AttachRequest{Stdout: cout.n.Load(), Stderr: cerr.n.Load()}, stdin)
 			if err != nil {
 				err = fmt.Errorf("attaching to the command's stream after a snapshot: %w", err)
 				break

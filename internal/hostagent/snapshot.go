@@ -362,15 +362,7 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
-	// The source's commands, copied with it, are not the fork's: their streams wait for an
-	// attach nobody makes here, so they end now.
-	if err := l.agent.DropDetached(ctx); err != nil {
-		h.log.Warn("ending the fork's copies of its source's commands", "sandbox", req.ID, "err", err)
-	}
-	// A snapshot of a sandbox with commands running holds its timeouts (see Snapshot).
-	if err := l.agent.HoldTimeouts(ctx, false); err != nil {
-		h.log.Warn("releasing the fork's timeouts", "sandbox", req.ID, "err", err)
-	}
+
 	s := h.lookup(req.ID, true)
 	s.ops.Lock()
 	defer s.ops.Unlock()
@@ -381,7 +373,24 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 	if err := h.setRunning(s, l); err != nil {
 		return Sandbox{}, h.abandon(ctx, s, l, err)
 	}
-	return h.answer(req.ID, req.Runtime, l), nil
+	// The source's commands copied with it carry on as the fork's own where asked; the other
+	// copies' streams wait for an attach nobody makes here, so they end now.
+	var adopted []string
+	for _, fc := range req.Commands {
+		if h.adopt(ctx, req.ID, fc) {
+			adopted = append(adopted, fc.ID)
+		} else {
+			h.log.Warn("a fork's copy of its source's command did not carry on", "sandbox", req.ID, "command", fc.Source)
+		}
+	}
+	if err := l.agent.DropDetached(ctx); err != nil {
+		h.log.Warn("ending the fork's copies of its source's commands", "sandbox", req.ID, "err", err)
+	}
+	// A snapshot of a sandbox with commands running holds its timeouts (see Snapshot).
+	h.holdTimeouts(ctx, s, l, false)
+	sb := h.answer(req.ID, req.Runtime, l)
+	sb.Commands = adopted
+	return sb, nil
 }
 
 // restore starts id from the checkpoint in dir and connects to its agent. On failure a new

@@ -508,6 +508,9 @@ type Command struct {
 	// Egress is what the sandbox's egress carried while the command ran (all of the
 	// sandbox's: commands running at once each count what they share).
 	Egress *EgressUsage `json:"egress,omitempty"`
+	// ForkedFrom is, for a fork's copy of a command that ran in its source, the source
+	// command's id: its output is the copy's from the fork on.
+	ForkedFrom string `json:"forked_from,omitempty"`
 
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	Origin         Origin     `json:"origin"`

@@ -62,14 +62,17 @@ type Command struct {
 	DurationMs int64           `json:"duration_ms"`
 
 	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
-	Egress         *EgressUsage `json:"egress,omitempty"`
-	EnvNames       []string     `json:"env_names,omitempty"`
-	Error          string       `json:"error,omitempty"`
-	ExitCode       *int         `json:"exit_code"`
-	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
-	Graph          string       `json:"graph"`
-	ID             string       `json:"id"`
-	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	Egress     *EgressUsage `json:"egress,omitempty"`
+	EnvNames   []string     `json:"env_names,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	ExitCode   *int         `json:"exit_code"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+
+	// ForkedFrom for a fork's copy of a command that was running in its source when the fork was made: the source command's id (its output here is the copy's, from the fork on)
+	ForkedFrom     string `json:"forked_from,omitempty"`
+	Graph          string `json:"graph"`
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 
 	// Input any JSON value
 	Input    json.RawMessage `json:"input,omitempty"`

@@ -150,6 +150,39 @@ func (f *follower) end(t *testing.T) *lbb.Command {
 	}
 }
 
+// first is the first number the counter printed.
+func (f *follower) first() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.lines {
+		if n, err := strconv.Atoi(l.line); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// checkSequenceFrom checks the counter's lines are from, from+1… with no gap and no repeat.
+func (f *follower) checkSequenceFrom(t *testing.T, from int) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := from
+	for i, l := range f.lines {
+		if strings.HasPrefix(l.line, "got ") {
+			continue
+		}
+		if i == 0 && l.line != strconv.Itoa(from) {
+			// The copy's first line may be the end of one the source began.
+			continue
+		}
+		if l.line != strconv.Itoa(want) {
+			t.Fatalf("line %d is %q, want %d", i, l.line, want)
+		}
+		want++
+	}
+}
+
 // checkSequence checks the counter's lines are 1, 2, 3… with no gap and no repeat, and that
 // the longest pause between two is at least gap; it answers that longest pause.
 func (f *follower) checkSequence(t *testing.T, gap time.Duration) time.Duration {
@@ -247,7 +280,9 @@ func pauseCommandsRunning(t *testing.T, c *lbb.Client, id string) {
 // TestSnapshotCommandsRunningGvisor: a snapshot of a gvisor sandbox with a command running
 // leaves the command running: its SSE stream, attached before, goes on with no byte lost or
 // repeated across the checkpoint and restore; stdin written after reaches it; kill ends it.
-// A fork of that snapshot starts, without the source's command (the fork's copy is ended).
+// A fork of that snapshot starts without the source's command (the fork's copy is ended); a
+// fork without a snapshot carries it on as a command of its own (forked_from), counting on
+// from the fork point, with its own stdin and kill, the source's untouched.
 func TestSnapshotCommandsRunningGvisor(t *testing.T) {
 	requireGvisor(t)
 	snapshotCommandsRunning(t, "gvisor")
@@ -289,6 +324,38 @@ func snapshotCommandsRunning(t *testing.T, rt string) {
 	m := f.counter()
 	f.waitFor(t, "the source's counter to go on after the fork", func() bool { return f.counter() >= m+3 })
 
+	// A fork without a snapshot carries the command on as one of its own.
+	carried, err := c.Sandboxes.Fork(bg, sb.ID, lbb.ForkRequest{})
+	if err != nil {
+		t.Fatalf("fork with a command running: %v", err)
+	}
+	t.Cleanup(func() { c.Sandboxes.Delete(bg, carried.ID) })
+	l, err := c.Sandboxes.Commands(bg, carried.ID, lbb.ListParams{})
+	if err != nil || len(l.Data) != 1 || l.Data[0].ForkedFrom != cmd.ID || l.Data[0].Status != "running" || l.Data[0].ID == cmd.ID {
+		t.Fatalf("the fork's commands: %+v %v, want one running, forked from %s", l, err, cmd.ID)
+	}
+	copyCmd := l.Data[0]
+	g := follow(t, c, copyCmd.ID)
+	g.waitFor(t, "the fork's copy to count", func() bool { return g.counter() > 0 && g.counter() >= g.first()+5 })
+	if g.first() <= m {
+		t.Fatalf("the fork's copy starts at %d, want past %d (the fork point)", g.first(), m)
+	}
+	if err := c.Commands.WriteStdin(bg, copyCmd.ID, []byte("to-the-fork\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	g.waitFor(t, "stdin to reach the fork's copy", func() bool { return g.has("got to-the-fork") })
+	if f.has("got to-the-fork") {
+		t.Fatal("the fork's stdin reached the source's command")
+	}
+	if _, err := c.Commands.Kill(bg, copyCmd.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if end := g.end(t); end == nil || end.Status != "killed" || end.ForkedFrom != cmd.ID {
+		t.Fatalf("the fork's copy's end: %+v", end)
+	}
+	k := f.counter()
+	f.waitFor(t, "the source's counter to go on after the copy's kill", func() bool { return f.counter() >= k+3 })
+
 	if _, err := c.Commands.Kill(bg, cmd.ID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -297,4 +364,5 @@ func snapshotCommandsRunning(t *testing.T, rt string) {
 		t.Fatalf("the command's end: %+v", end)
 	}
 	f.checkSequence(t, 0)
+	g.checkSequenceFrom(t, g.first())
 }

@@ -145,11 +145,14 @@ func streamIndex(kind byte) int {
 
 // attach makes w the stream's writer: it sends again what the host lacks from offs on, and
 // answers the generation it began.
-func (fw *frameWriter) attach(w io.Writer, rc *http.ResponseController, offs [2]int64) (int, error) {
+func (fw *frameWriter) attach(w io.Writer, rc *http.ResponseController, offs [2]int64, fromNow bool) (int, error) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if fw.gaveUp {
 		return 0, errors.New("the process was ended: nobody attached in time")
+	}
+	if fromNow {
+		offs = fw.sent
 	}
 	fw.w, fw.rc, fw.err = w, rc, nil
 	fw.gen++
@@ -216,7 +219,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if _, err := w.Write(frame); err != nil {
 		return
 	}
-	gen, err := a.fw.attach(w, rc, [2]int64{req.Stdout, req.Stderr})
+	gen, err := a.fw.attach(w, rc, [2]int64{req.Stdout, req.Stderr}, req.FromNow)
 	if err != nil {
 		return
 	}

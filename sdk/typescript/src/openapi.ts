@@ -231,6 +231,8 @@ export interface components {
             finished_at?: string;
             duration_ms: number;
             egress?: components["schemas"]["EgressUsage"];
+            /** @description for a fork's copy of a command that was running in its source when the fork was made: the source command's id (its output here is the copy's, from the fork on) */
+            forked_from?: string;
         };
         TemplateFile: {
             /** @description a File of the graph (fil_…) */

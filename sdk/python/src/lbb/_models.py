@@ -207,6 +207,7 @@ class Command(_Process):
 
     id = _str("command")
     kind = _str()
+    forked_from = _str(doc="For a fork's copy of a command that ran in its source: the source command's id.")
 
 
 class ForkedFrom(Record):
