@@ -33,7 +33,8 @@ import (
 //
 // None of these breaks a running command: pause freezes a sandbox with commands running
 // (they go on at resume); a snapshot carries them on (gvisor); a fork without a snapshot
-// answers 409 commands_running instead, since a fork does not carry its source's commands.
+// carries them into the fork as commands of its own (forked_from). Only a run of
+// run(input, config), whose stream cannot move, makes them answer 409 commands_running.
 
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"

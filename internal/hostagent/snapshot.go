@@ -35,8 +35,8 @@ import (
 // and the host's backstop) are held meanwhile. A snapshot carries execs on: each one's stream
 // is detachable in the guest agent (agent.ExecRequest.Detachable), and after the checkpoint
 // and restore it attaches to the new agent from the offsets the host has (moveStream); a
-// run(input, config) cannot move (commands_running). A fork of such a snapshot ends its
-// copies of the source's commands.
+// run(input, config) cannot move (commands_running). A fork carries on the copies its
+// request names (ForkRequest.Commands, as commands of its own) and ends the others.
 
 // CodeSandboxStopped is the code of an error after which the sandbox is stopped (its disk
 // kept): a checkpoint or restore failed on the way.
