@@ -51,7 +51,9 @@ func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRe
 }
 
 // Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
-// running, ForkedFrom set).
+// running, ForkedFrom set). Without p.Snapshot, the source's running commands carry on in the
+// fork as commands of its own (Sandboxes.Commands of the fork; Command.ForkedFrom names each
+// one's source).
 func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (*Sandbox, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
