@@ -171,7 +171,7 @@ func run() error {
 	// On a serial port the sandbox is a machine that can end without warning (its QEMU
 	// killed): what a command or a file call wrote is synced to the disk before it answers.
 	srv, err := guest.New(guest.Options{Workspace: o.workspace, EtcDir: o.etcDir, Path: o.path, Home: o.home,
-		RootProcesses: o.uid != 0, SyncWorkspace: o.serial, Logger: log})
+		RootProcesses: o.uid != 0, SyncWorkspace: o.serial, Reconnects: o.serial || o.connect != "", Logger: log})
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm")
+	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -160,6 +160,13 @@ func runBench(ctx context.Context, args []string) error {
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if sections["pause"] {
+		// Only pause + resume, on ns and gvisor (the service and gvisor sections time them too).
+		for _, rt := range []string{"ns", "gvisor"} {
+			rep.Rows, rep.Notes = runtimePause(ctx, rt, *n, rt+": ", rep.Rows, rep.Notes)
+		}
 	}
 
 	if sections["microvm"] {
@@ -269,6 +276,9 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 		rows = append(rows, bench.Row{Metric: "exec round trip /bin/true (API)", LBB: s,
 			Baselines: []bench.Sample{b.baselines.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
 	}
+
+	logf("pause + resume, idle and with a command running (%d times each)…", n)
+	rows, notes = pauseRows(ctx, c, n, "", rows, notes)
 
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
@@ -498,6 +508,7 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 	if b.bwrap != "" {
 		pyBase = append(pyBase, b.baselines.Time("bwrap python3 -c", b.n, bench.Bwrap(b.bwrap, b.rootfs, pyArgv...)))
 	}
+	rows, notes = gvisorPause(ctx, b.n, prefix, rows, notes)
 	for _, warm := range []bool{true, false} {
 		row, err := gvisorOneCall(ctx, b.n, warm, sum, &notes)
 		if err != nil {
@@ -507,6 +518,69 @@ func benchGvisor(ctx context.Context, b gvisorBench) (rows []bench.Row, notes []
 		row.Metric = prefix + row.Metric
 		row.Baselines = pyBase
 		rows = append(rows, row)
+	}
+	return rows, notes
+}
+
+// pauseRows times pause + resume of an idle sandbox and of one with a command running
+// (issue 22: the second is a freeze on every driver, the first a checkpoint where the driver
+// has one).
+func pauseRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	for _, busy := range []bool{false, true} {
+		s, err := bench.PauseResume(ctx, c, n, lbb.CreateParams{Base: "lbb/shell"}, busy)
+		if err != nil {
+			notes = append(notes, prefix+"pause + resume: "+err.Error())
+			continue
+		}
+		what := "idle"
+		if busy {
+			what = "one command running"
+		}
+		rows = append(rows, bench.Row{Metric: prefix + "pause + resume (API), " + what, LBB: s})
+	}
+	return rows, notes
+}
+
+// gvisorPause starts a server of its own with --runtime gvisor and times pause + resume,
+// snapshot and fork on it.
+func gvisorPause(ctx context.Context, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	return runtimePause(ctx, "gvisor", n, prefix, rows, notes)
+}
+
+// snapshotRows times snapshot and fork of an idle sandbox and of one with a command running.
+func snapshotRows(ctx context.Context, c *lbb.Client, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	for _, busy := range []bool{false, true} {
+		what := "idle"
+		if busy {
+			what = "one command running"
+		}
+		snap, fork, err := bench.SnapshotFork(ctx, c, n, lbb.CreateParams{Base: "lbb/shell"}, busy)
+		if err != nil {
+			notes = append(notes, prefix+"snapshot and fork: "+err.Error())
+		}
+		rows = append(rows, bench.Row{Metric: prefix + "snapshot (API), " + what, LBB: snap},
+			bench.Row{Metric: prefix + "fork of a snapshot (API), " + what, LBB: fork})
+	}
+	return rows, notes
+}
+
+// runtimePause starts a server of its own with --runtime name and times pause + resume on
+// it, and where the runtime has them (not ns) snapshot and fork.
+func runtimePause(ctx context.Context, name string, n int, prefix string, rows []bench.Row, notes []string) ([]bench.Row, []string) {
+	fmt.Fprintf(os.Stderr, "%s: pause + resume, idle and with a command running (%d times each)…\n", name, n)
+	var cf clientFlags
+	done, err := cf.serveOwn(ctx, n+20, "--runtime", name, "--pool=false")
+	if err != nil {
+		return rows, append(notes, name+" pause: "+err.Error())
+	}
+	defer done()
+	c, err := cf.clientWith(benchClient)
+	if err != nil {
+		return rows, append(notes, name+" pause: "+err.Error())
+	}
+	rows, notes = pauseRows(ctx, c, n, prefix, rows, notes)
+	if name != "ns" {
+		rows, notes = snapshotRows(ctx, c, n, prefix, rows, notes)
 	}
 	return rows, notes
 }

@@ -77,6 +77,7 @@ func printCommand(c *lbb.Command) {
 	t.row("sandbox", c.Sandbox)
 	t.row("kind", c.Kind)
 	t.row("status", c.Status)
+	t.opt("forked from", c.ForkedFrom)
 	if c.ExitCode != nil {
 		t.row("exit code", fmt.Sprint(*c.ExitCode))
 	}

@@ -176,6 +176,17 @@ func labelString(md map[string]string) string {
 	return strings.Join(keys, ",")
 }
 
+// pauseMode says what a pause did, after the time it was paused.
+func pauseMode(mode string) string {
+	switch mode {
+	case "checkpoint":
+		return " (checkpoint: saved to disk, RAM freed)"
+	case "freeze":
+		return " (freeze: held in RAM, commands parked)"
+	}
+	return ""
+}
+
 func printSandbox(sb *lbb.Sandbox) {
 	t := newFieldTable()
 	t.row("sandbox", sb.ID)
@@ -202,7 +213,7 @@ func printSandbox(sb *lbb.Sandbox) {
 	t.row("started", when(sb.StartedAt))
 	t.row("expires", when(sb.ExpiresAt))
 	if sb.PausedAt != nil {
-		t.row("paused", when(sb.PausedAt))
+		t.row("paused", when(sb.PausedAt)+pauseMode(sb.PauseMode))
 	}
 	if sb.ForkedFrom != nil {
 		t.row("forked from", sb.ForkedFrom.Sandbox+" (snapshot "+sb.ForkedFrom.Snapshot+")")

@@ -203,7 +203,13 @@ func (p *Process) Pid() int { return p.pid }
 // Call Wait exactly once.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader) (*Process, error) {
 	req.Stdin = stdin != nil
-	hdr, err := json.Marshal(req)
+	return c.stream(ctx, PathExec, HeaderExec, req, stdin)
+}
+
+// stream starts a process stream at path: the request v in header hdr (unpadded base64url
+// JSON), stdin (when not nil) as the body.
+func (c *Client) stream(ctx context.Context, path, hdr string, v any, stdin io.Reader) (*Process, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +217,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader) (*P
 	if body == nil {
 		body = http.NoBody
 	}
-	r, err := c.newRequest(ctx, http.MethodPost, PathExec, nil, body)
+	r, err := c.newRequest(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		return nil, err
 	}
-	r.Header.Set(HeaderExec, base64.RawURLEncoding.EncodeToString(hdr))
+	r.Header.Set(hdr, base64.RawURLEncoding.EncodeToString(b))
 	return c.start(r)
 }
 
@@ -344,6 +350,24 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 // foreground job gets SIGWINCH.
 func (c *Client) Resize(ctx context.Context, id string, size PtySize) error {
 	return c.call(ctx, http.MethodPost, PathProcs+url.PathEscape(id)+"/resize", nil, size, nil)
+}
+
+// Attach takes on the stream of detachable process id whose channel ended (see
+// AttachRequest); stdin, when not nil, is its stdin from then on. Wait as after Exec.
+func (c *Client) Attach(ctx context.Context, id string, req AttachRequest, stdin io.Reader) (*Process, error) {
+	req.Stdin = stdin != nil
+	return c.stream(ctx, PathProcs+url.PathEscape(id)+"/attach", HeaderAttach, req, stdin)
+}
+
+// DropDetached kills the detachable processes whose streams wait for an attach.
+func (c *Client) DropDetached(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, PathDropDetached, nil, nil, nil)
+}
+
+// HoldTimeouts holds (hold) or releases the timeouts of the processes running (see
+// TimeoutsRequest).
+func (c *Client) HoldTimeouts(ctx context.Context, hold bool) error {
+	return c.call(ctx, http.MethodPost, PathTimeouts, nil, TimeoutsRequest{Hold: hold}, nil)
 }
 
 func pathQuery(path string, recursive bool) url.Values {

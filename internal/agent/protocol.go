@@ -78,6 +78,13 @@ const (
 	PathListen      = "/v1/listen"
 	PathConns       = "/v1/conns/" // + id + "/accept" or "/refuse"
 	PathPorts       = "/v1/ports/" // + port + "/connect"
+	PathTimeouts    = "/v1/timeouts"
+	// PathDropDetached kills the detachable processes whose streams wait for an attach.
+	PathDropDetached = "/v1/procs-detached/drop"
+
+	// HeaderAttach carries the AttachRequest of POST /v1/procs/{id}/attach, as unpadded
+	// base64url JSON (the body is the process's stdin from then on).
+	HeaderAttach = "Lbb-Attach"
 
 	// HeaderListening carries the Listening of a Listen call's answer, as JSON.
 	HeaderListening = "Lbb-Listening"
@@ -111,6 +118,9 @@ type ExecRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TimeoutMs kills the whole process group when it passes; 0 means none.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// Detachable keeps the process when the channel ends, for an attach on the next one
+	// (POST /v1/procs/{id}/attach); nobody attaching within two minutes kills it.
+	Detachable bool `json:"detachable,omitempty"`
 	// Pty runs the process on a new pseudo-terminal of this size, as the leader of a new
 	// session whose controlling terminal it is: stdin, stdout and stderr are the terminal,
 	// the output comes as FrameStdout only, and the body's bytes are what is typed (the line
@@ -452,4 +462,23 @@ func ReadFrame(r io.Reader, buf []byte) (kind byte, payload []byte, err error) {
 		return 0, nil, err
 	}
 	return hdr[0], buf, nil
+}
+
+// TimeoutsRequest holds (Hold) or releases the timeouts of every running process: the host
+// holds them before it pauses the sandbox and releases them when it resumes it, so that a
+// paused time does not count toward a command's timeout.
+type TimeoutsRequest struct {
+	Hold bool `json:"hold"`
+}
+
+// AttachRequest takes on the stream of a detachable process (ExecRequest.Detachable) whose
+// channel ended: its output from the offsets the host has (Stdout, Stderr bytes), and with
+// Stdin its stdin from the request's body.
+type AttachRequest struct {
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
+	Stdin  bool  `json:"stdin,omitempty"`
+	// FromNow takes the output from what comes next, whatever the offsets (a fork's copy of
+	// a command, whose earlier output was its source's).
+	FromNow bool `json:"from_now,omitempty"`
 }

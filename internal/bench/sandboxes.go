@@ -133,3 +133,95 @@ func cgroupMemory(parent string) (rss, usage uint64, groups int) {
 	}
 	return rss, usage, groups
 }
+
+// busySandbox creates a sandbox made with p and, with busy, starts one command in it that
+// prints a counter every 100 ms (its output followed by nobody).
+func busySandbox(ctx context.Context, c *lbb.Client, p lbb.CreateParams, busy bool) (*lbb.Sandbox, *lbb.Command, error) {
+	sb, err := c.Sandboxes.Create(ctx, p)
+	if err != nil || !busy {
+		return sb, nil, err
+	}
+	cmd, err := c.Sandboxes.Exec(ctx, sb.ID, lbb.ExecParams{Argv: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done"}, WaitMs: -1})
+	if err != nil {
+		c.Sandboxes.Delete(ctx, sb.ID)
+		return nil, nil, err
+	}
+	return sb, cmd, nil
+}
+
+func busyName(busy bool) string {
+	if busy {
+		return "lbb, one command running"
+	}
+	return "lbb, idle"
+}
+
+// stillRunning checks a busy sandbox's command runs.
+func stillRunning(ctx context.Context, c *lbb.Client, cmd *lbb.Command, after string) error {
+	if cmd == nil {
+		return nil
+	}
+	if got, err := c.Commands.Get(ctx, cmd.ID, -1); err != nil || got.Status != "running" {
+		return fmt.Errorf("the command after %s: %v %v", after, got, err)
+	}
+	return nil
+}
+
+// SnapshotFork times snapshots (each but the last deleted, untimed) and forks of the last
+// (all deleted after, untimed) of a sandbox made with p, n times each; busy runs one command in it,
+// which a snapshot carries on (gvisor).
+func SnapshotFork(ctx context.Context, c *lbb.Client, n int, p lbb.CreateParams, busy bool) (snap, fork Sample, err error) {
+	sb, cmd, err := busySandbox(ctx, c, p, busy)
+	if err != nil {
+		return snap, fork, err
+	}
+	defer c.Sandboxes.Delete(ctx, sb.ID)
+	var last string
+	snap = Time(busyName(busy), n, func() error {
+		sn, err := c.Sandboxes.Snapshot(ctx, sb.ID, lbb.SnapshotRequest{})
+		if err != nil {
+			return err
+		}
+		if last != "" {
+			c.DeleteSnapshot(ctx, last)
+		}
+		last = sn.ID
+		return nil
+	})
+	if last == "" {
+		return snap, fork, fmt.Errorf("no snapshot was taken")
+	}
+	var forks []string
+	fork = Time(busyName(busy), n, func() error {
+		f, err := c.Sandboxes.Fork(ctx, sb.ID, lbb.ForkRequest{Snapshot: last})
+		if err != nil {
+			return err
+		}
+		forks = append(forks, f.ID)
+		return nil
+	})
+	// Deleted after, so that no deletion weighs on a timed call.
+	for _, id := range forks {
+		c.Sandboxes.Delete(ctx, id)
+	}
+	return snap, fork, stillRunning(ctx, c, cmd, fmt.Sprintf("%d snapshots", n))
+}
+
+// PauseResume times a pause and the resume after it, of a sandbox made with p, n times; busy
+// runs one command in it meanwhile (a counter printing every 100 ms, its output followed by
+// nobody), which a pause keeps running. It checks the command still runs at the end.
+func PauseResume(ctx context.Context, c *lbb.Client, n int, p lbb.CreateParams, busy bool) (Sample, error) {
+	sb, cmd, err := busySandbox(ctx, c, p, busy)
+	if err != nil {
+		return Sample{}, err
+	}
+	defer c.Sandboxes.Delete(ctx, sb.ID)
+	s := Time(busyName(busy), n, func() error {
+		if _, err := c.Sandboxes.Pause(ctx, sb.ID); err != nil {
+			return err
+		}
+		_, err := c.Sandboxes.Resume(ctx, sb.ID)
+		return err
+	})
+	return s, stillRunning(ctx, c, cmd, fmt.Sprintf("%d pauses", n))
+}

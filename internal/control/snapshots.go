@@ -31,7 +31,10 @@ import (
 // janitor for any left over) or by DELETE /v1/snapshots/{id}; forks do not need them once
 // started.
 //
-// None of these breaks a running command: they answer 409 commands_running instead.
+// None of these breaks a running command: pause freezes a sandbox with commands running
+// (they go on at resume); a snapshot carries them on (gvisor); a fork without a snapshot
+// carries them into the fork as commands of its own (forked_from). Only a run of
+// run(input, config), whose stream cannot move, makes them answer 409 commands_running.
 
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"
@@ -247,7 +250,7 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 func (s *Service) noSnapshots(sb store.Sandbox) error {
 	iso := firstNonEmpty(sb.Isolation, s.iso.Default)
 	return errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported,
-		`memory snapshots need isolation "gvisor"; sandbox %s runs on %q`, sb.ID, iso)
+		`memory snapshots need isolation "gvisor"; sandbox %s runs on %q, whose processes live in the host's own kernel, which cannot save them (pause freezes them in place instead)`, sb.ID, iso)
 }
 
 func renderSnapshot(snap store.Snapshot) store.Snapshot {
@@ -423,13 +426,17 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 		if ended(src) {
 			return Response{}, errdefs.Conflict("sandbox %s is %s", id, src.Status)
 		}
+		var carry []store.Command
 		if req.Snapshot == "" {
 			if src.Status != store.SandboxRunning {
 				return Response{}, errdefs.Conflict("sandbox %s is %s; only a running sandbox can be forked", id, src.Status)
 			}
-			if n := s.commandsRunning(id); n > 0 {
+			// The commands running now carry on in the fork as commands of its own; a
+			// run(input, config)'s stream cannot be carried.
+			var runs int
+			if carry, runs = s.runningCommands(ctx, c.Graph, id); runs > 0 {
 				return Response{}, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
-					"sandbox %s has %d command(s) running; wait for them or kill them, then be forked", id, n)
+					"sandbox %s has %d run(input, config) call(s) running, whose streams a fork cannot carry: wait for them or kill them, then fork", id, runs)
 			}
 		}
 		if err := s.checkCap(ctx, s.st, c.Graph, true, false); err != nil {
@@ -443,12 +450,12 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 		} else if snap, err = s.st.GetSnapshot(ctx, c.Graph, req.Snapshot); err != nil {
 			return Response{}, err
 		}
-		return s.fork(ctx, c, src, snap, req)
+		return s.fork(ctx, c, src, snap, req, carry)
 	})
 }
 
 // fork starts the new sandbox from snap and records it. The caller holds the source's ops.
-func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap store.Snapshot, req ForkRequest) (Response, error) {
+func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap store.Snapshot, req ForkRequest, carry []store.Command) (Response, error) {
 	md := req.Metadata
 	if md == nil {
 		md = from.Metadata
@@ -486,8 +493,16 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 			sb.API = nil
 		}
 	}
+	copies := map[string]store.Command{}
+	var fcs []hostagent.ForkCommand
+	for _, cmd := range carry {
+		fc := hostagent.ForkCommand{Source: cmd.ID, ID: ids.New(ids.Command), Timeout: time.Duration(cmd.TimeoutMs) * time.Millisecond,
+			HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes}
+		fcs = append(fcs, fc)
+		copies[fc.ID] = cmd
+	}
 	started, err := s.host.Fork(ctx, hostagent.ForkRequest{ID: sb.ID, Source: from.ID, SnapshotID: snap.ID,
-		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env, Egress: hostEgress(sb)})
+		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env, Egress: hostEgress(sb), Commands: fcs})
 	if err != nil {
 		now := s.now()
 		sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -510,6 +525,67 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		s.revokeGrant(ctx, sb)
 		return Response{}, err
 	}
-	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp)
+	for _, id := range started.Commands {
+		s.carryCommand(ctx, c, sb, copies[id], id)
+	}
+	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp,
+		"commands", len(started.Commands))
 	return idempotency.JSON(idempotency.Created, sb)
+}
+
+// runningCommands answers the records of the processes running in a sandbox, and how many
+// runs of run(input, config) run beside them.
+func (s *Service) runningCommands(ctx context.Context, graph, sandboxID string) (procs []store.Command, runs int) {
+	s.mu.Lock()
+	var ids []string
+	for id, inf := range s.inflight {
+		if inf.sandbox == sandboxID {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(ids)
+	for _, id := range ids {
+		cmd, err := s.st.GetCommand(ctx, graph, id)
+		switch {
+		case err != nil || cmd.Status != store.CommandRunning:
+		case cmd.Kind == store.KindProcess:
+			procs = append(procs, cmd)
+		default:
+			runs++
+		}
+	}
+	return procs, runs
+}
+
+// carryCommand records fork sb's copy of command src, which its host agent carries on as
+// command id, and waits for its end as for any command.
+func (s *Service) carryCommand(ctx context.Context, c Caller, sb store.Sandbox, src store.Command, id string) {
+	now := s.now()
+	cmd := store.Command{ID: id, Graph: sb.Graph, SandboxID: sb.ID, Kind: src.Kind, Argv: src.Argv, Cwd: src.Cwd,
+		EnvNames: src.EnvNames, TimeoutMs: src.TimeoutMs, Status: store.CommandRunning, ForkedFrom: src.ID,
+		Origin: c.origin(nil), CreatedAt: now, StartedAt: &now}
+	if err := s.st.CreateCommand(ctx, cmd); err != nil {
+		s.log.Error("recording a fork's copy of a command", "sandbox", sb.ID, "command", id, "from", src.ID, "err", err)
+		s.host.Signal(context.WithoutCancel(ctx), id, "")
+		return
+	}
+	if err := s.begin(); err != nil {
+		s.host.Signal(context.WithoutCancel(ctx), id, "")
+		return
+	}
+	inf := &inflight{done: make(chan struct{}), sandbox: sb.ID}
+	s.mu.Lock()
+	s.inflight[cmd.ID] = inf
+	s.mu.Unlock()
+	s.metrics.running.Inc()
+	// Metered from the fork's start: what the copy uses in the fork is its own.
+	base, err := s.host.Usage(ctx, sb.ID)
+	if err != nil {
+		base = store.Usage{}
+	}
+	go func() {
+		defer s.runs.Done()
+		s.runCommand(context.Background(), cmd, nil, inf, nil, func() {}, meterFrom{base: base})
+	}()
 }

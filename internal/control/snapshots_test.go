@@ -49,6 +49,45 @@ func newSnapEnv(t *testing.T, tweak func(*config.Config)) (*env3, *controltest.C
 	return setupSnap(t, dir, st, drv, tweak), drv
 }
 
+// TestPauseHoldsTimeout: a command's timeout does not count the time its sandbox was paused.
+// The command sleeps 1 s under a timeout of 2 s; the sandbox is paused 3 s in between. Past
+// its wall-clock timeout, it ends by itself at resume, succeeded.
+func TestPauseHoldsTimeout(t *testing.T) {
+	e, _ := newSnapEnv(t, nil)
+	sb := e.create(t, control.CreateRequest{})
+	cmd, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo done"}, TimeoutMs: 2000, WaitMs: ms(0)}, "t")
+	time.Sleep(300 * time.Millisecond)
+	if p, err := e.svc.PauseSandbox(ctx, "main", sb.ID); err != nil || p.PauseMode != store.PauseFreeze {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := e.svc.ResumeSandbox(ctx, "main", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.svc.GetCommand(ctx, "main", cmd.ID, 10*time.Second)
+	if err != nil || got.Status != store.CommandSucceeded || got.Stdout.Tail != "done\n" {
+		t.Fatalf("the command paused past its timeout: %+v %v, want it succeeded", got, err)
+	}
+}
+
+// TestStopPausedWithCommand: a sandbox paused with a command running stops (thawed first),
+// and its command ends killed.
+func TestStopPausedWithCommand(t *testing.T) {
+	e, _ := newSnapEnv(t, nil)
+	sb := e.create(t, control.CreateRequest{})
+	cmd, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "60"}, WaitMs: ms(0)}, "s")
+	if p, err := e.svc.PauseSandbox(ctx, "main", sb.ID); err != nil || p.PauseMode != store.PauseFreeze {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if st, err := e.svc.StopSandbox(ctx, "main", sb.ID); err != nil || st.Status != store.SandboxStopped {
+		t.Fatalf("stop of a sandbox paused with a command running: %+v %v", st, err)
+	}
+	got, err := e.svc.GetCommand(ctx, "main", cmd.ID, 10*time.Second)
+	if err != nil || got.Status != store.CommandKilled {
+		t.Fatalf("the command of a stopped sandbox: %+v %v, want it killed", got, err)
+	}
+}
+
 func wantErrCode(t *testing.T, what string, err error, class errdefs.Class, code string) {
 	t.Helper()
 	if err == nil || errdefs.ClassOf(err) != class || code != "" && errdefs.CodeOf(err) != code {
@@ -64,18 +103,31 @@ func (e *env3) fork(t *testing.T, id string, req control.ForkRequest, key string
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// TestPause: pause refuses while a command runs or when not running; a checkpointed pause
-// keeps its checkpoint until resume; stop and delete work on a paused sandbox.
+// TestPause: pause with a command running freezes it (no checkpoint: that would end the
+// command) and resume thaws it, the command still running; pause refuses when not running; a
+// checkpointed pause keeps its checkpoint until resume; stop and delete work on a paused
+// sandbox.
 func TestPause(t *testing.T) {
 	e, drv := newSnapEnv(t, nil)
 	sb := e.create(t, control.CreateRequest{})
 	bg, _ := e.exec(t, sb.ID, control.ExecRequest{Argv: []string{"sleep", "30"}, WaitMs: ms(0)}, "bg")
-	_, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
-	wantErrCode(t, "pause with a command running", err, errdefs.ClassConflict, errdefs.CodeCommandsRunning)
+	p, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
+	if err != nil || p.Status != store.SandboxPaused || p.PauseMode != store.PauseFreeze || drv.Checkpoints != 0 {
+		t.Fatalf("pause with a command running: %+v %v (%d checkpoints), want it frozen", p, err, drv.Checkpoints)
+	}
+	if r, err := e.svc.ResumeSandbox(ctx, "main", sb.ID); err != nil || r.Status != store.SandboxRunning {
+		t.Fatalf("resume with a command running: %+v %v", r, err)
+	}
+	if got, err := e.svc.GetCommand(ctx, "main", bg.ID, 0); err != nil || got.Status != store.CommandRunning {
+		t.Fatalf("the command after pause and resume: %+v %v", got, err)
+	}
 	if _, err := e.svc.KillCommand(ctx, "main", bg.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	p, err := e.svc.PauseSandbox(ctx, "main", sb.ID)
+	if got, err := e.svc.GetCommand(ctx, "main", bg.ID, 10*time.Second); err != nil || got.Status != store.CommandKilled {
+		t.Fatalf("the command killed after resume: %+v %v", got, err)
+	}
+	p, err = e.svc.PauseSandbox(ctx, "main", sb.ID)
 	if err != nil || p.Status != store.SandboxPaused || p.PausedAt == nil || p.PauseMode != store.PauseCheckpoint {
 		t.Fatalf("pause: %+v %v", p, err)
 	}

@@ -22,16 +22,23 @@ const endedKept = time.Minute
 
 // command is a command running in a long-lived sandbox.
 type command struct {
-	id, sandbox    string
+	id, sandbox string
+	// procID is its process's id in the guest agent: id, or for a fork's copy of a command
+	// its source command's.
+	procID         string
 	stdout, stderr *output.Capture
 	done           chan struct{}
 	end            CommandEnd
 	killed         atomic.Bool
-	agent          *agent.Client
+	// agent is the guest agent the command's stream is on (a snapshot moves it to the next).
+	agent atomic.Pointer[agent.Client]
+	// detachable: the stream can move to the sandbox's next channel (an exec, not a run).
+	detachable bool
 
-	stdinMu    sync.Mutex
-	stdin      *io.PipeWriter // nil unless StdinOpen
-	stdinBytes atomic.Int64
+	stdinMu     sync.Mutex
+	stdin       *io.PipeWriter // nil unless StdinOpen
+	stdinClosed bool
+	stdinBytes  atomic.Int64
 
 	// hold keeps the output for the command's starter (nil unless Hold).
 	hold *output.Hold
@@ -61,18 +68,21 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 		env = map[string]string{}
 	}
 	maps.Copy(env, req.Env)
-	c := &command{id: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), agent: l.agent,
+	c := &command{id: req.CommandID, procID: req.CommandID, sandbox: req.SandboxID, done: make(chan struct{}), detachable: req.Run == nil,
 		stdout: output.NewCapture(req.HeadBytes, req.TailBytes), stderr: output.NewCapture(req.HeadBytes, req.TailBytes)}
+	c.agent.Store(l.agent)
 	c.stdinBytes.Store(int64(len(req.Stdin)))
 	if req.Hold {
 		c.hold = output.NewHold(HoldBytes, h.holdIdle)
 	}
-	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress}
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
 	if req.Run != nil {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}
 	} else {
-		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds(), Pty: req.Pty}
+		e.exec = &agent.ExecRequest{ID: req.CommandID, Argv: req.Argv, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds(),
+			Pty: req.Pty, Detachable: true}
+		e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
 		switch {
 		case req.StdinOpen:
 			pr, pw := io.Pipe()
@@ -88,6 +98,50 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 			e.stdin = strings.NewReader(string(req.Stdin))
 		}
 	}
+	h.launch(ctx, s, l, sctx, c, e, Secrets(env))
+	return nil
+}
+
+// adopt carries on, as command fc.ID of sandbox id (a fork), the fork's copy of its source's
+// command fc.Source: its stream from now on. It answers whether the copy runs.
+func (h *Local) adopt(ctx context.Context, id string, fc ForkCommand) bool {
+	s, l, sctx, err := h.running(id)
+	if err != nil {
+		return false
+	}
+	c := &command{id: fc.ID, procID: fc.Source, sandbox: id, done: make(chan struct{}), detachable: true,
+		stdout: output.NewCapture(fc.HeadBytes, fc.TailBytes), stderr: output.NewCapture(fc.HeadBytes, fc.TailBytes)}
+	c.agent.Store(l.agent)
+	e := execution{attachTo: fc.Source, timeout: fc.Timeout, limits: l.limits, killed: c.killed.Load, egress: l.egress, backstops: &s.backstops}
+	e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
+	// Its stdin is open when the source's is (on this host).
+	if src, err := h.lookupCommand(fc.Source); err == nil {
+		src.stdinMu.Lock()
+		open := src.stdin != nil && !src.stdinClosed
+		src.stdinMu.Unlock()
+		if open {
+			pr, pw := io.Pipe()
+			c.stdin, e.stdin = pw, pr
+		}
+	}
+	s.mu.Lock()
+	secrets := Secrets(s.env)
+	s.mu.Unlock()
+	h.launch(ctx, s, l, sctx, c, e, secrets)
+	select {
+	case <-c.done:
+		h.mu.Lock()
+		delete(h.commands, c.id)
+		h.mu.Unlock()
+		return false
+	default:
+		return true
+	}
+}
+
+// launch runs command c (e) in the background and returns once its process runs, or could
+// not start.
+func (h *Local) launch(ctx context.Context, s *sandbox, l *live, sctx context.Context, c *command, e execution, secrets []string) {
 	started := make(chan struct{})
 	e.started = sync.OnceFunc(func() { close(started) })
 	h.mu.Lock()
@@ -96,8 +150,7 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	s.mu.Lock()
 	s.cmds[c.id] = c
 	s.mu.Unlock()
-	log := h.log.With("sandbox", req.SandboxID, "command", req.CommandID)
-	secrets := Secrets(env)
+	log := h.log.With("sandbox", c.sandbox, "command", c.id)
 	go func() {
 		out := h.execute(sctx, l.sb, l.agent, e, c.stdout, c.stderr, secrets, log)
 		if c.hold != nil && c.hold.Idled() {
@@ -118,7 +171,6 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	case <-c.done:
 	case <-ctx.Done():
 	}
-	return nil
 }
 
 // Wait answers how a command ended, once it has. Its output stays readable for a while.
@@ -163,7 +215,7 @@ func (h *Local) Signal(ctx context.Context, commandID, signal string) error {
 		return err
 	}
 	c.killed.Store(true)
-	if err := c.agent.Signal(ctx, commandID, signal); err != nil {
+	if err := c.agent.Load().Signal(ctx, c.procID, signal); err != nil {
 		return agentError(err)
 	}
 	return nil
@@ -178,7 +230,7 @@ func (h *Local) Resize(ctx context.Context, commandID string, size PtySize) erro
 	if size.Cols == 0 || size.Rows == 0 {
 		return errdefs.InvalidArgument("a terminal needs at least one column and one row")
 	}
-	if err := c.agent.Resize(ctx, commandID, size); err != nil {
+	if err := c.agent.Load().Resize(ctx, c.procID, size); err != nil {
 		return agentError(err)
 	}
 	return nil
@@ -212,6 +264,7 @@ func (h *Local) WriteStdin(ctx context.Context, commandID string, r io.Reader, c
 	}
 	if close {
 		c.stdin.Close()
+		c.stdinClosed = true
 		res.Closed = true
 	}
 	res.Total = c.stdinBytes.Load()
@@ -273,4 +326,36 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// moveStream waits while sandbox s is moving to a new channel (a snapshot checkpoints and
+// restores it) and answers the guest agent of its new life and, for a command with its stdin
+// open, the reader of a fresh stdin pipe; nil when the command's stream cannot go on.
+func (h *Local) moveStream(ctx context.Context, s *sandbox, c *command) (*agent.Client, io.Reader) {
+	old := c.agent.Load()
+	for {
+		s.mu.Lock()
+		moving, l, changed := s.moving, s.live, s.changed
+		s.mu.Unlock()
+		if !moving {
+			if l == nil || l.agent == old {
+				return nil, nil
+			}
+			c.agent.Store(l.agent)
+			c.stdinMu.Lock()
+			defer c.stdinMu.Unlock()
+			if c.stdin == nil || c.stdinClosed {
+				return l.agent, nil
+			}
+			// The old stream's body (the pipe's reader) was closed with it.
+			pr, pw := io.Pipe()
+			c.stdin = pw
+			return l.agent, pr
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
 }

@@ -237,6 +237,19 @@ type ForkRequest struct {
 	Runtime    string            `json:"runtime,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *Egress           `json:"egress,omitempty"`
+	// Commands are the source's commands that were running at the snapshot, to carry on in
+	// the fork as commands of its own; the fork's copies of any others end.
+	Commands []ForkCommand `json:"commands,omitempty"`
+}
+
+// ForkCommand is a fork's copy of its source's command Source, carried on as command ID: its
+// output from the fork on.
+type ForkCommand struct {
+	Source    string        `json:"source"`
+	ID        string        `json:"id"`
+	Timeout   time.Duration `json:"timeout"`
+	HeadBytes int           `json:"head_bytes"`
+	TailBytes int           `json:"tail_bytes"`
 }
 
 // Sandbox is a started sandbox.
@@ -244,6 +257,8 @@ type Sandbox struct {
 	ID        string    `json:"id"`
 	Runtime   string    `json:"runtime"`
 	StartedAt time.Time `json:"started_at"`
+	// Commands are, for a fork, the ids of ForkRequest.Commands it carries on (running).
+	Commands []string `json:"commands,omitempty"`
 }
 
 // Paused says how a sandbox was parked.

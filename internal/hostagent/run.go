@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -263,17 +264,26 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	stdout, stderr := newMaskWriter(outW, secrets), newMaskWriter(errW, secrets)
 
 	// The agent enforces the timeout; the backstop covers an agent that cannot.
-	runCtx, cancel := context.WithTimeout(ctx, e.timeout+h.backstop)
+	// Its clock stops while the sandbox is paused, as the agent's does.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	backstops := e.backstops
+	if backstops == nil {
+		backstops = &agent.Deadlines{}
+	}
+	defer backstops.Stop(backstops.Start(e.timeout+h.backstop, cancel))
 	if e.hold != nil {
 		// A sandbox that stops, or a command past its backstop, waits for no reader.
 		defer context.AfterFunc(runCtx, e.hold.Release)()
 	}
 	out.Started = time.Now()
 	var p *agent.Process
-	if e.run != nil {
+	switch {
+	case e.attachTo != "":
+		p, err = ag.Attach(runCtx, e.attachTo, agent.AttachRequest{FromNow: true}, e.stdin)
+	case e.run != nil:
 		p, err = ag.Run(runCtx, *e.run)
-	} else {
+	default:
 		p, err = ag.Exec(runCtx, *e.exec, e.stdin)
 	}
 	if e.started != nil {
@@ -281,7 +291,24 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}
 	var exit agent.Exit
 	if err == nil {
-		exit, err = p.Wait(stdout, stderr)
+		// Counted as they come from the agent: an attach after a move says where it is.
+		cout, cerr := &countingWriter{stdout, new(atomic.Int64)}, &countingWriter{stderr, new(atomic.Int64)}
+		for {
+			exit, err = p.Wait(cout, cerr)
+			if err == nil || e.reattach == nil || runCtx.Err() != nil {
+				break
+			}
+			next, stdin := e.reattach(runCtx)
+			if next == nil {
+				break
+			}
+			p, err = next.Attach(runCtx, e.procID(), agent.AttachRequest{Stdout: cout.n.Load(), Stderr: cerr.n.Load()}, stdin)
+			if err != nil {
+				err = fmt.Errorf("attaching to the command's stream after a snapshot: %w", err)
+				break
+			}
+			log.Debug("the command's stream moved to the sandbox's new channel", "stdout", cout.n.Load(), "stderr", cerr.n.Load())
+		}
 	}
 	out.Ended = time.Now()
 	flush(stdout)

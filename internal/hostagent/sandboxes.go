@@ -44,7 +44,13 @@ type sandbox struct {
 	cancel context.CancelCauseFunc
 	env    map[string]string
 	cmds   map[string]*command
-	expiry *time.Timer
+	// backstops are its commands' backstop deadlines (held while it is paused).
+	backstops agent.Deadlines
+	// moving says a snapshot is moving it, commands and all, to a new life; changed is
+	// closed (and replaced) whenever live or moving changes (see Local.moveStream).
+	moving  bool
+	changed chan struct{}
+	expiry  *time.Timer
 	// expired says its expiry passed: it ends for that.
 	expired bool
 	// egress is its route out and API (nil: none), served on every life as espec says;
@@ -86,7 +92,7 @@ func (h *Local) lookup(id string, make bool) *sandbox {
 	defer h.mu.Unlock()
 	s := h.sandboxes[id]
 	if s == nil && make {
-		s = &sandbox{id: id, cmds: map[string]*command{}}
+		s = &sandbox{id: id, cmds: map[string]*command{}, changed: newChanged()}
 		h.sandboxes[id] = s
 	}
 	return s
@@ -254,9 +260,14 @@ func connect(ctx context.Context, sb runtime.Sandbox, limits runtime.Limits) (*l
 // sandbox whose init dies by itself is stopped (disk kept) and reported. The caller holds
 // s.ops. An error says the egress could not be served (the sandbox runs, sealed).
 func (h *Local) setRunning(s *sandbox, l *live) error {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	s.mu.Lock()
+	ctx, cancel := s.ctx, s.cancel
+	if ctx == nil || ctx.Err() != nil {
+		ctx, cancel = context.WithCancelCause(context.Background())
+	}
+	// (A live ctx is kept: the commands that a snapshot moved to this life run on in it.)
 	s.live, s.frozen, s.ctx, s.cancel = l, false, ctx, cancel
+	s.notify()
 	esb, spec := s.egress, s.espec
 	s.mu.Unlock()
 	var eerr error
@@ -317,6 +328,7 @@ func (h *Local) stopLive(ctx context.Context, s *sandbox, cause error) (store.Us
 		if err := h.thaw(ctx, s.id); err != nil {
 			h.log.Warn("thawing a paused sandbox", "sandbox", s.id, "err", err)
 		}
+		s.backstops.Hold(false)
 	}
 	u := l.usage(ctx)
 	if cancel != nil {
@@ -338,8 +350,17 @@ func (h *Local) stopLive(ctx context.Context, s *sandbox, cause error) (store.Us
 	}
 	s.mu.Lock()
 	s.live, s.frozen, s.ctx, s.cancel = nil, false, nil, nil
+	s.notify()
 	s.mu.Unlock()
 	return u, err
+}
+
+func newChanged() chan struct{} { return make(chan struct{}) }
+
+// notify wakes those waiting for s's live to change. The caller holds s.mu.
+func (s *sandbox) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func (h *Local) thaw(ctx context.Context, id string) error {
@@ -382,6 +403,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		s.mu.Lock()
 		s.frozen = false
 		s.mu.Unlock()
+		h.holdTimeouts(ctx, s, l, false)
 		return h.answer(req.ID, req.Runtime, l), nil
 	case l != nil:
 		return h.answer(req.ID, req.Runtime, l), nil

@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"context"
 	"io"
 	"time"
 
@@ -25,6 +26,28 @@ type execution struct {
 	hold *output.Hold
 	// egress is the sandbox's, whose share the command's end says (nil: none).
 	egress *egress.Sandbox
+	// backstops is the set of the sandbox's backstop deadlines, held while it is paused
+	// (nil: a deadline of its own).
+	backstops *agent.Deadlines
+	// reattach, when set, answers the guest agent the stream moved to after the channel
+	// broke (and the stdin to give it), or nil: see Local.moveStream.
+	reattach func(ctx context.Context) (*agent.Client, io.Reader)
+	// attachTo, when set, starts by attaching to the stream of this detached process (a
+	// fork's copy of its source's command) from now on, instead of starting a process.
+	attachTo string
+}
+
+// procID is the process's id in the guest agent.
+func (e execution) procID() string {
+	switch {
+	case e.attachTo != "":
+		return e.attachTo
+	case e.exec != nil:
+		return e.exec.ID
+	case e.run != nil:
+		return e.run.ID
+	}
+	return ""
 }
 
 // outcome is how an execution ended: the command's end, the infrastructure failure folded

@@ -212,7 +212,11 @@ func formatSandbox(s *lbb.Sandbox) string {
 		fmt.Fprintf(&b, "forked from: sandbox %s, snapshot %s\n", s.ForkedFrom.Sandbox, s.ForkedFrom.Snapshot)
 	}
 	if s.PausedAt != nil {
-		fmt.Fprintf(&b, "paused %s\n", stamp(s.PausedAt))
+		fmt.Fprintf(&b, "paused %s", stamp(s.PausedAt))
+		if s.PauseMode != "" {
+			fmt.Fprintf(&b, " (%s)", s.PauseMode)
+		}
+		b.WriteString("\n")
 	}
 	if s.OneCall {
 		b.WriteString("kind: one-call run (it ended with its run)\n")

@@ -480,7 +480,7 @@ func hint(in manageInput, err error) string {
 		}
 		return ". Nothing was changed"
 	case "commands_running":
-		return fmt.Sprintf(". Nothing was changed: %s never breaks a running command. Wait for it to end "+
+		return fmt.Sprintf(". Nothing was changed: %s never breaks a running command (pause, snapshot and fork carry processes on; a run(input, config) cannot be carried). Wait for it to end "+
 			"(lbb_sandboxes_read action=list_commands sandbox_id=%s finds it; get_command with wait_ms waits), then call again", in.Action, id)
 	case "conflict":
 		h := fmt.Sprintf(". Nothing was changed. lbb_sandboxes_read action=get_sandbox sandbox_id=%s shows its status", id)

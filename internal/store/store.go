@@ -445,8 +445,8 @@ type Sandbox struct {
 	// PausedAt is when the sandbox was paused; set only while it is.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	// PauseMode is how it was paused (PauseCheckpoint, PauseFreeze), so that resume, also
-	// after a restart, knows how to wake it.
-	PauseMode string `json:"-"`
+	// after a restart, knows how to wake it; set only while it is.
+	PauseMode string `json:"pause_mode,omitempty"`
 	// CheckpointBytes is the size of its checkpoint while it is paused with one.
 	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 	// ForkedFrom names the sandbox and snapshot a fork started from.
@@ -594,6 +594,9 @@ type Command struct {
 	// Egress is what the sandbox's egress carried while the command ran (all of the
 	// sandbox's: commands running at once each count what they share).
 	Egress *EgressUsage `json:"egress,omitempty"`
+	// ForkedFrom is, for a fork's copy of a command that ran in its source, the source
+	// command's id: its output is the copy's from the fork on.
+	ForkedFrom string `json:"forked_from,omitempty"`
 
 	// Usage is what the command used (a run: its sandbox's life; a command in a sandbox:
 	// the sandbox's CPU time and reserved memory while it ran), set when it ends; Budget is

@@ -32,14 +32,15 @@ type ForkRequest struct {
 
 // Pause parks a running sandbox: on gvisor its memory and processes are saved to disk and
 // its RAM freed (it stays paused across a server restart); on ns the freezer holds them in
-// RAM. Resume wakes it where it was. A sandbox with a command running answers 409
-// (CodeOf: commands_running).
+// RAM. Resume wakes it where it was. A sandbox with commands running is frozen on every
+// isolation: its commands, their output streams and stdin go on at resume, and the paused
+// time does not count toward their timeouts.
 func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, error) {
 	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/pause"))
 }
 
 // Snapshot saves a running sandbox with its memory (gvisor only: elsewhere 409
-// not_supported); the sandbox runs on.
+// not_supported); the sandbox runs on, its running commands too.
 func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRequest) (*Snapshot, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
@@ -50,7 +51,9 @@ func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRe
 }
 
 // Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
-// running, ForkedFrom set).
+// running, ForkedFrom set). Without p.Snapshot, the source's running commands carry on in the
+// fork as commands of its own (Sandboxes.Commands of the fork; Command.ForkedFrom names each
+// one's source).
 func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (*Sandbox, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()

@@ -86,14 +86,17 @@ type Command struct {
 	DurationMs int64           `json:"duration_ms"`
 
 	// Egress What a sandbox's (or, on a command, what the sandbox's while the command ran) egress carried.
-	Egress         *EgressUsage `json:"egress,omitempty"`
-	EnvNames       []string     `json:"env_names,omitempty"`
-	Error          string       `json:"error,omitempty"`
-	ExitCode       *int         `json:"exit_code"`
-	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
-	Graph          string       `json:"graph"`
-	ID             string       `json:"id"`
-	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	Egress     *EgressUsage `json:"egress,omitempty"`
+	EnvNames   []string     `json:"env_names,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	ExitCode   *int         `json:"exit_code"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+
+	// ForkedFrom for a fork's copy of a command that was running in its source when the fork was made: the source command's id (its output here is the copy's, from the fork on)
+	ForkedFrom     string `json:"forked_from,omitempty"`
+	Graph          string `json:"graph"`
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 
 	// Input any JSON value
 	Input    json.RawMessage `json:"input,omitempty"`
@@ -593,6 +596,9 @@ type Sandbox struct {
 
 	// Origin who and what made a record: the key and, with a grant (POST /v1/grants), the grant and the workflow step it is for
 	Origin Origin `json:"origin"`
+
+	// PauseMode how it is paused, only while it is: checkpoint (saved to disk with its memory, RAM freed, paused across a server restart: gvisor and microvm with no command running) or freeze (its processes parked in RAM, commands and their streams included; a server restart stops it: ns, and any sandbox paused with commands running)
+	PauseMode string `json:"pause_mode,omitempty"`
 
 	// PausedAt when the sandbox was paused; only while it is
 	PausedAt  *time.Time   `json:"paused_at,omitempty"`

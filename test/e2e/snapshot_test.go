@@ -150,17 +150,25 @@ func TestSnapshotGvisor(t *testing.T) {
 	requireGvisor(t)
 	s, c, sb, st := holding(t, "gvisor")
 
-	// Pause never breaks a running command.
+	// Pause with a command running freezes the sandbox, command and all (TestPauseCommandsRunning
+	// follows one through).
 	bgCmd, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"sleep", "60"}, WaitMs: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Sandboxes.Pause(bg, sb.ID); lbb.CodeOf(err) != "commands_running" {
-		t.Fatalf("pause with a command running: %v, want 409 commands_running", err)
+	if p, err := c.Sandboxes.Pause(bg, sb.ID); err != nil || p.Status != "paused" || p.PauseMode != "freeze" {
+		t.Fatalf("pause with a command running: %+v %v, want it frozen", p, err)
 	}
-	if _, err := c.Sandboxes.Snapshot(bg, sb.ID, lbb.SnapshotRequest{}); lbb.CodeOf(err) != "commands_running" {
-		t.Fatalf("snapshot with a command running: %v, want 409 commands_running", err)
+	if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "paused", sb.ID)); len(ents) != 0 {
+		t.Fatalf("a checkpoint of a sandbox with a command running: %v", ents)
 	}
+	if r, err := c.Sandboxes.Resume(bg, sb.ID); err != nil || r.Status != "running" {
+		t.Fatalf("resume with a command running: %+v %v", r, err)
+	}
+	if got, err := c.Commands.Get(bg, bgCmd.ID, -1); err != nil || got.Status != "running" {
+		t.Fatalf("the command after pause and resume: %+v %v", got, err)
+	}
+	// (A snapshot and a fork carry the command on: TestSnapshotCommandsRunningGvisor.)
 	if _, err := c.Commands.Kill(bg, bgCmd.ID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +179,7 @@ func TestSnapshotGvisor(t *testing.T) {
 	// Pause: saved with its memory, RAM freed; resume: the same process carries on.
 	st = carriesOn(t, c, sb.ID, "before pause", st)
 	p, err := c.Sandboxes.Pause(bg, sb.ID)
-	if err != nil || p.Status != "paused" || p.PausedAt == nil {
+	if err != nil || p.Status != "paused" || p.PausedAt == nil || p.PauseMode != "checkpoint" {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
 	if _, err := c.Sandboxes.Exec(bg, sb.ID, lbb.ExecParams{Argv: []string{"true"}}); !lbb.IsConflict(err) {

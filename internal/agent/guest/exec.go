@@ -78,6 +78,8 @@ type procSpec struct {
 	warmReq func(dir string, env map[string]string) ([]byte, error)
 	// pty runs the process on a new terminal of this size (agent.ExecRequest.Pty).
 	pty *agent.PtySize
+	// detachable: the stream outlives its channel (attach.go).
+	detachable bool
 }
 
 // resultHeader is the status line a harness writes to its result fd before the result.
@@ -107,7 +109,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "argv is empty"})
 		return
 	}
-	sp := &procSpec{id: req.ID, argv: req.Argv, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond, pty: req.Pty}
+	sp := &procSpec{id: req.ID, argv: req.Argv, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond, pty: req.Pty,
+		detachable: req.Detachable && req.ID != "" && s.opts.Reconnects}
 	if req.Stdin {
 		sp.stdin = r.Body
 	}
@@ -116,25 +119,43 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // frameWriter serialises frames onto the response, flushing each so that it goes out now.
 // A write blocks while the host's flow-control window is closed: that is the backpressure.
+// A detachable stream's writer (cond set) waits for an attach instead of failing (attach.go).
 type frameWriter struct {
 	mu  sync.Mutex
 	w   io.Writer
 	rc  *http.ResponseController
 	err error
+
+	cond   *sync.Cond // nil unless detachable
+	gen    int        // counts attaches
+	gaveUp bool       // nobody attached in time
+	sent   [2]int64   // stdout and stderr payload bytes written
+	ring   [2][]byte  // the last of them, for a replay
+	skip   [2]int64   // bytes the host had beyond sent, at its attach
 }
 
 func (fw *frameWriter) write(frame []byte) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	if fw.err != nil {
-		return fw.err
+	for {
+		if fw.err == nil {
+			if fw.cond != nil {
+				frame = fw.skipDelivered(frame)
+			}
+			if _, err := fw.w.Write(frame); err != nil {
+				fw.err = err
+			} else if err := fw.rc.Flush(); err != nil {
+				fw.err = err
+			} else {
+				fw.record(frame)
+				return nil
+			}
+		}
+		if fw.cond == nil || fw.gaveUp {
+			return fw.err
+		}
+		fw.cond.Wait()
 	}
-	if _, err := fw.w.Write(frame); err != nil {
-		fw.err = err
-	} else if err := fw.rc.Flush(); err != nil {
-		fw.err = err
-	}
-	return fw.err
 }
 
 func (fw *frameWriter) writeJSON(kind byte, v any) error {
@@ -293,6 +314,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 	defer table.release(p)
 
+	var att *attachable
+	if sp.detachable {
+		fw.cond = sync.NewCond(&fw.mu)
+		att = &attachable{pid: p.pid, fw: fw, inW: inW, done: make(chan struct{}), kill: func() { table.killGroupAndEscaped(p) }}
+		addAttachable(sp.id, att)
+		defer func() {
+			removeAttachable(sp.id, att)
+			close(att.done)
+		}()
+	}
 	w.WriteHeader(http.StatusOK)
 	fw.writeJSON(agent.FrameStarted, agent.Started{Pid: p.pid})
 
@@ -315,7 +346,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 	if inW != nil {
 		go func() {
-			io.Copy(inW, sp.stdin)
+			_, err := io.Copy(inW, sp.stdin)
+			if err != nil && att != nil {
+				return // the channel ended: an attach carries stdin on
+			}
 			if ptmx == nil { // a terminal stays open: its pump closes it
 				inW.Close()
 			}
@@ -323,9 +357,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 
 	var timedOut atomic.Bool
-	var timer *time.Timer
+	var timer *agent.Deadline
 	if sp.timeout > 0 {
-		timer = time.AfterFunc(sp.timeout, func() {
+		timer = timeouts.Start(sp.timeout, func() {
 			timedOut.Store(true)
 			table.killGroupAndEscaped(p)
 		})
@@ -338,7 +372,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		case <-r.Context().Done(): // the host cancelled: the stream was reset
 			// The context also ends when the handler returns: a command that ended by
 			// itself leaves its group alone (a background job of it keeps running).
-			if !settled.Load() {
+			switch {
+			case settled.Load():
+			case att != nil:
+				att.lost(0)
+			default:
 				table.killGroupAndEscaped(p)
 			}
 		case <-ended:
@@ -366,7 +404,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	settled.Store(true)
 	duration := time.Since(started)
 	if timer != nil {
-		timer.Stop()
+		timeouts.Stop(timer)
 	}
 	if !early {
 		ps.exitAt.Store(time.Now().UnixNano())

@@ -175,11 +175,11 @@ func (t *procTable) lookup(id string) *proc {
 }
 
 // signalAll signals the process group of every process whose stream is open.
-func (t *procTable) signalAll(sig syscall.Signal) {
+func (t *procTable) signalAll(sig syscall.Signal, spare func(pid int) bool) {
 	t.mu.Lock()
 	ps := make([]*proc, 0, len(t.live))
 	for p := range t.live {
-		if p.pid > 0 {
+		if p.pid > 0 && (spare == nil || !spare(p.pid)) {
 			ps = append(ps, p)
 		}
 	}

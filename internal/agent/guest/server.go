@@ -46,7 +46,11 @@ type Options struct {
 	// SyncWorkspace syncs the workspace's file system when a process ends and after each
 	// file call, before the answer: a microvm's page cache is lost when its machine is.
 	SyncWorkspace bool
-	Logger        *slog.Logger
+	// Reconnects says the agent serves a next channel when one ends (a checkpointed and
+	// restored sandbox's): detachable streams then wait for an attach there instead of
+	// ending with their channel.
+	Reconnects bool
+	Logger     *slog.Logger
 }
 
 // Server is the agent.
@@ -162,6 +166,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+agent.PathRun, s.handleRun)
 	mux.HandleFunc("POST "+agent.PathProcs+"{id}/signal", s.handleSignal)
 	mux.HandleFunc("POST "+agent.PathProcs+"{id}/resize", s.handleResize)
+	mux.HandleFunc("POST "+agent.PathTimeouts, s.handleTimeouts)
+	mux.HandleFunc("POST "+agent.PathProcs+"{id}/attach", s.handleAttach)
+	mux.HandleFunc("POST "+agent.PathDropDetached, s.handleDropDetached)
 	mux.HandleFunc("GET "+agent.PathFiles, s.handleList)
 	mux.HandleFunc("DELETE "+agent.PathFiles, s.handleDelete)
 	mux.HandleFunc("POST "+agent.PathMkdir, s.handleMkdir)
@@ -213,7 +220,12 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	}
 	l := &oneConnListener{conn: &closeNotifyConn{Conn: conn, closed: make(chan struct{})}}
 	srv.Serve(l)
-	table.signalAll(syscall.SIGKILL)
+	// Detachable streams wait for an attach on the next channel (attach.go).
+	var spare func(pid int) bool
+	if s.opts.Reconnects {
+		spare = isAttachable
+	}
+	table.signalAll(syscall.SIGKILL, spare)
 }
 
 // oneConnListener hands out its one connection, then blocks until that is closed.
@@ -246,7 +258,20 @@ func (c *closeNotifyConn) Close() error {
 }
 
 // Forward sends sig to the process group of every running process.
-func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig) }
+func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig, nil) }
+
+// timeouts are the running processes' timeouts, held while the host pauses the sandbox.
+var timeouts agent.Deadlines
+
+func (s *Server) handleTimeouts(w http.ResponseWriter, r *http.Request) {
+	var req agent.TimeoutsRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "timeouts request: " + err.Error()})
+		return
+	}
+	timeouts.Hold(req.Hold)
+	w.WriteHeader(http.StatusNoContent)
+}
 
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	var req agent.SignalRequest

@@ -359,7 +359,7 @@ const commandCols = `id, graph, sandbox_id, kind, one_call, argv, cwd, stdin_byt
 	template_id, template_name, template_version, env_names, timeout_ms, status, ok, result, error, exit_code, signal,
 	stdout_head, stdout_tail, stdout_bytes, stderr_head, stderr_tail, stderr_bytes, output_expired,
 	idempotency_key, origin, created_at, started_at, finished_at, duration_ms, result_truncated, result_bytes, result_file,
-	egress_usage, usage, budget_left`
+	egress_usage, usage, budget_left, forked_from`
 
 func commandArgs(c store.Command, oneCall bool) []any {
 	var tid, tname, tver any
@@ -376,19 +376,19 @@ func commandArgs(c store.Command, oneCall bool) []any {
 		c.Stdout.Head, c.Stdout.Tail, c.Stdout.Bytes, c.Stderr.Head, c.Stderr.Tail, c.Stderr.Bytes,
 		b2i(c.Stdout.Expired || c.Stderr.Expired), nullStr(c.IdempotencyKey), jsonText(c.Origin),
 		ms(c.CreatedAt), msPtr(c.StartedAt), msPtr(c.FinishedAt), c.DurationMs,
-		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile), jsonOpt(c.Egress), jsonOpt(c.Usage), jsonOpt(c.Budget)}
+		b2i(c.ResultTruncated), c.ResultBytes, nullStr(c.ResultFile), jsonOpt(c.Egress), jsonOpt(c.Usage), jsonOpt(c.Budget), nullStr(c.ForkedFrom)}
 }
 
 func scanCommand(sc row) (store.Command, error) {
 	var c store.Command
 	var oneCall, ok, expired, truncated int
-	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile, egress, usage, left sql.NullString
+	var argv, cwd, lang, code, input, config, tid, tname, env, result, errStr, signal, idem, origin, resultFile, egress, usage, left, forked sql.NullString
 	var tver, exit, started, finished sql.NullInt64
 	var created int64
 	err := sc.Scan(&c.ID, &c.Graph, &c.SandboxID, &c.Kind, &oneCall, &argv, &cwd, &c.StdinBytes, &lang, &code, &input, &config,
 		&tid, &tname, &tver, &env, &c.TimeoutMs, &c.Status, &ok, &result, &errStr, &exit, &signal,
 		&c.Stdout.Head, &c.Stdout.Tail, &c.Stdout.Bytes, &c.Stderr.Head, &c.Stderr.Tail, &c.Stderr.Bytes, &expired,
-		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile, &egress, &usage, &left)
+		&idem, &origin, &created, &started, &finished, &c.DurationMs, &truncated, &c.ResultBytes, &resultFile, &egress, &usage, &left, &forked)
 	if err != nil {
 		return c, err
 	}
@@ -405,6 +405,7 @@ func scanCommand(sc row) (store.Command, error) {
 	c.Input, c.Config, c.Result = rawFrom(input), rawFrom(config), rawFrom(result)
 	c.OK = ok != 0
 	c.ResultTruncated, c.ResultFile = truncated != 0, resultFile.String
+	c.ForkedFrom = forked.String
 	c.Stdout.Expired, c.Stderr.Expired = expired != 0, expired != 0
 	if tid.Valid {
 		c.Template = &store.TemplateRef{ID: tid.String, Name: tname.String, Version: int(tver.Int64)}
@@ -430,7 +431,7 @@ func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
 	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
 		return notFound(err, "sandbox %s not found", c.SandboxID)
 	}
-	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(42)+`)`, commandArgs(c, oneCall != 0)...)
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(43)+`)`, commandArgs(c, oneCall != 0)...)
 	return err
 }
 
@@ -447,7 +448,7 @@ func (q queries) UpdateCommand(ctx context.Context, c store.Command) error {
 		ok = ?, result = ?, error = ?, exit_code = ?, signal = ?, stdout_head = ?, stdout_tail = ?, stdout_bytes = ?,
 		stderr_head = ?, stderr_tail = ?, stderr_bytes = ?, output_expired = ?, idempotency_key = ?, origin = ?,
 		created_at = ?, started_at = ?, finished_at = ?, duration_ms = ?, result_truncated = ?, result_bytes = ?, result_file = ?,
-		egress_usage = ?, usage = ?, budget_left = ? WHERE id = ? AND graph = ?`,
+		egress_usage = ?, usage = ?, budget_left = ?, forked_from = ? WHERE id = ? AND graph = ?`,
 		append(args[5:], c.ID, c.Graph)...)
 	return mustAffect(res, err, "command "+c.ID)
 }

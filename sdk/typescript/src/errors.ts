@@ -79,7 +79,7 @@ export class NotFoundError extends APIStatusError {}
 export class ConflictError extends APIStatusError {}
 /** 409 `not_supported`: the sandbox's isolation cannot do this (memory snapshots and forks need isolation "gvisor"). */
 export class NotSupportedError extends ConflictError {}
-/** 409 `commands_running`: a command still runs in the sandbox; pause and snapshot never break one. */
+/** 409 `commands_running`: a run(input, config) still runs in the sandbox, whose stream a snapshot or fork cannot carry (processes are carried). */
 export class CommandsRunningError extends ConflictError {}
 /** 409 `file_in_use`: a template version names the File, so it stays. */
 export class FileInUseError extends ConflictError {}

@@ -189,6 +189,11 @@ export interface components {
             egress?: components["schemas"]["Egress"];
             api?: components["schemas"]["APIGrant"];
             git?: components["schemas"]["GitClone"];
+            /**
+             * @description how it is paused, only while it is: checkpoint (saved to disk with its memory, RAM freed, paused across a server restart: gvisor and microvm with no command running) or freeze (its processes parked in RAM, commands and their streams included; a server restart stops it: ns, and any sandbox paused with commands running)
+             * @enum {string}
+             */
+            pause_mode?: "checkpoint" | "freeze";
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
         Command: {
@@ -238,6 +243,8 @@ export interface components {
             /** @description what the command used (a run: its sandbox's life; in a sandbox: the sandbox's CPU time and reserved memory while it ran), once it ended */
             usage?: components["schemas"]["Usage"];
             budget?: components["schemas"]["BudgetLeft"];
+            /** @description for a fork's copy of a command that was running in its source when the fork was made: the source command's id (its output here is the copy's, from the fork on) */
+            forked_from?: string;
         };
         TemplateFile: {
             /** @description a File of the graph (fil_…) */

@@ -110,8 +110,9 @@ class NotSupportedError(ConflictError):
 
 
 class CommandsRunningError(ConflictError):
-    """409 ``commands_running``: a command still runs in the sandbox; pause and snapshot wait
-    for none and never break one, so end or wait for it first."""
+    """409 ``commands_running``: a run(input, config) still runs in the sandbox, whose stream a
+    snapshot or fork cannot carry; end or wait for it first (processes are carried: pause,
+    snapshot and fork keep them)."""
 
 
 class FileInUseError(ConflictError):

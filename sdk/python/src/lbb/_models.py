@@ -207,6 +207,7 @@ class Command(_Process):
 
     id = _str("command")
     kind = _str()
+    forked_from = _str(doc="For a fork's copy of a command that ran in its source: the source command's id.")
 
 
 class ForkedFrom(Record):
@@ -225,6 +226,7 @@ class SandboxRecord(Record):
     status = _str()
     isolation = _str(doc='The isolation it runs on (``"ns"``, ``"gvisor"``); ``""`` from a server before it.')
     paused_at: _Field[Optional[str]] = _Field(lambda v: v or None, doc="When it was paused (RFC 3339), only while it is.")
+    pause_mode = _str(doc='How it is paused, only while it is: ``"checkpoint"`` (saved to disk, RAM freed) or ``"freeze"`` (parked in RAM, running commands included).')
     checkpoint_bytes = _int("The size of its checkpoint on disk while it is paused with one (gvisor).")
     forked_from = _of(ForkedFrom, "The sandbox and snapshot it was forked from; ``None`` unless it is a fork.")
 
