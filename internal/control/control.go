@@ -79,6 +79,10 @@ type Service struct {
 	// oneCalls are the graphs and keys of one-call runs' sandboxes running here (for the
 	// audit of their refused destinations).
 	oneCalls map[string]owner
+
+	// cmu guards the code contexts running here (contexts.go).
+	cmu      sync.Mutex
+	contexts map[string]*codeContext
 }
 
 type owner struct{ graph, key string }
@@ -102,6 +106,7 @@ func New(o Options) *Service {
 		inflight: map[string]*inflight{},
 		held:     map[string]*heldSandbox{},
 		oneCalls: map[string]owner{},
+		contexts: map[string]*codeContext{},
 	}
 	s.watchEvents()
 	return s

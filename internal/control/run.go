@@ -267,7 +267,7 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	if err != nil {
 		return Response{}, err
 	}
-	if cmd.Kind == store.KindProcess {
+	if cmd.Kind == store.KindProcess || cmd.Kind == store.KindCode {
 		body, err := json.Marshal(cmd)
 		return Response{Outcome: idempotency.Accepted, Body: body}, err
 	}

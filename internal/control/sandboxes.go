@@ -53,8 +53,9 @@ func (s *Service) addHeld(id, graph string) *heldSandbox {
 
 func (s *Service) removeHeld(id string) {
 	s.lmu.Lock()
-	defer s.lmu.Unlock()
 	delete(s.held, id)
+	s.lmu.Unlock()
+	s.forgetContexts(id)
 }
 
 // watchEvents follows the host agent's events until Shutdown: a sandbox whose init died is

@@ -21,6 +21,7 @@ const (
 	Request  = "req_"
 	Audit    = "aud_"
 	Snapshot = "snp_"
+	Context  = "ctx_"
 )
 
 var (

@@ -441,6 +441,8 @@ func CommandDone(status string) bool {
 const (
 	KindRun     = "run"
 	KindProcess = "process"
+	// KindCode is a cell run in a code context (POST /v1/sandboxes/{id}/code).
+	KindCode = "code"
 )
 
 // Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),

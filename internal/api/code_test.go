@@ -1,0 +1,109 @@
+package api_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCodeContexts runs cells in a Python context on the local driver: the host's python3
+// must have jupyter_client and ipykernel (Debian's python3-ipykernel); the base image has
+// them, and test/e2e runs the same on the real drivers.
+func TestCodeContexts(t *testing.T) {
+	if err := exec.Command("python3", "-c", "import jupyter_client, ipykernel").Run(); err != nil {
+		t.Skip("the host's python3 has no jupyter_client and ipykernel (apt-get install python3-ipykernel); test/e2e covers contexts on the base image")
+	}
+	s := newServer(t, nil)
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("c-sb"), `{"expires_in_seconds": 600}`)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	sb := r.json(t)["id"].(string)
+	cell := func(key, body string) map[string]any {
+		t.Helper()
+		r := s.do("POST", "/v1/sandboxes/"+sb+"/code?graph=main", s.admin, idem(key), body)
+		if r.status != 200 {
+			t.Fatalf("cell %s: %d %s", key, r.status, r.body)
+		}
+		return r.json(t)
+	}
+	text := func(m map[string]any) string {
+		rs := m["results"].([]any)
+		if len(rs) == 0 {
+			return ""
+		}
+		return rs[len(rs)-1].(map[string]any)["data"].(map[string]any)["text/plain"].(string)
+	}
+	c1 := cell("c1", `{"code": "x = 1\nimport math\ndef f(n):\n    return n * 2\n"}`)
+	if c1["status"] != "succeeded" || len(c1["results"].([]any)) != 0 {
+		t.Fatalf("c1: %v", c1)
+	}
+	ctxID := c1["context"].(string)
+	if c2 := cell("c2", `{"code": "print('hi')\nf(x + 1) + math.floor(0.5)"}`); text(c2) != "4" || c2["stdout"] != "hi\n" || c2["context"] != ctxID {
+		t.Fatalf("c2: %v", c2)
+	}
+	// A retry answers the same, without running again.
+	if r := s.do("POST", "/v1/sandboxes/"+sb+"/code?graph=main", s.admin, idem("c2"), `{"code": "print('hi')\nf(x + 1) + math.floor(0.5)"}`); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %v %s", r.header, r.body)
+	}
+	c3 := cell("c3", `{"code": "1/0"}`)
+	if e, _ := c3["error"].(map[string]any); c3["status"] != "failed" || e["name"] != "ZeroDivisionError" || !strings.Contains(strings.Join(anyStrings(e["traceback"]), "\n"), "1/0") {
+		t.Fatalf("c3: %v", c3)
+	}
+	c4 := cell("c4", `{"code": "while True: pass", "timeout_ms": 1500}`)
+	if c4["status"] != "timed_out" {
+		t.Fatalf("c4: %v", c4)
+	}
+	if c5 := cell("c5", `{"code": "x"}`); text(c5) != "1" {
+		t.Fatalf("after the timeout: %v", c5)
+	}
+	// The record of a cell.
+	r = s.do("GET", "/v1/commands/"+c1["command"].(string)+"?graph=main", s.admin, nil, "")
+	if rec := r.json(t); rec["kind"] != "code" || rec["code"] == "" || rec["status"] != "succeeded" {
+		t.Fatalf("record: %s", r.body)
+	}
+	// A stream: events in order, then end.
+	r = s.do("POST", "/v1/sandboxes/"+sb+"/code?graph=main", s.admin, map[string]string{"Idempotency-Key": "c6", "Accept": "text/event-stream"},
+		`{"code": "print('a')\nimport sys; print('b', file=sys.stderr)\n21 * 2"}`)
+	if got := eventNames(string(r.body)); got != "stdout stderr result end" {
+		t.Fatalf("stream events %q: %s", got, r.body)
+	}
+	// Restart clears the state.
+	if r := s.do("POST", "/v1/sandboxes/"+sb+"/contexts/"+ctxID+"/restart?graph=main", s.admin, nil, ""); r.status != 200 {
+		t.Fatalf("restart: %d %s", r.status, r.body)
+	}
+	if c7 := cell("c7", `{"code": "x", "context": "`+ctxID+`"}`); c7["error"].(map[string]any)["name"] != "NameError" {
+		t.Fatalf("after restart: %v", c7)
+	}
+	r = s.do("GET", "/v1/sandboxes/"+sb+"/contexts?graph=main", s.admin, nil, "")
+	var l struct{ Data []map[string]any }
+	if json.Unmarshal(r.body, &l); len(l.Data) != 1 || l.Data[0]["restarts"] != 1.0 || l.Data[0]["status"] != "ready" {
+		t.Fatalf("list: %s", r.body)
+	}
+	if r := s.do("DELETE", "/v1/sandboxes/"+sb+"/contexts/"+ctxID+"?graph=main", s.admin, nil, ""); r.status != 200 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if r := s.do("POST", "/v1/sandboxes/"+sb+"/code?graph=main", s.admin, idem("c8"), `{"code": "1", "context": "`+ctxID+`"}`); r.status != 404 {
+		t.Fatalf("a deleted context: %d %s", r.status, r.body)
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func eventNames(body string) string {
+	var names []string
+	for _, line := range strings.Split(body, "\n") {
+		if n, ok := strings.CutPrefix(line, "event: "); ok {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, " ")
+}
