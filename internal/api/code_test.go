@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 // must have jupyter_client and ipykernel (Debian's python3-ipykernel); the base image has
 // them, and test/e2e runs the same on the real drivers.
 func TestCodeContexts(t *testing.T) {
+	t.Setenv("PATH", "/usr/bin:/bin:"+os.Getenv("PATH"))
 	if err := exec.Command("python3", "-c", "import jupyter_client, ipykernel").Run(); err != nil {
 		t.Skip("the host's python3 has no jupyter_client and ipykernel (apt-get install python3-ipykernel); test/e2e covers contexts on the base image")
 	}
@@ -106,4 +108,46 @@ func eventNames(body string) string {
 		}
 	}
 	return strings.Join(names, " ")
+}
+
+// codeContractRunning exercises the code routes on a running sandbox A (path /v1/sandboxes/A)
+// and answers the context it made; codeContractStopped the same routes once A is stopped.
+func codeContractRunning(t *testing.T, check checkFunc, admin, reader, other, A string) string {
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	q := "?graph=main"
+	const cx, cr, cd, co = "/v1/sandboxes/{id}/contexts", "/v1/sandboxes/{id}/contexts/{context}/restart", "/v1/sandboxes/{id}/contexts/{context}", "/v1/sandboxes/{id}/code"
+	c := check("createContext", cx, 201, "POST", A+"/contexts"+q, admin, nil, `{"language": "python"}`).json(t)["id"].(string)
+	check("createContext", cx, 400, "POST", A+"/contexts"+q, admin, nil, `{"language": "cobol"}`)
+	check("createContext", cx, 401, "POST", A+"/contexts"+q, "", nil, "")
+	check("createContext", cx, 403, "POST", A+"/contexts"+q, reader, nil, "")
+	check("createContext", cx, 404, "POST", "/v1/sandboxes/sbx_nope/contexts"+q, admin, nil, "")
+	check("listContexts", cx, 200, "GET", A+"/contexts"+q, reader, nil, "")
+	check("listContexts", cx, 401, "GET", A+"/contexts"+q, "", nil, "")
+	check("listContexts", cx, 404, "GET", A+"/contexts?graph=other", other, nil, "")
+	body := `{"code": "y = 20\ny + 1", "context": "` + c + `"}`
+	if r := check("runCode", co, 200, "POST", A+"/code"+q, admin, idem("code-1"), body).json(t); r["status"] != "succeeded" {
+		t.Fatalf("cell: %v", r)
+	}
+	check("runCode", co, 400, "POST", A+"/code"+q, admin, nil, body)
+	check("runCode", co, 401, "POST", A+"/code"+q, "", idem("code-2"), body)
+	check("runCode", co, 403, "POST", A+"/code"+q, reader, idem("code-2"), body)
+	check("runCode", co, 404, "POST", A+"/code"+q, admin, idem("code-3"), `{"code": "1", "context": "ctx_nope"}`)
+	check("runCode", co, 422, "POST", A+"/code"+q, admin, idem("code-1"), `{"code": "2"}`)
+	check("restartContext", cr, 200, "POST", A+"/contexts/"+c+"/restart"+q, admin, nil, "")
+	check("restartContext", cr, 401, "POST", A+"/contexts/"+c+"/restart"+q, "", nil, "")
+	check("restartContext", cr, 403, "POST", A+"/contexts/"+c+"/restart"+q, reader, nil, "")
+	check("restartContext", cr, 404, "POST", A+"/contexts/ctx_nope/restart"+q, admin, nil, "")
+	d := check("createContext", cx, 201, "POST", A+"/contexts"+q, admin, nil, "").json(t)["id"].(string)
+	check("deleteContext", cd, 200, "DELETE", A+"/contexts/"+d+q, admin, nil, "")
+	check("deleteContext", cd, 401, "DELETE", A+"/contexts/"+d+q, "", nil, "")
+	check("deleteContext", cd, 403, "DELETE", A+"/contexts/"+d+q, reader, nil, "")
+	check("deleteContext", cd, 404, "DELETE", A+"/contexts/"+d+q, admin, nil, "")
+	return c
+}
+
+func codeContractStopped(t *testing.T, check checkFunc, admin, A, c string) {
+	q := "?graph=main"
+	check("createContext", "/v1/sandboxes/{id}/contexts", 409, "POST", A+"/contexts"+q, admin, nil, "")
+	check("restartContext", "/v1/sandboxes/{id}/contexts/{context}/restart", 409, "POST", A+"/contexts/"+c+"/restart"+q, admin, nil, "")
+	check("runCode", "/v1/sandboxes/{id}/code", 409, "POST", A+"/code"+q, admin, map[string]string{"Idempotency-Key": "code-stopped"}, `{"code": "1"}`)
 }

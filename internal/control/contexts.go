@@ -420,31 +420,8 @@ func (s *Service) RunCode(ctx context.Context, c Caller, sandboxID string, req C
 	cmd := store.Command{ID: ids.New(ids.Command), Graph: c.Graph, SandboxID: sandboxID, Kind: store.KindCode,
 		Language: cc.Language, Code: req.Code, Cwd: cc.Cwd, EnvNames: cc.EnvNames, TimeoutMs: timeout.Milliseconds(),
 		Status: store.CommandRunning, IdempotencyKey: idemKey, Origin: store.Origin{Key: c.Key.ID}, CreatedAt: now, StartedAt: &now}
-	var existing *store.Idempotency
-	err = s.st.WithTx(ctx, func(q store.Queries) error {
-		r, err := q.GetIdempotency(ctx, c.Graph, idemKey)
-		if err == nil {
-			existing = &r
-			return nil
-		} else if !errdefs.IsNotFound(err) {
-			return err
-		}
-		if err := q.CreateCommand(ctx, cmd); err != nil {
-			return err
-		}
-		return q.CreateIdempotency(ctx, store.Idempotency{Graph: c.Graph, Key: idemKey, Route: RouteCode, RequestHash: reqHash,
-			State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: sandboxID, CreatedAt: now})
-	})
-	if err != nil || existing != nil {
-		if err == nil {
-			return s.replay(ctx, c, *existing, reqHash, wait)
-		}
-		if errdefs.IsConflict(err) {
-			if r, gerr := s.st.GetIdempotency(ctx, c.Graph, idemKey); gerr == nil {
-				return s.replay(ctx, c, r, reqHash, wait)
-			}
-		}
-		return Response{}, err
+	if resp, replayed, err := s.reserveCommand(ctx, c, cmd, RouteCode, idemKey, reqHash, wait); err != nil || replayed {
+		return resp, err
 	}
 	inf := &inflight{done: make(chan struct{}), sandbox: sandboxID}
 	s.mu.Lock()
