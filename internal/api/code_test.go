@@ -151,3 +151,26 @@ func codeContractStopped(t *testing.T, check checkFunc, admin, A, c string) {
 	check("restartContext", "/v1/sandboxes/{id}/contexts/{context}/restart", 409, "POST", A+"/contexts/"+c+"/restart"+q, admin, nil, "")
 	check("runCode", "/v1/sandboxes/{id}/code", 409, "POST", A+"/code"+q, admin, map[string]string{"Idempotency-Key": "code-stopped"}, `{"code": "1"}`)
 }
+
+// TestRunScript: a plain program in one call is a command record of kind script, replayed by
+// its key (the host agent's tests run scripts for real; here the fake runner answers).
+func TestRunScript(t *testing.T) {
+	s := newServer(t, nil)
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	body := `{"run": {"script": "import math\nprint(math.factorial(20))", "language": "python"}}`
+	r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("s1"), body)
+	m := r.json(t)
+	if r.status != 200 || m["ok"] != true || m["exit_code"] != 0.0 || m["duration_ms"] == nil {
+		t.Fatalf("script: %d %s", r.status, r.body)
+	}
+	if r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("s1"), body); r.header.Get("Idempotent-Replayed") != "true" || r.json(t)["command"] != m["command"] {
+		t.Fatalf("replay: %v %s", r.header, r.body)
+	}
+	r = s.do("GET", "/v1/commands/"+m["command"].(string)+"?graph=main", s.admin, nil, "")
+	if rec := r.json(t); rec["kind"] != "script" || rec["code"] != "import math\nprint(math.factorial(20))" {
+		t.Fatalf("record: %s", r.body)
+	}
+	if r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("s3"), `{"run": {"script": "1", "code": "def run(i, c): return 1"}}`); r.status != 400 {
+		t.Fatalf("script and code: %d %s", r.status, r.body)
+	}
+}

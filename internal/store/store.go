@@ -443,6 +443,8 @@ const (
 	KindProcess = "process"
 	// KindCode is a cell run in a code context (POST /v1/sandboxes/{id}/code).
 	KindCode = "code"
+	// KindScript is a plain program run once in a one-call run's sandbox (run.script).
+	KindScript = "script"
 )
 
 // Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),
