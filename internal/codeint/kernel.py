@@ -34,7 +34,9 @@ except Exception as e:  # noqa: BLE001
     km.shutdown_kernel(now=True)
     sys.exit(3)
 # Figures in the inline backend come back as image/png at the end of a cell.
-kc.execute("%colors NoColor\n%config InlineBackend.figure_formats = ['png']", silent=True, store_history=False)
+# A figure comes back at the size it was made (figsize × dpi), not cropped to its drawing.
+kc.execute("%colors NoColor\n%config InlineBackend.figure_formats = ['png']\n"
+           "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}", silent=True, store_history=False)
 emit({"type": "ready", "pid": km.provisioner.pid if km.provisioner else None})
 
 

@@ -1,0 +1,134 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCodeContexts: Python contexts (a Jupyter kernel in the base image) on the ns driver and
+// on gvisor: state across cells, a matplotlib figure as a PNG, a DataFrame as HTML, an
+// exception with its traceback, a loop interrupted at its timeout with the context alive, a
+// stop and resume that restarts the context and says so, and a plain script in one call.
+func TestCodeContexts(t *testing.T) {
+	isolations := []string{"ns"}
+	if _, why := runsc(); why == "" {
+		isolations = append(isolations, "gvisor")
+	} else if strings.TrimSpace(why) != "" {
+		t.Logf("gvisor not tested: %s", why)
+	}
+	s := startServer(t, "--pool-min", "0", "--pool-max", "1")
+	n := 0
+	for _, iso := range isolations {
+		t.Run(iso, func(t *testing.T) {
+			r := s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "code-sb-" + iso},
+				fmt.Sprintf(`{"expires_in_seconds": 600, "isolation": %q}`, iso))
+			if r.status != 201 {
+				t.Fatalf("create: %d %s", r.status, r.body)
+			}
+			sb := r.obj(t)["id"].(string)
+			defer s.call("DELETE", "/v1/sandboxes/"+sb+"?graph=main", "", nil, "")
+			cell := func(body string) map[string]any {
+				t.Helper()
+				n++
+				r := s.call("POST", "/v1/sandboxes/"+sb+"/code?graph=main", "", map[string]string{"Idempotency-Key": fmt.Sprintf("cell-%s-%d", iso, n)}, body)
+				if r.status != 200 {
+					t.Fatalf("cell %s: %d %s", body, r.status, r.body)
+				}
+				return r.obj(t)
+			}
+			code := func(c string) map[string]any { b, _ := json.Marshal(map[string]any{"code": c}); return cell(string(b)) }
+			last := func(m map[string]any, mime string) string {
+				rs, _ := m["results"].([]any)
+				for i := len(rs) - 1; i >= 0; i-- {
+					if v, ok := rs[i].(map[string]any)["data"].(map[string]any)[mime].(string); ok {
+						return v
+					}
+				}
+				return ""
+			}
+			t0 := time.Now()
+			code("x = 1\nimport math\ndef double(n):\n    return 2 * n")
+			t.Logf("%s: the first cell of a new context took %s", iso, time.Since(t0))
+			if got := code("double(x + 1) + math.floor(0.5)"); last(got, "text/plain") != "4" {
+				t.Fatalf("state: %v", got)
+			}
+			fig := code("import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(4, 3), dpi=50)\nplt.plot([1, 3, 2])")
+			b, err := base64.StdEncoding.DecodeString(last(fig, "image/png"))
+			if err != nil {
+				t.Fatalf("figure: %v: %v", err, fig)
+			}
+			cfg, err := png.DecodeConfig(bytes.NewReader(b))
+			if err != nil || cfg.Width != 200 || cfg.Height != 150 {
+				t.Fatalf("the PNG: %+v %v", cfg, err)
+			}
+			files := fig["results"].([]any)[len(fig["results"].([]any))-1].(map[string]any)["files"].(map[string]any)
+			if r := s.call("GET", "/v1/files/"+files["image/png"].(string)+"/content?graph=main", "", nil, ""); r.status != 200 || !bytes.Equal(r.body, b) {
+				t.Fatalf("the figure's File: %d, %d bytes", r.status, len(r.body))
+			}
+			if html := last(code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"), "text/html"); !strings.Contains(html, "<td>x</td>") {
+				t.Fatalf("DataFrame: %q", html)
+			}
+			e := code("print('before')\n1/0")
+			if er, _ := e["error"].(map[string]any); e["status"] != "failed" || er["name"] != "ZeroDivisionError" || e["stdout"] != "before\n" ||
+				!strings.Contains(fmt.Sprint(er["traceback"]), "1/0") {
+				t.Fatalf("exception: %v", e)
+			}
+			t0 = time.Now()
+			if l := cell(`{"code": "while True:\n    pass", "timeout_ms": 2000}`); l["status"] != "timed_out" || time.Since(t0) > 15*time.Second {
+				t.Fatalf("loop: %v after %s", l, time.Since(t0))
+			}
+			if got := code("x"); last(got, "text/plain") != "1" {
+				t.Fatalf("after the interrupt: %v", got)
+			}
+			// Latency of a trivial cell in a warm context, beside a python3 -c process.
+			var cells, procs []time.Duration
+			for i := 0; i < 7; i++ {
+				t0 := time.Now()
+				code("1")
+				cells = append(cells, time.Since(t0))
+				t0 = time.Now()
+				r := s.call("POST", "/v1/sandboxes/"+sb+"/commands?graph=main", "", map[string]string{"Idempotency-Key": fmt.Sprintf("p-%s-%d", iso, i)},
+					`{"argv": ["python3", "-c", "pass"], "wait_ms": 30000}`)
+				procs = append(procs, time.Since(t0))
+				if r.status != 200 {
+					t.Fatalf("python3 -c: %d %s", r.status, r.body)
+				}
+			}
+			t.Logf("%s: a warm cell %s, a python3 -c command %s (medians of 7, through the API)", iso, median(cells), median(procs))
+
+			// A stop ends the interpreter; the next cell starts a fresh one and says so.
+			if r := s.call("POST", "/v1/sandboxes/"+sb+"/stop?graph=main", "", nil, ""); r.status != 200 {
+				t.Fatalf("stop: %d %s", r.status, r.body)
+			}
+			if r := s.call("POST", "/v1/sandboxes/"+sb+"/resume?graph=main", "", nil, ""); r.status != 200 {
+				t.Fatalf("resume: %d %s", r.status, r.body)
+			}
+			if got := code("x"); got["context_restarted"] != true || got["error"].(map[string]any)["name"] != "NameError" {
+				t.Fatalf("after stop and resume: %v", got)
+			}
+
+			// A plain script in one call (seed 003): a non-zero exit is an answer.
+			r = s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "script-" + iso},
+				fmt.Sprintf(`{"run": {"script": "import math, sys\nprint(math.factorial(20))\nsys.exit(3)", "language": "python"}, "isolation": %q}`, iso))
+			if m := r.obj(t); r.status != 200 || m["exit_code"] != 3.0 || m["ok"] != false ||
+				!strings.Contains(fmt.Sprint(m["stdout"]), "2432902008176640000") || m["duration_ms"] == nil {
+				t.Fatalf("script: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2].Round(100 * time.Microsecond)
+}
