@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
 // TestCodeContexts: Python contexts (a Jupyter kernel in the base image) on the ns driver and
@@ -131,4 +133,45 @@ func median(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2].Round(100 * time.Microsecond)
+}
+
+// TestCodeGoSDK: seed 003's recipe (a factorial snippet in one call) and a context's cells
+// through the Go SDK.
+func TestCodeGoSDK(t *testing.T) {
+	s := startServer(t, "--pool-min", "0", "--pool-max", "1")
+	c, sb := s.sandbox(t, lbb.CreateParams{ExpiresInSeconds: 600})
+	run, err := c.Sandboxes.RunCode(bg, lbb.RunCodeParams{Language: "python", Code: "import math\nprint(math.factorial(20))", TimeoutMs: 30000})
+	if err != nil || run.ExitCode == nil || *run.ExitCode != 0 || run.Stdout.String() != "2432902008176640000\n" || run.DurationMs <= 0 {
+		t.Fatalf("runCode: %+v %v", run, err)
+	}
+	again, err := c.Sandboxes.RunCode(bg, lbb.RunCodeParams{Code: "import math\nprint(math.factorial(20))", TimeoutMs: 30000, IdempotencyKey: run.IdempotencyKey})
+	if err != nil || !again.Replayed || again.Command != run.Command {
+		t.Fatalf("a retry: %+v %v", again, err)
+	}
+	bad, err := c.Sandboxes.RunCode(bg, lbb.RunCodeParams{Language: "shell", Code: "echo no >&2; exit 2"})
+	if err != nil || *bad.ExitCode != 2 || bad.Stderr.String() != "no\n" {
+		t.Fatalf("exit 2: %+v %v", bad, err)
+	}
+	cc, err := c.Code.CreateContext(bg, sb.ID, lbb.ContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Code.Run(bg, sb.ID, lbb.CellParams{Context: cc.ID, Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Code.Run(bg, sb.ID, lbb.CellParams{Context: cc.ID, Code: "x + 1"})
+	if err != nil || r.Text() != "42" || r.Error != nil {
+		t.Fatalf("x + 1: %+v %v", r, err)
+	}
+	if _, err := c.Code.RestartContext(bg, sb.ID, cc.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Code.Run(bg, sb.ID, lbb.CellParams{Context: cc.ID, Code: "x"})
+	if err != nil || r.Error == nil || r.Error.Name != "NameError" {
+		t.Fatalf("after restart: %+v %v", r, err)
+	}
+	l, err := c.Code.Contexts(bg, sb.ID)
+	if err != nil || len(l.Data) != 1 || l.Data[0].Restarts != 1 {
+		t.Fatalf("contexts: %+v %v", l, err)
+	}
 }
