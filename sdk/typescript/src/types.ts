@@ -143,7 +143,7 @@ export interface CommandResult extends Command {
 export interface Command {
   id: string;
   sandbox: string;
-  kind: "process" | "run";
+  kind: "process" | "run" | "code" | "script";
   status: CommandStatus;
   ok: boolean;
   exitCode: number | null;
