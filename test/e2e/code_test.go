@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -169,6 +170,17 @@ func TestCodeGoSDK(t *testing.T) {
 	r, err = c.Code.Run(bg, sb.ID, lbb.CellParams{Context: cc.ID, Code: "x"})
 	if err != nil || r.Error == nil || r.Error.Name != "NameError" {
 		t.Fatalf("after restart: %+v %v", r, err)
+	}
+	// The CLI: a cell's text result on stdout, an image saved as a file.
+	dir := t.TempDir()
+	if out, errOut, err := s.cli("code", sb.ID, "-c", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n6 * 7", "--images", dir); err != nil || out != "42\n" || !strings.Contains(errOut, ".png") {
+		t.Fatalf("lbb code: %q %q %v", out, errOut, err)
+	}
+	if pngs, _ := filepath.Glob(filepath.Join(dir, "*.png")); len(pngs) != 1 {
+		t.Fatalf("lbb code saved %v", pngs)
+	}
+	if _, _, err := s.cli("code", sb.ID, "-c", "1/0"); err == nil {
+		t.Fatal("lbb code of a cell that raises exited 0")
 	}
 	l, err := c.Code.Contexts(bg, sb.ID)
 	if err != nil || len(l.Data) != 1 || l.Data[0].Restarts != 1 {
