@@ -345,6 +345,31 @@ func (s *Service) DeleteContext(ctx context.Context, graph, sandboxID, id string
 	return v, nil
 }
 
+// parkContexts ends the interpreters of a sandbox's contexts before a pause or snapshot (whose
+// checkpoint a running command would break); their next cell starts a fresh interpreter and
+// says so (context_restarted). A cell running answers commands_running, as a command does.
+func (s *Service) parkContexts(sandboxID, what string) error {
+	s.cmu.Lock()
+	var ccs []*codeContext
+	for _, cc := range s.contexts {
+		if cc.Sandbox == sandboxID {
+			ccs = append(ccs, cc)
+		}
+	}
+	s.cmu.Unlock()
+	for _, cc := range ccs {
+		if !cc.run.TryLock() {
+			return errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+				"sandbox %s has a code cell running in context %s; wait for it, then %s", sandboxID, cc.ID, what)
+		}
+		if cc.alive() {
+			s.killDriver(cc)
+		}
+		cc.run.Unlock()
+	}
+	return nil
+}
+
 // forgetContexts drops the contexts of a sandbox that ended.
 func (s *Service) forgetContexts(sandboxID string) {
 	s.cmu.Lock()

@@ -101,6 +101,9 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	if sb.Status != store.SandboxRunning {
 		return sb, errdefs.Conflict("sandbox %s is %s; only a running sandbox can pause", id, sb.Status)
 	}
+	if err := s.parkContexts(id, "pause"); err != nil {
+		return sb, err
+	}
 	t0 := time.Now()
 	p, err := s.host.Pause(wctx, id)
 	if err != nil {
@@ -199,6 +202,9 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 		return snap, err
 	}
 	if err := s.checkQuotas(graph, u, adds{QuotaSnapshots, 1}, adds{QuotaSnapshotBytes, unknownSize}); err != nil {
+		return snap, err
+	}
+	if err := s.parkContexts(id, "be snapshotted"); err != nil {
 		return snap, err
 	}
 	t0 := time.Now()

@@ -119,6 +119,19 @@ func TestCodeContexts(t *testing.T) {
 				t.Fatalf("after stop and resume: %v", got)
 			}
 
+			// A pause ends the interpreters too (a checkpoint would break their streams): the
+			// next cell says its context restarted.
+			code("y = 2")
+			if r := s.call("POST", "/v1/sandboxes/"+sb+"/pause?graph=main", "", nil, ""); r.status != 200 {
+				t.Fatalf("pause: %d %s", r.status, r.body)
+			}
+			if r := s.call("POST", "/v1/sandboxes/"+sb+"/resume?graph=main", "", nil, ""); r.status != 200 {
+				t.Fatalf("resume after pause: %d %s", r.status, r.body)
+			}
+			if got := code("1"); got["context_restarted"] != true || got["status"] != "succeeded" {
+				t.Fatalf("after pause and resume: %v", got)
+			}
+
 			// A plain script in one call (seed 003): a non-zero exit is an answer.
 			r = s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "script-" + iso},
 				fmt.Sprintf(`{"run": {"script": "import math, sys\nprint(math.factorial(20))\nsys.exit(3)", "language": "python"}, "isolation": %q}`, iso))
