@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -172,5 +173,49 @@ func TestRunScript(t *testing.T) {
 	}
 	if r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("s3"), `{"run": {"script": "1", "code": "def run(i, c): return 1"}}`); r.status != 400 {
 		t.Fatalf("script and code: %d %s", r.status, r.body)
+	}
+}
+
+// TestCodeNode runs cells in a Node context on the local driver (the host's node): top-level
+// await, declarations that stay, the last expression as a result, an error with its stack,
+// and a synchronous loop interrupted at its timeout.
+func TestCodeNode(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("the local driver runs the host's node, and there is none")
+	}
+	s := newServer(t, nil)
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	r := s.do("POST", "/v1/sandboxes?graph=main", s.admin, idem("n-sb"), `{"expires_in_seconds": 600}`)
+	sb := r.json(t)["id"].(string)
+	n := 0
+	cell := func(body string) map[string]any {
+		t.Helper()
+		n++
+		r := s.do("POST", "/v1/sandboxes/"+sb+"/code?graph=main", s.admin, idem(fmt.Sprint("n", n)), body)
+		if r.status != 200 {
+			t.Fatalf("cell %s: %d %s", body, r.status, r.body)
+		}
+		return r.json(t)
+	}
+	plain := func(m map[string]any) string {
+		rs, _ := m["results"].([]any)
+		if len(rs) == 0 {
+			return ""
+		}
+		return rs[len(rs)-1].(map[string]any)["data"].(map[string]any)["text/plain"].(string)
+	}
+	cell(`{"language": "node", "code": "const base = await Promise.resolve(40)\nfunction add(a, b) { return a + b }"}`)
+	if got := cell(`{"language": "node", "code": "console.log('hi')\nadd(base, 2)"}`); plain(got) != "42" || got["stdout"] != "hi\n" {
+		t.Fatalf("state: %v", got)
+	}
+	e := cell(`{"language": "node", "code": "throw new RangeError('too far')"}`)
+	if er, _ := e["error"].(map[string]any); er["name"] != "RangeError" || !strings.Contains(fmt.Sprint(er["traceback"]), "RangeError: too far") {
+		t.Fatalf("error: %v", e)
+	}
+	if l := cell(`{"language": "node", "code": "while (true) {}", "timeout_ms": 1000}`); l["status"] != "timed_out" {
+		t.Fatalf("loop: %v", l)
+	}
+	if got := cell(`{"language": "node", "code": "base"}`); plain(got) != "40" {
+		t.Fatalf("after the interrupt: %v", got)
 	}
 }

@@ -1,6 +1,7 @@
 // Package codeint is the code interpreter's wire between the control plane and a context's
 // driver inside a sandbox: the driver programs (a Python one on jupyter_client and Debian's
-// ipykernel), their argv, and the one-JSON-object-a-line protocol they speak on stdin and
+// ipykernel; a Node one on node's own repl machinery, for top-level await and the last
+// expression's value), their argv, and the one-JSON-object-a-line protocol they speak on stdin and
 // stdout. The driver runs as an ordinary command of the sandbox (started by the host agent,
 // its output held for one reader), so contexts need nothing new of the host agent, the guest
 // agent or the drivers, and work alike on every isolation and over a remote host agent.
@@ -11,23 +12,30 @@
 package codeint
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"fmt"
 	"sort"
 )
 
-//go:embed kernel.py
-var pythonDriver string
+var (
+	//go:embed kernel.py
+	pythonDriver string
+	//go:embed kernel.js
+	nodeDriver string
+)
 
 // Languages are the languages a context may run.
-var Languages = []string{"python"}
+var Languages = []string{"python", "node"}
 
 // Argv is the command that starts a context's driver for language.
 func Argv(language string) ([]string, error) {
 	switch language {
 	case "python", "":
 		return []string{"python3", "-u", "-c", pythonDriver}, nil
+	case "node":
+		return []string{"node", "-e", nodeDriver}, nil
 	}
 	return nil, fmt.Errorf("no code context for language %q: want %v", language, Languages)
 }
@@ -84,7 +92,7 @@ func (l *Lines) Feed(p []byte) []Event {
 	l.buf = append(l.buf, p...)
 	var evs []Event
 	for {
-		i := indexByte(l.buf, '\n')
+		i := bytes.IndexByte(l.buf, '\n')
 		if i < 0 {
 			return evs
 		}
@@ -95,15 +103,6 @@ func (l *Lines) Feed(p []byte) []Event {
 		}
 		l.buf = l.buf[i+1:]
 	}
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // MIMETypes lists a bundle's types, sorted.

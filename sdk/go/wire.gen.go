@@ -179,7 +179,7 @@ type ContextRequest struct {
 	// Env environment of the interpreter; values are never stored
 	Env map[string]string `json:"env,omitempty"`
 
-	// Language default python
+	// Language default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
 	Language string `json:"language,omitempty"`
 }
 

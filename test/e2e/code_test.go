@@ -92,6 +92,14 @@ func TestCodeContexts(t *testing.T) {
 			if got := code("x"); last(got, "text/plain") != "1" {
 				t.Fatalf("after the interrupt: %v", got)
 			}
+			// Node: top-level await, the last expression, an error with its stack.
+			if got := cell(`{"language": "node", "code": "const v = await Promise.resolve(6)\nv * 7"}`); last(got, "text/plain") != "42" {
+				t.Fatalf("node: %v", got)
+			}
+			if got := cell(`{"language": "node", "code": "null.x"}`); got["error"].(map[string]any)["name"] != "TypeError" || !strings.Contains(fmt.Sprint(got["error"].(map[string]any)["traceback"]), "TypeError") {
+				t.Fatalf("node error: %v", got)
+			}
+
 			// Latency of a trivial cell in a warm context, beside a python3 -c process.
 			var cells, procs []time.Duration
 			for i := 0; i < 7; i++ {

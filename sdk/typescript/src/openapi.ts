@@ -601,10 +601,10 @@ export interface components {
         };
         ContextRequest: {
             /**
-             * @description default python
+             * @description default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
              * @enum {string}
              */
-            language?: "python";
+            language?: "python" | "node";
             /** @description the interpreter's working directory (default /workspace) */
             cwd?: string;
             /** @description environment of the interpreter; values are never stored */
@@ -635,7 +635,7 @@ export interface components {
              * @description default python
              * @enum {string}
              */
-            language?: "python";
+            language?: "python" | "node";
             /** @description the cell is interrupted (KeyboardInterrupt) at this timeout; the context lives on */
             timeout_ms?: number;
             /** @description answer a text/event-stream (as Accept: text/event-stream) */
