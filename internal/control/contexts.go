@@ -177,6 +177,28 @@ func (s *Service) CreateContext(ctx context.Context, c Caller, sandboxID string,
 	return v, nil
 }
 
+// prestartContext starts the default context of language in a sandbox that just started
+// (base lbb/code-interpreter), in the background: its first cell waits for it rather than
+// starting it.
+func (s *Service) prestartContext(graph, sandboxID, language string) {
+	cc := &codeContext{CodeContext: CodeContext{ID: ids.New(ids.Context), Sandbox: sandboxID, Language: language,
+		CreatedAt: s.now()}, graph: graph, ended: make(chan struct{})}
+	close(cc.ended)
+	cc.run.Lock()
+	s.cmu.Lock()
+	s.contexts[cc.ID] = cc
+	s.cmu.Unlock()
+	go func() {
+		defer cc.run.Unlock()
+		ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Minute)
+		defer cancel()
+		if err := s.startDriver(ctx, cc); err != nil {
+			// Its first cell starts it again, and says why if it cannot.
+			s.log.Warn("pre-starting a code context", "sandbox", sandboxID, "context", cc.ID, "err", err)
+		}
+	}()
+}
+
 // runningSandbox reads a long-lived sandbox that runs here.
 func (s *Service) runningSandbox(ctx context.Context, graph, id string) (store.Sandbox, error) {
 	sb, hs, err := s.sandboxFor(ctx, graph, id)

@@ -233,6 +233,9 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
+		if b, _ := bases.Lookup(sb.Base); b.Context != "" {
+			s.prestartContext(c.Graph, sb.ID, b.Context)
+		}
 		return idempotency.JSON(idempotency.Created, sb)
 	})
 }

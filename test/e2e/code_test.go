@@ -203,6 +203,21 @@ func TestCodeGoSDK(t *testing.T) {
 	if _, _, err := s.cli("code", sb.ID, "-c", "1/0"); err == nil {
 		t.Fatal("lbb code of a cell that raises exited 0")
 	}
+	// A code-interpreter sandbox starts with its Python context: the first cell finds it
+	// ready (or being started) rather than starting it.
+	ci := newSandbox(t, c, lbb.CreateParams{Base: "lbb/code-interpreter", ExpiresInSeconds: 600})
+	defer c.Sandboxes.Delete(bg, ci.ID)
+	time.Sleep(3 * time.Second) // as a person would take to type the first cell
+	t0 := time.Now()
+	first, err := c.Code.Run(bg, ci.ID, lbb.CellParams{Code: "1 + 1"})
+	if err != nil || first.Text() != "2" {
+		t.Fatalf("first cell of a code-interpreter sandbox: %+v %v", first, err)
+	}
+	t.Logf("the first cell of a code-interpreter sandbox (3 s after its create) took %s", time.Since(t0))
+	if cl, err := c.Code.Contexts(bg, ci.ID); err != nil || len(cl.Data) != 1 || cl.Data[0].ID != first.Context {
+		t.Fatalf("code-interpreter contexts: %+v %v", cl, err)
+	}
+
 	l, err := c.Code.Contexts(bg, sb.ID)
 	if err != nil || len(l.Data) != 1 || l.Data[0].Restarts != 1 {
 		t.Fatalf("contexts: %+v %v", l, err)

@@ -61,7 +61,7 @@ export interface components {
             /** @description merged over the template's config, objects key by key */
             config?: unknown;
             /** @enum {string} */
-            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            base?: "lbb/python" | "lbb/node" | "lbb/shell" | "lbb/code-interpreter";
             /**
              * @description shorthand for base
              * @enum {string}
@@ -238,7 +238,7 @@ export interface components {
         TemplateRequest: {
             name: string;
             /** @enum {string} */
-            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            base?: "lbb/python" | "lbb/node" | "lbb/shell" | "lbb/code-interpreter";
             code?: string;
             limits?: components["schemas"]["Limits"];
             /** @description isolation this version's runs and sandboxes default to ("ns", "gvisor"); omitted: the server default. Unknown: 400 invalid_request; not available here: 400 isolation_unavailable */
