@@ -59,7 +59,8 @@ def cell(req):
     deadline = time.monotonic() + timeout if timeout > 0 else None
     count, status, interrupted = None, "ok", False
     while True:
-        wait = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        # At most a second at a time: a kernel that died (out of memory) sends nothing more.
+        wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
         try:
             m = kc.get_iopub_msg(timeout=wait)
         except queue.Empty:

@@ -92,6 +92,22 @@ func TestCodeContexts(t *testing.T) {
 			if got := code("x"); last(got, "text/plain") != "1" {
 				t.Fatalf("after the interrupt: %v", got)
 			}
+			// Hostile cells: a flood of output is kept as head and tail; a memory bomb kills the
+			// kernel, not the sandbox, and the context answers the next cell.
+			t0 = time.Now()
+			if f := code("for i in range(20000):\n    print('x' * 99)"); f["status"] != "succeeded" || len(f["stdout"].(string)) > 1<<20 {
+				t.Fatalf("flood: %v, %d bytes of stdout", f["status"], len(f["stdout"].(string)))
+			}
+			if m := cell(`{"code": "x = bytearray(2 << 30)\nx[::4096] = b'y' * len(x[::4096])", "timeout_ms": 60000}`); m["status"] == "succeeded" {
+				t.Fatalf("memory bomb: %v", m)
+			} else {
+				t.Logf("%s: the memory bomb's cell ended %v: %v (flood and bomb: %s)", iso, m["status"], m["error"], time.Since(t0))
+			}
+			if got := code("'alive'"); last(got, "text/plain") != "'alive'" {
+				t.Fatalf("after the memory bomb: %v", got)
+			}
+			code("x = 1")
+
 			// Node: top-level await, the last expression, an error with its stack.
 			if got := cell(`{"language": "node", "code": "const v = await Promise.resolve(6)\nv * 7"}`); last(got, "text/plain") != "42" {
 				t.Fatalf("node: %v", got)
