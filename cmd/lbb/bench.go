@@ -248,6 +248,17 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 			Baselines: []bench.Sample{b.baselines.Time("bare fork/exec", n*5, bench.Bare("/bin/true"))}})
 	}
 
+	logf("a trivial cell in a warm Python context (%d times)…", n*5)
+	if s, err := bench.CellRoundTrip(ctx, c, n*5); err != nil {
+		notes = append(notes, "cell round trip: "+err.Error())
+	} else {
+		rows = append(rows, bench.Row{Metric: "cell 1 + 1 in a warm Python context (API)", LBB: s,
+			Baselines: baselines("python3 -c (1 + 1)", "python3", "-c", "print(1 + 1)")})
+	}
+	logf("create lbb/code-interpreter + its first cell (%d times)…", max(n/4, 1))
+	rows = append(rows, bench.Row{Metric: "create code-interpreter + first cell", LBB: bench.FirstCell(ctx, c, max(n/4, 1), idle),
+		Baselines: baselines("python3 -c (1 + 1)", "python3", "-c", "print(1 + 1)")})
+
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)
 		s, extra, err := burst(ctx, c, b.burst)

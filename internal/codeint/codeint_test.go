@@ -17,7 +17,7 @@ func TestLines(t *testing.T) {
 }
 
 func FuzzLines(f *testing.F) {
-	f.Add([]byte(`{"type":"ready"}` + "\n"), 3)
+	f.Add([]byte(`{"type":"ready"}`+"\n"), 3)
 	f.Fuzz(func(t *testing.T, b []byte, cut int) {
 		var whole, split Lines
 		cut = max(0, min(cut, len(b)))
