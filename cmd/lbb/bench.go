@@ -52,6 +52,7 @@ image, and prints p50, p90, p99 and p50 ratios:
     one-call pandas DataFrame(input).sum(), warm (the same with the import)
     create + first exec of node -v, the TTI shape (chroot node -v)
     exec round trip of /bin/true through the API (bare fork/exec)
+    a cell 1 + 1 in a warm Python context, and create lbb/code-interpreter + first cell (python3 -c)
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
     sustained one-call runs for --sustain with 8 clients (runs/s)
     --idle idle sandboxes held: their memory, and one-call latency meanwhile
