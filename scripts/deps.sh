@@ -10,8 +10,9 @@ for pair in debootstrap:debootstrap npm:npm bwrap:bubblewrap mkfs.ext4:e2fsprogs
 done
 # The Python SDK and its tests, on Debian's python3 (PyPI is out of reach): httpx, pytest,
 # pytest-timeout, venv (ensurepip) for installing the SDK the way users do, and setuptools and
-# wheel, its build backend.
-for pair in httpx:python3-httpx setuptools:python3-setuptools wheel:python3-wheel pytest:python3-pytest pytest_timeout:python3-pytest-timeout ensurepip:python3-venv; do
+# wheel, its build backend. jupyter_client (with ipykernel): the API's contract test runs code
+# contexts on the local driver, on the host's python3.
+for pair in jupyter_client:python3-ipykernel httpx:python3-httpx setuptools:python3-setuptools wheel:python3-wheel pytest:python3-pytest pytest_timeout:python3-pytest-timeout ensurepip:python3-venv; do
 	mod=${pair%%:*} pkg=${pair#*:}
 	/usr/bin/python3 -c "import $mod" >/dev/null 2>&1 || need+=("$pkg")
 done

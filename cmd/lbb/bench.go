@@ -52,6 +52,7 @@ image, and prints p50, p90, p99 and p50 ratios:
     one-call pandas DataFrame(input).sum(), warm (the same with the import)
     create + first exec of node -v, the TTI shape (chroot node -v)
     exec round trip of /bin/true through the API (bare fork/exec)
+    a cell 1 + 1 in a warm Python context, and create lbb/code-interpreter + first cell (python3 -c)
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
     sustained one-call sum(input), then pandas, runs for --sustain with 8 clients (runs/s),
       beside bwrap python3 -c (and with import pandas) spawned 8 at a time for as long
@@ -279,6 +280,16 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 
 	logf("pause + resume, idle and with a command running (%d times each)…", n)
 	rows, notes = pauseRows(ctx, c, n, "", rows, notes)
+	logf("a trivial cell in a warm Python context (%d times)…", n*5)
+	if s, err := bench.CellRoundTrip(ctx, c, n*5); err != nil {
+		notes = append(notes, "cell round trip: "+err.Error())
+	} else {
+		rows = append(rows, bench.Row{Metric: "cell 1 + 1 in a warm Python context (API)", LBB: s,
+			Baselines: baselines("python3 -c (1 + 1)", "python3", "-c", "print(1 + 1)")})
+	}
+	logf("create lbb/code-interpreter + its first cell (%d times)…", max(n/4, 1))
+	rows = append(rows, bench.Row{Metric: "create code-interpreter + first cell", LBB: bench.FirstCell(ctx, c, max(n/4, 1), idle),
+		Baselines: baselines("python3 -c (1 + 1)", "python3", "-c", "print(1 + 1)")})
 
 	if b.burst > 0 {
 		logf("a burst of %d concurrent one-call runs…", b.burst)

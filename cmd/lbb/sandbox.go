@@ -19,7 +19,7 @@ var liveStatuses = []string{"starting", "running", "paused", "stopped"}
 
 func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
 	template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
-	base := fs.String("base", "", "lbb/python (default), lbb/node or lbb/shell")
+	base := fs.String("base", "", "lbb/python (default), lbb/node, lbb/shell, or lbb/code-interpreter (a Python context ready for lbb code)")
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
 	limits := limitsFlags(fs, true)
 	sf := newSandboxFlags(fs, "sandbox")

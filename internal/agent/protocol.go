@@ -170,8 +170,11 @@ type PtySize struct {
 type RunRequest struct {
 	ID string `json:"id"`
 	// Language is LangPython, LangNode or LangShell.
-	Language  string            `json:"language"`
-	Code      string            `json:"code"`
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	// Script runs Code as a plain program of its language (python3 -c, node -e, bash -c)
+	// rather than through the run(input, config) harness: its exit code is the outcome.
+	Script    bool              `json:"script,omitempty"`
 	Input     json.RawMessage   `json:"input,omitempty"`
 	Config    json.RawMessage   `json:"config,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`

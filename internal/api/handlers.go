@@ -82,6 +82,13 @@ func (s *Server) routes() {
 	// Importing a File into a sandbox reads the File.
 	s.handle("PUT", "/v1/sandboxes/files/content", write, graph, audited, s.importFile).Also = []string{filesR}
 
+	// Code contexts and cells (code.go).
+	s.handle("POST", "/v1/sandboxes/{id}/contexts", write, graph, audited, s.createContext)
+	s.handle("GET", "/v1/sandboxes/{id}/contexts", read, graph, !audited, s.listContexts)
+	s.handle("POST", "/v1/sandboxes/{id}/contexts/{context}/restart", write, graph, audited, s.restartContext)
+	s.handle("DELETE", "/v1/sandboxes/{id}/contexts/{context}", write, graph, audited, s.deleteContext)
+	s.handle("POST", "/v1/sandboxes/{id}/code", write, graph, audited, s.runCode)
+
 	// Pause, snapshots and forks (snapshots.go).
 	s.handle("POST", "/v1/sandboxes/{id}/pause", write, graph, audited, s.pauseSandbox)
 	s.handle("POST", "/v1/sandboxes/{id}/snapshot", write, graph, audited, s.snapshotSandbox)

@@ -235,6 +235,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+"?graph=other", other, nil, "")
 	check("deletePreview", pd, 204, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
 	check("deletePreview", pd, 404, "DELETE", A+"/previews/"+prv+q, admin, nil, "")
+	codeCtx := codeContractRunning(t, check, admin, reader, other, A)
 
 	const st, rs = "/v1/sandboxes/{id}/stop", "/v1/sandboxes/{id}/resume"
 	check("stopSandbox", st, 401, "POST", A+"/stop"+q, "", nil, "")
@@ -256,6 +257,7 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	check("runInSandbox", rn, 409, "POST", A+"/run"+q, admin, idem("l3-x3"), runBody)
 	check("createFile", gf, 409, "POST", gf+q+"&source_sandbox="+a+"&source_path=dir/a.txt", admin, nil, "")
 	check("importFile", im, 409, "PUT", imq+sha, admin, nil, "")
+	codeContractStopped(t, check, admin, A, codeCtx)
 
 	// The graph may run one sandbox: B takes the place, so A cannot resume.
 	b := check("createSandbox", sb, 201, "POST", sb+q, admin, nil, `{}`).json(t)["id"].(string)

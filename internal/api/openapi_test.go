@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -247,6 +248,9 @@ func checker(t *testing.T, d doc, s *server, seen map[string]bool) checkFunc {
 // TestOpenAPIContract exercises every documented route for every status code the document
 // gives it, and checks each answer against the documented schema.
 func TestOpenAPIContract(t *testing.T) {
+	// Debian's python3 first: code contexts need its jupyter_client and ipykernel
+	// (scripts/deps.sh installs them).
+	t.Setenv("PATH", "/usr/bin:/bin:"+os.Getenv("PATH"))
 	d := loadDoc(t)
 	s := newServer(t, func(c *config.Config) {
 		c.MaxRunningPerGraph = 1

@@ -9,12 +9,17 @@ import "github.com/littlebigbrain/lbb/internal/agent"
 type Base struct {
 	Name     string `json:"name"`
 	Language string `json:"language"` // python | node | shell
+	// Context is the language of the code context a long-lived sandbox of this base starts
+	// with, ready for its first cell ("" for none).
+	Context string `json:"context,omitempty"`
 }
 
 var bases = []Base{
 	{Name: "lbb/python", Language: agent.LangPython},
 	{Name: "lbb/node", Language: agent.LangNode},
 	{Name: "lbb/shell", Language: agent.LangShell},
+	// Seed 002's code interpreter: Python, with a Jupyter kernel started with the sandbox.
+	{Name: "lbb/code-interpreter", Language: agent.LangPython, Context: agent.LangPython},
 }
 
 // List lists the base templates, lbb/python (the default) first.

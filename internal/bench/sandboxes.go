@@ -225,3 +225,50 @@ func PauseResume(ctx context.Context, c *lbb.Client, n int, p lbb.CreateParams, 
 	})
 	return s, stillRunning(ctx, c, cmd, fmt.Sprintf("%d pauses", n))
 }
+
+// CellRoundTrip times a trivial cell (1 + 1) again and again in one warm Python context
+// through the API.
+func CellRoundTrip(ctx context.Context, c *lbb.Client, n int) (Sample, error) {
+	sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{})
+	if err != nil {
+		return Sample{}, err
+	}
+	defer c.Sandboxes.Delete(ctx, sb.ID)
+	cell := func() error {
+		r, err := c.Code.Run(ctx, sb.ID, lbb.CellParams{Code: "1 + 1"})
+		if err == nil && r.Text() != "2" {
+			err = fmt.Errorf("the cell answered %q (%s)", r.Text(), r.Status)
+		}
+		return err
+	}
+	if err := cell(); err != nil { // starts the context, untimed
+		return Sample{}, err
+	}
+	return Time("lbb", n, cell), nil
+}
+
+// FirstCell times what a person sees of a new code interpreter: create a sandbox of
+// lbb/code-interpreter and run its first cell (its kernel starting with the sandbox).
+func FirstCell(ctx context.Context, c *lbb.Client, n int, ready func()) Sample {
+	s := Sample{Name: "lbb"}
+	for i := 0; i < n; i++ {
+		if ready != nil {
+			ready()
+		}
+		t0 := time.Now()
+		sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{Base: "lbb/code-interpreter"})
+		if err != nil {
+			s.Errors++
+			continue
+		}
+		r, err := c.Code.Run(ctx, sb.ID, lbb.CellParams{Code: "1 + 1"})
+		d := time.Since(t0)
+		c.Sandboxes.Delete(ctx, sb.ID)
+		if err != nil || r.Text() != "2" {
+			s.Errors++
+			continue
+		}
+		s.Durs = append(s.Durs, d)
+	}
+	return s
+}

@@ -214,36 +214,13 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	}
 	now := s.now()
 	cmd.CreatedAt, cmd.StartedAt = now, &now
-	var existing *store.Idempotency
 	endReserve := timing.Start(ctx, "reserve")
-	err = s.st.WithTx(ctx, func(q store.Queries) error {
-		r, err := q.GetIdempotency(ctx, c.Graph, idemKey)
-		if err == nil {
-			existing = &r
-			return nil
-		} else if !errdefs.IsNotFound(err) {
-			return err
-		}
-		if err := q.CreateCommand(ctx, cmd); err != nil {
-			return err
-		}
-		return q.CreateIdempotency(ctx, store.Idempotency{Graph: c.Graph, Key: idemKey, Route: route, RequestHash: reqHash,
-			State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: sandboxID, CreatedAt: now})
-	})
+	resp, replayed, err := s.reserveCommand(ctx, c, cmd, route, idemKey, reqHash, wait)
 	endReserve()
-	if err != nil || existing != nil {
+	if err != nil || replayed {
 		s.runs.Done()
 		s.uncharge(ctx, c, cmd.Origin)
-		if err != nil {
-			if errdefs.IsConflict(err) {
-				// Another call took the key between our read and insert: answer as its replay.
-				if r, gerr := s.st.GetIdempotency(ctx, c.Graph, idemKey); gerr == nil {
-					return s.replay(ctx, c, r, reqHash, wait)
-				}
-			}
-			return Response{}, err
-		}
-		return s.replay(ctx, c, *existing, reqHash, wait)
+		return resp, err
 	}
 
 	spec.SandboxID, spec.CommandID = sandboxID, cmd.ID
@@ -273,6 +250,42 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow, base})
 	}()
 	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
+}
+
+// reserveCommand writes cmd's record and reserves its key in one transaction; replayed says
+// the key was taken (by this call's earlier try, or a concurrent one) and resp is its answer.
+func (s *Service) reserveCommand(ctx context.Context, c Caller, cmd store.Command, route, idemKey, reqHash string,
+	wait time.Duration) (resp Response, replayed bool, err error) {
+	var existing *store.Idempotency
+	err = s.st.WithTx(ctx, func(q store.Queries) error {
+		r, err := q.GetIdempotency(ctx, c.Graph, idemKey)
+		if err == nil {
+			existing = &r
+			return nil
+		} else if !errdefs.IsNotFound(err) {
+			return err
+		}
+		if err := q.CreateCommand(ctx, cmd); err != nil {
+			return err
+		}
+		return q.CreateIdempotency(ctx, store.Idempotency{Graph: c.Graph, Key: idemKey, Route: route, RequestHash: reqHash,
+			State: store.IdempotencyRunning, CommandID: cmd.ID, SandboxID: cmd.SandboxID, CreatedAt: *cmd.StartedAt})
+	})
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			// Another call took the key between our read and insert: answer as its replay.
+			if r, gerr := s.st.GetIdempotency(ctx, c.Graph, idemKey); gerr == nil {
+				resp, err = s.replay(ctx, c, r, reqHash, wait)
+				return resp, true, err
+			}
+		}
+		return Response{}, false, err
+	}
+	if existing != nil {
+		resp, err = s.replay(ctx, c, *existing, reqHash, wait)
+		return resp, true, err
+	}
+	return Response{}, false, nil
 }
 
 // runCommand waits for a command's end and records it. The call's audit entry, when still

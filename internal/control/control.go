@@ -86,6 +86,9 @@ type Service struct {
 	terms terminals
 	// previews sign and check the host names of port previews.
 	previews previews
+	// cmu guards the code contexts running here (contexts.go).
+	cmu      sync.Mutex
+	contexts map[string]*codeContext
 }
 
 type owner struct{ graph, key string }
@@ -109,6 +112,7 @@ func New(o Options) *Service {
 		inflight: map[string]*inflight{},
 		held:     map[string]*heldSandbox{},
 		oneCalls: map[string]owner{},
+		contexts: map[string]*codeContext{},
 	}
 	slots := o.Config.RunSlots
 	if slots == 0 {

@@ -472,7 +472,7 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 	bases := e.svc.Bases()
-	if len(bases) != 3 || bases[0].Name != "lbb/python" || bases[0].Versions["python"] != "3.13.5" || bases[1].Versions["node"] != "24.1.0" {
+	if len(bases) != 4 || bases[0].Name != "lbb/python" || bases[0].Versions["python"] != "3.13.5" || bases[1].Versions["node"] != "24.1.0" {
 		t.Fatalf("bases: %+v", bases)
 	}
 }

@@ -14,6 +14,7 @@ import (
 const (
 	RouteExec       = "POST /v1/sandboxes/{id}/commands"
 	RouteRunIn      = "POST /v1/sandboxes/{id}/run"
+	RouteCode       = "POST /v1/sandboxes/{id}/code"
 	RouteKeepFile   = "POST /v1/files"
 	RouteImportFile = "PUT /v1/sandboxes/files/content"
 )

@@ -65,7 +65,7 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 				return err
 			}
 			var body []byte
-			if c.Kind == store.KindProcess {
+			if c.Kind == store.KindProcess || c.Kind == store.KindCode {
 				body, err = json.Marshal(c)
 			} else {
 				body, err = json.Marshal(render(c, sb))

@@ -45,7 +45,10 @@ type CreateRequest struct {
 
 // RunBody is one run(input, config): code or a template, and what to call it with.
 type RunBody struct {
-	Code     string            `json:"code,omitempty"`
+	Code string `json:"code,omitempty"`
+	// Script is a plain program of its language, run once (python3 -c, node -e, bash -c):
+	// the answer's exit_code, stdout and stderr are its outcome; no run(input, config).
+	Script   string            `json:"script,omitempty"`
 	Template string            `json:"template,omitempty"`
 	Input    json.RawMessage   `json:"input,omitempty"`
 	Config   json.RawMessage   `json:"config,omitempty"`
@@ -291,7 +294,7 @@ func (s *Service) await(ctx context.Context, graph, commandID string, wait time.
 	if err != nil {
 		return Response{}, err
 	}
-	if cmd.Kind == store.KindProcess {
+	if cmd.Kind == store.KindProcess || cmd.Kind == store.KindCode {
 		body, err := json.Marshal(cmd)
 		return Response{Outcome: idempotency.Accepted, Body: body}, err
 	}
@@ -444,7 +447,7 @@ func (s *Service) runSpec(p *plan) hostagent.RunRequest {
 		SandboxID: p.sandbox.ID, CommandID: p.command.ID,
 		Limits:   runtimeLimits(p.sandbox.Limits),
 		Runtime:  p.sandbox.Isolation,
-		Language: p.language, Code: p.command.Code, Input: p.command.Input, Config: p.command.Config,
+		Language: p.language, Code: p.command.Code, Script: p.command.Kind == store.KindScript, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
 		Files: p.files, Egress: hostEgress(p.sandbox),
 	}
@@ -515,7 +518,10 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if r.Code != "" && r.Template != "" {
 		return nil, errdefs.InvalidArgument("run takes code or template, not both")
 	}
-	if req.Template != "" && r.Template == "" && r.Code == "" {
+	if r.Script != "" && (r.Code != "" || r.Template != "" || req.Template != "" || r.Input != nil || r.Config != nil) {
+		return nil, errdefs.InvalidArgument("run.script is a whole program: give it alone (no code, template, input or config)")
+	}
+	if req.Template != "" && r.Template == "" && r.Code == "" && r.Script == "" {
 		r.Template = req.Template
 	}
 	baseName := firstNonEmpty(r.Base, r.Language, req.Base)
@@ -543,9 +549,12 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if !ok {
 		return nil, errdefs.InvalidArgument("unknown base %q: want lbb/python, lbb/node or lbb/shell (or language python, node or shell)", baseName)
 	}
-	code := r.Code
+	code, kind := r.Code, store.KindRun
 	if tpl != nil {
 		code = tpl.Code
+	}
+	if r.Script != "" {
+		code, kind = r.Script, store.KindScript
 	}
 	if code == "" {
 		return nil, errdefs.InvalidArgument("run needs code, or a template that has code")
@@ -622,7 +631,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxRunning, OneCall: true, Base: base.Name,
 			Image: s.image.ID, Template: ref, Limits: limits, Isolation: isolation, EnvNames: envNames, Metadata: req.Metadata,
 			Origin: origin, CreatedAt: now, Egress: eg},
-		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: store.KindRun, Language: base.Language,
+		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: kind, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
 			Status: store.CommandRunning, Origin: origin, CreatedAt: now},
 		env: env, timeout: timeout, language: base.Language, files: files,

@@ -53,8 +53,9 @@ func (s *Service) addHeld(id, graph string) *heldSandbox {
 
 func (s *Service) removeHeld(id string) {
 	s.lmu.Lock()
-	defer s.lmu.Unlock()
 	delete(s.held, id)
+	s.lmu.Unlock()
+	s.forgetContexts(id)
 }
 
 // watchEvents follows the host agent's events until Shutdown: a sandbox whose init died is
@@ -235,6 +236,9 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
+		if b, _ := bases.Lookup(sb.Base); b.Context != "" {
+			s.prestartContext(c.Graph, sb.ID, b.Context)
+		}
 		return idempotency.JSON(idempotency.Created, sb)
 	})
 }

@@ -104,6 +104,9 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	if sb.Status != store.SandboxRunning {
 		return sb, errdefs.Conflict("sandbox %s is %s; only a running sandbox can pause", id, sb.Status)
 	}
+	if err := s.parkContexts(id, "pause"); err != nil {
+		return sb, err
+	}
 	s.endTerminals(wctx, id)
 	t0 := time.Now()
 	p, err := s.host.Pause(wctx, id)
@@ -203,6 +206,9 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 		return snap, err
 	}
 	if err := s.checkQuotas(graph, u, adds{QuotaSnapshots, 1}, adds{QuotaSnapshotBytes, unknownSize}); err != nil {
+		return snap, err
+	}
+	if err := s.parkContexts(id, "be snapshotted"); err != nil {
 		return snap, err
 	}
 	t0 := time.Now()

@@ -162,11 +162,13 @@ type RunRequest struct {
 	CommandID string         `json:"command_id"`
 	Limits    runtime.Limits `json:"limits"`
 	// Runtime names the driver ("" is the machine's default).
-	Runtime  string          `json:"runtime,omitempty"`
-	Language string          `json:"language"`
-	Code     string          `json:"code"`
-	Input    json.RawMessage `json:"input,omitempty"`
-	Config   json.RawMessage `json:"config,omitempty"`
+	Runtime  string `json:"runtime,omitempty"`
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	// Script runs Code as a plain program (agent.RunRequest.Script).
+	Script bool            `json:"script,omitempty"`
+	Input  json.RawMessage `json:"input,omitempty"`
+	Config json.RawMessage `json:"config,omitempty"`
 	// Env values reach the code and are masked in everything answered.
 	Env     map[string]string `json:"env,omitempty"`
 	Timeout time.Duration     `json:"timeout"`

@@ -164,7 +164,7 @@ func (h *Local) runIn(ctx context.Context, oc *oneCall, req RunRequest, log *slo
 	}
 	stdoutCap, stderrCap := output.NewCapture(req.HeadBytes, req.TailBytes), output.NewCapture(req.HeadBytes, req.TailBytes)
 	defer timing.Start(ctx, "run")()
-	run := agent.RunRequest{ID: req.CommandID, Language: req.Language, Code: req.Code, Input: req.Input,
+	run := agent.RunRequest{ID: req.CommandID, Language: req.Language, Code: req.Code, Script: req.Script, Input: req.Input,
 		Config: req.Config, Env: req.Env, TimeoutMs: req.Timeout.Milliseconds()}
 	res := h.execute(ctx, lease.Sandbox, lease.Agent, execution{run: &run, timeout: req.Timeout, limits: req.Limits, egress: esb},
 		stdoutCap, stderrCap, secrets, log)

@@ -77,6 +77,24 @@ func TestRunOnce(t *testing.T) {
 				t.Fatalf("secret shows: %s", b)
 			}
 		}},
+		{"script", func() hostagent.RunRequest {
+			s := spec("import math\nprint(math.factorial(20))", "null")
+			s.Script = true
+			return s
+		}(), store.CommandSucceeded, func(t *testing.T, out hostagent.RunResult) {
+			if !out.OK || out.Stdout.Head+out.Stdout.Tail != "2432902008176640000\n" || *out.ExitCode != 0 {
+				t.Fatalf("%+v", out)
+			}
+		}},
+		{"script exits 3", func() hostagent.RunRequest {
+			s := spec("echo oops >&2; exit 3", "null")
+			s.Language, s.Script = "shell", true
+			return s
+		}(), store.CommandFailed, func(t *testing.T, out hostagent.RunResult) {
+			if out.OK || *out.ExitCode != 3 || out.Stderr.Head+out.Stderr.Tail != "oops\n" || out.Error != "the script exited with code 3" {
+				t.Fatalf("%+v", out)
+			}
+		}},
 		{"timeout", func() hostagent.RunRequest {
 			s := spec("import time\ndef run(input, config):\n    time.sleep(30)", "null")
 			s.Timeout = 500 * time.Millisecond

@@ -22,6 +22,7 @@ const (
 	Audit    = "aud_"
 	Snapshot = "snp_"
 	Preview  = "prv_"
+	Context  = "ctx_"
 )
 
 var (

@@ -477,6 +477,7 @@ func TestE2ENpmClient(t *testing.T) {
 				AcceptedStatus, DeclinedStatus string
 				Asked                          []string
 				Failures                       []string
+				CodeImage                      bool
 				Snapshots                      *struct {
 					PausedStatus, ResumedStatus string
 					Asked                       []string
@@ -492,7 +493,7 @@ func TestE2ENpmClient(t *testing.T) {
 				t.Logf("TypeScript SDK client over %s: tools %v, run ok; no deletes: this lbb serve has no Level 3 routes", mode, got.Tools)
 				return
 			}
-			if got.AcceptedStatus != "destroyed" || got.DeclinedStatus != "running" || len(got.Asked) != 2 {
+			if got.AcceptedStatus != "destroyed" || got.DeclinedStatus != "running" || len(got.Asked) != 2 || !got.CodeImage {
 				t.Errorf("%+v", got)
 			}
 			t.Logf("TypeScript SDK client over %s: tools %v, confirmed → %s, declined → %s, asked %q", mode, got.Tools, got.AcceptedStatus, got.DeclinedStatus, got.Asked)

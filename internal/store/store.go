@@ -527,6 +527,10 @@ const (
 	// KindTerminal is a process on a terminal (GET /v1/sandboxes/{id}/pty): its output is
 	// stdout alone; what is typed is its stdin, counted and never kept.
 	KindTerminal = "terminal"
+	// KindCode is a cell run in a code context (POST /v1/sandboxes/{id}/code).
+	KindCode = "code"
+	// KindScript is a plain program run once in a one-call run's sandbox (run.script).
+	KindScript = "script"
 )
 
 // Output is what a record keeps of one stream: its first bytes (Head) and its last (Tail),

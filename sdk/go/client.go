@@ -61,6 +61,8 @@ type Client struct {
 
 	Sandboxes *SandboxesService
 	Commands  *CommandsService
+	// Code is the code interpreter: contexts and cells in a long-lived sandbox.
+	Code *CodeService
 	// Files are the files of sandboxes' workspaces; GraphFiles are Files of the graph.
 	Files      *FilesService
 	GraphFiles *GraphFilesService
@@ -121,6 +123,7 @@ func New(o Options) (*Client, error) {
 func (c *Client) init() {
 	c.Sandboxes = &SandboxesService{c: c, Templates: &TemplatesService{c: c}}
 	c.Commands = &CommandsService{c: c}
+	c.Code = &CodeService{c: c}
 	c.Files = &FilesService{c: c}
 	c.GraphFiles = &GraphFilesService{c: c}
 	c.Keys = &KeysService{c: c}

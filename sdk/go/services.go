@@ -18,7 +18,10 @@ type SandboxesService struct {
 // RunParams is one run(input, config).
 type RunParams struct {
 	// Code defines run(input, config); or Template names a saved one ("name", "name@3").
-	Code     string
+	Code string
+	// Script is a plain program of Language instead (no run(input, config)): the answer's
+	// ExitCode, Stdout and Stderr are its outcome. See RunCode.
+	Script   string
 	Template string
 	// Input and Config are sent as JSON; a json.RawMessage goes as it is.
 	Input  any
@@ -69,7 +72,7 @@ func (p *RunParams) prepare() (runBody, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()
 	}
-	return runBody{Code: p.Code, Template: p.Template, Input: input, Config: config, Base: p.Base,
+	return runBody{Code: p.Code, Script: p.Script, Template: p.Template, Input: input, Config: config, Base: p.Base,
 		Language: p.Language, Env: p.Env, Isolation: p.Isolation, Egress: p.Egress}, nil
 }
 

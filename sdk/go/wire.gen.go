@@ -71,6 +71,73 @@ type BudgetLeft struct {
 	Workflow Remaining `json:"workflow,omitempty"`
 }
 
+// CodeContext defines model for CodeContext.
+type CodeContext struct {
+	CreatedAt time.Time `json:"created_at"`
+	Cwd       string    `json:"cwd,omitempty"`
+	EnvNames  []string  `json:"env_names,omitempty"`
+	ID        string    `json:"id"`
+	Language  string    `json:"language"`
+	Restarts  int64     `json:"restarts"`
+	Sandbox   string    `json:"sandbox"`
+
+	// Status ended: its interpreter ended with the sandbox's processes; the next cell starts a fresh one
+	Status string `json:"status"`
+}
+
+// CodeError defines model for CodeError.
+type CodeError struct {
+	Name      string   `json:"name"`
+	Traceback []string `json:"traceback"`
+	Value     string   `json:"value"`
+}
+
+// CodeOutput defines model for CodeOutput.
+type CodeOutput struct {
+	// Data MIME type → value: text/plain, text/html, text/markdown, image/svg+xml as text; image/png and image/jpeg as base64; application/json as JSON
+	Data           map[string]interface{} `json:"data"`
+	ExecutionCount int64                  `json:"execution_count,omitempty"`
+
+	// Files MIME type → the File of the graph that keeps this image
+	Files map[string]string `json:"files,omitempty"`
+	Type  string            `json:"type"`
+}
+
+// CodeRequest defines model for CodeRequest.
+type CodeRequest struct {
+	Code string `json:"code"`
+
+	// Context ctx_…; without it, the sandbox's default context of language
+	Context string `json:"context,omitempty"`
+
+	// Language default python
+	Language string `json:"language,omitempty"`
+
+	// Stream answer a text/event-stream (as Accept: text/event-stream)
+	Stream bool `json:"stream,omitempty"`
+
+	// TimeoutMs the cell is interrupted (KeyboardInterrupt) at this timeout; the context lives on
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+}
+
+// CodeResult defines model for CodeResult.
+type CodeResult struct {
+	// Command the cell's command record (kind code)
+	Command string `json:"command"`
+	Context string `json:"context"`
+
+	// ContextRestarted the context's interpreter had ended (the sandbox was stopped) and this cell started a fresh one: earlier state is gone
+	ContextRestarted bool         `json:"context_restarted,omitempty"`
+	DurationMs       int64        `json:"duration_ms"`
+	Error            *CodeError   `json:"error,omitempty"`
+	ExecutionCount   int64        `json:"execution_count"`
+	Results          []CodeOutput `json:"results"`
+	Sandbox          string       `json:"sandbox"`
+	Status           string       `json:"status"`
+	Stderr           string       `json:"stderr"`
+	Stdout           string       `json:"stdout"`
+}
+
 // Command Env values and stdin are never stored: only env names and stdin size.
 type Command struct {
 	Argv []string `json:"argv,omitempty"`
@@ -132,6 +199,18 @@ type Command struct {
 	Template  *TemplateRef `json:"template,omitempty"`
 	TimeoutMs int64        `json:"timeout_ms"`
 	Usage     Usage        `json:"usage,omitempty"`
+}
+
+// ContextRequest defines model for ContextRequest.
+type ContextRequest struct {
+	// Cwd the interpreter's working directory (default /workspace)
+	Cwd string `json:"cwd,omitempty"`
+
+	// Env environment of the interpreter; values are never stored
+	Env map[string]string `json:"env,omitempty"`
+
+	// Language default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
+	Language string `json:"language,omitempty"`
 }
 
 // createBody With run: a Level 1 one-call run (Idempotency-Key required). Without: a long-lived sandbox (Level 3) from template or base, with limits, expires_in_seconds (default and cap are the server's), env (given to every command; values masked in output, never stored) and metadata labels.
@@ -485,6 +564,9 @@ type runBody struct {
 
 	// Language shorthand for base
 	Language string `json:"language,omitempty"`
+
+	// Script a plain program of its language (python3 -c, node -e, bash -c), run once in a fresh sandbox that ends with it; the answer's exit_code, stdout, stderr and duration_ms are its outcome, and a non-zero exit is an answer (ok false), not an error. Give it alone: no code, template, input or config.
+	Script string `json:"script,omitempty"`
 
 	// Template a saved template: name (newest version), name@N (pinned), or a base name
 	Template string `json:"template,omitempty"`

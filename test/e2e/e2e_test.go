@@ -204,7 +204,7 @@ func TestService(t *testing.T) {
 		l := s.call("GET", "/v1/sandboxes/templates?graph=main", "", nil, "").obj(t)
 		bases := l["bases"].([]any)
 		py := bases[0].(map[string]any)
-		if len(l["data"].([]any)) != 1 || len(bases) != 3 || py["name"] != "lbb/python" || !strings.HasPrefix(py["versions"].(map[string]any)["python"].(string), "3.13") {
+		if len(l["data"].([]any)) != 1 || len(bases) != 4 || py["name"] != "lbb/python" || !strings.HasPrefix(py["versions"].(map[string]any)["python"].(string), "3.13") {
 			t.Fatalf("list: %v", l)
 		}
 		node := s.call("GET", "/v1/sandboxes/templates/lbb/node?graph=main", "", nil, "").obj(t)

@@ -89,7 +89,7 @@ func TestTemplatesAndKeys(t *testing.T) {
 		t.Fatalf("%+v %v", tpl, err)
 	}
 	l, err := c.Sandboxes.Templates.List(ctx, lbb.ListParams{})
-	if err != nil || len(l.Data) != 1 || len(l.Bases) != 3 {
+	if err != nil || len(l.Data) != 1 || len(l.Bases) != 4 {
 		t.Fatalf("%+v %v", l, err)
 	}
 	run, err := c.Sandboxes.Run(ctx, lbb.RunParams{Template: "normalize@1", Input: 1})

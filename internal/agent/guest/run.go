@@ -41,14 +41,21 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	sp := &procSpec{id: req.ID, env: req.Env, cwd: req.Cwd, timeout: time.Duration(req.TimeoutMs) * time.Millisecond}
 	var err error
-	switch lang := agent.Language(req.Language); lang {
-	case agent.LangPython, agent.LangNode:
+	switch lang := agent.Language(req.Language); {
+	case req.Script:
+		s.takeWarm("", nil)
+		var cleanup func()
+		cleanup, err = scriptSpec(sp, lang, req.Code)
+		if cleanup != nil {
+			defer cleanup()
+		}
+	case lang == agent.LangPython || lang == agent.LangNode:
 		if wp := s.takeWarm(lang, s.listenEnv(req.Env)); wp != nil {
 			s.warmSpec(sp, wp, req.Code, input, config)
 		} else {
 			err = s.harnessSpec(sp, harnessArgv(lang), req.Code, input, config)
 		}
-	case agent.LangShell:
+	case lang == agent.LangShell:
 		s.takeWarm("", nil)
 		var cleanup func()
 		cleanup, err = s.shellSpec(sp, req.Code, input, config)
@@ -63,6 +70,50 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.stream(w, r, sp)
+}
+
+// scriptSpec runs code as a plain program of lang; a long one from a file, since one argument
+// is at most MAX_ARG_STRLEN.
+func scriptSpec(sp *procSpec, lang, code string) (func(), error) {
+	var argv []string
+	switch lang {
+	case agent.LangPython:
+		argv = []string{"python3", "-c"}
+	case agent.LangNode:
+		argv = []string{"node", "-e"}
+	case agent.LangShell:
+		argv = []string{"bash", "-c"}
+	default:
+		return nil, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("language %q: want python, node or shell", lang)}
+	}
+	var cleanup func()
+	if len(code) < maxEnvValue {
+		argv = append(argv, code)
+	} else {
+		dir, err := os.MkdirTemp("", "lbb-script-")
+		if err != nil {
+			return nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		name := filepath.Join(dir, "script")
+		if err := os.WriteFile(name, []byte(code), 0o644); err != nil {
+			return cleanup, err
+		}
+		argv = []string{argv[0], name}
+	}
+	sp.argv = argv
+	sp.finish = func(ex *agent.Exit, hdr *resultHeader, fw *frameWriter) {
+		ex.OK = ex.ExitCode == 0 && ex.Signal == "" && !ex.TimedOut
+		switch {
+		case ex.TimedOut:
+			ex.Error = "the script passed its timeout"
+		case ex.Signal != "":
+			ex.Error = "the script was killed by " + ex.Signal
+		case ex.ExitCode != 0:
+			ex.Error = fmt.Sprintf("the script exited with code %d", ex.ExitCode)
+		}
+	}
+	return cleanup, nil
 }
 
 // harnessSpec runs an interpreter with an embedded harness: the request goes in on fd 3,

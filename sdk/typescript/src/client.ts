@@ -11,6 +11,7 @@ import {
   errorFromBody,
 } from "./errors.js";
 import { SSEDecoder, lines, type ServerSentEvent } from "./sse.js";
+import { SandboxCode } from "./code.js";
 import {
   DONE_STATUSES,
   fromEgress,
@@ -397,6 +398,8 @@ export interface SandboxSpec extends IdempotentCallOptions {
 export interface RunParams extends SandboxSpec {
   /** Code that defines run(input, config). */
   code?: string;
+  /** A plain program of its language instead (no run(input, config)); see Sandboxes.runCode. */
+  script?: string;
   input?: Json;
   /** Merged over the template's config. */
   config?: Json;
@@ -409,6 +412,13 @@ export interface RunParams extends SandboxSpec {
   wait?: boolean;
 }
 
+export interface RunCodeParams extends Omit<RunParams, "code" | "template" | "input" | "config" | "script" | "base"> {
+  /** The program. */
+  code: string;
+  /** python (the default), node or shell. */
+  language?: string;
+}
+
 export type SandboxRunParams = Omit<RunParams, "base" | "language" | "limits" | "isolation" | "egress" | "metadata" | "origin">;
 
 export interface Origin {
@@ -418,11 +428,12 @@ export interface Origin {
 }
 
 function runBody(p: RunParams | SandboxRunParams): WireRunBody {
-  if (p.code !== undefined && p.template !== undefined) throw new TypeError("run takes code or template, not both");
-  if (p.code === undefined && p.template === undefined) throw new TypeError("run needs code or template");
   const q = p as RunParams;
+  if (p.code !== undefined && p.template !== undefined) throw new TypeError("run takes code or template, not both");
+  if (p.code === undefined && p.template === undefined && q.script === undefined) throw new TypeError("run needs code or template");
   return compact<WireRunBody>({
     code: p.code,
+    script: q.script,
     template: p.template,
     input: p.input,
     config: p.config,
@@ -854,6 +865,8 @@ export class Sandbox {
   info: SandboxInfo;
   readonly files: SandboxFiles;
   readonly commands: SandboxCommands;
+  /** The code interpreter: stateful contexts and their cells. */
+  readonly code: SandboxCode;
 
   constructor(
     private readonly t: Transport,
@@ -865,6 +878,7 @@ export class Sandbox {
     this.info = toSandboxInfo({ ...w, id });
     this.files = new SandboxFiles(t, id);
     this.commands = new SandboxCommands(t, id);
+    this.code = new SandboxCode(t, id);
   }
 
   get status(): string {
@@ -1027,6 +1041,16 @@ export class Sandboxes {
     });
     const resp = await this.t.request("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, waitMs: p.waitMs, signal: p.signal });
     return finishRun<R>(this.t, resp, p.wait ?? true, p.signal);
+  }
+
+  /**
+   * Runs code as a plain program once (python3 -c, node -e, bash -c) in a new sandbox that
+   * ends with it, like seed 003's runCode: `{ exitCode, stdout, stderr, durationMs }` say how
+   * it went. A non-zero exit is an answer, not a thrown error.
+   */
+  async runCode(p: RunCodeParams): Promise<RunResult<null>> {
+    const { code, language, ...rest } = p;
+    return this.run<null>({ ...rest, script: code, language: language ?? "python" });
   }
 
   /** Creates a long-lived sandbox. */

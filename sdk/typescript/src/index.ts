@@ -49,6 +49,9 @@ export type {
   Json,
   Data,
 } from "./client.js";
+export { SandboxCode } from "./code.js";
+export type { CodeContext, CodeError, CodeOutput, CodeResult, CreateContextParams, RunCellOptions } from "./code.js";
+export type { RunCodeParams } from "./client.js";
 export * from "./errors.js";
 export type { ServerSentEvent } from "./sse.js";
 export { SSEDecoder } from "./sse.js";

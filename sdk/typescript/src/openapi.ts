@@ -59,6 +59,8 @@ export interface components {
         RunBody: {
             /** @description python: defines run(input, config); node: a top-level or exported run; shell: a script reading $LBB_INPUT and writing $LBB_RESULT */
             code?: string;
+            /** @description a plain program of its language (python3 -c, node -e, bash -c), run once in a fresh sandbox that ends with it; the answer's exit_code, stdout, stderr and duration_ms are its outcome, and a non-zero exit is an answer (ok false), not an error. Give it alone: no code, template, input or config. */
+            script?: string;
             /** @description a saved template: name (newest version), name@N (pinned), or a base name */
             template?: string;
             /** @description any JSON value */
@@ -66,7 +68,7 @@ export interface components {
             /** @description merged over the template's config, objects key by key */
             config?: unknown;
             /** @enum {string} */
-            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            base?: "lbb/python" | "lbb/node" | "lbb/shell" | "lbb/code-interpreter";
             /**
              * @description shorthand for base
              * @enum {string}
@@ -201,7 +203,7 @@ export interface components {
             graph: string;
             sandbox: string;
             /** @enum {string} */
-            kind: "run" | "process" | "terminal";
+            kind: "run" | "process" | "terminal" | "code" | "script";
             argv?: string[];
             cwd?: string;
             stdin_bytes?: number;
@@ -255,7 +257,7 @@ export interface components {
         TemplateRequest: {
             name: string;
             /** @enum {string} */
-            base?: "lbb/python" | "lbb/node" | "lbb/shell";
+            base?: "lbb/python" | "lbb/node" | "lbb/shell" | "lbb/code-interpreter";
             code?: string;
             limits?: components["schemas"]["Limits"];
             /** @description isolation this version's runs and sandboxes default to ("ns", "gvisor"); omitted: the server default. Unknown: 400 invalid_request; not available here: 400 isolation_unavailable */
@@ -780,6 +782,82 @@ export interface components {
         PreviewList: {
             data: components["schemas"]["Preview"][];
             next_cursor?: string;
+        };
+        ContextRequest: {
+            /**
+             * @description default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
+             * @enum {string}
+             */
+            language?: "python" | "node";
+            /** @description the interpreter's working directory (default /workspace) */
+            cwd?: string;
+            /** @description environment of the interpreter; values are never stored */
+            env?: {
+                [key: string]: string;
+            };
+        };
+        CodeContext: {
+            id: string;
+            sandbox: string;
+            language: string;
+            cwd?: string;
+            env_names?: string[];
+            /**
+             * @description ended: its interpreter ended with the sandbox's processes; the next cell starts a fresh one
+             * @enum {string}
+             */
+            status: "ready" | "busy" | "ended";
+            /** Format: date-time */
+            created_at: string;
+            restarts: number;
+        };
+        CodeRequest: {
+            code: string;
+            /** @description ctx_…; without it, the sandbox's default context of language */
+            context?: string;
+            /**
+             * @description default python
+             * @enum {string}
+             */
+            language?: "python" | "node";
+            /** @description the cell is interrupted (KeyboardInterrupt) at this timeout; the context lives on */
+            timeout_ms?: number;
+            /** @description answer a text/event-stream (as Accept: text/event-stream) */
+            stream?: boolean;
+        };
+        CodeOutput: {
+            /** @enum {string} */
+            type: "result" | "display";
+            /** @description MIME type → value: text/plain, text/html, text/markdown, image/svg+xml as text; image/png and image/jpeg as base64; application/json as JSON */
+            data: {
+                [key: string]: unknown;
+            };
+            execution_count?: number;
+            /** @description MIME type → the File of the graph that keeps this image */
+            files?: {
+                [key: string]: string;
+            };
+        };
+        CodeError: {
+            name: string;
+            value: string;
+            traceback: string[];
+        };
+        CodeResult: {
+            /** @description the cell's command record (kind code) */
+            command: string;
+            context: string;
+            sandbox: string;
+            /** @enum {string} */
+            status: "succeeded" | "failed" | "timed_out" | "lost";
+            execution_count: number | null;
+            stdout: string;
+            stderr: string;
+            results: components["schemas"]["CodeOutput"][];
+            error?: components["schemas"]["CodeError"];
+            duration_ms: number;
+            /** @description the context's interpreter had ended (the sandbox was stopped) and this cell started a fresh one: earlier state is gone */
+            context_restarted?: boolean;
         };
     };
     responses: never;

@@ -143,8 +143,8 @@ export interface CommandResult extends Command {
 export interface Command {
   id: string;
   sandbox: string;
-  /** terminal: a terminal opened over GET /v1/sandboxes/{id}/pty. */
-  kind: "process" | "run" | "terminal";
+  /** terminal: a terminal opened over GET /v1/sandboxes/{id}/pty; code: a cell in a code context; script: a plain program run once. */
+  kind: "process" | "run" | "terminal" | "code" | "script";
   status: CommandStatus;
   ok: boolean;
   exitCode: number | null;

@@ -62,6 +62,12 @@ export type WireError = Schemas["Error"];
 export type WireQuotas = Schemas["Quotas"];
 export type WireQuota = Schemas["Quota"];
 
+/** The code interpreter: POST /v1/sandboxes/{id}/contexts and /code. */
+export type WireCodeContext = Schemas["CodeContext"];
+export type WireCodeOutput = Schemas["CodeOutput"];
+export type WireCodeResult = Schemas["CodeResult"];
+export type WireCodeError = Schemas["CodeError"];
+
 export interface WireList<T> {
   data: T[];
   next_cursor?: string;

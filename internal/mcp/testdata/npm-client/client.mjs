@@ -109,6 +109,13 @@ check(/declined/.test(out.declined) && /not destroyed/.test(out.declined), "decl
 out.declinedStatus = await status(keep);
 check(out.declinedStatus === "running", "declined sandbox is " + out.declinedStatus);
 
+// run_code in the sandbox the person kept: a figure comes back as an image content block.
+const cell = await manage({ action: "run_code", sandbox_id: keep, code: "import matplotlib.pyplot as plt\nplt.figure(figsize=(2, 2), dpi=40)\nplt.plot([1, 3, 2])\nprint('plotted')" });
+const img = (cell.content || []).find((c) => c.type === "image");
+out.codeImage = Boolean(img && img.mimeType === "image/png" && Buffer.from(img.data, "base64").subarray(0, 4).toString("latin1") === "\x89PNG");
+check(!cell.isError && out.codeImage, "run_code image: " + JSON.stringify((cell.content || []).map((c) => c.type)) + " " + text(cell));
+check(/<untrusted-output>\nplotted\n<\/untrusted-output>/.test(text(cell)), "run_code stdout not wrapped: " + text(cell));
+
 out.asked = [...asked];
 check(asked.length === 2 && asked.every((m) => m.startsWith("Destroy sandbox sbx_")), "questions: " + JSON.stringify(asked));
 

@@ -15,13 +15,14 @@ from ._async_client import (
     AsyncFiles,
     AsyncLbbClient,
     AsyncSandbox,
+    AsyncSandboxCode,
     AsyncSandboxCommands,
     AsyncSandboxes,
     AsyncSandboxFiles,
     AsyncSnapshots,
     AsyncTemplates,
 )
-from ._client import Commands, Files, LbbClient, Sandbox, SandboxCommands, Sandboxes, SandboxFiles, Snapshots, Templates
+from ._client import Commands, Files, LbbClient, Sandbox, SandboxCode, SandboxCommands, Sandboxes, SandboxFiles, Snapshots, Templates
 from ._errors import (
     APIConnectionError,
     APIStatusError,
@@ -56,6 +57,7 @@ from ._errors import (
     UnprocessableError,
 )
 from ._models import (
+    CodeResult,
     Command,
     File,
     FileInfo,
@@ -81,6 +83,7 @@ __all__ = [
     "Sandbox",
     "SandboxFiles",
     "SandboxCommands",
+    "SandboxCode",
     "Templates",
     "Commands",
     "Files",
@@ -89,12 +92,14 @@ __all__ = [
     "AsyncSandbox",
     "AsyncSandboxFiles",
     "AsyncSandboxCommands",
+    "AsyncSandboxCode",
     "AsyncTemplates",
     "AsyncCommands",
     "AsyncFiles",
     "AsyncSnapshots",
     "Record",
     "RunResult",
+    "CodeResult",
     "Command",
     "Output",
     "SandboxRecord",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio  # async only
 import inspect  # async only
+import json as _json
 import time
 from types import TracebackType
 from typing import (
@@ -16,6 +17,7 @@ from typing import (
     Callable,
     Dict,
     AsyncIterator,
+    List,
     Awaitable,  # async only
     Mapping,
     Optional,
@@ -33,6 +35,7 @@ from ._commands import CommandStream
 from ._core import JSON, Data, Limits
 from ._errors import APIConnectionError, APITimeoutError, LbbError, NotFoundError, error_from_body
 from ._models import (
+    CodeResult,
     Command,
     File,
     FileInfo,
@@ -449,6 +452,70 @@ class AsyncSandboxCommands:
         return await self._commands.write_stdin(command_id, data, close=close)
 
 
+class AsyncSandboxCode:
+    """The code interpreter of one sandbox: stateful contexts (a Jupyter kernel for Python)
+    where variables, imports and functions stay from one cell to the next."""
+
+    def __init__(self, api: _API, sandbox_id: str) -> None:
+        self._api = api
+        self._id = sandbox_id
+
+    async def run(
+        self,
+        code: str,
+        *,
+        context: Optional[str] = None,
+        language: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[Record], Any]] = None,
+        on_error: Optional[Callable[[Record], Any]] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> CodeResult:
+        """Runs a cell in ``context`` (without one, the sandbox's default context of
+        ``language``, python when absent): ``sb.code.run("x = 1")``, then
+        ``sb.code.run("x + 1").text`` is ``"2"``. A cell that raises is an answer (``error``),
+        not an exception; at ``timeout_ms`` it is interrupted and the context lives on. With a
+        callback the answer streams, each callback getting its events as they come."""
+        body = _core.clean({"code": code, "context": context, "language": language, "timeout_ms": timeout_ms})
+        path = f"/v1/sandboxes/{self._id}/code"
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            return CodeResult(await self._api.json("POST", path, json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, timeout_ms)))
+        callbacks: Dict[str, Any] = {"stdout": on_stdout, "stderr": on_stderr, "result": on_result, "display": on_result, "error": on_error}
+        body["stream"] = True
+        async for ev in self._api.events(path, {}, method="POST", json=body, idempotency_key=idempotency_key):
+            data = _json.loads(ev.data) if ev.data else {}
+            if ev.event == "end":
+                return CodeResult(data)
+            if ev.event == "error" and "error" in data:
+                raise LbbError(data["error"].get("message", "the cell's stream failed"))
+            cb = callbacks.get(ev.event)
+            if cb is None:
+                continue
+            res = cb(data["text"] if ev.event in ("stdout", "stderr") else Record(data))
+            if inspect.isawaitable(res):  # async only
+                await res  # async only
+        raise LbbError("the cell's stream ended without its end event")
+
+    async def create_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Record:
+        """Starts a context and answers once its interpreter is ready."""
+        body = _core.clean({"language": language, "cwd": cwd, "env": dict(env) if env is not None else None})
+        return Record(await self._api.json("POST", f"/v1/sandboxes/{self._id}/contexts", json=body))
+
+    async def contexts(self) -> List[Record]:
+        """The sandbox's contexts, oldest first."""
+        return [Record(c) for c in (await self._api.json("GET", f"/v1/sandboxes/{self._id}/contexts"))["data"]]
+
+    async def restart_context(self, context_id: str) -> Record:
+        """Starts a context's interpreter afresh: its state is gone."""
+        return Record(await self._api.json("POST", f"/v1/sandboxes/{self._id}/contexts/{context_id}/restart"))
+
+    async def delete_context(self, context_id: str) -> Record:
+        """Ends a context."""
+        return Record(await self._api.json("DELETE", f"/v1/sandboxes/{self._id}/contexts/{context_id}"))
+
+
 class AsyncSandbox:
     """A handle on a long-lived sandbox: its files, its commands, run(), stop, pause, resume,
     snapshot, fork, delete.
@@ -461,6 +528,7 @@ class AsyncSandbox:
         self.id: str = _core.sandbox_id_of(record)
         self.files = AsyncSandboxFiles(api, self.id)
         self.commands = AsyncSandboxCommands(api, self.id)
+        self.code = AsyncSandboxCode(api, self.id)
 
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r}, status={self.status!r})"
@@ -655,6 +723,26 @@ class AsyncSandboxes:
             "POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, wait_ms)
         )
         return await _finish_run(self._api, resp, wait)
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: str = "python",
+        timeout_ms: Optional[int] = None,
+        limits: Optional[Limits] = None,
+        isolation: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> RunResult:
+        """Runs ``code`` as a plain program once (``python3 -c``, ``node -e``, ``bash -c``) in a
+        new sandbox that ends with it, like seed 003's ``runCode``: ``exit_code``, ``stdout``,
+        ``stderr`` and ``duration_ms`` say how it went. A non-zero exit is an answer, not an
+        exception."""
+        run = _core.run_body(code=None, script=code, input=None, config=None, template=None, base=None, language=language, env=env, isolation=isolation)
+        body = _core.one_call_body(run, limits=limits, timeout_ms=timeout_ms, wait_ms=None, metadata=None, origin=None)
+        resp = await self._api.request("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key, timeout=_core.request_timeout(self._api.opts, None))
+        return await _finish_run(self._api, resp, True)
 
     async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or

@@ -140,14 +140,16 @@ def run_body(
     env: Optional[Mapping[str, str]],
     isolation: Optional[str] = None,
     egress: Optional[Mapping[str, Any]] = None,
+    script: Optional[str] = None,
 ) -> Dict[str, Any]:
     if code is not None and template is not None:
         raise ValueError("run takes code or template, not both")
-    if code is None and template is None:
+    if code is None and template is None and script is None:
         raise ValueError("run needs code or template")
     return clean(
         {
             "code": code,
+            "script": script,
             "template": template,
             "input": input,
             "config": config,

@@ -202,6 +202,34 @@ class RunResult(_Process):
     error: _Field[Optional[str]] = _raw()
 
 
+class CodeResult(Record):
+    """How a cell of code went in a context (``sandbox.code.run``): ``stdout``, ``stderr``,
+    ``results`` (bundles of MIME types: ``text/plain``, ``text/html``, ``image/png`` as
+    base64, …), ``error`` (``name``, ``value``, ``traceback``) when it raised, ``command`` (its
+    record), ``context``, ``execution_count`` and ``duration_ms``."""
+
+    command = _str()
+    context = _str()
+    sandbox = _str()
+    status = _str()
+    stdout = _str()
+    stderr = _str()
+    duration_ms = _int()
+    execution_count: _Field[Optional[int]] = _raw()
+    results: _Field[Any] = _raw()
+    error: _Field[Any] = _raw()
+    context_restarted = _bool("The context's interpreter had ended (the sandbox was stopped): this cell started a fresh one.")
+
+    @property
+    def text(self) -> str:
+        """The ``text/plain`` of the last result or display, ``""`` when there is none."""
+        for out in reversed(self.get("results") or []):
+            t = (out.get("data") or {}).get("text/plain")
+            if isinstance(t, str):
+                return t
+        return ""
+
+
 class Command(_Process):
     """A command record: a process or a run() in a sandbox, with its status and output."""
 
