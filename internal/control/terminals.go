@@ -179,7 +179,17 @@ func (s *Service) detached(id string, t *terminal) {
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
-	t.grace = time.AfterFunc(grace, func() {
+	var fire func()
+	fire = func() {
+		// A paused sandbox's terminal waits for its resume: the grace counts from then.
+		if sb, err := s.st.GetSandbox(context.Background(), t.graph, t.sandbox); err == nil && sb.Status == store.SandboxPaused {
+			s.terms.mu.Lock()
+			if t.grace != nil && s.terms.m[id] == t {
+				t.grace = time.AfterFunc(grace, fire)
+			}
+			s.terms.mu.Unlock()
+			return
+		}
 		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
 		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
 		defer cancel()
@@ -191,38 +201,8 @@ func (s *Service) detached(id string, t *terminal) {
 				s.host.Signal(ctx, id, "")
 			}
 		}
-	})
-}
-
-// endTerminals hangs up the terminals of a sandbox (SIGHUP; SIGKILL after terminalHangup)
-// and waits for their records: a pause leaves no terminal behind to break its rule that no
-// command runs.
-func (s *Service) endTerminals(ctx context.Context, sandboxID string) {
-	s.terms.mu.Lock()
-	var ids []string
-	for id, t := range s.terms.m {
-		if t.sandbox == sandboxID {
-			ids = append(ids, id)
-		}
 	}
-	s.terms.mu.Unlock()
-	for _, id := range ids {
-		inf := s.liveCommand(id)
-		if inf == nil {
-			continue
-		}
-		s.host.Signal(ctx, id, "SIGHUP")
-		select {
-		case <-inf.done:
-			continue
-		case <-time.After(terminalHangup):
-		}
-		s.host.Signal(ctx, id, "")
-		select {
-		case <-inf.done:
-		case <-time.After(10 * time.Second):
-		}
-	}
+	t.grace = time.AfterFunc(grace, fire)
 }
 
 // ResizeTerminal sets a running terminal's size.
