@@ -175,20 +175,27 @@ func (s *Service) detached(id string, t *terminal) {
 	if t.attached > 0 || t.grace != nil || s.terms.m[id] != t {
 		return
 	}
+	s.startGrace(id, t)
+}
+
+// startGrace starts terminal t's grace (the caller holds s.terms.mu): when it passes with
+// nobody attached, the terminal is hung up. A grace that passes while its sandbox is paused
+// waits for the resume, which starts it again in full (resumedTerminals).
+func (s *Service) startGrace(id string, t *terminal) {
 	grace := s.cfg.TerminalGrace
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
-	var fire func()
-	fire = func() {
-		// A paused sandbox's terminal waits for its resume: the grace counts from then.
+	var timer *time.Timer
+	timer = time.AfterFunc(grace, func() {
 		if sb, err := s.st.GetSandbox(context.Background(), t.graph, t.sandbox); err == nil && sb.Status == store.SandboxPaused {
-			s.terms.mu.Lock()
-			if t.grace != nil && s.terms.m[id] == t {
-				t.grace = time.AfterFunc(grace, fire)
-			}
-			s.terms.mu.Unlock()
 			return
+		}
+		s.terms.mu.Lock()
+		current := t.grace == timer
+		s.terms.mu.Unlock()
+		if !current {
+			return // attached meanwhile, or started again by a resume
 		}
 		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
 		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
@@ -201,8 +208,21 @@ func (s *Service) detached(id string, t *terminal) {
 				s.host.Signal(ctx, id, "")
 			}
 		}
+	})
+	t.grace = timer
+}
+
+// resumedTerminals starts again in full the grace of each terminal of a resumed sandbox that
+// nobody is attached to: paused time does not count.
+func (s *Service) resumedTerminals(sandboxID string) {
+	s.terms.mu.Lock()
+	defer s.terms.mu.Unlock()
+	for id, t := range s.terms.m {
+		if t.sandbox == sandboxID && t.grace != nil {
+			t.grace.Stop()
+			s.startGrace(id, t)
+		}
 	}
-	t.grace = time.AfterFunc(grace, fire)
 }
 
 // ResizeTerminal sets a running terminal's size.
