@@ -384,7 +384,7 @@ func (s *Service) DeleteContext(ctx context.Context, graph, sandboxID, id string
 // is made (what), so that no cell starts meanwhile, and answers them with release. Their
 // interpreters are commands like any other: a pause freezes them and a snapshot carries them
 // on, so each context keeps its state; a fork without a snapshot gets copies of them (see
-// adoptContexts). A cell running answers commands_running: its answer would wait out the
+// adoptContext). A cell running answers commands_running: its answer would wait out the
 // pause or be split by the move.
 func (s *Service) holdContexts(sandboxID, what string) (release func(), held []*codeContext, err error) {
 	s.cmu.Lock()
