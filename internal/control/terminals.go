@@ -175,11 +175,28 @@ func (s *Service) detached(id string, t *terminal) {
 	if t.attached > 0 || t.grace != nil || s.terms.m[id] != t {
 		return
 	}
+	s.startGrace(id, t)
+}
+
+// startGrace starts terminal t's grace (the caller holds s.terms.mu): when it passes with
+// nobody attached, the terminal is hung up. A grace that passes while its sandbox is paused
+// waits for the resume, which starts it again in full (resumedTerminals).
+func (s *Service) startGrace(id string, t *terminal) {
 	grace := s.cfg.TerminalGrace
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
-	t.grace = time.AfterFunc(grace, func() {
+	var timer *time.Timer
+	timer = time.AfterFunc(grace, func() {
+		if sb, err := s.st.GetSandbox(context.Background(), t.graph, t.sandbox); err == nil && sb.Status == store.SandboxPaused {
+			return
+		}
+		s.terms.mu.Lock()
+		current := t.grace == timer
+		s.terms.mu.Unlock()
+		if !current {
+			return // attached meanwhile, or started again by a resume
+		}
 		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
 		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
 		defer cancel()
@@ -192,35 +209,18 @@ func (s *Service) detached(id string, t *terminal) {
 			}
 		}
 	})
+	t.grace = timer
 }
 
-// endTerminals hangs up the terminals of a sandbox (SIGHUP; SIGKILL after terminalHangup)
-// and waits for their records: a pause leaves no terminal behind to break its rule that no
-// command runs.
-func (s *Service) endTerminals(ctx context.Context, sandboxID string) {
+// resumedTerminals starts again in full the grace of each terminal of a resumed sandbox that
+// nobody is attached to: paused time does not count.
+func (s *Service) resumedTerminals(sandboxID string) {
 	s.terms.mu.Lock()
-	var ids []string
+	defer s.terms.mu.Unlock()
 	for id, t := range s.terms.m {
-		if t.sandbox == sandboxID {
-			ids = append(ids, id)
-		}
-	}
-	s.terms.mu.Unlock()
-	for _, id := range ids {
-		inf := s.liveCommand(id)
-		if inf == nil {
-			continue
-		}
-		s.host.Signal(ctx, id, "SIGHUP")
-		select {
-		case <-inf.done:
-			continue
-		case <-time.After(terminalHangup):
-		}
-		s.host.Signal(ctx, id, "")
-		select {
-		case <-inf.done:
-		case <-time.After(10 * time.Second):
+		if t.sandbox == sandboxID && t.grace != nil {
+			t.grace.Stop()
+			s.startGrace(id, t)
 		}
 	}
 }

@@ -76,10 +76,13 @@ type CodeContext struct {
 	CreatedAt time.Time `json:"created_at"`
 	Cwd       string    `json:"cwd,omitempty"`
 	EnvNames  []string  `json:"env_names,omitempty"`
-	ID        string    `json:"id"`
-	Language  string    `json:"language"`
-	Restarts  int64     `json:"restarts"`
-	Sandbox   string    `json:"sandbox"`
+
+	// ForkedFrom in a fork: the context of its source this one is a copy of (its interpreter, with the same state at the fork)
+	ForkedFrom string `json:"forked_from,omitempty"`
+	ID         string `json:"id"`
+	Language   string `json:"language"`
+	Restarts   int64  `json:"restarts"`
+	Sandbox    string `json:"sandbox"`
 
 	// Status ended: its interpreter ended with the sandbox's processes; the next cell starts a fresh one
 	Status string `json:"status"`

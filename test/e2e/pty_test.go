@@ -28,7 +28,7 @@ func TestPty(t *testing.T) {
 			} else {
 				t.Logf("32 MiB through a terminal: the server's peak RSS grew by %d MiB", (peak-peak0)>>20)
 			}
-			ptytest.Pause(t, c, sb.ID)
+			ptytest.Pause(t, c, sb.ID, rt == "gvisor")
 		})
 	}
 }

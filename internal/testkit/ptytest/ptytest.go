@@ -196,24 +196,58 @@ func Shell(ctx context.Context, t testing.TB, c *lbb.Client, sandboxID string) *
 	return Follow(term)
 }
 
-// Pause opens a terminal and pauses its sandbox: the terminal ends (hung up), its socket
-// says so, and the pause succeeds.
-func Pause(t *testing.T, c *lbb.Client, sandboxID string) {
+// Pause opens a terminal and pauses its sandbox with it open: the pause freezes it (the
+// socket stays open), and after resume the same socket answers with the shell's state; a
+// re-attach then shows its recent output. With snapshot (gvisor) a snapshot and a fork
+// follow: the terminal is carried on and still answers, and the fork does not refuse.
+func Pause(t *testing.T, c *lbb.Client, sandboxID string, snapshot bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := Shell(ctx, t, c, sandboxID)
 	defer s.T.Close()
-	s.Type(t, "echo up-$((1+2))\n")
+	s.Type(t, "v=$((1+2)); echo up-$v\n")
 	s.WaitFor(t, "up-3")
-	if _, err := c.Sandboxes.Pause(ctx, sandboxID); err != nil {
-		t.Fatalf("pause with a terminal open: %v", err)
+	p, err := c.Sandboxes.Pause(ctx, sandboxID)
+	if err != nil || p.Status != "paused" {
+		t.Fatalf("pause with a terminal open: %+v %v", p, err)
 	}
-	s.WaitEnd(t)
-	if e := s.T.Exit(); e == nil || e.Status == "running" {
-		t.Errorf("the terminal's end: %+v", e)
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-s.done:
+		t.Fatalf("the terminal ended with the pause: %+v %v", s.T.Exit(), s.err)
+	default:
 	}
 	if _, err := c.Sandboxes.Resume(ctx, sandboxID); err != nil {
 		t.Fatal(err)
+	}
+	s.Type(t, "echo kept-$((v*2))\n")
+	s.WaitFor(t, "kept-6")
+	if snapshot {
+		if _, err := c.Sandboxes.Snapshot(ctx, sandboxID, lbb.SnapshotRequest{}); err != nil {
+			t.Fatalf("snapshot with a terminal open: %v", err)
+		}
+		s.Type(t, "echo moved-$((v*3))\n")
+		s.WaitFor(t, "moved-9")
+		f, err := c.Sandboxes.Fork(ctx, sandboxID, lbb.ForkRequest{})
+		if err != nil {
+			t.Fatalf("fork with a terminal open: %v", err)
+		}
+		defer c.Sandboxes.Delete(context.Background(), f.ID)
+	}
+	// Dropped and re-attached: the recent output first, and the shell goes on.
+	s.T.Close()
+	<-s.done
+	term2, err := c.Sandboxes.AttachTerminal(ctx, sandboxID, s.T.ID, 0, 0)
+	if err != nil {
+		t.Fatalf("re-attaching after resume: %v", err)
+	}
+	s2 := Follow(term2)
+	defer term2.Close()
+	s2.WaitFor(t, "kept-6")
+	s2.Type(t, "echo again-$((v*4)); exit 0\n")
+	s2.WaitFor(t, "again-12")
+	if code := s2.WaitEnd(t); code != 0 {
+		t.Errorf("exit code %d after resume; exit %+v", code, term2.Exit())
 	}
 }
 

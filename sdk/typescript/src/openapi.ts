@@ -810,6 +810,8 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             restarts: number;
+            /** @description in a fork: the context of its source this one is a copy of (its interpreter, with the same state at the fork) */
+            forked_from?: string;
         };
         CodeRequest: {
             code: string;
