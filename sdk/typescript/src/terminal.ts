@@ -295,11 +295,12 @@ export class WsConn {
 
 /** How a terminal ended: the server's last message. */
 export interface TerminalExit {
-  type: "exit";
   terminal: string;
-  /** The exit status (128+n for signal n). */
-  exit_code?: number;
+  /** The exit status (128+n for signal n); undefined when it has none (the sandbox went away). */
+  exitCode: number | undefined;
+  /** The signal that ended it, when one did (SIGHUP after the grace period with no socket). */
   signal?: string;
+  /** The record's status: exited, failed, killed, … */
   status?: string;
   error?: string;
 }
@@ -362,7 +363,7 @@ export class Terminal implements AsyncIterable<Uint8Array> {
 
   /** The exit status once the terminal has ended, else undefined. */
   get exitCode(): number | undefined {
-    return this.exit?.exit_code;
+    return this.exit?.exitCode;
   }
 
   /** Types `data` (a string is sent as UTF-8). */
@@ -394,8 +395,8 @@ export class Terminal implements AsyncIterable<Uint8Array> {
       }
       if (m.op === BINARY) return new Uint8Array(m.data.buffer, m.data.byteOffset, m.data.length);
       try {
-        const j = JSON.parse(m.data.toString("utf8")) as { type?: string };
-        if (j && j.type === "exit") this.exit = j as TerminalExit;
+        const j = JSON.parse(m.data.toString("utf8")) as { type?: string; terminal?: string; exit_code?: number; signal?: string; status?: string; error?: string };
+        if (j && j.type === "exit") this.exit = { terminal: j.terminal ?? this.id, exitCode: j.exit_code, signal: j.signal, status: j.status, error: j.error };
       } catch {
         // not JSON: ignored
       }
