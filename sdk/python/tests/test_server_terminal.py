@@ -85,4 +85,14 @@ def test_terminal_async(server: Server) -> None:
                 assert term.exit_code == 3
                 await term.close()
 
+                # A burst of output arrives whole and in order: 23 KB, within the 32 KB (head
+                # and tail) the server keeps of a terminal for a reader that lags; past that it
+                # skips ahead.
+                flood = await sb.pty.create(argv=["sh", "-c", "seq 1 4000"])
+                got = bytearray()
+                assert await flood.wait(got.extend, timeout=60) == 0
+                lines = bytes(got).split(b"\r\n")
+                assert lines == [str(i).encode() for i in range(1, 4001)] + [b""], (len(lines), lines[-3:])
+                await flood.close()
+
     asyncio.run(main())

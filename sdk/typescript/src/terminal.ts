@@ -449,7 +449,7 @@ export class SandboxPty {
 
   /**
    * Re-attaches to a running terminal (resizing it when cols and rows are given); its recent
-   * output (up to 64 KiB) is read first. One that has ended throws ConflictError (its record
+   * output (what the server keeps of its tail, 16 KiB by default) is read first. One that has ended throws ConflictError (its record
    * keeps its output: `sandbox.commands.get(id)`).
    */
   attach(terminalId: string, p: AttachTerminalParams = {}): Promise<Terminal> {

@@ -97,5 +97,14 @@ test("sandbox.pty: argv, the async iterator and onData", async (t) => {
     assert.equal(await cb.wait(), 0);
     assert.ok(seen.join("").includes("from-25"), seen.join(""));
     await cb.close();
+
+    // A burst of output arrives whole and in order: 23 KB, within the 32 KB (head and tail)
+    // the server keeps of a terminal for a reader that lags; past that it skips ahead.
+    const parts: Buffer[] = [];
+    const flood = await sb.pty.create({ argv: ["sh", "-c", "seq 1 4000"] });
+    assert.equal(await flood.wait({ onData: (b) => void parts.push(Buffer.from(b)) }), 0);
+    const lines = Buffer.concat(parts).toString().split("\r\n");
+    assert.deepEqual(lines, [...Array.from({ length: 4000 }, (_, i) => String(i + 1)), ""]);
+    await flood.close();
   });
 });

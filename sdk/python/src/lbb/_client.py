@@ -623,7 +623,7 @@ class SandboxPty:
 
     def attach(self, terminal_id: str, *, cols: Optional[int] = None, rows: Optional[int] = None, timeout: Optional[float] = None) -> Terminal:
         """Re-attaches to a running terminal (resizing it when ``cols`` and ``rows`` are
-        given); its recent output (up to 64 KiB) is read first. One that has ended raises
+        given); its recent output (what the server keeps of its tail, 16 KiB by default) is read first. One that has ended raises
         :class:`ConflictError` (its record keeps its output: ``commands.get``)."""
         return self._dial([("terminal", terminal_id)], cols, rows, timeout)
 
