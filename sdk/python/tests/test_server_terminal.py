@@ -1,6 +1,7 @@
 """Terminals against a real `lbb serve`: a login shell on a real pty over the WebSocket,
 driven with the sync and the async client (resize and `stty size`, `cd` kept across lines,
-re-attach after a detach sees the recent output, the exit code), and `ports.url`."""
+re-attach after a dropped connection sees the recent output, Ctrl-C, the exit code, a burst
+of output), and `ports.url`."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def test_terminal_shell(lbb: LbbClient) -> None:
         term.send("pwd; echo len${#GREETING}-$((2+2))\n")
         assert "/tmp" in expect(term, "len5-4")
 
-        # Detach; re-attach by id sees the recent output first, and the shell's state.
-        term.close()
+        # The connection drops (no closing handshake); re-attach by id sees the recent output
+        # first, and the shell's state.
+        term._conn.sock.close()
         again = sb.pty.attach(term.id, cols=90, rows=20)
         assert again.id == term.id
         assert "len5-4" in expect(again, "len5-4")
