@@ -15,6 +15,8 @@ import (
 func TestPty(t *testing.T) {
 	c, sb := ptySandbox(t, 0)
 	ptytest.Drive(t, c, sb.ID)
+	ptytest.Lines(t, c, sb.ID, 30000, false)
+	ptytest.Lines(t, c, sb.ID, 200000, true)
 	ptytest.Flood(t, c, sb.ID, 20<<20)
 	ptytest.Pause(t, c, sb.ID, false) // the fake checkpoint keeps no processes
 }

@@ -264,6 +264,48 @@ func Flood(t *testing.T, c *lbb.Client, sandboxID string, bytes int) {
 	s.WaitEnd(t)
 }
 
+// Lines runs seq 1 n on a terminal and reads its output through the WebSocket, with a pause
+// after each read of 16 KiB when slow: every line arrives, whole and in order (the server
+// holds the output for the client and slows the program, it skips nothing), then the exit.
+func Lines(t *testing.T, c *lbb.Client, sandboxID string, n int, slow bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"seq", "1", itoa(n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	var out bytes.Buffer
+	buf := make([]byte, 16<<10)
+	start := time.Now()
+	for {
+		k, err := term.Read(buf)
+		out.Write(buf[:k])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading after %d bytes: %v", out.Len(), err)
+		}
+		if slow {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if code := term.ExitCode(); code != 0 {
+		t.Errorf("seq exited %d; exit %+v", code, term.Exit())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\r\n"), "\r\n")
+	for i, l := range lines {
+		if l != itoa(i+1) {
+			t.Fatalf("line %d is %q, want %d (%d lines, %d bytes)", i+1, tail(l), i+1, len(lines), out.Len())
+		}
+	}
+	if len(lines) != n {
+		t.Fatalf("%d lines, want %d", len(lines), n)
+	}
+	t.Logf("seq 1 %d (%d bytes, slow %v): every line in order in %v", n, out.Len(), slow, time.Since(start).Round(time.Millisecond))
+}
+
 func itoa(n int) string {
 	var b [20]byte
 	i := len(b)
