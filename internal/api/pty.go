@@ -162,21 +162,27 @@ func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) err
 }
 
 // ptyRepaint sends a re-attached client the recent output it was already sent, up to sent
-// (what the output's tail still keeps of the last ptyRecent bytes), so that it shows the
-// screen. It reports whether the socket is still there.
+// (the last run of the last ptyRecent bytes that the output's tail still keeps whole), so
+// that it shows the screen. It reports whether the socket is still there.
 func (s *Server) ptyRepaint(ctx context.Context, ws *websocket.Conn, id string, sent int64) bool {
-	for off := max(0, sent-ptyRecent); off < sent; {
+	var run []byte
+	off := max(0, sent-ptyRecent)
+	for off < sent {
 		start, data, err := s.svc.ReadOutput(ctx, id, "stdout", off, -1)
 		if err != nil || len(data) == 0 || start >= sent {
-			return true
+			break
+		}
+		if start > off {
+			run = run[:0] // a gap: only what leads up to sent without one
 		}
 		data = data[:min(int64(len(data)), sent-start)]
-		if ws.Write(ctx, websocket.MessageBinary, data) != nil {
-			return false
-		}
+		run = append(run, data...)
 		off = start + int64(len(data))
 	}
-	return true
+	if off < sent || len(run) == 0 { // what leads up to sent is not kept
+		return true
+	}
+	return ws.Write(ctx, websocket.MessageBinary, run) == nil
 }
 
 // ptyOutput sends a terminal's output from off on until it ends, and reports whether the

@@ -17,6 +17,7 @@ func TestPty(t *testing.T) {
 	ptytest.Drive(t, c, sb.ID)
 	ptytest.Lines(t, c, sb.ID, 30000, false)
 	ptytest.Lines(t, c, sb.ID, 200000, true)
+	ptytest.LinesReattach(t, c, sb.ID, 300000)
 	ptytest.Flood(t, c, sb.ID, 20<<20)
 	ptytest.Pause(t, c, sb.ID, false) // the fake checkpoint keeps no processes
 }

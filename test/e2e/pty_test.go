@@ -24,6 +24,7 @@ func TestPty(t *testing.T) {
 			// the host agent's 1 MiB hold, so the program waits for the reader).
 			ptytest.Lines(t, c, sb.ID, 30000, false)
 			ptytest.Lines(t, c, sb.ID, 200000, true)
+			ptytest.LinesReattach(t, c, sb.ID, 300000)
 			// A flood through a terminal grows the server by bounded buffers, not by the flood.
 			_, peak0 := rss(t, s.cmd.Process.Pid)
 			ptytest.Flood(t, c, sb.ID, 32<<20)
