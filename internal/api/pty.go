@@ -219,12 +219,13 @@ func (s *Server) ptyOutput(ctx context.Context, ws *websocket.Conn, att *control
 		if _, latest := att.Sent(); held && latest {
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
 			h, err := s.svc.ReadHeld(rctx, id, off, 0, ptyChunk)
+			waited := rctx.Err() != nil
 			cancel()
 			switch {
 			case ctx.Err() != nil:
 				ws.CloseNow()
 				return false
-			case err != nil && errors.Is(err, context.DeadlineExceeded):
+			case err != nil && (waited || errors.Is(err, context.DeadlineExceeded)):
 				continue // to see whether a later attach took over
 			case errdefs.IsNotFound(err):
 				return true // ended and gone
