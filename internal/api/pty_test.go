@@ -15,6 +15,9 @@ import (
 func TestPty(t *testing.T) {
 	c, sb := ptySandbox(t, 0)
 	ptytest.Drive(t, c, sb.ID)
+	ptytest.Lines(t, c, sb.ID, 30000, false)
+	ptytest.Lines(t, c, sb.ID, 200000, true)
+	ptytest.LinesReattach(t, c, sb.ID, 300000)
 	ptytest.Flood(t, c, sb.ID, 20<<20)
 	ptytest.Pause(t, c, sb.ID, false) // the fake checkpoint keeps no processes
 }
@@ -91,4 +94,32 @@ func ptySandbox(t *testing.T, grace time.Duration) (*lbb.Client, *lbb.Sandbox) {
 		t.Fatal(err)
 	}
 	return c, sb
+}
+
+// TestPtyTwoSockets: a second socket on one terminal takes its held output, and the first,
+// still open, goes on following what is kept: both see what is typed in either.
+func TestPtyTwoSockets(t *testing.T) {
+	c, sb := ptySandbox(t, 0)
+	a := ptytest.Shell(bg, t, c, sb.ID)
+	defer a.T.Close()
+	a.Type(t, "echo one-$((1+1))\n")
+	a.WaitFor(t, "one-2")
+	term, err := c.Sandboxes.AttachTerminal(bg, sb.ID, a.T.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ptytest.Follow(term)
+	b.WaitFor(t, "one-2") // the repaint
+	b.Type(t, "echo two-$((2+2))\n")
+	b.WaitFor(t, "two-4")
+	a.WaitFor(t, "two-4")
+	a.Type(t, "echo three-$((3+3)); exit 5\n")
+	b.WaitFor(t, "three-6")
+	a.WaitFor(t, "three-6")
+	if code := b.WaitEnd(t); code != 5 {
+		t.Errorf("exit code %d on the second socket, want 5", code)
+	}
+	if code := a.WaitEnd(t); code != 5 {
+		t.Errorf("exit code %d on the first socket, want 5", code)
+	}
 }

@@ -264,6 +264,94 @@ func Flood(t *testing.T, c *lbb.Client, sandboxID string, bytes int) {
 	s.WaitEnd(t)
 }
 
+// Lines runs seq 1 n on a terminal and reads its output through the WebSocket, with a pause
+// after each read of 16 KiB when slow: every line arrives, whole and in order (the server
+// holds the output for the client and slows the program, it skips nothing), then the exit.
+func Lines(t *testing.T, c *lbb.Client, sandboxID string, n int, slow bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"seq", "1", itoa(n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	var out bytes.Buffer
+	buf := make([]byte, 16<<10)
+	start := time.Now()
+	for {
+		k, err := term.Read(buf)
+		out.Write(buf[:k])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading after %d bytes: %v", out.Len(), err)
+		}
+		if slow {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if code := term.ExitCode(); code != 0 {
+		t.Errorf("seq exited %d; exit %+v", code, term.Exit())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\r\n"), "\r\n")
+	for i, l := range lines {
+		if l != itoa(i+1) {
+			t.Fatalf("line %d is %q, want %d (%d lines, %d bytes)", i+1, tail(l), i+1, len(lines), out.Len())
+		}
+	}
+	if len(lines) != n {
+		t.Fatalf("%d lines, want %d", len(lines), n)
+	}
+	t.Logf("seq 1 %d (%d bytes, slow %v): every line in order in %v", n, out.Len(), slow, time.Since(start).Round(time.Millisecond))
+}
+
+// LinesReattach runs seq 1 n on a terminal, drops the connection after reading a little, and
+// re-attaches: the held output goes on from what was delivered before the drop, every line
+// from there on in order to the last (what was in flight on the dropped socket may be lost).
+func LinesReattach(t *testing.T, c *lbb.Client, sandboxID string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"seq", "1", itoa(n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16<<10)
+	for read := 0; read < 64<<10; {
+		k, err := term.Read(buf)
+		if err != nil {
+			t.Fatalf("reading before the drop: %v", err)
+		}
+		read += k
+	}
+	term.Close()
+	time.Sleep(500 * time.Millisecond)
+	term2, err := c.Sandboxes.AttachTerminal(ctx, sandboxID, term.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term2.Close()
+	out, err := io.ReadAll(term2)
+	if err != nil {
+		t.Fatalf("reading after the re-attach: %v", err)
+	}
+	_, rest, _ := strings.Cut(string(out), "\r\n") // the first line may be cut
+	lines := strings.Split(strings.TrimSuffix(rest, "\r\n"), "\r\n")
+	first := 0
+	for _, d := range lines[0] {
+		first = first*10 + int(d-'0')
+	}
+	for i, l := range lines {
+		if l != itoa(first+i) {
+			t.Fatalf("after the re-attach, line %d is %q, want %d", i, tail(l), first+i)
+		}
+	}
+	if last := first + len(lines) - 1; last != n {
+		t.Fatalf("after the re-attach the lines end at %d, want %d", last, n)
+	}
+	t.Logf("seq 1 %d dropped and re-attached: lines %d to %d in order", n, first, n)
+}
+
 func itoa(n int) string {
 	var b [20]byte
 	i := len(b)
