@@ -242,7 +242,7 @@ type BuildOptions struct {
 	Env map[string]string
 	// Connect, when set, is called with the started build sandbox (to give it egress) and
 	// answers what undoes that.
-	Connect func(ctx context.Context, sb runtime.Sandbox) (func(), error)
+	Connect func(ctx context.Context, c *agent.Client) (func(), error)
 	// StepTimeout bounds each step; 0 is 15 minutes.
 	StepTimeout time.Duration
 	// Log receives the build's output as it comes (besides the stored log).
@@ -386,7 +386,7 @@ func (s *Store) runSteps(ctx context.Context, sb runtime.Sandbox, o BuildOptions
 	}
 	defer cl.Close()
 	if o.Connect != nil {
-		undo, err := o.Connect(ctx, sb)
+		undo, err := o.Connect(ctx, cl)
 		if err != nil {
 			return nil, fmt.Errorf("connect the build sandbox: %w", err)
 		}
