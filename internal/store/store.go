@@ -430,10 +430,12 @@ type Sandbox struct {
 	Graph  string `json:"graph"`
 	Status string `json:"status"`
 	// OneCall marks a Level 1 sandbox that lives for one run.
-	OneCall   bool              `json:"one_call"`
-	Base      string            `json:"base"`
-	Image     string            `json:"image,omitempty"`
-	Template  *TemplateRef      `json:"template,omitempty"`
+	OneCall  bool         `json:"one_call"`
+	Base     string       `json:"base"`
+	Image    string       `json:"image,omitempty"`
+	Template *TemplateRef `json:"template,omitempty"`
+	// Layer is the template layer (its key) the sandbox runs on over Image, if any.
+	Layer     string            `json:"layer,omitempty"`
 	Limits    Limits            `json:"limits"`
 	Isolation string            `json:"isolation,omitempty"` // the driver it runs on ("ns", "gvisor"), resolved; "" only on old records
 	EnvNames  []string          `json:"env_names,omitempty"`

@@ -5,3 +5,5 @@ ALTER TABLE templates ADD COLUMN image TEXT;
 ALTER TABLE templates ADD COLUMN layer TEXT;
 ALTER TABLE templates ADD COLUMN build TEXT;
 CREATE INDEX templates_layer ON templates (layer);
+-- A sandbox's template layer (the key), which it runs on over its image.
+ALTER TABLE sandboxes ADD COLUMN layer TEXT;
