@@ -161,3 +161,11 @@ func (h *Local) image(layer string) (string, error) {
 	}
 	return root, err
 }
+
+// CloseLayers unmounts the rootfs of every template layer.
+func (h *Local) CloseLayers() error {
+	if h.layers == nil {
+		return nil
+	}
+	return h.layers.Close()
+}

@@ -26,9 +26,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -603,4 +606,49 @@ func (s *Store) Close() error {
 		err = errors.Join(err, s.unmount(k))
 	}
 	return err
+}
+
+// PublicSources are what a build may reach when the operator names no source: the hosts
+// of the bases' own Debian sources, PyPI and the npm registry.
+var PublicSources = []string{"deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"}
+
+// Configured reports whether the operator named any source.
+func (s Sources) Configured() bool {
+	return s.PipIndexURL != "" || s.PipFindLinks != "" || s.NpmRegistry != "" || len(s.AptSources) > 0
+}
+
+// Hosts are the egress allowlist entries (host:port) of s's URLs.
+func (s Sources) Hosts() []string {
+	var urls []string
+	urls = append(urls, s.PipIndexURL, s.PipFindLinks, s.NpmRegistry)
+	for _, line := range s.AptSources {
+		for _, f := range strings.Fields(line) {
+			if strings.Contains(f, "://") {
+				urls = append(urls, f)
+				break
+			}
+		}
+	}
+	var out []string
+	for _, raw := range urls {
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Hostname() == "" {
+			continue
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		if port == "" {
+			continue
+		}
+		h := net.JoinHostPort(u.Hostname(), port)
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
