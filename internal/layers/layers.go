@@ -152,12 +152,19 @@ func (r Recipe) Steps(src Sources) []Step {
 		steps = append(steps, Step{Name: "apt", Cmd: cmd})
 	}
 	if len(r.Pip) > 0 {
-		cmd := "pip install --no-cache-dir --break-system-packages --disable-pip-version-check"
+		cmd := "pip install --no-cache-dir --break-system-packages --disable-pip-version-check --root-user-action=ignore"
 		if src.PipIndexURL != "" {
 			cmd += " --index-url " + q([]string{src.PipIndexURL})
 		}
 		if src.PipFindLinks != "" {
 			cmd += " --find-links " + q([]string{src.PipFindLinks})
+		}
+		// The operator named these sources: plain HTTP (a mirror on the local network) is
+		// what they chose.
+		for _, raw := range []string{src.PipIndexURL, src.PipFindLinks} {
+			if u, err := url.Parse(raw); err == nil && u.Scheme == "http" && u.Hostname() != "" {
+				cmd += " --trusted-host " + q([]string{u.Hostname()})
+			}
 		}
 		steps = append(steps, Step{Name: "pip", Cmd: cmd + " " + q(r.Pip)})
 	}
@@ -492,8 +499,9 @@ func resolvedOf(frozen string, r Recipe) map[string]string {
 	for _, line := range strings.Split(frozen, "\n") {
 		name, version, ok := strings.Cut(strings.TrimSpace(line), "=")
 		version = strings.TrimPrefix(version, "=")
-		if ok && want[norm(name)] {
-			out[name] = version
+		manager, pkg, _ := strings.Cut(name, " ")
+		if ok && want[manager+" "+norm(pkg)] {
+			out[manager+" "+norm(pkg)] = version
 		}
 	}
 	return out

@@ -183,3 +183,18 @@ func TestBuildAndMount(t *testing.T) {
 		t.Errorf("collected layer stays: %v", err)
 	}
 }
+
+func TestResolved(t *testing.T) {
+	r := layers.Recipe{Apt: []string{"sqlite3"}, Pip: []string{"Tiny_Pkg==1.0"}, Npm: []string{"left-pad@1"}}
+	frozen := "apt bash=5.2\napt sqlite3=3.46.1-7\npip numpy==2.0\npip tiny-pkg==1.0\nnpm left-pad=1.3.0\n"
+	got := layers.ResolvedOf(frozen, r)
+	want := map[string]string{"apt sqlite3": "3.46.1-7", "pip tiny-pkg": "1.0", "npm left-pad": "1.3.0"}
+	if len(got) != len(want) {
+		t.Fatalf("resolved %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("resolved %v, want %v", got, want)
+		}
+	}
+}
