@@ -238,11 +238,7 @@ func templatesShow(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 }
 
 func versionsLine(v map[string]string) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := sortedKeys(v)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + " " + v[k]
