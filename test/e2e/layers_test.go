@@ -4,7 +4,12 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +25,9 @@ import (
 func TestTemplateLayers(t *testing.T) {
 	rig := newEgressRig(t)
 	index := rig.httpURL("pypi.test") + "/simple/"
-	s := startServer(t, append(rig.args(true), "--build-pip-index", index)...)
+	aptRepo := debRepo(t)
+	s := startServer(t, append(rig.args(true), "--build-pip-index", index,
+		"--build-apt-source", "deb [trusted=yes] "+aptRepo+" ./")...)
 	if remoteHost {
 		r := s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil, `{"name": "pk", "image": {"run": ["true"]}}`)
 		if r.status != 503 || r.errCode(t) != "not_supported" {
@@ -81,6 +88,19 @@ func TestTemplateLayers(t *testing.T) {
 		t.Errorf("pk2's build: %v, want ready and cached", b)
 	}
 
+	// A Debian package from the operator's apt source (a repository on the host's loopback).
+	r = s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil, jsonBody(t, map[string]any{"name": "deb",
+		"code": "import subprocess\ndef run(i, c):\n    return subprocess.run(['lbb-hello'], capture_output=True, text=True).stdout.strip()",
+		"image": map[string]any{"apt": []string{"lbb-hello"}}}))
+	if r.status != 201 {
+		t.Fatalf("deb: %d %s", r.status, r.body)
+	}
+	if b := waitBuild(t, s, "deb"); b["status"] != "ready" || b["resolved"].(map[string]any)["apt lbb-hello"] != "1.0" {
+		t.Errorf("the apt build: %v", b)
+	} else if _, m := s.run("deb-run", `{"run": {"template": "deb"}, "wait_ms": 60000}`); m["result"] != "hello from a deb" {
+		t.Errorf("a run of the apt template: %v", m)
+	}
+
 	// A build step that reaches beyond the package sources fails the build at that step.
 	r = s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil, jsonBody(t, map[string]any{"name": "leak", "code": code,
 		"image": map[string]any{"run": []string{"true", fmt.Sprintf("python3 -c \"import urllib.request as u; print(u.urlopen('%s/hello', timeout=10).read())\"", rig.httpURL("allowed.test"))}}}))
@@ -113,4 +133,48 @@ func waitBuild(t *testing.T, s *server, ref string) map[string]any {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// debRepo serves, on the host's loopback, a flat apt repository of one package, lbb-hello
+// (a script at /usr/bin/lbb-hello), and answers its URL.
+func debRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "pkg")
+	for _, f := range []struct {
+		path, body string
+		mode       os.FileMode
+	}{
+		{"DEBIAN/control", "Package: lbb-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: lbb tests <t@example.org>\nDescription: a test package\n", 0o644},
+		{"usr/bin/lbb-hello", "#!/bin/sh\necho hello from a deb\n", 0o755},
+	} {
+		p := filepath.Join(pkg, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.body), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repo := filepath.Join(dir, "repo")
+	if err := os.Mkdir(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", pkg, filepath.Join(repo, "lbb-hello_1.0_all.deb")).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v: %s", err, out)
+	}
+	scan := exec.Command("dpkg-scanpackages", ".")
+	scan.Dir = repo
+	index, err := scan.Output()
+	if err != nil {
+		t.Fatalf("dpkg-scanpackages: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "Packages"), index, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(repo)))
+	t.Cleanup(srv.Close)
+	// By a name (the rig's DNS answers it with loopback): the proxy the build's egress gives
+	// apt is not used for 127.0.0.1.
+	return fmt.Sprintf("http://pypi.test:%d/", srv.Listener.Addr().(*net.TCPAddr).Port)
 }
