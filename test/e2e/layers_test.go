@@ -90,7 +90,7 @@ func TestTemplateLayers(t *testing.T) {
 
 	// A Debian package from the operator's apt source (a repository on the host's loopback).
 	r = s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil, jsonBody(t, map[string]any{"name": "deb",
-		"code": "import subprocess\ndef run(i, c):\n    return subprocess.run(['lbb-hello'], capture_output=True, text=True).stdout.strip()",
+		"code":  "import subprocess\ndef run(i, c):\n    return subprocess.run(['lbb-hello'], capture_output=True, text=True).stdout.strip()",
 		"image": map[string]any{"apt": []string{"lbb-hello"}}}))
 	if r.status != 201 {
 		t.Fatalf("deb: %d %s", r.status, r.body)
