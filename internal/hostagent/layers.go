@@ -155,7 +155,7 @@ func (h *Local) image(layer string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	root, err := st.Rootfs(layer, h.rootfs)
+	root, err := st.Rootfs(layer, h.info.Image.ID, h.rootfs)
 	if errdefs.IsNotFound(err) {
 		return "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
 	}

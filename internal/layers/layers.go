@@ -520,11 +520,16 @@ func duBytes(dir string) int64 {
 	return n
 }
 
-// Rootfs answers the image directory of a sandbox of layer key over base rootfs image: the
-// read-only overlay of the layer on the image, mounted on first use.
-func (s *Store) Rootfs(key, image string) (string, error) {
-	if _, err := s.Get(key); err != nil {
+// Rootfs answers the image directory of a sandbox of layer key over base rootfs image (whose
+// id is baseID: a layer built on another base is refused): the read-only overlay of the layer
+// on the image, mounted on first use.
+func (s *Store) Rootfs(key, baseID, image string) (string, error) {
+	in, err := s.Get(key)
+	if err != nil {
 		return "", err
+	}
+	if in.Base != baseID {
+		return "", errdefs.Conflict("layer %s was built on image %s, not %s: save the template again to build it on this one", key, in.Base, baseID)
 	}
 	if strings.ContainsAny(image+s.Dir, ",:\n") {
 		return "", errdefs.InvalidArgument("overlayfs cannot take ',' or ':' in a path")

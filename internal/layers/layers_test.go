@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
@@ -139,11 +140,14 @@ func TestBuildAndMount(t *testing.T) {
 	if stored, _ := st.Log(layers.Key("base1", bad)); !bytes.Contains(stored, []byte("boom")) || bytes.Contains(stored, []byte("never")) {
 		t.Errorf("failed build's log: %q", stored)
 	}
-	if _, err := st.Rootfs(layers.Key("base1", bad), image); err == nil {
+	if _, err := st.Rootfs(layers.Key("base1", bad), "base1", image); err == nil {
 		t.Error("a failed build has a rootfs")
 	}
 
-	rootfs, err := st.Rootfs(info.Key, image)
+	if _, err := st.Rootfs(info.Key, "base2", image); !errdefs.IsConflict(err) {
+		t.Fatalf("a layer over another base: %v", err)
+	}
+	rootfs, err := st.Rootfs(info.Key, "base1", image)
 	if err != nil {
 		t.Fatal(err)
 	}
