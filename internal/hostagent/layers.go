@@ -135,10 +135,10 @@ func (h *Local) LayerLog(ctx context.Context, key string) ([]byte, error) {
 }
 
 func (h *Local) GCLayers(ctx context.Context, keep []string) ([]string, error) {
-	st, err := h.layerStore()
-	if err != nil {
-		return nil, err
+	if h.layers == nil {
+		return nil, nil // no builds here: nothing to collect
 	}
+	st := h.layers
 	in := map[string]bool{}
 	for _, k := range keep {
 		in[k] = true
