@@ -146,10 +146,19 @@ func (h *Local) GCLayers(ctx context.Context, keep []string) ([]string, error) {
 	return st.GC(in)
 }
 
-// image is the image directory of a sandbox on layer ("" is the base).
-func (h *Local) image(layer string) (string, error) {
+// image is the image directory of a sandbox on layer ("" is the base) and driver runtime ("":
+// the machine's default).
+func (h *Local) image(layer, runtime string) (string, error) {
 	if layer == "" {
 		return h.rootfs, nil
+	}
+	if runtime == "" {
+		runtime = h.info.Default
+	}
+	// ns and gvisor take the overlay directory as their image; a microvm boots a disk made
+	// from an image, and none is made of a layer yet.
+	if runtime != "ns" && runtime != "gvisor" {
+		return "", NotSupported("template layers run on ns and gvisor, not %s", runtime)
 	}
 	st, err := h.layerStore()
 	if err != nil {

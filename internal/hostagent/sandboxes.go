@@ -118,7 +118,7 @@ func (h *Local) snapshotDir(id string) string { return filepath.Join(h.dataDir, 
 
 // Create starts a long-lived sandbox, from the warm pool when req.Warm and one is ready.
 func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
-	image, err := h.image(req.Layer)
+	image, err := h.image(req.Layer, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -412,7 +412,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		return h.answer(req.ID, req.Runtime, l), nil
 	}
 	// A sandbox of a template layer needs it mounted (again, after a restart).
-	image, err := h.image(req.Layer)
+	image, err := h.image(req.Layer, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
