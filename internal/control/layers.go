@@ -98,6 +98,12 @@ func (s *Service) build(ctx context.Context, lb hostagent.LayerBuilder, t store.
 		limits.DiskMiB = max(limits.DiskMiB, 4096) // packages need room; the layer is what they take
 		info, err = lb.BuildLayer(ctx, hostagent.LayerBuildRequest{SandboxID: ids.New(ids.Sandbox), Recipe: recipe, Limits: limits}, nil)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The server is shutting down: the version stays building, and its build starts
+		// again on the next server's first look at it (usable, GetTemplateBuild).
+		log.Info("template build interrupted by shutdown", "err", err)
+		return
+	}
 	now := s.now()
 	b.FinishedAt, b.DurationMs = &now, now.Sub(b.StartedAt).Milliseconds()
 	if err == nil && info.Key != t.Layer {
