@@ -89,8 +89,9 @@ with curl; ports are private otherwise. Anyone with the URL reaches the port unt
 		footer:  "Every verb takes --url, --api-key, --graph and --json.",
 		verbs: []verb{
 			{name: "create", aliases: []string{"save"}, run: templatesCreate,
-				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor] [--egress MODE] [--allow HOST]... [--egress-quota SIZE]",
-				help: "save a new version of NAME (each save is a new version)"},
+				args: "NAME [--file FILE] [--base B] [--config JSON] [--memory-mib N] [--timeout-ms N] [--isolation ns|gvisor] [--egress MODE] [--allow HOST]... [--egress-quota SIZE] [--apt PKG]... [--pip PKG]... [--npm PKG]... [--run CMD]... [--copy LOCAL:/PATH]... [--no-wait]",
+				help: "save a new version of NAME (each save is a new version); --apt, --pip, --npm, --run and --copy\nbuild an image layer the version carries, shown live"},
+			{name: "build", args: "NAME[@N] [--follow]", help: "the build of a version's image: status, failed step, resolved packages, log", run: templatesBuild},
 			{name: "list", aliases: []string{"ls"}, args: "", help: "the graph's templates (newest versions) and the bases", run: templatesList},
 			{name: "show", aliases: []string{"get"}, args: "NAME[@N]", help: "one version (newest by default) and the history", run: templatesShow},
 		},

@@ -26,6 +26,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/mcp"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -137,6 +138,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if warm != nil {
 		warm.Start()
 		defer warm.Close()
+	}
+	if l, ok := hst.(*hostagent.Local); ok {
+		defer l.CloseLayers() // unmounts the layers' rootfs (sandboxes on them are gone)
 	}
 	secret, err := svc.Bootstrap(ctx, cfg.DataDir)
 	if err != nil {
@@ -258,6 +262,14 @@ func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prom
 		Default: iso.Default, Offered: iso.Available, Unavailable: iso.Unavailable,
 		Blobs: bs, DataDir: cfg.DataDir, Guard: guard, Log: log.With("part", "hostagent"),
 	})
+	// Template builds reach their package sources and nothing else.
+	src := layers.Sources{PipIndexURL: cfg.BuildPipIndex, PipFindLinks: cfg.BuildPipFindLinks, NpmRegistry: cfg.BuildNpmRegistry,
+		AptSources: cfg.BuildAptSources}
+	allow := append(src.Hosts(), cfg.BuildAllow...)
+	if !src.Configured() && len(cfg.BuildAllow) == 0 {
+		allow = layers.PublicSources
+	}
+	hst.WithLayers(hostagent.LayerOptions{Dir: filepath.Join(cfg.DataDir, "layers"), Sources: src, Allow: allow})
 	return hst, warm, image, iso, nil
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
@@ -19,6 +22,13 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 	timeout := fs.Int64("timeout-ms", 0, "command timeout in ms")
 	desc := fs.String("description", "", "what the template does")
 	ef := newEgressFlags(fs)
+	var apt, pip, npm, run, copies multiFlag
+	fs.Var(&apt, "apt", "a Debian package the template carries (repeat)")
+	fs.Var(&pip, "pip", "a Python package the template carries, as pip names it (repeat)")
+	fs.Var(&npm, "npm", "a global npm package the template carries (repeat)")
+	fs.Var(&run, "run", "a shell step run as root after the packages, in order (repeat)")
+	fs.Var(&copies, "copy", "LOCAL:/ABS/PATH: a local file uploaded as a File of the graph and copied to /ABS/PATH in the template's image (repeat)")
+	noWait := fs.Bool("no-wait", false, "answer at once when the template builds an image; do not follow the build")
 	name, err := oneArg(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -39,13 +49,107 @@ func templatesCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, arg
 	if err != nil {
 		return err
 	}
+	if len(apt)+len(pip)+len(npm)+len(run)+len(copies) > 0 {
+		img := &lbb.ImageRecipe{Apt: apt, Pip: pip, Npm: npm, Run: run}
+		for _, cp := range copies {
+			local, dst, ok := strings.Cut(cp, ":")
+			if !ok || !strings.HasPrefix(dst, "/") {
+				return fmt.Errorf("--copy %q: want LOCAL:/ABS/PATH", cp)
+			}
+			var f *lbb.File
+			if err := upload(local, "upload "+filepath.Base(local), func(r io.Reader) (err error) {
+				f, err = c.GraphFiles.Upload(ctx, filepath.Base(local), r)
+				return err
+			}); err != nil {
+				return err
+			}
+			img.Files = append(img.Files, lbb.TemplateFile{File: f.ID, Path: dst})
+		}
+		p.Image = img
+	}
 	t, err := c.Sandboxes.Templates.Create(ctx, p)
+	if err == nil && p.Image != nil && !cf.json && !*noWait {
+		if t.Existing {
+			fmt.Printf("unchanged: %s version %d already holds this (%s); no new version\n", t.Name, t.Version, t.ID)
+		} else {
+			fmt.Printf("saved %s version %d (%s); building its image (layer %.12s)…\n", t.Name, t.Version, t.ID, t.Layer)
+		}
+		return followBuild(ctx, c, fmt.Sprintf("%s@%d", t.Name, t.Version))
+	}
 	return answer(cf, t, err, func(t *lbb.Template) {
 		if t.Existing {
 			fmt.Printf("unchanged: %s version %d already holds this (%s); no new version\n", t.Name, t.Version, t.ID)
 			return
 		}
 		fmt.Printf("saved %s version %d (%s)\n", t.Name, t.Version, t.ID)
+	})
+}
+
+// followBuild prints a template version's build log as it grows, until the build ends; a
+// failed build is an error naming its step.
+func followBuild(ctx context.Context, c *lbb.Client, ref string) error {
+	printed := 0
+	for {
+		b, err := c.Sandboxes.Templates.Build(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if len(b.Log) > printed {
+			fmt.Print(b.Log[printed:])
+			printed = len(b.Log)
+		}
+		switch b.Status {
+		case "ready":
+			fmt.Printf("ready: %s (layer %.12s, %d bytes%s)\n", ref, b.Layer, b.LayerBytes, map[bool]string{true: ", already built by the same recipe"}[b.Cached])
+			for _, k := range sortedKeys(b.Resolved) {
+				fmt.Printf("  %s %s\n", k, b.Resolved[k])
+			}
+			return nil
+		case "failed":
+			return fmt.Errorf("template %s failed to build at step %s: %s", ref, b.Step, b.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// templatesBuild shows (with --follow, follows) a template version's build.
+func templatesBuild(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string) error {
+	follow := fs.Bool("follow", false, "follow the build until it ends")
+	ref, err := oneArg(fs, args, "NAME[@N]")
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	if *follow && !cf.json {
+		return followBuild(ctx, c, ref)
+	}
+	b, err := c.Sandboxes.Templates.Build(ctx, ref)
+	return answer(cf, b, err, func(b *lbb.TemplateBuildView) {
+		fmt.Printf("%s@%d: %s (layer %.12s)", b.Template, b.Version, b.Status, b.Layer)
+		if b.Step != "" {
+			fmt.Printf(" at step %s: %s", b.Step, b.Error)
+		}
+		fmt.Printf("\n")
+		for _, k := range sortedKeys(b.Resolved) {
+			fmt.Printf("  %s %s\n", k, b.Resolved[k])
+		}
+		fmt.Printf("\n%s", b.Log)
 	})
 }
 
@@ -134,11 +238,7 @@ func templatesShow(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 }
 
 func versionsLine(v map[string]string) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := sortedKeys(v)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + " " + v[k]

@@ -48,6 +48,7 @@ func (s *Server) routes() {
 	s.handle("POST", "/v1/sandboxes/templates", tplW, graph, audited, s.createTemplate)
 	s.handle("GET", "/v1/sandboxes/templates", read, graph, !audited, s.listTemplates)
 	s.handle("GET", "/v1/sandboxes/templates/{name...}", read, graph, !audited, s.getTemplate)
+	s.handle("GET", "/v1/sandboxes/templates/{name}/build", read, graph, !audited, s.getTemplateBuild)
 
 	s.handle("GET", "/v1/graphs", scopeAny, !graph, !audited, s.listGraphs)
 	s.handle("POST", "/v1/keys", admin, !graph, audited, s.createKey)
@@ -375,6 +376,17 @@ type templateVersion struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by,omitempty"`
 	Isolation string    `json:"isolation,omitempty"`
+}
+
+// getTemplateBuild answers the build of a template version with an image recipe: its state,
+// the step that failed, what its packages resolved to, and its log.
+func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, err := s.svc.GetTemplateBuild(r.Context(), c.caller.Graph, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, b)
+	return nil
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -346,6 +346,13 @@ func TestOpenAPIContract(t *testing.T) {
 	check("getTemplate", tn, 400, "GET", tp+"/normalize@x?graph=main", reader, nil, "")
 	check("getTemplate", tn, 401, "GET", tp+"/normalize?graph=main", "", nil, "")
 	check("getTemplate", tn, 404, "GET", tp+"/normalize?graph=other", other, nil, "")
+	// A version with an image recipe has a build (here it fails: this machine builds no layers).
+	check("createTemplate", tp, 201, "POST", tp+"?graph=main", admin, nil, `{"name": "pkgs", "code": "x", "image": {"run": ["true"]}}`)
+	tb := tp + "/{name}/build"
+	check("getTemplateBuild", tb, 200, "GET", tp+"/pkgs/build?graph=main", reader, nil, "")
+	check("getTemplateBuild", tb, 400, "GET", tp+"/pkgs@x/build?graph=main", reader, nil, "")
+	check("getTemplateBuild", tb, 401, "GET", tp+"/pkgs/build?graph=main", "", nil, "")
+	check("getTemplateBuild", tb, 404, "GET", tp+"/normalize/build?graph=main", reader, nil, "")
 
 	check("listGraphs", "/v1/graphs", 200, "GET", "/v1/graphs", other, nil, "")
 	check("listGraphs", "/v1/graphs", 401, "GET", "/v1/graphs", "", nil, "")

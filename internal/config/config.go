@@ -156,6 +156,16 @@ type Config struct {
 	// EgressResolver is the DNS server (host:port) the guard resolves names with; "" is
 	// the host's resolver.
 	EgressResolver string
+
+	// Template builds (internal/layers): the package sources a build uses (pip's index and
+	// find-links, npm's registry, apt's "deb …" lines; empty: the base's own: PyPI, npm,
+	// Debian), and BuildAllow, what a build sandbox's egress may reach besides the hosts of
+	// those sources (with none of them set: the public Debian, PyPI and npm hosts).
+	BuildPipIndex     string
+	BuildPipFindLinks string
+	BuildNpmRegistry  string
+	BuildAptSources   []string
+	BuildAllow        []string
 	// APIURL is where host agents send the API calls sandboxes make with their grants
 	// (default: http:// and the address the server listens on).
 	APIURL string
@@ -274,6 +284,21 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				c.EgressPermit = append(c.EgressPermit, p)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.BuildPipIndex, "build-pip-index", c.BuildPipIndex, "pip index URL template builds install Python packages from (default: PyPI)")
+	fs.StringVar(&c.BuildPipFindLinks, "build-pip-find-links", c.BuildPipFindLinks, "a URL of package files template builds' pip also looks in")
+	fs.StringVar(&c.BuildNpmRegistry, "build-npm-registry", c.BuildNpmRegistry, "npm registry URL template builds install npm packages from (default: registry.npmjs.org)")
+	fs.Func("build-apt-source", "a \"deb URL suite components\" line template builds' apt uses instead of the base's sources; repeat (LBB_BUILD_APT_SOURCE)", func(v string) error {
+		c.BuildAptSources = append(c.BuildAptSources, v)
+		return nil
+	})
+	fs.Func("build-egress-allow", "a host[:port] template builds may reach besides their package sources' hosts; repeat or separate with commas (LBB_BUILD_EGRESS_ALLOW)", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.BuildAllow = append(c.BuildAllow, p)
 			}
 		}
 		return nil

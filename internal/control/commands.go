@@ -121,6 +121,9 @@ func (s *Service) RunIn(ctx context.Context, c Caller, sandboxID string, req Run
 		if err != nil {
 			return Response{}, err
 		}
+		if t.Image != nil && t.Layer != sb.Layer {
+			return Response{}, errdefs.InvalidArgument("template %s@%d carries its own image; run it in a sandbox created from it, or as a one-call run", t.Name, t.Version)
+		}
 		code, tplConfig, tplTimeout, baseName = t.Code, t.Config, t.TimeoutMs, t.Base
 		ref = &store.TemplateRef{ID: t.ID, Name: t.Name, Version: t.Version}
 	}

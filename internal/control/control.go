@@ -89,6 +89,9 @@ type Service struct {
 	// cmu guards the code contexts running here (contexts.go).
 	cmu      sync.Mutex
 	contexts map[string]*codeContext
+	// bmu guards the template builds running here (layers.go), by version.
+	bmu    sync.Mutex
+	builds map[string]chan struct{}
 }
 
 type owner struct{ graph, key string }

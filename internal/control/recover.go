@@ -243,6 +243,9 @@ func (s *Service) Sweep(ctx context.Context) (Swept, error) {
 	if _, err := s.sweepSnapshots(ctx); err != nil {
 		return sw, fmt.Errorf("janitor: removing snapshots: %w", err)
 	}
+	if _, err := s.sweepLayers(ctx); err != nil {
+		return sw, fmt.Errorf("janitor: removing unused template layers: %w", err)
+	}
 	// A preview past its expiry answers 404 anyway; its row goes a day later.
 	if _, err := s.st.DeleteExpiredPreviews(ctx, now.Add(-24*time.Hour)); err != nil {
 		return sw, fmt.Errorf("janitor: removing expired previews: %w", err)

@@ -449,7 +449,7 @@ func (s *Service) runSpec(p *plan) hostagent.RunRequest {
 		Runtime:  p.sandbox.Isolation,
 		Language: p.language, Code: p.command.Code, Script: p.command.Kind == store.KindScript, Input: p.command.Input, Config: p.command.Config,
 		Env: p.env, Timeout: p.timeout, HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes,
-		Files: p.files, Egress: hostEgress(p.sandbox),
+		Files: p.files, Egress: hostEgress(p.sandbox), Layer: p.sandbox.Layer,
 	}
 }
 
@@ -530,7 +530,12 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 		if b, ok := bases.Lookup(r.Template); ok {
 			baseName = b.Name // a base named as a template
 		} else {
-			t, err := s.resolveTemplate(ctx, c.Graph, r.Template)
+			// A version still building its image is waited for within wait_ms.
+			var wait time.Duration
+			if req.WaitMs != nil {
+				wait = time.Duration(*req.WaitMs) * time.Millisecond
+			}
+			t, err := s.usableTemplate(ctx, c.Graph, r.Template, wait)
 			if err != nil {
 				return nil, err
 			}
@@ -630,7 +635,7 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	return &plan{
 		sandbox: store.Sandbox{ID: sbID, Graph: c.Graph, Status: store.SandboxRunning, OneCall: true, Base: base.Name,
 			Image: s.image.ID, Template: ref, Limits: limits, Isolation: isolation, EnvNames: envNames, Metadata: req.Metadata,
-			Origin: origin, CreatedAt: now, Egress: eg},
+			Origin: origin, CreatedAt: now, Egress: eg, Layer: layerOf(tpl)},
 		command: store.Command{ID: cmdID, Graph: c.Graph, SandboxID: sbID, Kind: kind, Language: base.Language,
 			Code: code, Input: input, Config: config, Template: ref, EnvNames: envNames, TimeoutMs: timeout.Milliseconds(),
 			Status: store.CommandRunning, Origin: origin, CreatedAt: now},

@@ -210,7 +210,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
-			Runtime: sb.Isolation, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
+			Runtime: sb.Isolation, Layer: sb.Layer, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
 		if err != nil {
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -263,7 +263,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 		if b, ok := bases.Lookup(req.Template); ok {
 			baseName = b.Name
 		} else {
-			t, err := s.resolveTemplate(ctx, c.Graph, req.Template)
+			t, err := s.usableTemplate(ctx, c.Graph, req.Template, 0)
 			if err != nil {
 				return zero, nil, nil, err
 			}
@@ -332,7 +332,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	// pool's (CreateSandbox).
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: c.Graph, Status: store.SandboxStarting, Base: base.Name, Image: s.image.ID,
 		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin,
-		Egress: eg, API: grant, Git: req.Git}, env, files, nil
+		Egress: eg, API: grant, Git: req.Git, Layer: layerOf(tpl)}, env, files, nil
 }
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
@@ -510,7 +510,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return sb, err
 	}
 	t0 := time.Now()
-	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation,
+	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Layer: sb.Layer,
 		Egress: hostEgress(sb)})
 	if err != nil {
 		// A paused sandbox stays paused, so that a retry may wake it.

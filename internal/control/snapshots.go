@@ -160,7 +160,7 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 // unpause wakes a sandbox whose pause went past the graph's quotas (over) and answers over;
 // one that does not wake is recorded paused, so that a resume may wake it.
 func (s *Service) unpause(ctx context.Context, paused, running store.Sandbox, over error) (store.Sandbox, error) {
-	_, err := s.host.Resume(ctx, hostagent.ResumeRequest{ID: running.ID, Limits: runtimeLimits(running.Limits), Runtime: running.Isolation})
+	_, err := s.host.Resume(ctx, hostagent.ResumeRequest{ID: running.ID, Limits: runtimeLimits(running.Limits), Runtime: running.Isolation, Layer: running.Layer})
 	rec := running
 	if err != nil {
 		rec = paused

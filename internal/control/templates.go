@@ -30,6 +30,8 @@ type TemplateRequest struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Egress is the route out its runs and sandboxes get unless a call names one.
 	Egress *store.Egress `json:"egress,omitempty"`
+	// Image is what the version installs over its base: it answers at once, building.
+	Image *store.ImageRecipe `json:"image,omitempty"`
 }
 
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -49,12 +51,17 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 	if err != nil {
 		return SavedTemplate{}, err
 	}
-	if newest, err := s.st.GetTemplate(ctx, c.Graph, t.Name, 0); err == nil && sameTemplate(newest, t) {
+	// A newest version whose build failed is built again by a new version.
+	if newest, err := s.st.GetTemplate(ctx, c.Graph, t.Name, 0); err == nil && sameTemplate(newest, t) &&
+		(newest.Build == nil || newest.Build.Status != store.BuildFailed) {
 		return SavedTemplate{Template: newest, Existing: true}, nil
 	} else if err != nil && !errdefs.IsNotFound(err) {
 		return SavedTemplate{}, err
 	}
 	t, err = s.st.CreateTemplateVersion(ctx, t)
+	if err == nil && t.Image != nil {
+		s.startBuild(t)
+	}
 	return SavedTemplate{Template: t}, err
 }
 
@@ -63,7 +70,7 @@ func (s *Service) CreateTemplate(ctx context.Context, c Caller, req TemplateRequ
 func sameTemplate(a, b store.Template) bool {
 	return a.Base == b.Base && a.Code == b.Code && a.Limits == b.Limits && a.Isolation == b.Isolation &&
 		a.TimeoutMs == b.TimeoutMs && sameJSON(a.Config, b.Config) && slices.Equal(a.Files, b.Files) &&
-		a.Description == b.Description
+		a.Description == b.Description && reflect.DeepEqual(a.Image, b.Image) && a.Layer == b.Layer
 }
 
 // sameJSON reports whether two JSON values are equal (object keys in any order).
@@ -127,11 +134,25 @@ func (s *Service) newTemplateVersion(ctx context.Context, c Caller, req Template
 			return store.Template{}, fmt.Errorf("files[%d].file: %w", i, err)
 		}
 	}
+	var layer string
+	var build *store.TemplateBuild
+	if req.Image != nil {
+		lb, err := s.layerBuilder()
+		if err != nil {
+			return store.Template{}, err
+		}
+		recipe, err := s.recipeOf(ctx, c.Graph, req.Image)
+		if err != nil {
+			return store.Template{}, err
+		}
+		layer = lb.LayerKey(recipe)
+		build = &store.TemplateBuild{Status: store.BuildBuilding, StartedAt: s.now()}
+	}
 	var limits store.Limits
 	if req.Limits != nil {
 		limits = *req.Limits
 	}
-	return store.Template{
+	return store.Template{Image: req.Image, Layer: layer, Build: build,
 		ID: ids.New(ids.Template), Graph: c.Graph, Name: req.Name, Base: base.Name, Code: req.Code, Limits: limits,
 		Isolation: req.Isolation, Egress: req.Egress, TimeoutMs: req.TimeoutMs, Config: config, Files: req.Files, Description: req.Description,
 		CreatedAt: s.now(), CreatedBy: c.Key.ID,

@@ -78,6 +78,12 @@ const (
 	// CodeSpendCapReached: the key (or a key it came from) reached its spend cap for the
 	// period; nothing ran (a PaymentRequired).
 	CodeSpendCapReached = "spend_cap_reached"
+	// CodeTemplateBuilding: the template version's layer is still building (a Conflict);
+	// a retry once it is ready succeeds.
+	CodeTemplateBuilding = "template_building"
+	// CodeTemplateBuildFailed: the template version's build failed; it is never used (a
+	// Conflict). Its build record says which step and why.
+	CodeTemplateBuildFailed = "template_build_failed"
 )
 
 // Error is a classified error with a stable code.

@@ -162,7 +162,10 @@ type RunRequest struct {
 	CommandID string         `json:"command_id"`
 	Limits    runtime.Limits `json:"limits"`
 	// Runtime names the driver ("" is the machine's default).
-	Runtime  string `json:"runtime,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Layer is the key of the template layer the sandbox runs on over the image ("": none);
+	// see LayerBuilder.
+	Layer    string `json:"layer,omitempty"`
 	Language string `json:"language"`
 	Code     string `json:"code"`
 	// Script runs Code as a plain program (agent.RunRequest.Script).
@@ -207,6 +210,8 @@ type CreateRequest struct {
 	ID      string         `json:"id"`
 	Limits  runtime.Limits `json:"limits"`
 	Runtime string         `json:"runtime,omitempty"`
+	// Layer is the template layer it runs on (RunRequest.Layer); such a sandbox starts cold.
+	Layer string `json:"layer,omitempty"`
 	// Warm lets the machine hand over a ready sandbox of its warm pool (with the pool's id).
 	Warm  bool   `json:"warm,omitempty"`
 	Files []File `json:"files,omitempty"`
@@ -224,6 +229,8 @@ type ResumeRequest struct {
 	ID      string         `json:"id"`
 	Limits  runtime.Limits `json:"limits"`
 	Runtime string         `json:"runtime,omitempty"`
+	// Layer is the template layer it was created on (mounted again after a restart).
+	Layer string `json:"layer,omitempty"`
 	// Env replaces the sandbox's env when the host agent no longer has it (after a restart).
 	Env map[string]string `json:"env,omitempty"`
 	// Egress likewise replaces its egress (Used: what its earlier lives used).

@@ -15,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
@@ -62,6 +63,9 @@ type Local struct {
 	// before it gives up on it.
 	backstop time.Duration
 	holdIdle time.Duration
+	// layers are the template layers built here (nil: no builds; see WithLayers).
+	layers    *layers.Store
+	layerOpts LayerOptions
 
 	events chan Event
 

@@ -47,7 +47,10 @@ func (h *Local) Claim(ctx context.Context, req RunRequest) error {
 	go func() {
 		defer close(oc.done)
 		defer timing.Start(ctx, "claim")()
-		oc.lease, oc.err = h.provider.Acquire(ctx, h.poolRequest(req))
+		var preq pool.Request
+		if preq, oc.err = h.poolRequest(req); oc.err == nil {
+			oc.lease, oc.err = h.provider.Acquire(ctx, preq)
+		}
 	}()
 	return nil
 }
@@ -56,9 +59,11 @@ func (h *Local) newOneCall(req RunRequest) *oneCall {
 	return &oneCall{id: req.SandboxID, limits: req.Limits, done: make(chan struct{}), log: h.log.With("sandbox", req.SandboxID)}
 }
 
-func (h *Local) poolRequest(req RunRequest) pool.Request {
-	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime},
-		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}
+func (h *Local) poolRequest(req RunRequest) (pool.Request, error) {
+	// A layer's image matches no slot of the pool (made on the base): its sandbox is cold.
+	image, err := h.image(req.Layer, req.Runtime)
+	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: image, Limits: req.Limits, Runtime: req.Runtime},
+		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}, err
 }
 
 // Unclaim destroys a claimed sandbox once it is acquired; it returns at once.
@@ -98,7 +103,10 @@ func (h *Local) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		h.mu.Unlock()
 		func() {
 			defer close(oc.done)
-			oc.lease, oc.err = h.provider.Acquire(ctx, h.poolRequest(req))
+			var preq pool.Request
+			if preq, oc.err = h.poolRequest(req); oc.err == nil {
+				oc.lease, oc.err = h.provider.Acquire(ctx, preq)
+			}
 		}()
 	} else {
 		h.mu.Unlock()

@@ -118,10 +118,13 @@ func (h *Local) snapshotDir(id string) string { return filepath.Join(h.dataDir, 
 
 // Create starts a long-lived sandbox, from the warm pool when req.Warm and one is ready.
 func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
-	spec := runtime.Spec{ID: req.ID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime}
+	image, err := h.image(req.Layer, req.Runtime)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	spec := runtime.Spec{ID: req.ID, Image: image, Limits: req.Limits, Runtime: req.Runtime}
 	var l *live
-	var err error
-	if req.Warm && h.pool != nil {
+	if req.Warm && h.pool != nil && req.Layer == "" {
 		l, err = h.handover(ctx, spec, req.Files)
 	}
 	if l == nil && err == nil {
@@ -408,6 +411,11 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 	case l != nil:
 		return h.answer(req.ID, req.Runtime, l), nil
 	}
+	// A sandbox of a template layer needs it mounted (again, after a restart).
+	image, err := h.image(req.Layer, req.Runtime)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	dir := h.pauseDir(req.ID)
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		c, ok := h.checkpointer()
@@ -425,7 +433,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		}
 		return h.resumed(ctx, s, l, req)
 	}
-	l, err := h.start(ctx, runtime.Spec{ID: req.ID, Image: h.rootfs, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
+	l, err = h.start(ctx, runtime.Spec{ID: req.ID, Image: image, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -78,6 +78,11 @@ type Spec struct {
 	// routes between several (internal/runtime/mux); "" is its default. A single driver
 	// ignores it.
 	Runtime string `json:"runtime,omitempty"`
+	// WritableRoot makes a build sandbox (internal/layers): its processes may write anywhere
+	// in its root, which is still the image under the sandbox's own writable layer, so that a
+	// recipe's package managers can install into /usr. A driver that cannot says so at
+	// Create. Every other confinement stays.
+	WritableRoot bool `json:"writable_root,omitempty"`
 }
 
 // Sandbox is a started sandbox.
@@ -201,3 +206,11 @@ const (
 	IDBase  uint32 = 1_000_000_000
 	IDCount uint32 = 65536
 )
+
+// LayerExporter is an optional ability: copy what a stopped sandbox wrote over its image (its
+// overlay's upper layer, whiteouts and opaque directories included, ids as disks store them)
+// into dst, a directory that must not exist. A template build seals it as a read-only image
+// layer (internal/images.Layers).
+type LayerExporter interface {
+	ExportLayer(ctx context.Context, id, dst string) error
+}

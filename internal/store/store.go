@@ -109,6 +109,10 @@ type Queries interface {
 	// TemplatesNamingFile lists the template versions of the graph whose files name one of
 	// refs (a File id or sha256, as the template wrote it).
 	TemplatesNamingFile(ctx context.Context, graph string, refs ...string) ([]TemplateRef, error)
+	// SetTemplateBuild records the state of the build of version (id, version) of a template.
+	SetTemplateBuild(ctx context.Context, id string, version int, b TemplateBuild) error
+	// TemplateLayers lists the layer keys any template version (of any graph) names.
+	TemplateLayers(ctx context.Context) ([]string, error)
 
 	AppendAudit(ctx context.Context, e AuditEntry) error
 	// ListAudit lists entries newest first; graph "" lists every graph's.
@@ -426,10 +430,12 @@ type Sandbox struct {
 	Graph  string `json:"graph"`
 	Status string `json:"status"`
 	// OneCall marks a Level 1 sandbox that lives for one run.
-	OneCall   bool              `json:"one_call"`
-	Base      string            `json:"base"`
-	Image     string            `json:"image,omitempty"`
-	Template  *TemplateRef      `json:"template,omitempty"`
+	OneCall  bool         `json:"one_call"`
+	Base     string       `json:"base"`
+	Image    string       `json:"image,omitempty"`
+	Template *TemplateRef `json:"template,omitempty"`
+	// Layer is the template layer (its key) the sandbox runs on over Image, if any.
+	Layer     string            `json:"layer,omitempty"`
 	Limits    Limits            `json:"limits"`
 	Isolation string            `json:"isolation,omitempty"` // the driver it runs on ("ns", "gvisor"), resolved; "" only on old records
 	EnvNames  []string          `json:"env_names,omitempty"`
@@ -637,8 +643,46 @@ type Template struct {
 	Config      json.RawMessage `json:"config,omitempty"`
 	Files       []TemplateFile  `json:"files,omitempty"`
 	Description string          `json:"description,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	CreatedBy   string          `json:"created_by,omitempty"`
+	// Image is what the version installs over its base; its sandboxes run on the base with
+	// Layer, the read-only layer the recipe builds, over it once Build is ready.
+	Image     *ImageRecipe   `json:"image,omitempty"`
+	Layer     string         `json:"layer,omitempty"`
+	Build     *TemplateBuild `json:"build,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
+	CreatedBy string         `json:"created_by,omitempty"`
+}
+
+// ImageRecipe is a template version's packages: Debian packages, Python packages, global
+// npm packages, Files of the graph copied to absolute paths, then shell steps run as root.
+type ImageRecipe struct {
+	Apt   []string       `json:"apt,omitempty"`
+	Pip   []string       `json:"pip,omitempty"`
+	Npm   []string       `json:"npm,omitempty"`
+	Run   []string       `json:"run,omitempty"`
+	Files []TemplateFile `json:"files,omitempty"`
+}
+
+// Build states of a template version with a recipe.
+const (
+	BuildBuilding = "building"
+	BuildReady    = "ready"
+	BuildFailed   = "failed"
+)
+
+// TemplateBuild is the build of a template version's layer.
+type TemplateBuild struct {
+	Status string `json:"status"`
+	// Step is the step that failed ("apt", "pip", "npm", "files[0]", "run[2]"), Error why.
+	Step  string `json:"step,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Resolved is what the recipe's packages resolved to ("pip polars" → "1.2.3").
+	Resolved   map[string]string `json:"resolved,omitempty"`
+	LayerBytes int64             `json:"layer_bytes,omitempty"`
+	// Cached says the layer was already built (by an identical recipe): no build ran.
+	Cached     bool       `json:"cached,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	DurationMs int64      `json:"duration_ms,omitempty"`
 }
 
 // Idempotency states.

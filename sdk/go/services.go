@@ -159,6 +159,9 @@ type TemplateParams struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Egress is the route out the version's runs and sandboxes get unless a call names one.
 	Egress *Egress `json:"egress,omitempty"`
+	// Image is what the version installs over its base (apt, pip, npm packages, files, run
+	// steps). Create answers at once with Build.Status "building"; Build follows it.
+	Image *ImageRecipe `json:"image,omitempty"`
 }
 
 // Create saves a new version of a template and returns it.
@@ -174,6 +177,13 @@ func (s *TemplatesService) List(ctx context.Context, p ListParams) (*TemplateLis
 // Get returns a template ("name" for the newest version, "name@N" for one) with its history.
 func (s *TemplatesService) Get(ctx context.Context, ref string) (*Template, error) {
 	return get[Template](ctx, s.c, "/v1/sandboxes/templates/"+ref, nil)
+}
+
+// Build returns the build of a template version with an image recipe ("name" or "name@N"):
+// its status (building, ready, failed), the step that failed, the resolved packages and the
+// log.
+func (s *TemplatesService) Build(ctx context.Context, ref string) (*TemplateBuildView, error) {
+	return get[TemplateBuildView](ctx, s.c, "/v1/sandboxes/templates/"+ref+"/build", nil)
 }
 
 // Base returns a base template (lbb/python, lbb/node, lbb/shell) with its image versions.

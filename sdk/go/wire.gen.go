@@ -399,6 +399,24 @@ type GrantRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
+// ImageRecipe what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.
+type ImageRecipe struct {
+	// Apt Debian packages (apt-get install)
+	Apt []string `json:"apt,omitempty"`
+
+	// Files Files of the graph copied in before the run steps; path is absolute (anywhere but the workspace)
+	Files []TemplateFile `json:"files,omitempty"`
+
+	// Npm global npm packages
+	Npm []string `json:"npm,omitempty"`
+
+	// Pip Python packages, as pip names them (polars, polars==1.2)
+	Pip []string `json:"pip,omitempty"`
+
+	// Run shell steps (sh -c), run as root in order after the packages and files; the first that fails fails the build
+	Run []string `json:"run,omitempty"`
+}
+
 // Key defines model for Key.
 type Key struct {
 	BudgetGibMs  float64    `json:"budget_gib_ms,omitempty"`
@@ -674,6 +692,9 @@ type Sandbox struct {
 	// Isolation the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default
 	Isolation string `json:"isolation,omitempty"`
 
+	// Layer the template layer the sandbox runs on over its image
+	Layer string `json:"layer,omitempty"`
+
 	// Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
 	Limits   Limits            `json:"limits"`
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -744,7 +765,10 @@ type Spent struct {
 
 // Template One immutable version of a template. Its id stays the same across versions.
 type Template struct {
-	Base        string          `json:"base"`
+	Base string `json:"base"`
+
+	// Build the build of a version's image layer
+	Build       TemplateBuild   `json:"build,omitempty"`
 	Code        string          `json:"code,omitempty"`
 	Config      json.RawMessage `json:"config,omitempty"`
 	CreatedAt   time.Time       `json:"created_at"`
@@ -760,8 +784,14 @@ type Template struct {
 	Graph    string         `json:"graph"`
 	ID       string         `json:"id"`
 
+	// Image what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.
+	Image ImageRecipe `json:"image,omitempty"`
+
 	// Isolation isolation this version's runs and sandboxes default to; omitted: the server default
 	Isolation string `json:"isolation,omitempty"`
+
+	// Layer the key of the read-only layer the recipe builds
+	Layer string `json:"layer,omitempty"`
 
 	// Limits Zero or absent fields take the server's defaults; each is checked against the server's caps (400 limit_exceeded).
 	Limits    Limits `json:"limits"`
@@ -771,6 +801,53 @@ type Template struct {
 
 	// Versions the template's history, newest first; only in the answer to GET /v1/sandboxes/templates/{name}
 	Versions []TemplateVersion `json:"versions,omitempty"`
+}
+
+// TemplateBuild the build of a version's image layer
+type TemplateBuild struct {
+	// Cached the layer was already built by an identical recipe: no build ran
+	Cached     bool       `json:"cached,omitempty"`
+	DurationMs int64      `json:"duration_ms,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	LayerBytes int64      `json:"layer_bytes,omitempty"`
+
+	// Resolved what the recipe's packages resolved to ("pip polars": "1.2.3", "apt sqlite3": "3.46.1-7")
+	Resolved  map[string]string `json:"resolved,omitempty"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	Status    string            `json:"status"`
+
+	// Step the step that failed: apt, pip, npm, files[N], run[N]
+	Step string `json:"step,omitempty"`
+}
+
+// TemplateBuildView defines model for TemplateBuildView.
+type TemplateBuildView struct {
+	// Cached the layer was already built by an identical recipe: no build ran
+	Cached     bool       `json:"cached,omitempty"`
+	DurationMs int64      `json:"duration_ms,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+
+	// Image what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.
+	Image ImageRecipe `json:"image,omitempty"`
+
+	// Layer the layer's key: the hash of the base image's id and the recipe
+	Layer      string `json:"layer"`
+	LayerBytes int64  `json:"layer_bytes,omitempty"`
+
+	// Log the build's output, step by step (the last MiB)
+	Log string `json:"log"`
+
+	// Resolved what the recipe's packages resolved to ("pip polars": "1.2.3", "apt sqlite3": "3.46.1-7")
+	Resolved  map[string]string `json:"resolved,omitempty"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	Status    string            `json:"status"`
+
+	// Step the step that failed: apt, pip, npm, files[N], run[N]
+	Step     string `json:"step,omitempty"`
+	Template string `json:"template"`
+	Version  int64  `json:"version"`
 }
 
 // TemplateFile defines model for TemplateFile.

@@ -17,6 +17,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -255,4 +256,45 @@ func (unavailable) Events(ctx context.Context) (<-chan hostagent.Event, error) {
 	ch := make(chan hostagent.Event)
 	go func() { <-ctx.Done(); close(ch) }()
 	return ch, nil
+}
+
+// The fake builds template layers with the host agent it wraps, when that can.
+
+func (f *fake) builder() (hostagent.LayerBuilder, error) {
+	lb, ok := f.Host.(hostagent.LayerBuilder)
+	if !ok {
+		return nil, errdefs.New(errdefs.ClassUnavailable, errdefs.CodeNotSupported, "no layer builder")
+	}
+	return lb, nil
+}
+
+func (f *fake) BuildLayer(ctx context.Context, req hostagent.LayerBuildRequest, log io.Writer) (layers.Info, error) {
+	lb, err := f.builder()
+	if err != nil {
+		return layers.Info{}, err
+	}
+	return lb.BuildLayer(ctx, req, log)
+}
+
+func (f *fake) LayerKey(r layers.Recipe) string {
+	if lb, err := f.builder(); err == nil {
+		return lb.LayerKey(r)
+	}
+	return layers.Key("fake", r)
+}
+
+func (f *fake) LayerLog(ctx context.Context, key string) ([]byte, error) {
+	lb, err := f.builder()
+	if err != nil {
+		return nil, err
+	}
+	return lb.LayerLog(ctx, key)
+}
+
+func (f *fake) GCLayers(ctx context.Context, keep []string) ([]string, error) {
+	lb, err := f.builder()
+	if err != nil {
+		return nil, nil
+	}
+	return lb.GCLayers(ctx, keep)
 }

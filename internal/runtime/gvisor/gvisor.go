@@ -92,6 +92,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
@@ -191,6 +192,9 @@ type state struct {
 
 // Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	if spec.WritableRoot {
+		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeNotSupported, "%s cannot make a build sandbox (a writable root): builds run on ns", d.Name())
+	}
 	st, err := d.newState(spec)
 	if err != nil {
 		return err

@@ -205,6 +205,9 @@ const QEMUUIDBase = 3_000_000_000
 
 // Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	if spec.WritableRoot {
+		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeNotSupported, "%s cannot make a build sandbox (a writable root): builds run on ns", d.Name())
+	}
 	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
 	if err != nil {
 		return err

@@ -52,6 +52,8 @@ type initConfig struct {
 	DiskMiB int64    `json:"disk_mib"`
 	NoFile  uint64   `json:"nofile"`
 	Env     []string `json:"env"`
+	// WritableRoot: a build sandbox (runtime.Spec.WritableRoot).
+	WritableRoot bool `json:"writable_root,omitempty"`
 }
 
 // MaybeInit runs the sandbox init when this process was started as one, and never returns
@@ -326,6 +328,9 @@ func execAgent(cfg *initConfig) error {
 		// warm pool's claim); written in place, it is copied up to the sandbox's writable
 		// layer, so it lasts as long as the disk. The rest of /etc stays the image's.
 		Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc", "/etc/machine-id"},
+	}
+	if cfg.WritableRoot {
+		h.Writable = []string{"/"}
 	}
 	if err := h.apply(); err != nil {
 		return err

@@ -283,16 +283,17 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	// (a v1 cgroup move waits for an RCU grace period per hierarchy: milliseconds). It execs
 	// nothing of the sandbox's before the go signal.
 	icfg := initConfig{
-		Hostname: spec.Hostname,
-		Image:    views.Rootfs,
-		Upper:    filepath.Join(views.Disk, "upper"),
-		Work:     filepath.Join(views.Disk, "work"),
-		Root:     filepath.Join(dir, "root"),
-		Agent:    agentBin,
-		TmpMiB:   lim.TmpMiB,
-		DiskMiB:  lim.DiskMiB,
-		NoFile:   d.cfg.NoFile,
-		Env:      agentEnv(spec),
+		Hostname:     spec.Hostname,
+		Image:        views.Rootfs,
+		Upper:        filepath.Join(views.Disk, "upper"),
+		Work:         filepath.Join(views.Disk, "work"),
+		Root:         filepath.Join(dir, "root"),
+		Agent:        agentBin,
+		TmpMiB:       lim.TmpMiB,
+		DiskMiB:      lim.DiskMiB,
+		NoFile:       d.cfg.NoFile,
+		Env:          agentEnv(spec),
+		WritableRoot: spec.WritableRoot,
 	}
 	if err := u.Step("configure init", func() error { return p.sendConfig(icfg) }, nil); err != nil {
 		return nil, err

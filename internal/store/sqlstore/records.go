@@ -131,7 +131,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
-	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git`
+	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -144,7 +144,7 @@ func sandboxArgs(s store.Sandbox) []any {
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
-		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git)}
+		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer)}
 }
 
 // jsonOpt is the JSON of an optional field, NULL when it is absent.
@@ -178,14 +178,15 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
-		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git)
+		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer)
 	if err != nil {
 		return s, err
 	}
+	s.Layer = layer.String
 	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
 		optFrom(git, &s.Git)); err != nil {
 		return s, err
@@ -229,7 +230,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
-		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -479,19 +480,26 @@ func (q queries) ListCommandsByStatus(ctx context.Context, statuses ...string) (
 // Templates.
 
 const templateCols = `id, graph, name, version, base, code, limits, timeout_ms, config, files, description, created_at, created_by,
-	isolation, egress`
+	isolation, egress, image, layer, build`
 
 func scanTemplate(sc row) (store.Template, error) {
 	var t store.Template
-	var code, limits, config, files, desc, by, isolation, egress sql.NullString
+	var code, limits, config, files, desc, by, isolation, egress, image, layer, build sql.NullString
 	var created int64
 	if err := sc.Scan(&t.ID, &t.Graph, &t.Name, &t.Version, &t.Base, &code, &limits, &t.TimeoutMs, &config, &files, &desc, &created, &by,
-		&isolation, &egress); err != nil {
+		&isolation, &egress, &image, &layer, &build); err != nil {
 		return t, err
 	}
 	if err := optFrom(egress, &t.Egress); err != nil {
 		return t, err
 	}
+	if err := optFrom(image, &t.Image); err != nil {
+		return t, err
+	}
+	if err := optFrom(build, &t.Build); err != nil {
+		return t, err
+	}
+	t.Layer = layer.String
 	t.Code, t.Description, t.CreatedBy, t.CreatedAt, t.Config = code.String, desc.String, by.String, fromMs(created), rawFrom(config)
 	t.Isolation = isolation.String
 	if err := fromJSON(limits, &t.Limits); err != nil {
@@ -518,10 +526,39 @@ func (q queries) CreateTemplateVersion(ctx context.Context, t store.Template) (s
 	if len(t.Files) > 0 {
 		files = jsonText(t.Files)
 	}
-	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(15)+`)`,
+	_, err = q.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (`+inList(18)+`)`,
 		t.ID, t.Graph, t.Name, t.Version, t.Base, nullStr(t.Code), jsonText(t.Limits), t.TimeoutMs, nullRaw(t.Config),
-		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy), nullStr(t.Isolation), jsonOpt(t.Egress))
+		files, nullStr(t.Description), ms(t.CreatedAt), nullStr(t.CreatedBy), nullStr(t.Isolation), jsonOpt(t.Egress),
+		jsonOpt(t.Image), nullStr(t.Layer), jsonOpt(t.Build))
 	return t, err
+}
+
+func (q queries) SetTemplateBuild(ctx context.Context, id string, version int, b store.TemplateBuild) error {
+	res, err := q.exec(ctx, `UPDATE templates SET build = ? WHERE id = ? AND version = ?`, jsonText(b), id, version)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("template %s@%d not found", id, version)
+	}
+	return nil
+}
+
+func (q queries) TemplateLayers(ctx context.Context) ([]string, error) {
+	rows, err := q.query(ctx, `SELECT DISTINCT layer FROM templates WHERE layer IS NOT NULL AND layer <> ''`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
 
 func (q queries) GetTemplate(ctx context.Context, graph, name string, version int) (store.Template, error) {

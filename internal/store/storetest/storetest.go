@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteFile", testDeleteFile},
 		{"DeleteFileConcurrent", testDeleteFileConcurrent},
 		{"TemplatesNamingFile", testTemplatesNamingFile},
+		{"TemplateLayers", testTemplateLayers},
 		{"TruncatedResult", testTruncatedResult},
 		{"Egress", testEgress},
 		{"Budgets", testBudgets},
@@ -838,5 +841,43 @@ func testEgress(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(list) != 1 || list[0].Actor != sb.ID {
 		t.Fatalf("audit: %+v", list)
+	}
+}
+
+// testTemplateLayers: a version keeps its recipe, layer and build; the build changes in place;
+// TemplateLayers lists the layers any graph's versions name; a sandbox keeps its layer.
+func testTemplateLayers(t *testing.T, s store.Store) {
+	img := &store.ImageRecipe{Pip: []string{"polars"}, Run: []string{"echo hi"}, Files: []store.TemplateFile{{File: "fil_1", Path: "/opt/a"}}}
+	v1, err := s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "pk", Base: "lbb/python",
+		Image: img, Layer: "layer1", Build: &store.TemplateBuild{Status: store.BuildBuilding, StartedAt: now()}, CreatedAt: now()})
+	must(t, err)
+	_, err = s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "other", Name: "pk", Base: "lbb/python",
+		Image: img, Layer: "layer2", CreatedAt: now()})
+	must(t, err)
+	_, err = s.CreateTemplateVersion(ctx, store.Template{ID: ids.New(ids.Template), Graph: "main", Name: "plain", Base: "lbb/python", CreatedAt: now()})
+	must(t, err)
+	got, err := s.GetTemplate(ctx, "main", "pk", 1)
+	must(t, err)
+	equal(t, got, v1)
+	fin := now()
+	b := store.TemplateBuild{Status: store.BuildFailed, Step: "run[0]", Error: "exited 1", Resolved: map[string]string{"pip polars": "1.2"},
+		StartedAt: v1.Build.StartedAt, FinishedAt: &fin, DurationMs: 5}
+	must(t, s.SetTemplateBuild(ctx, v1.ID, 1, b))
+	got, err = s.GetTemplate(ctx, "main", "pk", 1)
+	must(t, err)
+	equal(t, *got.Build, b)
+	wantClass(t, s.SetTemplateBuild(ctx, v1.ID, 9, b), errdefs.ClassNotFound)
+	layers, err := s.TemplateLayers(ctx)
+	must(t, err)
+	sort.Strings(layers)
+	if strings.Join(layers, ",") != "layer1,layer2" {
+		t.Fatalf("TemplateLayers = %v", layers)
+	}
+	sb := store.Sandbox{ID: ids.New(ids.Sandbox), Graph: "main", Status: store.SandboxRunning, Base: "lbb/python", Layer: "layer1", CreatedAt: now()}
+	must(t, s.CreateSandbox(ctx, sb))
+	gotSb, err := s.GetSandbox(ctx, "main", sb.ID)
+	must(t, err)
+	if gotSb.Layer != "layer1" {
+		t.Fatalf("sandbox layer = %q", gotSb.Layer)
 	}
 }

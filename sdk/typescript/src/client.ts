@@ -60,7 +60,9 @@ import type {
   WirePreviewRequest,
   WireSnapshot,
   WireSnapshotRequest,
+  WireImageRecipe,
   WireTemplate,
+  WireTemplateBuildView,
   WireTemplateRequest,
 } from "./wire.js";
 
@@ -475,6 +477,8 @@ export interface CreateTemplateParams extends IdempotentCallOptions {
   config?: Record<string, Json>;
   files?: TemplateFile[];
   description?: string;
+  /** What the version installs over its base ({ apt, pip, npm, run, files }): the answer comes at once, building; templates.build follows it. */
+  image?: WireImageRecipe;
 }
 
 /** Saved versions of code, limits and default config (/v1/sandboxes/templates). */
@@ -494,6 +498,7 @@ export class Templates {
       config: p.config,
       files: p.files?.map((f) => ({ file: f.file, path: f.path })),
       description: p.description,
+      image: p.image,
     });
     return toTemplate(await this.t.json<WireTemplate>("POST", "/v1/sandboxes/templates", { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
   }
@@ -502,6 +507,11 @@ export class Templates {
   async list(p: { limit?: number; cursor?: string } & CallOptions = {}): Promise<Page<Template>> {
     const body = await this.t.json<unknown>("GET", "/v1/sandboxes/templates", { query: { limit: p.limit, cursor: p.cursor }, signal: p.signal });
     return toPage(body, toTemplate);
+  }
+
+  /** The build of a version with an image recipe ("name" or "name@3"): status, failed step, resolved packages, log. */
+  async build(name: string, o: CallOptions = {}): Promise<WireTemplateBuildView> {
+    return this.t.json<WireTemplateBuildView>("GET", `/v1/sandboxes/templates/${encodeURIComponent(name)}/build`, o);
   }
 
   /** A template's newest version ("name@3" pins one), with its versions; or a base ("lbb/python"). */

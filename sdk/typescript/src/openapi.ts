@@ -196,6 +196,8 @@ export interface components {
              * @enum {string}
              */
             pause_mode?: "checkpoint" | "freeze";
+            /** @description the template layer the sandbox runs on over its image */
+            layer?: string;
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
         Command: {
@@ -268,6 +270,8 @@ export interface components {
             description?: string;
             /** @description the route out this version's runs and sandboxes get unless a call names one */
             egress?: components["schemas"]["Egress"];
+            /** @description packages this version carries: the answer comes at once with build.status building; runs and sandboxes of the version answer 409 template_building until it is ready (a run waits within its wait_ms), 409 template_build_failed after a failed build */
+            image?: components["schemas"]["ImageRecipe"];
         };
         /** @description One immutable version of a template. Its id stays the same across versions. */
         Template: {
@@ -292,6 +296,10 @@ export interface components {
             /** @description in the answer of a save: true when no new version was made, because the newest already held what was saved */
             existing?: boolean;
             egress?: components["schemas"]["Egress"];
+            image?: components["schemas"]["ImageRecipe"];
+            /** @description the key of the read-only layer the recipe builds */
+            layer?: string;
+            build?: components["schemas"]["TemplateBuild"];
         };
         TemplateVersion: {
             version: number;
@@ -862,6 +870,48 @@ export interface components {
             duration_ms: number;
             /** @description the context's interpreter had ended (the sandbox was stopped) and this cell started a fresh one: earlier state is gone */
             context_restarted?: boolean;
+        };
+        /** @description what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe. */
+        ImageRecipe: {
+            /** @description Debian packages (apt-get install) */
+            apt?: string[];
+            /** @description Python packages, as pip names them (polars, polars==1.2) */
+            pip?: string[];
+            /** @description global npm packages */
+            npm?: string[];
+            /** @description shell steps (sh -c), run as root in order after the packages and files; the first that fails fails the build */
+            run?: string[];
+            /** @description Files of the graph copied in before the run steps; path is absolute (anywhere but the workspace) */
+            files?: components["schemas"]["TemplateFile"][];
+        };
+        /** @description the build of a version's image layer */
+        TemplateBuild: {
+            /** @enum {string} */
+            status: "building" | "ready" | "failed";
+            /** @description the step that failed: apt, pip, npm, files[N], run[N] */
+            step?: string;
+            error?: string;
+            /** @description what the recipe's packages resolved to ("pip polars": "1.2.3", "apt sqlite3": "3.46.1-7") */
+            resolved?: {
+                [key: string]: string;
+            };
+            layer_bytes?: number;
+            /** @description the layer was already built by an identical recipe: no build ran */
+            cached?: boolean;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            finished_at?: string;
+            duration_ms?: number;
+        };
+        TemplateBuildView: components["schemas"]["TemplateBuild"] & {
+            template: string;
+            version: number;
+            /** @description the layer's key: the hash of the base image's id and the recipe */
+            layer: string;
+            image?: components["schemas"]["ImageRecipe"];
+            /** @description the build's output, step by step (the last MiB) */
+            log: string;
         };
     };
     responses: never;

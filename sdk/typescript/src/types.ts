@@ -247,6 +247,12 @@ export interface Template {
   versions?: { version: number; createdAt: string; createdBy?: string; isolation?: string }[];
   /** In the answer of templates.create: true when no new version was made, the newest already holding what was saved. */
   existing?: boolean;
+  /** What the version installs over its base (apt, pip, npm, run, files). */
+  image?: WireTemplate["image"];
+  /** The key of the image layer its recipe builds. */
+  layer?: string;
+  /** Its image's build: status "building", "ready" or "failed", the failed step, resolved packages. */
+  build?: WireTemplate["build"];
   raw: WireTemplate;
 }
 
@@ -496,6 +502,9 @@ export function toTemplate(w: WireTemplate): Template {
     createdAt: w.created_at,
     ...opt("createdBy", w.created_by),
     ...opt("existing", w.existing),
+    ...opt("layer", w.layer),
+    ...opt("image", w.image),
+    ...opt("build", w.build),
     ...opt(
       "versions",
       w.versions?.map((v) => ({

@@ -80,6 +80,9 @@ export interface WireList<T> {
 export type WireRunBody = With<Schemas["RunBody"], { base?: string; language?: string }>;
 /** POST /v1/sandboxes: with `run` a one-call run, without it a long-lived sandbox. */
 export type WireCreateSandboxRequest = With<Schemas["CreateSandboxRequest"], { run?: WireRunBody }>;
+/** A template version's image recipe, and GET /v1/sandboxes/templates/{name}/build. */
+export type WireImageRecipe = Schemas["ImageRecipe"];
+export type WireTemplateBuildView = Schemas["TemplateBuildView"];
 /** POST /v1/sandboxes/templates. */
 export type WireTemplateRequest = With<Schemas["TemplateRequest"], { base?: string; config?: unknown }>;
 /** POST /v1/sandboxes/{id}/snapshot (the body is optional). */

@@ -210,11 +210,14 @@ class AsyncTemplates:
         description: Optional[str] = None,
         isolation: Optional[str] = None,
         egress: Optional[Mapping[str, Any]] = None,
+        image: Optional[Mapping[str, Any]] = None,
     ) -> Template:
         """Saves a new version of the template ``name``; answers the version saved.
         ``isolation`` (``"ns"``, ``"gvisor"``) is what its runs and sandboxes default to, and
         ``egress`` (``{"mode": "allowlist", "allow": ["pypi.org"], "quota_bytes": …}``) their
-        route out unless a call names one."""
+        route out unless a call names one. ``image`` (``{"apt": [...], "pip": [...], "npm": [...],
+        "run": [...], "files": [{"file": …, "path": "/abs"}]}``) is what the version installs over
+        its base: the answer comes at once, building; ``build`` follows it."""
         body = _core.template_body(
             name=name,
             base=base,
@@ -226,8 +229,15 @@ class AsyncTemplates:
             description=description,
             isolation=isolation,
             egress=egress,
+            image=image,
         )
         return Template(await self._api.json("POST", "/v1/sandboxes/templates", json=body))
+
+    async def build(self, name: str) -> Record:
+        """The build of a version with an image recipe (``"name"`` or ``"name@3"``): ``status``
+        (building, ready, failed), ``step`` and ``error`` of a failed one, ``resolved`` package
+        versions and ``log``."""
+        return Record(await self._api.json("GET", f"/v1/sandboxes/templates/{name}/build"))
 
     async def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page[Template]:
         """The newest version of each template of the graph; ``page.raw["bases"]`` lists the base templates."""

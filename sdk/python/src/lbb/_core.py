@@ -259,10 +259,12 @@ def template_body(
     description: Optional[str],
     isolation: Optional[str] = None,
     egress: Optional[Mapping[str, Any]] = None,
+    image: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     return clean(
         {
             "name": name,
+            "image": dict(image) if image is not None else None,
             "base": base,
             "code": code,
             "limits": limits,

@@ -293,6 +293,7 @@ class Template(Record):
     version = _int()
     isolation = _str(doc='The isolation its runs and sandboxes default to; ``""``: the server default.')
     existing = _bool("In the answer of ``templates.create``: True when no new version was made, the newest already holding what was saved.")
+    layer = _str(doc="The key of the image layer its recipe (``image``) builds; ``raw['build']`` is the build's state.")
 
 
 class FileInfo(Record):

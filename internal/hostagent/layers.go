@@ -1,0 +1,180 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/layers"
+	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// LayerBuilder is an optional ability of a Host: build the read-only layers templates carry
+// their packages in (internal/layers), and run sandboxes on them (RunRequest.Layer,
+// CreateRequest.Layer…). The control plane finds it by type assertion; a machine without it
+// refuses templates with a recipe.
+type LayerBuilder interface {
+	// BuildLayer builds the layer of req.Recipe over the machine's image unless it is built,
+	// streaming the build's output to log, and answers its record. A failed step is a
+	// *layers.StepError.
+	BuildLayer(ctx context.Context, req LayerBuildRequest, log io.Writer) (layers.Info, error)
+	// LayerKey is the key BuildLayer would give recipe on this machine's image.
+	LayerKey(recipe layers.Recipe) string
+	// LayerLog is the log of the last build of layer key.
+	LayerLog(ctx context.Context, key string) ([]byte, error)
+	// GCLayers removes every layer keep does not name and answers the keys removed.
+	GCLayers(ctx context.Context, keep []string) ([]string, error)
+}
+
+// LayerBuildRequest asks for a layer: the recipe (its Files' Data filled from the blobs by
+// the host agent) and the build sandbox's id and limits.
+type LayerBuildRequest struct {
+	SandboxID string         `json:"sandbox_id"`
+	Recipe    layers.Recipe  `json:"recipe"`
+	Limits    runtime.Limits `json:"limits"`
+}
+
+// LayerOptions configure builds on a Local host agent.
+type LayerOptions struct {
+	// Dir holds the layers (<DataDir>/layers).
+	Dir string
+	// Sources are the package sources builds use; Allow is the build sandbox's egress
+	// allowlist (the sources' hosts), nothing else. An empty Allow gives builds no route out.
+	Sources layers.Sources
+	Allow   []string
+}
+
+var _ LayerBuilder = (*Local)(nil)
+
+// WithLayers lets h build layers and run sandboxes on them.
+func (h *Local) WithLayers(o LayerOptions) *Local {
+	h.layers = &layers.Store{Dir: o.Dir}
+	h.layerOpts = o
+	return h
+}
+
+func (h *Local) layerStore() (*layers.Store, error) {
+	if h.layers == nil {
+		return nil, errdefs.New(errdefs.ClassUnavailable, errdefs.CodeNotSupported, "this machine builds no template layers")
+	}
+	return h.layers, nil
+}
+
+// buildDriver is the driver build sandboxes run on: ns (the one that can export a layer).
+func (h *Local) buildDriver() (runtime.Driver, error) {
+	d := h.driver
+	if m, ok := d.(interface {
+		Driver(name string) (runtime.Driver, bool)
+	}); ok {
+		if ns, ok := m.Driver("ns"); ok {
+			d = ns
+		}
+	}
+	if _, ok := d.(runtime.LayerExporter); !ok {
+		return nil, errdefs.New(errdefs.ClassUnavailable, errdefs.CodeNotSupported,
+			"template builds need the ns driver on this machine (%s cannot export a layer)", d.Name())
+	}
+	return d, nil
+}
+
+func (h *Local) LayerKey(recipe layers.Recipe) string { return layers.Key(h.info.Image.ID, recipe) }
+
+func (h *Local) BuildLayer(ctx context.Context, req LayerBuildRequest, log io.Writer) (layers.Info, error) {
+	st, err := h.layerStore()
+	if err != nil {
+		return layers.Info{}, err
+	}
+	d, err := h.buildDriver()
+	if err != nil {
+		return layers.Info{}, err
+	}
+	for i, f := range req.Recipe.Files {
+		if h.blobs == nil {
+			return layers.Info{}, errors.New("hostagent: no blob store for a recipe's files")
+		}
+		rc, _, err := h.blobs.Open(ctx, f.Digest)
+		if err != nil {
+			return layers.Info{}, fmt.Errorf("image.files[%d]: %w", i, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(rc, 256<<20))
+		rc.Close()
+		if err != nil {
+			return layers.Info{}, fmt.Errorf("image.files[%d]: %w", i, err)
+		}
+		req.Recipe.Files[i].Data = data
+	}
+	o := layers.BuildOptions{Driver: d, Image: h.rootfs, BaseID: h.info.Image.ID, Recipe: req.Recipe,
+		Sources: h.layerOpts.Sources, SandboxID: req.SandboxID, Limits: req.Limits, Log: log}
+	if len(h.layerOpts.Allow) > 0 {
+		o.Connect = func(ctx context.Context, c *agent.Client) (func(), error) {
+			spec := &Egress{Policy: store.Egress{Mode: store.EgressAllowlist, Allow: h.layerOpts.Allow}}
+			esb, err := h.newEgress(req.SandboxID, spec)
+			if err != nil {
+				return nil, err
+			}
+			sess, err := h.openEgress(ctx, c, esb, spec)
+			if err != nil {
+				return nil, err
+			}
+			return func() { sess.Close() }, nil
+		}
+	}
+	return st.Build(ctx, o)
+}
+
+func (h *Local) LayerLog(ctx context.Context, key string) ([]byte, error) {
+	st, err := h.layerStore()
+	if err != nil {
+		return nil, err
+	}
+	return st.Log(key)
+}
+
+func (h *Local) GCLayers(ctx context.Context, keep []string) ([]string, error) {
+	if h.layers == nil {
+		return nil, nil // no builds here: nothing to collect
+	}
+	st := h.layers
+	in := map[string]bool{}
+	for _, k := range keep {
+		in[k] = true
+	}
+	return st.GC(in)
+}
+
+// image is the image directory of a sandbox on layer ("" is the base) and driver runtime ("":
+// the machine's default).
+func (h *Local) image(layer, runtime string) (string, error) {
+	if layer == "" {
+		return h.rootfs, nil
+	}
+	if runtime == "" {
+		runtime = h.info.Default
+	}
+	// ns and gvisor take the overlay directory as their image; a microvm boots a disk made
+	// from an image, and none is made of a layer yet.
+	if runtime != "ns" && runtime != "gvisor" {
+		return "", NotSupported("template layers run on ns and gvisor, not %s", runtime)
+	}
+	st, err := h.layerStore()
+	if err != nil {
+		return "", err
+	}
+	root, err := st.Rootfs(layer, h.info.Image.ID, h.rootfs)
+	if errdefs.IsNotFound(err) {
+		return "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
+	}
+	return root, err
+}
+
+// CloseLayers unmounts the rootfs of every template layer.
+func (h *Local) CloseLayers() error {
+	if h.layers == nil {
+		return nil
+	}
+	return h.layers.Close()
+}
