@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -265,10 +266,10 @@ func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prom
 	// Template builds reach their package sources and nothing else.
 	src := layers.Sources{PipIndexURL: cfg.BuildPipIndex, PipFindLinks: cfg.BuildPipFindLinks, NpmRegistry: cfg.BuildNpmRegistry,
 		AptSources: cfg.BuildAptSources}
-	allow := append(src.Hosts(), cfg.BuildAllow...)
 	if !src.Configured() && len(cfg.BuildAllow) == 0 {
-		allow = layers.PublicSources
+		src = hostBuildSources(log)
 	}
+	allow := append(src.Hosts(), cfg.BuildAllow...)
 	hst.WithLayers(hostagent.LayerOptions{Dir: filepath.Join(cfg.DataDir, "layers"), Sources: src, Allow: allow})
 	return hst, warm, image, iso, nil
 }
@@ -415,4 +416,42 @@ func buildImage(ctx context.Context, cfg config.Config) (baseImage, error) {
 		return baseImage{}, fmt.Errorf("base image: %w", err)
 	}
 	return imageOf(m), nil
+}
+
+// hostBuildSources are the package sources this machine is itself configured with, for template
+// builds when the operator names none: the Debian mirror of its apt sources (the base image was
+// built from it, and the base's apt still names it; LBB_DEBIAN_MIRROR wins), pip's index from
+// PIP_INDEX_URL or /etc/pip.conf, npm's registry from npm_config_registry or /etc/npmrc. lbb
+// names no registry of its own: a pip or npm step with no source here is refused by the
+// egress guard, whose refusal names the host it wanted, and --build-pip-index or
+// --build-npm-registry says where to go.
+func hostBuildSources(log *slog.Logger) layers.Sources {
+	var src layers.Sources
+	mirror := os.Getenv(images.MirrorEnv)
+	if mirror == "" {
+		mirror, _ = images.HostMirror()
+	}
+	if mirror != "" {
+		// The base keeps its own sources list; this line only lets its mirror's host through.
+		src.AptHosts = []string{mirror}
+	}
+	src.PipIndexURL = cmp.Or(os.Getenv("PIP_INDEX_URL"), iniValue("/etc/pip.conf", "index-url"))
+	src.NpmRegistry = cmp.Or(os.Getenv("npm_config_registry"), iniValue("/etc/npmrc", "registry"))
+	log.Debug("template builds use the host's package sources", "apt", mirror, "pip", src.PipIndexURL, "npm", src.NpmRegistry)
+	return src
+}
+
+// iniValue answers the value of key in an ini-style file ("key = value" or "key=value"), or "".
+func iniValue(path, key string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

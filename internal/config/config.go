@@ -158,9 +158,9 @@ type Config struct {
 	EgressResolver string
 
 	// Template builds (internal/layers): the package sources a build uses (pip's index and
-	// find-links, npm's registry, apt's "deb …" lines; empty: the base's own: PyPI, npm,
-	// Debian), and BuildAllow, what a build sandbox's egress may reach besides the hosts of
-	// those sources (with none of them set: the public Debian, PyPI and npm hosts).
+	// find-links, npm's registry, apt's "deb …" lines), and BuildAllow, what a build
+	// sandbox's egress may reach besides the hosts of those sources (with none of them set:
+	// the sources the host itself is configured with, see hostBuildSources in cmd/lbb).
 	BuildPipIndex     string
 	BuildPipFindLinks string
 	BuildNpmRegistry  string
@@ -288,9 +288,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.StringVar(&c.BuildPipIndex, "build-pip-index", c.BuildPipIndex, "pip index URL template builds install Python packages from (default: PyPI)")
+	fs.StringVar(&c.BuildPipIndex, "build-pip-index", c.BuildPipIndex, "pip index URL template builds install Python packages from (default: the host's PIP_INDEX_URL or /etc/pip.conf)")
 	fs.StringVar(&c.BuildPipFindLinks, "build-pip-find-links", c.BuildPipFindLinks, "a URL of package files template builds' pip also looks in")
-	fs.StringVar(&c.BuildNpmRegistry, "build-npm-registry", c.BuildNpmRegistry, "npm registry URL template builds install npm packages from (default: registry.npmjs.org)")
+	fs.StringVar(&c.BuildNpmRegistry, "build-npm-registry", c.BuildNpmRegistry, "npm registry URL template builds install npm packages from (default: the host's npm_config_registry or /etc/npmrc)")
 	fs.Func("build-apt-source", "a \"deb URL suite components\" line template builds' apt uses instead of the base's sources; repeat (LBB_BUILD_APT_SOURCE)", func(v string) error {
 		c.BuildAptSources = append(c.BuildAptSources, v)
 		return nil

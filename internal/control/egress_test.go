@@ -16,7 +16,7 @@ import (
 func TestEgressResolution(t *testing.T) {
 	e := setup(t, func(c *config.Config) { c.EgressQuota, c.EgressMaxQuota = 1000, 5000 })
 	if _, err := e.svc.CreateTemplate(ctx, e.caller, control.TemplateRequest{Name: "net", Code: "def run(i, c): return 1",
-		Egress: &store.Egress{Mode: store.EgressAllowlist, Allow: []string{"pypi.org"}}}); err != nil {
+		Egress: &store.Egress{Mode: store.EgressAllowlist, Allow: []string{"pkgs.example.org"}}}); err != nil {
 		t.Fatal(err)
 	}
 	egressOf := func(key string, req control.CreateRequest) *store.Egress {
@@ -32,7 +32,7 @@ func TestEgressResolution(t *testing.T) {
 		return sb.Egress
 	}
 	tpl := control.CreateRequest{Run: &control.RunBody{Template: "net"}}
-	if got := egressOf("tpl", tpl); got == nil || got.Mode != "allowlist" || got.QuotaBytes != 1000 || got.Allow[0] != "pypi.org" {
+	if got := egressOf("tpl", tpl); got == nil || got.Mode != "allowlist" || got.QuotaBytes != 1000 || got.Allow[0] != "pkgs.example.org" {
 		t.Errorf("the template's: %+v", got)
 	}
 	call := tpl

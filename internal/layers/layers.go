@@ -120,6 +120,9 @@ type Sources struct {
 	// AptSources, when set, replaces /etc/apt/sources.list in the build sandbox (one
 	// "deb …" line a source).
 	AptSources []string
+	// AptHosts are URLs whose hosts a build may reach for the base's own apt sources (the
+	// mirror it was built from); they change nothing in the sandbox.
+	AptHosts []string
 }
 
 // Step is one shell step of a build.
@@ -621,10 +624,6 @@ func (s *Store) Close() error {
 	return err
 }
 
-// PublicSources are what a build may reach when the operator names no source: the hosts
-// of the bases' own Debian sources, PyPI and the npm registry.
-var PublicSources = []string{"deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"}
-
 // Configured reports whether the operator named any source.
 func (s Sources) Configured() bool {
 	return s.PipIndexURL != "" || s.PipFindLinks != "" || s.NpmRegistry != "" || len(s.AptSources) > 0
@@ -634,6 +633,7 @@ func (s Sources) Configured() bool {
 func (s Sources) Hosts() []string {
 	var urls []string
 	urls = append(urls, s.PipIndexURL, s.PipFindLinks, s.NpmRegistry)
+	urls = append(urls, s.AptHosts...)
 	for _, line := range s.AptSources {
 		for _, f := range strings.Fields(line) {
 			if strings.Contains(f, "://") {

@@ -100,7 +100,7 @@ type manageInput struct {
 
 type egressInput struct {
 	Mode       string   `json:"mode" jsonschema:"none (no route out), allowlist (only the hosts of allow) or public (any public address; private, loopback and metadata addresses are refused in every mode)"`
-	Allow      []string `json:"allow,omitempty" jsonschema:"for allowlist: host names, e.g. pypi.org, *.pythonhosted.org, github.com:443, example.org:* (no port: 80 and 443)"`
+	Allow      []string `json:"allow,omitempty" jsonschema:"for allowlist: host names, e.g. pkgs.example.org, *.cdn.example.org, github.com:443, example.org:* (no port: 80 and 443)"`
 	QuotaBytes int64    `json:"quota_bytes,omitempty" jsonschema:"bytes both ways the egress may carry; connections are cut when reached (default: the server's)"`
 }
 

@@ -74,7 +74,7 @@ var (
 		Code: "def run(i, c): return i", Input: json.RawMessage(`[1,2]`), Config: json.RawMessage(`{"k":"v"}`),
 		Env: map[string]string{"TOKEN": "s3cret"}, Timeout: 90 * time.Second, HeadBytes: 10, TailBytes: 20,
 		Files:  []hostagent.File{{Path: "data.csv", SHA256: "ab12"}},
-		Egress: &hostagent.Egress{Policy: store.Egress{Mode: "allowlist", Allow: []string{"*.pypi.org"}, QuotaBytes: 1 << 20}}}
+		Egress: &hostagent.Egress{Policy: store.Egress{Mode: "allowlist", Allow: []string{"*.pkgs.example.org"}, QuotaBytes: 1 << 20}}}
 	runResult = hostagent.RunResult{CommandEnd: end, SandboxStarted: t0, EndReason: "completed", Usage: usage}
 	killed    = hostagent.RunResult{CommandEnd: hostagent.CommandEnd{Status: "killed", Error: "the server stopped"}, EndReason: "server_shutdown"}
 	ending    = hostagent.Ending{At: t0, Usage: usage, Error: "umount: busy"}

@@ -810,7 +810,7 @@ func testEgress(t *testing.T, s store.Store) {
 	}
 
 	sb := newSandbox("main")
-	sb.Egress = &store.Egress{Mode: store.EgressAllowlist, Allow: []string{"example.org", "*.pypi.org:443"}, QuotaBytes: 1 << 20}
+	sb.Egress = &store.Egress{Mode: store.EgressAllowlist, Allow: []string{"example.org", "*.pkgs.example.org:443"}, QuotaBytes: 1 << 20}
 	sb.API = &store.APIGrant{Scopes: []string{store.ScopeSandboxesRead}, MaxRuns: 3, Key: k.ID}
 	sb.Git = &store.GitClone{URL: "https://example.org/r.git", Branch: "main", Depth: 1}
 	must(t, s.CreateSandbox(ctx, sb))

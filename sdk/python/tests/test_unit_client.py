@@ -395,9 +395,9 @@ def test_egress_grant_and_git_on_the_wire():
 
     with FakeServer(handler) as srv:
         c = lbb.LbbClient(srv.url, api_key="k")
-        c.sandboxes.run(CODE, [1], egress={"mode": "allowlist", "allow": ["pypi.org"]})
+        c.sandboxes.run(CODE, [1], egress={"mode": "allowlist", "allow": ["pkgs.example.org"]})
         sb = c.sandboxes.create(egress={"mode": "public"}, api={"scopes": ["sandboxes:read"]}, git={"url": "https://example.org/r.git"})
         run_body, create_body = [r.json() for r in srv.requests("POST", "/v1/sandboxes")]
-        assert run_body["run"]["egress"] == {"mode": "allowlist", "allow": ["pypi.org"]}
+        assert run_body["run"]["egress"] == {"mode": "allowlist", "allow": ["pkgs.example.org"]}
         assert create_body == {"egress": {"mode": "public"}, "api": {"scopes": ["sandboxes:read"]}, "git": {"url": "https://example.org/r.git"}}
         assert sb.record["egress"]["quota_bytes"] == 9

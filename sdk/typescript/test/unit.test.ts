@@ -266,16 +266,16 @@ test("camelCase in, snake_case on the wire; user data untouched", async () => {
 test("egress, the API grant and git clone on the wire", async () => {
   await withServer(
     (seen) => (seen.path === "/v1/sandboxes" && !(seen.json() as { run?: unknown }).run
-      ? { status: 201, body: { id: "sbx_e", status: "running", created_at: "2030-01-01T00:00:00Z", egress: { mode: "allowlist", allow: ["pypi.org"], quota_bytes: 5 }, usage: { vcpu_ms: 1, gib_ms: 2, egress: { bytes_out: 3, bytes_in: 4, connections: 1, refused: 0 } } } }
+      ? { status: 201, body: { id: "sbx_e", status: "running", created_at: "2030-01-01T00:00:00Z", egress: { mode: "allowlist", allow: ["pkgs.example.org"], quota_bytes: 5 }, usage: { vcpu_ms: 1, gib_ms: 2, egress: { bytes_out: 3, bytes_in: 4, connections: 1, refused: 0 } } } }
       : { body: RUN_OK }),
     async (srv) => {
       const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
       await lbb.sandboxes.run({ code: CODE, egress: { mode: "public", quotaBytes: 10 } });
-      const sb = await lbb.sandboxes.create({ egress: { mode: "allowlist", allow: ["pypi.org"] }, api: { scopes: ["sandboxes:read"], maxRuns: 2 }, git: { url: "https://example.org/r.git", depth: 1 } });
+      const sb = await lbb.sandboxes.create({ egress: { mode: "allowlist", allow: ["pkgs.example.org"] }, api: { scopes: ["sandboxes:read"], maxRuns: 2 }, git: { url: "https://example.org/r.git", depth: 1 } });
       const [runBody, createBody] = srv.requests("POST", "/v1/sandboxes").map((r) => r.json());
       assert.deepEqual((runBody as { run: unknown }).run, { code: CODE, egress: { mode: "public", quota_bytes: 10 } });
-      assert.deepEqual(createBody, { egress: { mode: "allowlist", allow: ["pypi.org"] }, api: { scopes: ["sandboxes:read"], max_runs: 2 }, git: { url: "https://example.org/r.git", depth: 1 } });
-      assert.deepEqual([sb.info.egress, sb.info.usage?.egress], [{ mode: "allowlist", allow: ["pypi.org"], quotaBytes: 5 }, { bytesOut: 3, bytesIn: 4, connections: 1, refused: 0 }]);
+      assert.deepEqual(createBody, { egress: { mode: "allowlist", allow: ["pkgs.example.org"] }, api: { scopes: ["sandboxes:read"], max_runs: 2 }, git: { url: "https://example.org/r.git", depth: 1 } });
+      assert.deepEqual([sb.info.egress, sb.info.usage?.egress], [{ mode: "allowlist", allow: ["pkgs.example.org"], quotaBytes: 5 }, { bytesOut: 3, bytesIn: 4, connections: 1, refused: 0 }]);
     },
   );
 });

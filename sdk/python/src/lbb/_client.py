@@ -208,7 +208,7 @@ class Templates:
     ) -> Template:
         """Saves a new version of the template ``name``; answers the version saved.
         ``isolation`` (``"ns"``, ``"gvisor"``) is what its runs and sandboxes default to, and
-        ``egress`` (``{"mode": "allowlist", "allow": ["pypi.org"], "quota_bytes": …}``) their
+        ``egress`` (``{"mode": "allowlist", "allow": ["pkgs.example.org"], "quota_bytes": …}``) their
         route out unless a call names one. ``image`` (``{"apt": [...], "pip": [...], "npm": [...],
         "run": [...], "files": [{"file": …, "path": "/abs"}]}``) is what the version installs over
         its base: the answer comes at once, building; ``build`` follows it."""
@@ -903,7 +903,7 @@ class Sandboxes:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
         ``create(template=…, base=…, limits=…, isolation=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``.
         ``isolation="gvisor"`` gives it pause with memory, snapshots and forks. ``egress={"mode":
-        "allowlist", "allow": ["pypi.org", "*.pythonhosted.org"]}`` its route out;
+        "allowlist", "allow": ["pkgs.example.org", "*.cdn.example.org"]}`` its route out;
         ``api={"scopes": ["sandboxes:read"]}`` lets code inside call the API at ``$LBB_URL``
         with a key the host attaches (none enters the sandbox); ``git={"url": …}`` clones a
         public repository into /workspace first."""
