@@ -374,10 +374,10 @@ func poolKeys(cfg config.Config, image baseImage, m *mux.Driver) []pool.Key {
 		keys = append(keys, k)
 	}
 	// Sandboxes of lbb/code-interpreter with their Python context's kernel running: at most
-	// one kept without demand (a parked kernel holds ~100 MB).
+	// one kept without demand (a parked kernel holds ~100 MB), more as demand asks.
 	argv, _ := codeint.Argv(agent.LangPython)
 	keys = append(keys, pool.Key{Name: "code-interpreter", Image: image.Rootfs, Limits: defaultLimits(cfg), Runtime: cfg.Runtime,
-		Min: min(cfg.PoolMin, 1), Max: max(min(cfg.PoolMax, 2), 1), Kernel: &pool.Kernel{Name: agent.LangPython, Argv: argv, Ready: codeint.PythonReady}})
+		Min: min(cfg.PoolMin, 1), Kernel: &pool.Kernel{Name: agent.LangPython, Argv: argv, Ready: codeint.PythonReady}})
 	if _, ok := m.Driver("gvisor"); ok && cfg.Runtime != "gvisor" && cfg.PoolGvisorMin > 0 {
 		for _, k := range pool.DefaultKeys(image.Rootfs, defaultLimits(cfg)) {
 			k.Name, k.Runtime = "gvisor/"+k.Name, "gvisor"
