@@ -444,7 +444,7 @@ func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyStat
 	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
 	}
-	var exact, sibling, bare *keyState
+	var own, exact, sibling, bare *keyState
 	for _, ks := range p.keys {
 		k := ks.key
 		if k.Image != spec.Image || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
@@ -454,7 +454,7 @@ func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyStat
 		case k.Kernel != nil:
 			// Only for a claim that takes its kernel on.
 			if kernel != "" && k.Kernel.Name == kernel {
-				exact = ks
+				own = ks
 			}
 		case kernel != "" && k.Language != "":
 			// A claim for a kernel takes a bare slot after its own.
@@ -467,7 +467,7 @@ func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyStat
 		}
 	}
 	var out []*keyState
-	for _, ks := range []*keyState{exact, sibling, bare} {
+	for _, ks := range []*keyState{own, exact, sibling, bare} {
 		if ks != nil && !slices.Contains(out, ks) {
 			out = append(out, ks)
 		}
