@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -168,7 +169,8 @@ func (h *Local) adoptKernel(ctx context.Context, s *sandbox, k *pool.Running) st
 		stdout: output.NewCapture(4096, 4096), stderr: output.NewCapture(4096, 4096), stdin: k.Stdin,
 		hold: output.NewHold(HoldBytes, h.holdIdle)}
 	c.agent.Store(l.agent)
-	e := execution{kernel: k, timeout: 365 * 24 * time.Hour, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
+	e := execution{kernel: k, timeout: pool.KernelTimeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
+	e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
 	h.launch(ctx, s, l, sctx, c, e, nil)
 	select {
 	case <-c.done:

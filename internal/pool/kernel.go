@@ -23,8 +23,8 @@ type Kernel struct {
 	Ready []byte
 }
 
-// kernelTimeout is the guest agent's timeout of a kernel: it lives as long as its sandbox.
-const kernelTimeout = 365 * 24 * time.Hour
+// KernelTimeout is the guest agent's timeout of a kernel: it lives as long as its sandbox.
+const KernelTimeout = 365 * 24 * time.Hour
 
 // Running is a kernel a slot started: its process in the guest agent (ID) with its stdin
 // open, and its output kept from its start for the first Wait.
@@ -45,7 +45,7 @@ func startKernel(ctx context.Context, c *agent.Client, k *Kernel) (*Running, err
 	r := &Running{ID: ids.New(ids.Command), Stdin: pw, done: make(chan struct{})}
 	ready := make(chan struct{})
 	r.stdout.ready, r.stdout.seen = k.Ready, ready
-	p, err := c.Exec(context.Background(), agent.ExecRequest{ID: r.ID, Argv: k.Argv, TimeoutMs: kernelTimeout.Milliseconds(), Detachable: true}, pr)
+	p, err := c.Exec(context.Background(), agent.ExecRequest{ID: r.ID, Argv: k.Argv, TimeoutMs: KernelTimeout.Milliseconds(), Detachable: true}, pr)
 	if err != nil {
 		return nil, fmt.Errorf("starting kernel %s: %w", k.Name, err)
 	}

@@ -44,9 +44,20 @@ func TestCodeInterpreterWarm(t *testing.T) {
 		}
 		return sb, took
 	}
-	_, warm := firstCell(t)
+	sb, warm := firstCell(t)
 	if got := s.metric(t, "lbb_pool_claims_total", "key", "code-interpreter", "path", "warm"); got != warm0+1 {
 		t.Fatalf("warm code-interpreter claims: %v, want %v", got, warm0+1)
+	}
+	// The kernel it came with ends with the sandbox's processes like one it started: after
+	// a stop and resume the next cell starts a fresh one and says so.
+	for _, op := range []string{"stop", "resume"} {
+		if r := s.call("POST", "/v1/sandboxes/"+sb+"/"+op+"?graph=main", "", nil, ""); r.status != 200 {
+			t.Fatalf("%s: %d %s", op, r.status, r.body)
+		}
+	}
+	if r := s.call("POST", "/v1/sandboxes/"+sb+"/code?graph=main", "", map[string]string{"Idempotency-Key": "ci-after-resume"}, `{"code": "1"}`); r.status != 200 ||
+		!strings.Contains(string(r.body), `"context_restarted":true`) {
+		t.Fatalf("after stop and resume: %d %s", r.status, r.body)
 	}
 	// The pool's one slot is taken: the next create waits for no kernel slot.
 	_, cold := firstCell(t)
