@@ -17,9 +17,12 @@ import (
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
-// ptyRecent is how much recent output a re-attached terminal is sent first (within what the
-// server's output tail keeps).
+// ptyRecent is how much of the output already delivered a re-attached terminal is sent
+// again first, to show its screen (within what the server's output tail keeps).
 const ptyRecent = 64 << 10
+
+// ptyChunk is the most one binary message of output carries.
+const ptyChunk = 32 << 10
 
 // ptyMessage is a text (JSON) message of a terminal's WebSocket. The client sends "resize"
 // (cols, rows); the server sends "started" (terminal, sandbox) first and "exit" (exit_code,
@@ -35,6 +38,8 @@ type ptyMessage struct {
 	Signal   string `json:"signal,omitempty"`
 	Status   string `json:"status,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Bytes is how many bytes of output a "skipped" message says were not kept.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // sandboxPty opens a terminal in a sandbox (or re-attaches to one: ?terminal=cmd_…) and
@@ -64,7 +69,7 @@ func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) err
 		return err
 	}
 	id := q.Get("terminal")
-	off := int64(0)
+	reattach := id != ""
 	if id == "" {
 		env := map[string]string{}
 		for _, kv := range q["env"] {
@@ -91,15 +96,14 @@ func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) err
 		if store.CommandDone(cmd.Status) {
 			return errdefs.Conflict("terminal %s has ended (%s); its record keeps its output", id, cmd.Status)
 		}
-		off = -ptyRecent
 	}
 	c.target = id
-	detach, done, err := s.svc.AttachTerminal(c.caller.Graph, id)
+	att, err := s.svc.AttachTerminal(c.caller.Graph, id)
 	if err != nil {
 		return err
 	}
-	defer detach()
-	if cols > 0 && rows > 0 && off < 0 {
+	defer att.Detach()
+	if cols > 0 && rows > 0 && reattach {
 		if err := s.svc.ResizeTerminal(r.Context(), c.caller.Graph, id, cols, rows); err != nil {
 			return err
 		}
@@ -130,29 +134,17 @@ func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) err
 	if err := writeMsg(ptyMessage{Type: "started", Terminal: id, Sandbox: sandboxID}); err != nil {
 		return nil
 	}
-	for {
-		start, data, err := s.svc.ReadOutput(ctx, id, "stdout", off, 32<<10)
-		if len(data) > 0 {
-			if werr := ws.Write(ctx, websocket.MessageBinary, data); werr != nil {
-				return nil // the socket is gone; the terminal waits for a re-attach
-			}
-			off = start + int64(len(data))
-		}
-		if err == nil {
-			continue
-		}
-		if ctx.Err() != nil {
-			ws.CloseNow()
+	off, _ := att.Sent()
+	if reattach {
+		if !s.ptyRepaint(ctx, ws, id, off) {
 			return nil
 		}
-		if !errors.Is(err, io.EOF) && !errdefs.IsNotFound(err) {
-			ws.Close(websocket.StatusInternalError, "reading the terminal: "+err.Error())
-			return nil
-		}
-		break
+	}
+	if !s.ptyOutput(ctx, ws, att, id, off) {
+		return nil
 	}
 	select {
-	case <-done:
+	case <-att.Done:
 	case <-ctx.Done():
 		ws.CloseNow()
 		return nil
@@ -167,6 +159,113 @@ func (s *Server) sandboxPty(w http.ResponseWriter, r *http.Request, c *call) err
 	writeMsg(end)
 	ws.Close(websocket.StatusNormalClosure, "the terminal ended")
 	return nil
+}
+
+// ptyRepaint sends a re-attached client the recent output it was already sent, up to sent
+// (the last run of the last ptyRecent bytes that the output's tail still keeps whole), so
+// that it shows the screen. It reports whether the socket is still there.
+func (s *Server) ptyRepaint(ctx context.Context, ws *websocket.Conn, id string, sent int64) bool {
+	var run []byte
+	off := max(0, sent-ptyRecent)
+	for off < sent {
+		start, data, err := s.svc.ReadOutput(ctx, id, "stdout", off, -1)
+		if err != nil || len(data) == 0 || start >= sent {
+			break
+		}
+		if start > off {
+			run = run[:0] // a gap: only what leads up to sent without one
+		}
+		data = data[:min(int64(len(data)), sent-start)]
+		run = append(run, data...)
+		off = start + int64(len(data))
+	}
+	if off < sent || len(run) == 0 { // what leads up to sent is not kept
+		return true
+	}
+	return ws.Write(ctx, websocket.MessageBinary, run) == nil
+}
+
+// ptyOutput sends a terminal's output from off on until it ends, and reports whether the
+// socket is still there. The latest attach takes the output the host agent holds for the
+// terminal: every byte in order, the program waiting when the client is slow; it records
+// what was delivered, which a re-attach after a drop goes on from. An attach that is not (or
+// no longer) the latest, or a hold that was let go (nobody read for the host agent's hold
+// idle), follows what the output capture keeps, and a "skipped" message says how many bytes
+// it does not have.
+func (s *Server) ptyOutput(ctx context.Context, ws *websocket.Conn, att *control.TerminalAttach, id string, off int64) bool {
+	send := func(start int64, data []byte) bool {
+		if start > off {
+			b, _ := json.Marshal(ptyMessage{Type: "skipped", Terminal: id, Bytes: start - off})
+			if ws.Write(ctx, websocket.MessageText, b) != nil {
+				return false
+			}
+			off = start
+		}
+		if start < off { // sent already
+			data = data[min(int64(len(data)), off-start):]
+		}
+		if len(data) == 0 {
+			return true
+		}
+		if ws.Write(ctx, websocket.MessageBinary, data) != nil {
+			return false // the socket is gone; the terminal waits for a re-attach
+		}
+		off += int64(len(data))
+		att.Deliver(off)
+		return true
+	}
+	held := true
+	for {
+		if _, latest := att.Sent(); held && latest {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			h, err := s.svc.ReadHeld(rctx, id, off, 0, ptyChunk)
+			waited := rctx.Err() != nil
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				ws.CloseNow()
+				return false
+			case err != nil && (waited || errors.Is(err, context.DeadlineExceeded)):
+				continue // to see whether a later attach took over
+			case errdefs.IsNotFound(err):
+				return true // ended and gone
+			case errdefs.IsConflict(err):
+				held = false // not held: follow what is kept
+				continue
+			case err != nil:
+				ws.Close(websocket.StatusInternalError, "reading the terminal: "+err.Error())
+				return false
+			}
+			for _, p := range h.Pieces {
+				if p.Stream == "stdout" && !send(p.Offset, p.Data) {
+					return false
+				}
+			}
+			if h.Ended {
+				return true
+			}
+			if h.Released {
+				held = false
+			}
+			continue
+		}
+		start, data, err := s.svc.ReadOutput(ctx, id, "stdout", off, ptyChunk)
+		if (err == nil || errors.Is(err, io.EOF)) && !send(start, data) {
+			return false
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			ws.CloseNow()
+			return false
+		}
+		if !errors.Is(err, io.EOF) && !errdefs.IsNotFound(err) {
+			ws.Close(websocket.StatusInternalError, "reading the terminal: "+err.Error())
+			return false
+		}
+		return true
+	}
 }
 
 // ptyInput carries what the client types (binary messages) and its resizes (text) to the

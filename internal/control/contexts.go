@@ -27,8 +27,10 @@ import (
 // Python), fed one cell at a time. A context's driver (internal/codeint) runs as a command of
 // the sandbox that no record names, with its stdin open and its output held for this
 // service; every cell is a command record of kind code. Contexts live in this server's memory
-// and end with their sandbox; a cell sent to a context whose interpreter ended (the sandbox
-// was stopped and resumed) starts it again and says so (context_restarted).
+// and end with their sandbox. A pause freezes their interpreters and a snapshot (gvisor)
+// carries them on, state kept; a fork without a snapshot gets copies of them (forked_from).
+// A cell sent to a context whose interpreter ended (the sandbox was stopped and resumed)
+// starts it again and says so (context_restarted).
 
 // ContextRequest is the body of POST /v1/sandboxes/{id}/contexts.
 type ContextRequest struct {
@@ -50,6 +52,9 @@ type CodeContext struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Restarts counts the interpreters started after the first.
 	Restarts int `json:"restarts"`
+	// ForkedFrom names, in a fork, the context of its source this one is a copy of (its
+	// interpreter with the same state at the fork).
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // CodeRequest is the body of POST /v1/sandboxes/{id}/code.
@@ -230,9 +235,8 @@ func (s *Service) startDriver(ctx context.Context, cc *codeContext) error {
 	cc.driver = ids.New(ids.Command)
 	cc.stdout, cc.stderr, cc.lines = 0, 0, codeint.Lines{}
 	cc.ended = make(chan struct{})
-	// The driver lives as long as the sandbox; the guest agent wants some timeout.
 	spec := hostagent.ExecRequest{SandboxID: cc.Sandbox, CommandID: cc.driver, Argv: argv, Cwd: cc.Cwd, Env: cc.env,
-		Timeout: 365 * 24 * time.Hour, StdinOpen: true, Hold: true, HeadBytes: 4096, TailBytes: 4096}
+		Timeout: driverTimeout, StdinOpen: true, Hold: true, HeadBytes: 4096, TailBytes: 4096}
 	if err := s.host.Exec(ctx, spec); err != nil {
 		close(cc.ended)
 		return fmt.Errorf("starting the %s interpreter: %w", cc.Language, err)
@@ -243,14 +247,7 @@ func (s *Service) startDriver(ctx context.Context, cc *codeContext) error {
 // awaitDriver watches the driver cc.driver that runs, and waits for it to be ready. cc.run
 // is held.
 func (s *Service) awaitDriver(ctx context.Context, cc *codeContext) error {
-	ended, driver := cc.ended, cc.driver
-	go func() {
-		end, err := s.host.Wait(context.Background(), driver)
-		if err == nil && end.Status != store.CommandSucceeded && end.Status != store.CommandKilled {
-			s.log.Info("a code context's interpreter ended", "context", cc.ID, "sandbox", cc.Sandbox, "status", end.Status, "stderr", end.Stderr.Tail)
-		}
-		close(ended)
-	}()
+	s.watchDriver(cc)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()
 	for {
@@ -270,6 +267,22 @@ func (s *Service) awaitDriver(ctx context.Context, cc *codeContext) error {
 		}
 	}
 }
+
+// watchDriver closes cc.ended when its driver's command ends.
+func (s *Service) watchDriver(cc *codeContext) {
+	ended, driver := cc.ended, cc.driver
+	go func() {
+		end, err := s.host.Wait(context.Background(), driver)
+		if err == nil && end.Status != store.CommandSucceeded && end.Status != store.CommandKilled {
+			s.log.Info("a code context's interpreter ended", "context", cc.ID, "sandbox", cc.Sandbox, "status", end.Status, "stderr", end.Stderr.Tail)
+		}
+		close(ended)
+	}()
+}
+
+// driverTimeout is a context's driver's timeout: it lives as long as the sandbox; the guest
+// agent wants some timeout.
+const driverTimeout = 365 * 24 * time.Hour
 
 // errDriverEnded says a context's interpreter ended (with its sandbox's processes).
 var errDriverEnded = errors.New("the context's interpreter ended")
@@ -380,10 +393,13 @@ func (s *Service) DeleteContext(ctx context.Context, graph, sandboxID, id string
 	return v, nil
 }
 
-// parkContexts ends the interpreters of a sandbox's contexts before a pause or snapshot (whose
-// checkpoint a running command would break); their next cell starts a fresh interpreter and
-// says so (context_restarted). A cell running answers commands_running, as a command does.
-func (s *Service) parkContexts(sandboxID, what string) error {
+// holdContexts holds the run of every context of a sandbox while a pause, snapshot or fork
+// is made (what), so that no cell starts meanwhile, and answers them with release. Their
+// interpreters are commands like any other: a pause freezes them and a snapshot carries them
+// on, so each context keeps its state; a fork without a snapshot gets copies of them (see
+// adoptContext). A cell running answers commands_running: its answer would wait out the
+// pause or be split by the move.
+func (s *Service) holdContexts(sandboxID, what string) (release func(), held []*codeContext, err error) {
 	s.cmu.Lock()
 	var ccs []*codeContext
 	for _, cc := range s.contexts {
@@ -392,17 +408,46 @@ func (s *Service) parkContexts(sandboxID, what string) error {
 		}
 	}
 	s.cmu.Unlock()
+	slices.SortFunc(ccs, func(a, b *codeContext) int { return strings.Compare(a.ID, b.ID) })
+	release = func() {
+		for _, cc := range held {
+			cc.run.Unlock()
+		}
+	}
 	for _, cc := range ccs {
 		if !cc.run.TryLock() {
-			return errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
+			release()
+			return func() {}, nil, errdefs.New(errdefs.ClassConflict, errdefs.CodeCommandsRunning,
 				"sandbox %s has a code cell running in context %s; wait for it, then %s", sandboxID, cc.ID, what)
 		}
-		if cc.alive() {
-			s.killDriver(cc)
-		}
-		cc.run.Unlock()
+		held = append(held, cc)
 	}
-	return nil
+	return release, held, nil
+}
+
+// forkedDrivers answers, for a fork of a sandbox whose contexts are held, the copies of their
+// interpreters the fork carries on (their output held, as a context's driver's is), keyed by
+// the fork's command id.
+func forkedDrivers(held []*codeContext) map[string]*codeContext {
+	out := map[string]*codeContext{}
+	for _, cc := range held {
+		if cc.alive() {
+			out[ids.New(ids.Command)] = cc
+		}
+	}
+	return out
+}
+
+// adoptContext records context src's copy in fork sandboxID, whose interpreter runs on as the
+// fork's command driver: the same variables, a context of its own from now on.
+func (s *Service) adoptContext(sandboxID string, src *codeContext, driver string) {
+	cc := &codeContext{CodeContext: CodeContext{ID: ids.New(ids.Context), Sandbox: sandboxID, Language: src.Language,
+		Cwd: src.Cwd, EnvNames: src.EnvNames, CreatedAt: s.now(), ForkedFrom: src.ID}, graph: src.graph, env: src.env,
+		driver: driver, ended: make(chan struct{})}
+	s.watchDriver(cc)
+	s.cmu.Lock()
+	s.contexts[cc.ID] = cc
+	s.cmu.Unlock()
 }
 
 // forgetContexts drops the contexts of a sandbox that ended.
@@ -455,7 +500,8 @@ func (s *Service) RunCode(ctx context.Context, c Caller, sandboxID string, req C
 	if strings.TrimSpace(req.Code) == "" {
 		return Response{}, errdefs.InvalidArgument("code is empty")
 	}
-	if _, err := s.runningSandbox(ctx, c.Graph, sandboxID); err != nil {
+	sb, err := s.runningSandbox(ctx, c.Graph, sandboxID)
+	if err != nil {
 		return Response{}, err
 	}
 	var cc *codeContext
@@ -472,8 +518,8 @@ func (s *Service) RunCode(ctx context.Context, c Caller, sandboxID string, req C
 	if err := s.chargeRun(ctx, c.Key); err != nil {
 		return Response{}, err
 	}
-	// A cell counts as a run of its grant's and workflow run's budgets (not metered: the
-	// context's interpreter outlives its cells).
+	// A cell counts as a run of its grant's and workflow run's budgets, and is metered like a
+	// command: the sandbox's CPU while it ran, its memory over its duration.
 	origin := c.origin(nil)
 	if _, err := s.chargeBudgets(ctx, c, origin); err != nil {
 		return Response{}, err
@@ -501,9 +547,17 @@ func (s *Service) RunCode(ctx context.Context, c Caller, sandboxID string, req C
 	// The cell runs to its end, also when the caller goes away: its record must say how.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+60*time.Second)
 	defer cancel()
+	base, err := s.host.Usage(rctx, sandboxID)
+	if err != nil {
+		base = store.Usage{}
+	}
 	res := s.cell(rctx, cc, cmd.ID, req.Code, timeout, on)
 	res.Command, res.Context, res.Sandbox = cmd.ID, cc.ID, sandboxID
-	resp := s.finishCell(rctx, pendingAudit(ctx), cmd, &res)
+	used := store.Usage{GiBMs: float64(sb.Limits.MemoryMiB) / 1024 * float64(res.DurationMs)}
+	if u, err := s.host.Usage(rctx, sandboxID); err == nil {
+		used.VCPUMs = max(0, u.VCPUMs-base.VCPUMs)
+	}
+	resp := s.finishCell(rctx, pendingAudit(ctx), cmd, &res, used)
 	inf.resp = resp
 	s.mu.Lock()
 	delete(s.inflight, cmd.ID)
@@ -591,8 +645,9 @@ func (s *Service) cell(ctx context.Context, cc *codeContext, cellID, code string
 	}
 }
 
-// finishCell records a cell's end (its images as Files of the graph) and answers it.
-func (s *Service) finishCell(ctx context.Context, audit *PendingAudit, cmd store.Command, res *CodeResult) Response {
+// finishCell records a cell's end (its images as Files of the graph) and what it used, and
+// answers it.
+func (s *Service) finishCell(ctx context.Context, audit *PendingAudit, cmd store.Command, res *CodeResult, used store.Usage) Response {
 	log := s.log.With("graph", cmd.Graph, "sandbox", cmd.SandboxID, "command", cmd.ID)
 	fin := s.now()
 	cmd.FinishedAt = &fin
@@ -677,6 +732,9 @@ func (s *Service) finishCell(ctx context.Context, audit *PendingAudit, cmd store
 			return err
 		}
 		resp = Response{Outcome: idempotency.Done, Body: body}
+		if err := s.meter(ctx, q, &cmd, used); err != nil {
+			return err
+		}
 		if err := q.UpdateCommand(ctx, cmd); err != nil {
 			return err
 		}

@@ -538,6 +538,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
+	s.resumedTerminals(id)
 	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id, "from", prev.Status, "mode", prev.PauseMode, "ms", msSince(t0))
 	return sb, nil
 }

@@ -33,8 +33,11 @@ import (
 //
 // None of these breaks a running command: pause freezes a sandbox with commands running
 // (they go on at resume); a snapshot carries them on (gvisor); a fork without a snapshot
-// carries them into the fork as commands of its own (forked_from). Only a run of
-// run(input, config), whose stream cannot move, makes them answer 409 commands_running.
+// carries them into the fork as commands of its own (forked_from). Terminals and code
+// contexts are commands too: a pause and a snapshot keep them (a terminal's client
+// re-attaches; a context keeps its variables), and a fork without a snapshot gets copies of
+// the contexts (forked_from) but not of the terminals. Only a run of run(input, config), or a
+// code cell running, whose stream cannot move, makes them answer 409 commands_running.
 
 // RouteFork is the route whose idempotency keys forks keep.
 const RouteFork = "POST /v1/sandboxes/{id}/fork"
@@ -104,10 +107,13 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	if sb.Status != store.SandboxRunning {
 		return sb, errdefs.Conflict("sandbox %s is %s; only a running sandbox can pause", id, sb.Status)
 	}
-	if err := s.parkContexts(id, "pause"); err != nil {
+	// Its contexts' interpreters and its terminals are commands: the freezer keeps them, state
+	// and all, and they go on at resume.
+	release, _, err := s.holdContexts(id, "pause")
+	if err != nil {
 		return sb, err
 	}
-	s.endTerminals(wctx, id)
+	defer release()
 	t0 := time.Now()
 	p, err := s.host.Pause(wctx, id)
 	if err != nil {
@@ -186,10 +192,17 @@ func (s *Service) SnapshotSandbox(ctx context.Context, c Caller, id string, req 
 	}
 	hs.ops.Lock()
 	defer hs.ops.Unlock()
+	// Its contexts' interpreters are carried on with its commands.
+	release, _, err := s.holdContexts(id, "be snapshotted")
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	defer release()
 	return s.snapshot(context.WithoutCancel(ctx), c.Graph, id, req.Metadata)
 }
 
-// snapshot takes a snapshot of running sandbox id. The caller holds its ops.
+// snapshot takes a snapshot of running sandbox id. The caller holds its ops and its
+// contexts (holdContexts).
 func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]string) (store.Snapshot, error) {
 	sb, err := s.st.GetSandbox(ctx, graph, id)
 	if err != nil {
@@ -206,9 +219,6 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 		return snap, err
 	}
 	if err := s.checkQuotas(graph, u, adds{QuotaSnapshots, 1}, adds{QuotaSnapshotBytes, unknownSize}); err != nil {
-		return snap, err
-	}
-	if err := s.parkContexts(id, "be snapshotted"); err != nil {
 		return snap, err
 	}
 	t0 := time.Now()
@@ -433,6 +443,7 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 			return Response{}, errdefs.Conflict("sandbox %s is %s", id, src.Status)
 		}
 		var carry []store.Command
+		var drivers map[string]*codeContext
 		if req.Snapshot == "" {
 			if src.Status != store.SandboxRunning {
 				return Response{}, errdefs.Conflict("sandbox %s is %s; only a running sandbox can be forked", id, src.Status)
@@ -450,18 +461,30 @@ func (s *Service) ForkSandbox(ctx context.Context, c Caller, id string, req Fork
 		}
 		var snap store.Snapshot
 		if req.Snapshot == "" {
+			// Its contexts' interpreters go into the fork as copies: contexts of the fork's own
+			// with the same state. A named snapshot's fork gets none: which interpreters it
+			// holds is not kept, and their copies end.
+			release, held, err := s.holdContexts(id, "be forked")
+			if err != nil {
+				return Response{}, err
+			}
+			defer release()
+			drivers = forkedDrivers(held)
 			if snap, err = s.snapshot(ctx, c.Graph, id, nil); err != nil {
 				return Response{}, err
 			}
 		} else if snap, err = s.st.GetSnapshot(ctx, c.Graph, req.Snapshot); err != nil {
 			return Response{}, err
 		}
-		return s.fork(ctx, c, src, snap, req, carry)
+		return s.fork(ctx, c, src, snap, req, carry, drivers)
 	})
 }
 
-// fork starts the new sandbox from snap and records it. The caller holds the source's ops.
-func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap store.Snapshot, req ForkRequest, carry []store.Command) (Response, error) {
+// fork starts the new sandbox from snap and records it, with copies of the commands carry
+// and of the contexts' interpreters drivers (by the fork's command id). The caller holds the
+// source's ops.
+func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap store.Snapshot, req ForkRequest, carry []store.Command,
+	drivers map[string]*codeContext) (Response, error) {
 	md := req.Metadata
 	if md == nil {
 		md = from.Metadata
@@ -507,6 +530,9 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		fcs = append(fcs, fc)
 		copies[fc.ID] = cmd
 	}
+	for id, cc := range drivers {
+		fcs = append(fcs, hostagent.ForkCommand{Source: cc.driver, ID: id, Timeout: driverTimeout, Hold: true, HeadBytes: 4096, TailBytes: 4096})
+	}
 	started, err := s.host.Fork(ctx, hostagent.ForkRequest{ID: sb.ID, Source: from.ID, SnapshotID: snap.ID,
 		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env, Egress: hostEgress(sb), Commands: fcs})
 	if err != nil {
@@ -532,6 +558,10 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		return Response{}, err
 	}
 	for _, id := range started.Commands {
+		if cc := drivers[id]; cc != nil {
+			s.adoptContext(sb.ID, cc, id)
+			continue
+		}
 		s.carryCommand(ctx, c, sb, copies[id], id)
 	}
 	s.log.Info("sandbox forked", "graph", sb.Graph, "sandbox", sb.ID, "from", from.ID, "snapshot", snap.ID, "ms", msSince(t0), "expires_at", exp,
@@ -557,6 +587,9 @@ func (s *Service) runningCommands(ctx context.Context, graph, sandboxID string) 
 		case err != nil || cmd.Status != store.CommandRunning:
 		case cmd.Kind == store.KindProcess:
 			procs = append(procs, cmd)
+		case cmd.Kind == store.KindTerminal || cmd.Kind == store.KindCode:
+			// A terminal stays with its source (the fork's copy is hung up); a cell is its
+			// context's (holdContexts answers for it).
 		default:
 			runs++
 		}

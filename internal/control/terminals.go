@@ -38,6 +38,12 @@ type terminal struct {
 	sandbox  string
 	attached int
 	grace    *time.Timer
+	// sent is how much of the output was delivered to an attached client: the host agent
+	// holds what follows (hostagent.ExecRequest.Hold) for the next one.
+	sent int64
+	// reader is the attach whose socket takes the held output: the latest one.
+	reader   uint64
+	attaches uint64
 }
 
 // OpenTerminal starts a command of kind terminal in a running sandbox and answers its
@@ -103,7 +109,7 @@ func (s *Service) OpenTerminal(ctx context.Context, c Caller, sandboxID string, 
 	}
 	spec := hostagent.ExecRequest{SandboxID: sandboxID, CommandID: cmd.ID, Argv: req.Argv, Cwd: req.Cwd, Env: env,
 		Timeout: timeout, StdinOpen: true, Pty: &hostagent.PtySize{Cols: req.Cols, Rows: req.Rows},
-		HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes}
+		HeadBytes: s.cfg.OutputHeadBytes, TailBytes: s.cfg.OutputTailBytes, Hold: true}
 	inf := &inflight{done: make(chan struct{}), sandbox: sandboxID}
 	s.mu.Lock()
 	s.inflight[cmd.ID] = inf
@@ -140,28 +146,65 @@ func (s *Service) OpenTerminal(ctx context.Context, c Caller, sandboxID string, 
 	return cmd, nil
 }
 
+// TerminalAttach is one caller attached to a running terminal (AttachTerminal).
+type TerminalAttach struct {
+	s  *Service
+	id string
+	t  *terminal
+	n  uint64
+	// Done is closed when the terminal has ended and has its record.
+	Done <-chan struct{}
+	// Detach counts the caller off: the grace starts when nobody is left.
+	Detach func()
+}
+
+// Sent answers how much of the terminal's output was delivered to its clients, and whether
+// this attach is the one that takes the held output (the latest attach).
+func (a *TerminalAttach) Sent() (int64, bool) {
+	a.s.terms.mu.Lock()
+	defer a.s.terms.mu.Unlock()
+	return a.t.sent, a.t.reader == a.n
+}
+
+// Deliver records that the output up to off was delivered, when this attach takes the held
+// output; it reports whether it does.
+func (a *TerminalAttach) Deliver(off int64) bool {
+	a.s.terms.mu.Lock()
+	defer a.s.terms.mu.Unlock()
+	if a.t.reader != a.n {
+		return false
+	}
+	a.t.sent = max(a.t.sent, off)
+	return true
+}
+
 // AttachTerminal attaches a caller to a running terminal of graph: its grace timer stops
-// until every attached caller has called detach. done is closed when the terminal has
-// ended and has its record.
-func (s *Service) AttachTerminal(graph, id string) (detach func(), done <-chan struct{}, err error) {
+// until every attached caller has detached. The latest attach takes the terminal's held
+// output (the host agent holds what was not delivered, and the program waits when it is
+// full); an earlier one still attached follows what is kept (ReadOutput).
+func (s *Service) AttachTerminal(graph, id string) (*TerminalAttach, error) {
 	s.terms.mu.Lock()
 	t := s.terms.m[id]
 	if t == nil || t.graph != graph {
 		s.terms.mu.Unlock()
-		return nil, nil, errdefs.NotFound("terminal %s is not running on this server", id)
+		return nil, errdefs.NotFound("terminal %s is not running on this server", id)
 	}
 	t.attached++
+	t.attaches++
+	t.reader = t.attaches
 	if t.grace != nil {
 		t.grace.Stop()
 		t.grace = nil
 	}
+	a := &TerminalAttach{s: s, id: id, t: t, n: t.attaches}
 	s.terms.mu.Unlock()
 	inf := s.liveCommand(id)
 	if inf == nil {
 		s.detached(id, t)
-		return nil, nil, errdefs.NotFound("terminal %s has ended", id)
+		return nil, errdefs.NotFound("terminal %s has ended", id)
 	}
-	return sync.OnceFunc(func() { s.detached(id, t) }), inf.done, nil
+	a.Done, a.Detach = inf.done, sync.OnceFunc(func() { s.detached(id, t) })
+	return a, nil
 }
 
 // detached counts one attached caller off (none for a terminal just opened) and starts the
@@ -175,12 +218,31 @@ func (s *Service) detached(id string, t *terminal) {
 	if t.attached > 0 || t.grace != nil || s.terms.m[id] != t {
 		return
 	}
+	s.startGrace(id, t)
+}
+
+// startGrace starts terminal t's grace (the caller holds s.terms.mu): when it passes with
+// nobody attached, the terminal is hung up. A grace that passes while its sandbox is paused
+// waits for the resume, which starts it again in full (resumedTerminals).
+func (s *Service) startGrace(id string, t *terminal) {
 	grace := s.cfg.TerminalGrace
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
-	t.grace = time.AfterFunc(grace, func() {
+	var timer *time.Timer
+	timer = time.AfterFunc(grace, func() {
+		if sb, err := s.st.GetSandbox(context.Background(), t.graph, t.sandbox); err == nil && sb.Status == store.SandboxPaused {
+			return
+		}
+		s.terms.mu.Lock()
+		current := t.grace == timer
+		s.terms.mu.Unlock()
+		if !current {
+			return // attached meanwhile, or started again by a resume
+		}
 		s.log.Info("terminal hung up: nobody re-attached within the grace", "command", id, "grace", grace)
+		// A program waiting for its unread output to be taken must be able to end.
+		s.ReleaseHeld(id)
 		ctx, cancel := context.WithTimeout(context.Background(), terminalHangup+10*time.Second)
 		defer cancel()
 		s.host.Signal(ctx, id, "SIGHUP")
@@ -192,35 +254,18 @@ func (s *Service) detached(id string, t *terminal) {
 			}
 		}
 	})
+	t.grace = timer
 }
 
-// endTerminals hangs up the terminals of a sandbox (SIGHUP; SIGKILL after terminalHangup)
-// and waits for their records: a pause leaves no terminal behind to break its rule that no
-// command runs.
-func (s *Service) endTerminals(ctx context.Context, sandboxID string) {
+// resumedTerminals starts again in full the grace of each terminal of a resumed sandbox that
+// nobody is attached to: paused time does not count.
+func (s *Service) resumedTerminals(sandboxID string) {
 	s.terms.mu.Lock()
-	var ids []string
+	defer s.terms.mu.Unlock()
 	for id, t := range s.terms.m {
-		if t.sandbox == sandboxID {
-			ids = append(ids, id)
-		}
-	}
-	s.terms.mu.Unlock()
-	for _, id := range ids {
-		inf := s.liveCommand(id)
-		if inf == nil {
-			continue
-		}
-		s.host.Signal(ctx, id, "SIGHUP")
-		select {
-		case <-inf.done:
-			continue
-		case <-time.After(terminalHangup):
-		}
-		s.host.Signal(ctx, id, "")
-		select {
-		case <-inf.done:
-		case <-time.After(10 * time.Second):
+		if t.sandbox == sandboxID && t.grace != nil {
+			t.grace.Stop()
+			s.startGrace(id, t)
 		}
 	}
 }

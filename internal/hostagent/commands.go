@@ -112,7 +112,10 @@ func (h *Local) adopt(ctx context.Context, id string, fc ForkCommand) bool {
 	c := &command{id: fc.ID, procID: fc.Source, sandbox: id, done: make(chan struct{}), detachable: true,
 		stdout: output.NewCapture(fc.HeadBytes, fc.TailBytes), stderr: output.NewCapture(fc.HeadBytes, fc.TailBytes)}
 	c.agent.Store(l.agent)
-	e := execution{attachTo: fc.Source, timeout: fc.Timeout, limits: l.limits, killed: c.killed.Load, egress: l.egress, backstops: &s.backstops}
+	if fc.Hold {
+		c.hold = output.NewHold(HoldBytes, h.holdIdle)
+	}
+	e := execution{attachTo: fc.Source, timeout: fc.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
 	e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
 	// Its stdin is open when the source's is (on this host).
 	if src, err := h.lookupCommand(fc.Source); err == nil {

@@ -256,6 +256,9 @@ type ForkCommand struct {
 	Timeout   time.Duration `json:"timeout"`
 	HeadBytes int           `json:"head_bytes"`
 	TailBytes int           `json:"tail_bytes"`
+	// Hold keeps the copy's output for its starter, as ExecRequest.Hold (a code context's
+	// interpreter).
+	Hold bool `json:"hold,omitempty"`
 }
 
 // Sandbox is a started sandbox.

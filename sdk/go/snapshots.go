@@ -34,7 +34,8 @@ type ForkRequest struct {
 // its RAM freed (it stays paused across a server restart); on ns the freezer holds them in
 // RAM. Resume wakes it where it was. A sandbox with commands running is frozen on every
 // isolation: its commands, their output streams and stdin go on at resume, and the paused
-// time does not count toward their timeouts.
+// time does not count toward their timeouts. Terminals and code contexts are kept too: a
+// terminal's socket goes on (or re-attaches) after resume, a context keeps its variables.
 func (s *SandboxesService) Pause(ctx context.Context, id string) (*Sandbox, error) {
 	return s.lifecycle(ctx, http.MethodPost, s.path(id, "/pause"))
 }
@@ -53,7 +54,9 @@ func (s *SandboxesService) Snapshot(ctx context.Context, id string, p SnapshotRe
 // Fork starts a new sandbox from a snapshot of sandbox id and returns its record (status
 // running, ForkedFrom set). Without p.Snapshot, the source's running commands carry on in the
 // fork as commands of its own (Sandboxes.Commands of the fork; Command.ForkedFrom names each
-// one's source).
+// one's source), and its code contexts as contexts of the fork's own with the same variables
+// (CodeContext.ForkedFrom); its terminals are not carried. A fork of a named snapshot carries
+// neither.
 func (s *SandboxesService) Fork(ctx context.Context, id string, p ForkRequest) (*Sandbox, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()

@@ -76,10 +76,13 @@ type CodeContext struct {
 	CreatedAt time.Time `json:"created_at"`
 	Cwd       string    `json:"cwd,omitempty"`
 	EnvNames  []string  `json:"env_names,omitempty"`
-	ID        string    `json:"id"`
-	Language  string    `json:"language"`
-	Restarts  int64     `json:"restarts"`
-	Sandbox   string    `json:"sandbox"`
+
+	// ForkedFrom in a fork: the context of its source this one is a copy of (its interpreter, with the same state at the fork)
+	ForkedFrom string `json:"forked_from,omitempty"`
+	ID         string `json:"id"`
+	Language   string `json:"language"`
+	Restarts   int64  `json:"restarts"`
+	Sandbox    string `json:"sandbox"`
 
 	// Status ended: its interpreter ended with the sandbox's processes; the next cell starts a fresh one
 	Status string `json:"status"`
@@ -805,6 +808,9 @@ type TemplateVersion struct {
 
 // TerminalMessage A text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty).
 type TerminalMessage struct {
+	// Bytes skipped: how many bytes of output were not kept, where the output goes on (a client that was not the latest attached, or a re-attach after the held output was let go)
+	Bytes int64 `json:"bytes,omitempty"`
+
 	// Cols resize
 	Cols  int64  `json:"cols,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -825,7 +831,7 @@ type TerminalMessage struct {
 	// Terminal the terminal's command id (started, exit)
 	Terminal string `json:"terminal,omitempty"`
 
-	// Type started and exit come from the server, resize from the client
+	// Type started, skipped and exit come from the server, resize from the client
 	Type string `json:"type"`
 }
 

@@ -20,7 +20,8 @@ import (
 // TestCodeContexts: Python contexts (a Jupyter kernel in the base image) on the ns driver and
 // on gvisor: state across cells, a matplotlib figure as a PNG, a DataFrame as HTML, an
 // exception with its traceback, a loop interrupted at its timeout with the context alive, a
-// stop and resume that restarts the context and says so, and a plain script in one call.
+// stop and resume that restarts the context and says so, a pause that keeps its state (and on
+// gvisor a snapshot that does, and a fork with a copy of it), and a plain script in one call.
 func TestCodeContexts(t *testing.T) {
 	isolations := []string{"ns"}
 	if _, why := runsc(); why == "" {
@@ -143,8 +144,7 @@ func TestCodeContexts(t *testing.T) {
 				t.Fatalf("after stop and resume: %v", got)
 			}
 
-			// A pause ends the interpreters too (a checkpoint would break their streams): the
-			// next cell says its context restarted.
+			// A pause freezes the interpreters: the next cell sees the same variables.
 			code("y = 2")
 			if r := s.call("POST", "/v1/sandboxes/"+sb+"/pause?graph=main", "", nil, ""); r.status != 200 {
 				t.Fatalf("pause: %d %s", r.status, r.body)
@@ -152,8 +152,49 @@ func TestCodeContexts(t *testing.T) {
 			if r := s.call("POST", "/v1/sandboxes/"+sb+"/resume?graph=main", "", nil, ""); r.status != 200 {
 				t.Fatalf("resume after pause: %d %s", r.status, r.body)
 			}
-			if got := code("1"); got["context_restarted"] != true || got["status"] != "succeeded" {
+			got := code("y * 10")
+			if got["context_restarted"] == true || last(got, "text/plain") != "20" {
 				t.Fatalf("after pause and resume: %v", got)
+			}
+			// A cell is metered like a command.
+			if r := s.call("GET", "/v1/commands/"+got["command"].(string)+"?graph=main", "", nil, ""); r.status != 200 ||
+				r.obj(t)["usage"] == nil || r.obj(t)["usage"].(map[string]any)["gib_ms"] == nil {
+				t.Fatalf("the cell's record: %d %s", r.status, r.body)
+			}
+			if iso == "gvisor" {
+				// A snapshot carries the interpreter on; a fork gets a copy of the context with
+				// its variables, its own from then on.
+				if r := s.call("POST", "/v1/sandboxes/"+sb+"/snapshot?graph=main", "", nil, "{}"); r.status != 201 {
+					t.Fatalf("snapshot: %d %s", r.status, r.body)
+				}
+				if got := code("y = y + 1\ny"); got["context_restarted"] == true || last(got, "text/plain") != "3" {
+					t.Fatalf("after a snapshot: %v", got)
+				}
+				r := s.call("POST", "/v1/sandboxes/"+sb+"/fork?graph=main", "", nil, "{}")
+				if r.status != 201 {
+					t.Fatalf("fork: %d %s", r.status, r.body)
+				}
+				fork := r.obj(t)["id"].(string)
+				defer s.call("DELETE", "/v1/sandboxes/"+fork+"?graph=main", "", nil, "")
+				r = s.call("GET", "/v1/sandboxes/"+fork+"/contexts?graph=main", "", nil, "")
+				if r.status != 200 || !strings.Contains(string(r.body), `"forked_from"`) {
+					t.Fatalf("the fork's contexts: %d %s", r.status, r.body)
+				}
+				fcell := func(c string) map[string]any {
+					n++
+					b, _ := json.Marshal(map[string]any{"code": c})
+					r := s.call("POST", "/v1/sandboxes/"+fork+"/code?graph=main", "", map[string]string{"Idempotency-Key": fmt.Sprintf("cell-%s-%d", iso, n)}, string(b))
+					if r.status != 200 {
+						t.Fatalf("a cell in the fork: %d %s", r.status, r.body)
+					}
+					return r.obj(t)
+				}
+				if got := fcell("y = y * 100\ny"); got["context_restarted"] == true || last(got, "text/plain") != "300" {
+					t.Fatalf("in the fork: %v", got)
+				}
+				if got := code("y"); last(got, "text/plain") != "3" {
+					t.Fatalf("the source after the fork's cell: %v", got)
+				}
 			}
 
 			// A plain script in one call (seed 003): a non-zero exit is an answer.

@@ -7,6 +7,8 @@ require (
 	github.com/littlebigbrain/lbb/sdk/go v0.0.0-00010101000000-000000000000
 )
 
+require github.com/coder/websocket v1.8.15 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -207,10 +207,12 @@ func (s *supervisor) openConsole() error {
 	return nil
 }
 
-// waitFor polls found until it answers true, for up to 20 s (devices appear as their drivers
-// probe them, which takes a while under emulation).
+// waitFor polls found until it answers true, for up to 150 s (devices appear as their drivers
+// probe them, which takes a while under emulation: on a loaded 2-core host with several
+// machines booting at once under TCG, 20 s was not enough, and the guest gave up while the
+// host still waited — it waits 3 minutes for the agent).
 func waitFor(what string, found func() (string, bool)) (string, error) {
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(150 * time.Second)
 	for {
 		if v, ok := found(); ok {
 			return v, nil
@@ -218,7 +220,7 @@ func waitFor(what string, found func() (string, bool)) (string, error) {
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("%s did not appear", what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // each poll costs the guest's vCPU, which probes the devices
 	}
 }
 

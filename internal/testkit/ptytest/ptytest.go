@@ -196,24 +196,58 @@ func Shell(ctx context.Context, t testing.TB, c *lbb.Client, sandboxID string) *
 	return Follow(term)
 }
 
-// Pause opens a terminal and pauses its sandbox: the terminal ends (hung up), its socket
-// says so, and the pause succeeds.
-func Pause(t *testing.T, c *lbb.Client, sandboxID string) {
+// Pause opens a terminal and pauses its sandbox with it open: the pause freezes it (the
+// socket stays open), and after resume the same socket answers with the shell's state; a
+// re-attach then shows its recent output. With snapshot (gvisor) a snapshot and a fork
+// follow: the terminal is carried on and still answers, and the fork does not refuse.
+func Pause(t *testing.T, c *lbb.Client, sandboxID string, snapshot bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := Shell(ctx, t, c, sandboxID)
 	defer s.T.Close()
-	s.Type(t, "echo up-$((1+2))\n")
+	s.Type(t, "v=$((1+2)); echo up-$v\n")
 	s.WaitFor(t, "up-3")
-	if _, err := c.Sandboxes.Pause(ctx, sandboxID); err != nil {
-		t.Fatalf("pause with a terminal open: %v", err)
+	p, err := c.Sandboxes.Pause(ctx, sandboxID)
+	if err != nil || p.Status != "paused" {
+		t.Fatalf("pause with a terminal open: %+v %v", p, err)
 	}
-	s.WaitEnd(t)
-	if e := s.T.Exit(); e == nil || e.Status == "running" {
-		t.Errorf("the terminal's end: %+v", e)
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-s.done:
+		t.Fatalf("the terminal ended with the pause: %+v %v", s.T.Exit(), s.err)
+	default:
 	}
 	if _, err := c.Sandboxes.Resume(ctx, sandboxID); err != nil {
 		t.Fatal(err)
+	}
+	s.Type(t, "echo kept-$((v*2))\n")
+	s.WaitFor(t, "kept-6")
+	if snapshot {
+		if _, err := c.Sandboxes.Snapshot(ctx, sandboxID, lbb.SnapshotRequest{}); err != nil {
+			t.Fatalf("snapshot with a terminal open: %v", err)
+		}
+		s.Type(t, "echo moved-$((v*3))\n")
+		s.WaitFor(t, "moved-9")
+		f, err := c.Sandboxes.Fork(ctx, sandboxID, lbb.ForkRequest{})
+		if err != nil {
+			t.Fatalf("fork with a terminal open: %v", err)
+		}
+		defer c.Sandboxes.Delete(context.Background(), f.ID)
+	}
+	// Dropped and re-attached: the recent output first, and the shell goes on.
+	s.T.Close()
+	<-s.done
+	term2, err := c.Sandboxes.AttachTerminal(ctx, sandboxID, s.T.ID, 0, 0)
+	if err != nil {
+		t.Fatalf("re-attaching after resume: %v", err)
+	}
+	s2 := Follow(term2)
+	defer term2.Close()
+	s2.WaitFor(t, "kept-6")
+	s2.Type(t, "echo again-$((v*4)); exit 0\n")
+	s2.WaitFor(t, "again-12")
+	if code := s2.WaitEnd(t); code != 0 {
+		t.Errorf("exit code %d after resume; exit %+v", code, term2.Exit())
 	}
 }
 
@@ -228,6 +262,94 @@ func Flood(t *testing.T, c *lbb.Client, sandboxID string, bytes int) {
 	s.WaitFor(t, "flood-16")
 	s.Type(t, "exit\n")
 	s.WaitEnd(t)
+}
+
+// Lines runs seq 1 n on a terminal and reads its output through the WebSocket, with a pause
+// after each read of 16 KiB when slow: every line arrives, whole and in order (the server
+// holds the output for the client and slows the program, it skips nothing), then the exit.
+func Lines(t *testing.T, c *lbb.Client, sandboxID string, n int, slow bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"seq", "1", itoa(n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	var out bytes.Buffer
+	buf := make([]byte, 16<<10)
+	start := time.Now()
+	for {
+		k, err := term.Read(buf)
+		out.Write(buf[:k])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading after %d bytes: %v", out.Len(), err)
+		}
+		if slow {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if code := term.ExitCode(); code != 0 {
+		t.Errorf("seq exited %d; exit %+v", code, term.Exit())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\r\n"), "\r\n")
+	for i, l := range lines {
+		if l != itoa(i+1) {
+			t.Fatalf("line %d is %q, want %d (%d lines, %d bytes)", i+1, tail(l), i+1, len(lines), out.Len())
+		}
+	}
+	if len(lines) != n {
+		t.Fatalf("%d lines, want %d", len(lines), n)
+	}
+	t.Logf("seq 1 %d (%d bytes, slow %v): every line in order in %v", n, out.Len(), slow, time.Since(start).Round(time.Millisecond))
+}
+
+// LinesReattach runs seq 1 n on a terminal, drops the connection after reading a little, and
+// re-attaches: the held output goes on from what was delivered before the drop, every line
+// from there on in order to the last (what was in flight on the dropped socket may be lost).
+func LinesReattach(t *testing.T, c *lbb.Client, sandboxID string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	term, err := c.Sandboxes.OpenTerminal(ctx, sandboxID, lbb.TerminalParams{Argv: []string{"seq", "1", itoa(n)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16<<10)
+	for read := 0; read < 64<<10; {
+		k, err := term.Read(buf)
+		if err != nil {
+			t.Fatalf("reading before the drop: %v", err)
+		}
+		read += k
+	}
+	term.Close()
+	time.Sleep(500 * time.Millisecond)
+	term2, err := c.Sandboxes.AttachTerminal(ctx, sandboxID, term.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term2.Close()
+	out, err := io.ReadAll(term2)
+	if err != nil {
+		t.Fatalf("reading after the re-attach: %v", err)
+	}
+	_, rest, _ := strings.Cut(string(out), "\r\n") // the first line may be cut
+	lines := strings.Split(strings.TrimSuffix(rest, "\r\n"), "\r\n")
+	first := 0
+	for _, d := range lines[0] {
+		first = first*10 + int(d-'0')
+	}
+	for i, l := range lines {
+		if l != itoa(first+i) {
+			t.Fatalf("after the re-attach, line %d is %q, want %d", i, tail(l), first+i)
+		}
+	}
+	if last := first + len(lines) - 1; last != n {
+		t.Fatalf("after the re-attach the lines end at %d, want %d", last, n)
+	}
+	t.Logf("seq 1 %d dropped and re-attached: lines %d to %d in order", n, first, n)
 }
 
 func itoa(n int) string {

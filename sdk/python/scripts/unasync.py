@@ -39,6 +39,9 @@ RULES = [
     (r"\baiter_bytes\b", "iter_bytes"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
+    (r"\b__aiter__\b", "__iter__"),
+    (r"\b__anext__\b", "__next__"),
+    (r"\bStopAsyncIteration\b", "StopIteration"),
 ]
 
 

@@ -12,6 +12,7 @@ import {
 } from "./errors.js";
 import { SSEDecoder, lines, type ServerSentEvent } from "./sse.js";
 import { SandboxCode } from "./code.js";
+import { SandboxPty } from "./terminal.js";
 import {
   DONE_STATUSES,
   fromEgress,
@@ -168,7 +169,7 @@ export class Transport {
   readonly graph: string;
   private apiKey: string | undefined;
   private keyLoaded: boolean;
-  private readonly timeoutMs: number;
+  readonly timeoutMs: number;
   private readonly maxRetries: number;
   private readonly headers: Record<string, string>;
   private readonly fetch: typeof fetch;
@@ -209,6 +210,19 @@ export class Transport {
       else if (v !== undefined && v !== null) u.searchParams.set(k, String(v));
     }
     return u.toString();
+  }
+
+  /** The WebSocket URL of a sandbox's terminal (GET /v1/sandboxes/{id}/pty). */
+  terminalUrl(sandboxId: string, query: [string, string][]): string {
+    const u = new URL(this.url(`/v1/sandboxes/${encodeURIComponent(sandboxId)}/pty`, undefined));
+    for (const [k, v] of query) u.searchParams.append(k, v);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
+  }
+
+  /** The headers of every call (User-Agent, Authorization), for the terminals' WebSocket. */
+  authHeaders(): Promise<Record<string, string>> {
+    return this.baseHeaders();
   }
 
   private async baseHeaders(): Promise<Record<string, string>> {
@@ -867,6 +881,10 @@ export class Sandbox {
   readonly commands: SandboxCommands;
   /** The code interpreter: stateful contexts and their cells. */
   readonly code: SandboxCode;
+  /** Terminals over a WebSocket: `pty.create()`, `pty.attach(id)`. */
+  readonly pty: SandboxPty;
+  /** Ports, private unless shared: `ports.url(port, { expiresInSeconds })` is `previewUrl`. */
+  readonly ports: { url(port: number, p?: PreviewParams): Promise<Preview> };
 
   constructor(
     private readonly t: Transport,
@@ -879,6 +897,8 @@ export class Sandbox {
     this.files = new SandboxFiles(t, id);
     this.commands = new SandboxCommands(t, id);
     this.code = new SandboxCode(t, id);
+    this.pty = new SandboxPty(t, id);
+    this.ports = { url: (port, p) => this.previewUrl(port, p) };
   }
 
   get status(): string {

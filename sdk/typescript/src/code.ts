@@ -54,6 +54,8 @@ export interface CodeContext {
   status: string;
   createdAt: string;
   restarts: number;
+  /** In a fork: the source's context this one is a copy of (same state at the fork). */
+  forkedFrom?: string;
 }
 
 export interface RunCellOptions {
@@ -113,6 +115,7 @@ function toContext(w: WireCodeContext): CodeContext {
   const c: CodeContext = { id: w.id, sandbox: w.sandbox, language: w.language, status: w.status, createdAt: w.created_at, restarts: w.restarts };
   if (w.cwd) c.cwd = w.cwd;
   if (w.env_names) c.envNames = w.env_names;
+  if (w.forked_from) c.forkedFrom = w.forked_from;
   return c;
 }
 

@@ -50,6 +50,8 @@ export type {
   Data,
 } from "./client.js";
 export { SandboxCode } from "./code.js";
+export { SandboxPty, Terminal } from "./terminal.js";
+export type { AttachTerminalParams, CreateTerminalParams, TerminalExit } from "./terminal.js";
 export type { CodeContext, CodeError, CodeOutput, CodeResult, CreateContextParams, RunCellOptions } from "./code.js";
 export type { RunCodeParams } from "./client.js";
 export * from "./errors.js";

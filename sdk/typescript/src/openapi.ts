@@ -744,10 +744,10 @@ export interface components {
         /** @description A text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty). */
         TerminalMessage: {
             /**
-             * @description started and exit come from the server, resize from the client
+             * @description started, skipped and exit come from the server, resize from the client
              * @enum {string}
              */
-            type: "started" | "exit" | "resize";
+            type: "started" | "exit" | "resize" | "skipped";
             /** @description the terminal's command id (started, exit) */
             terminal?: string;
             sandbox?: string;
@@ -762,6 +762,8 @@ export interface components {
             /** @description exit: the command's status */
             status?: string;
             error?: string;
+            /** @description skipped: how many bytes of output were not kept, where the output goes on (a client that was not the latest attached, or a re-attach after the held output was let go) */
+            bytes?: number;
         };
         PreviewRequest: {
             /** @description how long the URL is valid (default 3600; at most 7 days) */
@@ -810,6 +812,8 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             restarts: number;
+            /** @description in a fork: the context of its source this one is a copy of (its interpreter, with the same state at the fork) */
+            forked_from?: string;
         };
         CodeRequest: {
             code: string;

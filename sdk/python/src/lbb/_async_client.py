@@ -30,7 +30,7 @@ from typing import (
 
 import httpx
 
-from . import _core
+from . import _core, _ws
 from ._commands import CommandStream
 from ._core import JSON, Data, Limits
 from ._errors import APIConnectionError, APITimeoutError, LbbError, NotFoundError, error_from_body
@@ -516,6 +516,161 @@ class AsyncSandboxCode:
         return Record(await self._api.json("DELETE", f"/v1/sandboxes/{self._id}/contexts/{context_id}"))
 
 
+class AsyncTerminal:
+    """A terminal in a sandbox, attached over a WebSocket (``GET /v1/sandboxes/{id}/pty``).
+
+    ``send`` what is typed (``"\\x03"`` is Ctrl-C), ``resize`` it, read its output with
+    ``read`` or by iterating (``async for chunk in term``; chunks are bytes, the iteration
+    ends when the terminal does), or ``wait`` for its end with an ``on_data`` callback.
+    ``exit_code`` is its exit status once it has ended (128+n for signal n) and ``exit`` the
+    whole ``exit`` message. ``close`` detaches: the terminal lives on for the server's
+    terminal grace (two minutes by default), in which ``sandbox.pty.attach(term.id)``
+    re-attaches and first reads its recent output. As a context manager it detaches at the
+    end of the block."""
+
+    def __init__(self, conn: _ws.AsyncConn, sandbox_id: str, started: Mapping[str, Any]) -> None:
+        self._conn = conn
+        self.sandbox_id = sandbox_id
+        self.id: str = started.get("terminal", "")
+        self.exit: Optional[Record] = None
+
+    def __repr__(self) -> str:
+        return f"AsyncTerminal(id={self.id!r}, sandbox_id={self.sandbox_id!r})"
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The exit status once the terminal has ended, else None."""
+        return None if self.exit is None else self.exit.get("exit_code")
+
+    async def send(self, data: Data) -> None:
+        """Types ``data`` (str is sent as UTF-8) into the terminal."""
+        b = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if b:
+            await self._conn.send(_ws.BINARY, b)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Sets the terminal's size; its foreground program gets SIGWINCH."""
+        if not (0 < cols <= 65535 and 0 < rows <= 65535):
+            raise ValueError("cols and rows must be from 1 to 65535")
+        await self._conn.send(_ws.TEXT, _json.dumps({"type": "resize", "cols": int(cols), "rows": int(rows)}).encode())
+
+    async def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        """The next chunk of output; None once the terminal has ended (``exit_code`` says how).
+        Raises TimeoutError when nothing came in ``timeout`` seconds (nothing is lost: read
+        again), :class:`APIConnectionError` when the connection dropped before the end."""
+        while True:
+            try:
+                op, payload = await self._conn.recv(timeout)
+            except _ws.Closed as e:
+                if self.exit is not None:
+                    return None
+                raise APIConnectionError(f"terminal {self.id}: the connection closed ({e.code} {e.reason})", code="connection_error") from None
+            if op == _ws.BINARY:
+                return payload
+            try:
+                m = _json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(m, dict) and m.get("type") == "exit":
+                self.exit = Record(m)
+
+    async def wait(self, on_data: Optional[Callable[[bytes], Any]] = None, *, timeout: Optional[float] = None) -> Optional[int]:
+        """Reads the terminal's output to its end, each chunk to ``on_data``, and answers its
+        exit status. ``timeout`` bounds the wait for each chunk, not the whole."""
+        while True:
+            chunk = await self.read(timeout)
+            if chunk is None:
+                return self.exit_code
+            if on_data is not None:
+                res = on_data(chunk)
+                if inspect.isawaitable(res):  # async only
+                    await res  # async only
+
+    async def close(self) -> None:
+        """Detaches; the terminal runs on for the server's grace period."""
+        await self._conn.close(1000, "detached")
+
+    def __aiter__(self) -> "AsyncTerminal":
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self.read()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def __aenter__(self) -> "AsyncTerminal":
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], e: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self.close()
+
+
+class AsyncSandboxPty:
+    """The sandbox's terminals: ``create`` one (a login shell, or ``argv``), or ``attach`` to
+    one still running by its id."""
+
+    def __init__(self, api: _API, sandbox_id: str) -> None:
+        self._api = api
+        self._id = sandbox_id
+
+    async def create(
+        self,
+        *,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
+        argv: Optional[Sequence[str]] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        term: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncTerminal:
+        """Opens a terminal on a real pty: ``argv`` (default a login shell) in ``cwd`` with
+        ``env``, ``cols`` × ``rows`` (default 80×24) and ``TERM`` = ``term`` (default
+        xterm-256color). It is a command record of kind ``terminal`` (``term.id``)."""
+        q: List[Any] = [("argv", a) for a in (argv or [])]
+        q += [("env", f"{k}={v}") for k, v in (env or {}).items()]
+        q += [(k, v) for k, v in (("cwd", cwd), ("term", term)) if v]
+        return await self._dial(q, cols, rows, timeout)
+
+    async def attach(self, terminal_id: str, *, cols: Optional[int] = None, rows: Optional[int] = None, timeout: Optional[float] = None) -> AsyncTerminal:
+        """Re-attaches to a running terminal (resizing it when ``cols`` and ``rows`` are
+        given); its recent output (what the server keeps of its tail, 16 KiB by default) is read first. One that has ended raises
+        :class:`ConflictError` (its record keeps its output: ``commands.get``)."""
+        return await self._dial([("terminal", terminal_id)], cols, rows, timeout)
+
+    async def _dial(self, q: List[Any], cols: Optional[int], rows: Optional[int], timeout: Optional[float]) -> AsyncTerminal:
+        if cols and rows:
+            q += [("cols", int(cols)), ("rows", int(rows))]
+        url = _core.terminal_url(self._api.opts, self._id, q)
+        t = self._api.opts.timeout if timeout is None else timeout
+        conn = await _ws.AsyncConn.open(url, self._api.headers, t)
+        try:
+            op, payload = await conn.recv(t)
+            m = _json.loads(payload) if op == _ws.TEXT else None
+        except (_ws.Closed, TimeoutError, ValueError) as e:
+            await conn.close()
+            raise APIConnectionError(f"terminal: no started message ({e})", code="connection_error") from None
+        if not isinstance(m, dict) or m.get("type") != "started":
+            await conn.close()
+            raise APIConnectionError("terminal: no started message", code="connection_error")
+        return AsyncTerminal(conn, self._id, m)
+
+
+class AsyncSandboxPorts:
+    """The sandbox's ports, private unless shared through a signed URL."""
+
+    def __init__(self, api: _API, sandbox_id: str) -> None:
+        self._api = api
+        self._id = sandbox_id
+
+    async def url(self, port: int, expires_in_seconds: Optional[int] = None) -> Preview:
+        """As :meth:`AsyncSandbox.preview_url`: a signed URL of ``port``, valid
+        ``expires_in_seconds`` (default 3600, at most 7 days)."""
+        body = {} if expires_in_seconds is None else {"expires_in_seconds": expires_in_seconds}
+        return Preview(await self._api.json("POST", f"/v1/sandboxes/{self._id}/ports/{int(port)}/url", json=body))
+
+
 class AsyncSandbox:
     """A handle on a long-lived sandbox: its files, its commands, run(), stop, pause, resume,
     snapshot, fork, delete.
@@ -529,6 +684,8 @@ class AsyncSandbox:
         self.files = AsyncSandboxFiles(api, self.id)
         self.commands = AsyncSandboxCommands(api, self.id)
         self.code = AsyncSandboxCode(api, self.id)
+        self.pty = AsyncSandboxPty(api, self.id)
+        self.ports = AsyncSandboxPorts(api, self.id)
 
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r}, status={self.status!r})"

@@ -8,7 +8,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from ._version import __version__
 
@@ -80,6 +80,16 @@ def _saved_admin_key() -> Optional[str]:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def terminal_url(opts: Options, sandbox_id: str, query: Sequence[Any]) -> str:
+    """The WebSocket URL of GET /v1/sandboxes/{id}/pty (ws:// or wss:// after the base URL)."""
+    base = opts.base_url
+    if base.startswith("https://"):
+        base = "wss://" + base[len("https://") :]
+    elif base.startswith("http://"):
+        base = "ws://" + base[len("http://") :]
+    return f"{base}/v1/sandboxes/{sandbox_id}/pty?" + urlencode([("graph", opts.graph), *query])
 
 
 def base_headers(opts: Options) -> Dict[str, str]:
