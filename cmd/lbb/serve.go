@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/api"
 	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/codeint"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/egress"
@@ -384,6 +386,11 @@ func poolKeys(cfg config.Config, image baseImage, m *mux.Driver) []pool.Key {
 		k.Runtime = cfg.Runtime
 		keys = append(keys, k)
 	}
+	// Sandboxes of lbb/code-interpreter with their Python context's kernel running: at most
+	// one kept without demand (a parked kernel holds ~100 MB), more as demand asks.
+	argv, _ := codeint.Argv(agent.LangPython)
+	keys = append(keys, pool.Key{Name: "code-interpreter", Image: image.Rootfs, Limits: defaultLimits(cfg), Runtime: cfg.Runtime,
+		Min: min(cfg.PoolMin, 1), Kernel: &pool.Kernel{Name: agent.LangPython, Argv: argv, Ready: codeint.PythonReady}})
 	if _, ok := m.Driver("gvisor"); ok && cfg.Runtime != "gvisor" && cfg.PoolGvisorMin > 0 {
 		for _, k := range pool.DefaultKeys(image.Rootfs, defaultLimits(cfg)) {
 			k.Name, k.Runtime = "gvisor/"+k.Name, "gvisor"

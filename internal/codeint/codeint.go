@@ -114,3 +114,7 @@ func MIMETypes(data map[string]json.RawMessage) []string {
 	sort.Strings(ts)
 	return ts
 }
+
+// PythonReady is what the line of the Python driver's ready event begins with (its compact
+// separators): a warm pool that starts the driver waits for it (pool.Kernel.Ready).
+var PythonReady = []byte(`{"type":"ready"`)

@@ -184,11 +184,14 @@ func (s *Service) CreateContext(ctx context.Context, c Caller, sandboxID string,
 
 // prestartContext starts the default context of language in a sandbox that just started
 // (base lbb/code-interpreter), in the background: its first cell waits for it rather than
-// starting it.
-func (s *Service) prestartContext(graph, sandboxID, language string) {
+// starting it. With driver, the sandbox came from the warm pool with its interpreter running
+// as that command (hostagent.Sandbox.Kernel), ready already: the context takes it on.
+func (s *Service) prestartContext(graph, sandboxID, language, driver string) {
 	cc := &codeContext{CodeContext: CodeContext{ID: ids.New(ids.Context), Sandbox: sandboxID, Language: language,
-		CreatedAt: s.now()}, graph: graph, ended: make(chan struct{})}
-	close(cc.ended)
+		CreatedAt: s.now()}, graph: graph, ended: make(chan struct{}), driver: driver}
+	if driver == "" {
+		close(cc.ended)
+	}
 	cc.run.Lock()
 	s.cmu.Lock()
 	s.contexts[cc.ID] = cc
@@ -197,7 +200,11 @@ func (s *Service) prestartContext(graph, sandboxID, language string) {
 		defer cc.run.Unlock()
 		ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Minute)
 		defer cancel()
-		if err := s.startDriver(ctx, cc); err != nil {
+		start := s.startDriver
+		if driver != "" {
+			start = s.awaitDriver
+		}
+		if err := start(ctx, cc); err != nil {
 			// Its first cell starts it again, and says why if it cannot.
 			s.log.Warn("pre-starting a code context", "sandbox", sandboxID, "context", cc.ID, "err", err)
 		}
@@ -234,6 +241,12 @@ func (s *Service) startDriver(ctx context.Context, cc *codeContext) error {
 		close(cc.ended)
 		return fmt.Errorf("starting the %s interpreter: %w", cc.Language, err)
 	}
+	return s.awaitDriver(ctx, cc)
+}
+
+// awaitDriver watches the driver cc.driver that runs, and waits for it to be ready. cc.run
+// is held.
+func (s *Service) awaitDriver(ctx context.Context, cc *codeContext) error {
 	s.watchDriver(cc)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()

@@ -210,7 +210,8 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			return Response{}, err
 		}
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
-			Runtime: sb.Isolation, Layer: sb.Layer, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git})
+			Runtime: sb.Isolation, Layer: sb.Layer, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git,
+			Kernel: warmKernel(sb.Base, env)})
 		if err != nil {
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -237,10 +238,20 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
 		if b, _ := bases.Lookup(sb.Base); b.Context != "" {
-			s.prestartContext(c.Graph, sb.ID, b.Context)
+			s.prestartContext(c.Graph, sb.ID, b.Context, started.Kernel)
 		}
 		return idempotency.JSON(idempotency.Created, sb)
 	})
+}
+
+// warmKernel is the code context interpreter a sandbox of base may take running from the warm
+// pool: its base's context's, unless the sandbox has an env of its own (which the pool's
+// interpreter, started before, lacks).
+func warmKernel(base string, env map[string]string) string {
+	if b, _ := bases.Lookup(base); len(env) == 0 {
+		return b.Context
+	}
+	return ""
 }
 
 // planSandbox validates a create request: its base or template, limits, lifetime, env and

@@ -222,6 +222,10 @@ type CreateRequest struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Git is cloned into the workspace before Create answers; a failed clone fails it.
 	Git *store.GitClone `json:"git,omitempty"`
+	// Kernel asks, with Warm, for a slot whose code context interpreter of this language
+	// (codeint.Argv) already runs: Sandbox.Kernel names it, a held command with its stdin
+	// open (as ExecRequest StdinOpen and Hold), when the pool had one.
+	Kernel string `json:"kernel,omitempty"`
 }
 
 // ResumeRequest starts a stopped or paused sandbox again.
@@ -271,6 +275,9 @@ type Sandbox struct {
 	StartedAt time.Time `json:"started_at"`
 	// Commands are, for a fork, the ids of ForkRequest.Commands it carries on (running).
 	Commands []string `json:"commands,omitempty"`
+	// Kernel is the command id of the interpreter CreateRequest.Kernel asked for, when it
+	// came running with the sandbox; "" when the caller must start one.
+	Kernel string `json:"kernel,omitempty"`
 }
 
 // Paused says how a sandbox was parked.

@@ -287,6 +287,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	out.Started = time.Now()
 	var p *agent.Process
 	switch {
+	case e.kernel != nil:
 	case e.attachTo != "":
 		p, err = ag.Attach(runCtx, e.attachTo, agent.AttachRequest{FromNow: true}, e.stdin)
 	case e.run != nil:
@@ -302,7 +303,11 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 		// Counted as they come from the agent: an attach after a move says where it is.
 		cout, cerr := &countingWriter{stdout, new(atomic.Int64)}, &countingWriter{stderr, new(atomic.Int64)}
 		for {
-			exit, err = p.Wait(cout, cerr)
+			if p == nil {
+				exit, err = e.kernel.Wait(cout, cerr)
+			} else {
+				exit, err = p.Wait(cout, cerr)
+			}
 			if err == nil || e.reattach == nil || runCtx.Err() != nil {
 				break
 			}

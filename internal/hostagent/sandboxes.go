@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -124,8 +126,9 @@ func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) 
 	}
 	spec := runtime.Spec{ID: req.ID, Image: image, Limits: req.Limits, Runtime: req.Runtime}
 	var l *live
+	var kernel *pool.Running
 	if req.Warm && h.pool != nil && req.Layer == "" {
-		l, err = h.handover(ctx, spec, req.Files)
+		l, kernel, err = h.handover(ctx, spec, req.Kernel, req.Files)
 	}
 	if l == nil && err == nil {
 		l, err = h.start(ctx, spec, true, req.Files)
@@ -150,7 +153,34 @@ func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) 
 	if err := h.setRunning(s, l); err != nil {
 		return Sandbox{}, h.abandon(ctx, s, l, err)
 	}
-	return h.answer(s.id, req.Runtime, l), nil
+	a := h.answer(s.id, req.Runtime, l)
+	if kernel != nil {
+		a.Kernel = h.adoptKernel(ctx, s, kernel)
+	}
+	return a, nil
+}
+
+// adoptKernel makes the kernel a slot came with a held command of sandbox s, with its stdin
+// open, as a caller's Exec of it would have (the code contexts' driver: see
+// control.startDriver). It answers the command's id, "" when it ended meanwhile.
+func (h *Local) adoptKernel(ctx context.Context, s *sandbox, k *pool.Running) string {
+	_, l, sctx, err := h.running(s.id)
+	if err != nil {
+		return ""
+	}
+	c := &command{id: k.ID, procID: k.ID, sandbox: s.id, done: make(chan struct{}), detachable: true,
+		stdout: output.NewCapture(4096, 4096), stderr: output.NewCapture(4096, 4096), stdin: k.Stdin,
+		hold: output.NewHold(HoldBytes, h.holdIdle)}
+	c.agent.Store(l.agent)
+	e := execution{kernel: k, timeout: pool.KernelTimeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
+	e.reattach = func(ctx context.Context) (*agent.Client, io.Reader) { return h.moveStream(ctx, s, c) }
+	h.launch(ctx, s, l, sctx, c, e, nil)
+	select {
+	case <-c.done:
+		return ""
+	default:
+		return c.id
+	}
 }
 
 // abandon destroys a sandbox Create started but cannot hand over, and answers err.
@@ -181,19 +211,20 @@ func (h *Local) answer(id, rt string, l *live) Sandbox {
 
 // handover takes a started sandbox from the warm pool and writes files into it; nil, nil
 // when the pool has none.
-func (h *Local) handover(ctx context.Context, spec runtime.Spec, files []File) (*live, error) {
-	// A long-lived sandbox runs no pre-started interpreter: it takes a bare slot.
-	lease, err := h.pool.Handover(ctx, pool.Request{Spec: spec})
+func (h *Local) handover(ctx context.Context, spec runtime.Spec, kernel string, files []File) (*live, *pool.Running, error) {
+	// A long-lived sandbox runs no pre-started run() interpreter: it takes a bare slot, or
+	// one whose code context's kernel runs.
+	lease, err := h.pool.Handover(ctx, pool.Request{Spec: spec, Kernel: kernel})
 	if err != nil || lease == nil {
-		return nil, err
+		return nil, nil, err
 	}
 	id := lease.Sandbox.ID()
 	if err := h.writeFiles(ctx, lease.Agent, files); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		return nil, errors.Join(fmt.Errorf("sandbox %s: %w", id, err), lease.Release(cctx))
+		return nil, nil, errors.Join(fmt.Errorf("sandbox %s: %w", id, err), lease.Release(cctx))
 	}
-	return &live{sb: lease.Sandbox, agent: lease.Agent, startedAt: lease.StartedAt, limits: spec.Limits}, nil
+	return &live{sb: lease.Sandbox, agent: lease.Agent, startedAt: lease.StartedAt, limits: spec.Limits}, lease.Kernel, nil
 }
 
 // start creates (with create) and starts a sandbox and connects to its agent. A failure

@@ -8,6 +8,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/egress"
 	"github.com/littlebigbrain/lbb/internal/output"
+	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
 
@@ -35,11 +36,16 @@ type execution struct {
 	// attachTo, when set, starts by attaching to the stream of this detached process (a
 	// fork's copy of its source's command) from now on, instead of starting a process.
 	attachTo string
+	// kernel, when set, is a process the warm pool started: its stream is taken on
+	// instead of starting one.
+	kernel *pool.Running
 }
 
 // procID is the process's id in the guest agent.
 func (e execution) procID() string {
 	switch {
+	case e.kernel != nil:
+		return e.kernel.ID
 	case e.attachTo != "":
 		return e.attachTo
 	case e.exec != nil:

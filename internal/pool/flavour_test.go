@@ -51,7 +51,7 @@ func TestFlavours(t *testing.T) {
 		{FlavourLean, "[lean sci bare]"},
 		{FlavourFull, "[sci lean bare]"},
 	} {
-		if got := fmt.Sprint(names(e.p.match(spec(), agent.LangPython, c.flavour))); got != c.want {
+		if got := fmt.Sprint(names(e.p.match(spec(), agent.LangPython, c.flavour, ""))); got != c.want {
 			t.Errorf("match(python, %q) = %s, want %s", c.flavour, got, c.want)
 		}
 	}

@@ -18,6 +18,9 @@ import (
 type Request struct {
 	Spec     runtime.Spec
 	Language string
+	// Kernel names the kernel (Key.Kernel) a long-lived sandbox wants running (Handover):
+	// a slot of its key first, then a bare one (whose Lease has no Kernel).
+	Kernel string
 	// Flavour is the flavour of slot the code runs best in (FlavourFor): a hint only.
 	Flavour string
 }
@@ -34,6 +37,8 @@ type Lease struct {
 	Agent   *agent.Client
 	// StartedAt is when the sandbox started (for a pooled one: its claim).
 	StartedAt time.Time
+	// Kernel is the kernel the slot runs for its claimant (Request.Kernel), or nil.
+	Kernel *Running
 
 	once    sync.Once
 	release func(ctx context.Context) error

@@ -76,6 +76,9 @@ type Key struct {
 	// Min is the depth kept without demand, Max the most demand can ask for; zero takes
 	// Options.Min and Options.Max.
 	Min, Max int
+	// Kernel, when set, is started in each slot of the key (with Language ""), for claims
+	// that name it (Request.Kernel).
+	Kernel *Kernel
 }
 
 // Options configure a Pool.
@@ -171,6 +174,7 @@ type slot struct {
 	background bool
 	base       runtime.Stats // its accounting when parked
 	builtAt    time.Time
+	kernel     *Running  // the key's Kernel, running
 	state      slotState // guarded by Pool.mu
 }
 
@@ -231,6 +235,9 @@ func New(o Options) (*Pool, error) {
 			return nil, fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
 		}
 		k.Language = lang
+		if k.Kernel != nil && (k.Language != "" || k.Kernel.Name == "" || len(k.Kernel.Argv) == 0) {
+			return nil, fmt.Errorf("pool: key %q: a kernel needs a name, a command and no language", k.Name)
+		}
 		if k.Name == "" {
 			k.Name = defaultName(k)
 		}
@@ -244,6 +251,9 @@ func New(o Options) (*Pool, error) {
 			k.Max = k.Min
 		}
 		id := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%+v", k.Image, k.Language, k.Flavour, k.Runtime, k.Limits)
+		if k.Kernel != nil {
+			id += "\x00kernel " + k.Kernel.Name
+		}
 		if seen[id] || seen["name\x00"+k.Name] {
 			return nil, fmt.Errorf("pool: key %q is given twice", k.Name)
 		}
@@ -387,7 +397,7 @@ func (p *Pool) claimStarted() func() {
 func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, error) {
 	spec := req.Spec
 	p.mu.Lock()
-	cands := p.match(spec, agent.Interpreter(req.Language), req.Flavour)
+	cands := p.match(spec, agent.Interpreter(req.Language), req.Flavour, req.Kernel)
 	if len(cands) > 0 {
 		cands[0].claims++ // demand, whether it is met warm or not
 	}
@@ -430,17 +440,24 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, erro
 // flavour), another flavour of the language (a wrong flavour costs the run the imports it
 // lacks, or memory it does not use, never correctness), then a bare slot of the same image
 // and limits (a started sandbox, whatever it runs).
-func (p *Pool) match(spec runtime.Spec, lang, flavour string) []*keyState {
+func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyState {
 	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
 	}
-	var exact, sibling, bare *keyState
+	var own, exact, sibling, bare *keyState
 	for _, ks := range p.keys {
 		k := ks.key
 		if k.Image != spec.Image || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
 			continue
 		}
 		switch {
+		case k.Kernel != nil:
+			// Only for a claim that takes its kernel on.
+			if kernel != "" && k.Kernel.Name == kernel {
+				own = ks
+			}
+		case kernel != "" && k.Language != "":
+			// A claim for a kernel takes a bare slot after its own.
 		case k.Language == lang && k.Flavour == flavour:
 			exact = ks
 		case k.Language == lang && lang != "" && sibling == nil:
@@ -450,7 +467,7 @@ func (p *Pool) match(spec runtime.Spec, lang, flavour string) []*keyState {
 		}
 	}
 	var out []*keyState
-	for _, ks := range []*keyState{exact, sibling, bare} {
+	for _, ks := range []*keyState{own, exact, sibling, bare} {
 		if ks != nil && !slices.Contains(out, ks) {
 			out = append(out, ks)
 		}
@@ -528,9 +545,11 @@ func (p *Pool) Handover(ctx context.Context, req Request) (*Lease, error) {
 	if s == nil || err != nil {
 		return nil, err
 	}
-	return NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
+	l := NewLease(&claimedSandbox{Sandbox: s.sb, base: s.base}, s.client, time.Now(), func(ctx context.Context) error {
 		return p.destroy(ctx, s)
-	}), nil
+	})
+	l.Kernel = s.kernel
+	return l, nil
 }
 
 func (p *Pool) released() {
@@ -747,6 +766,11 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 		}
 	} else if err := s.client.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("the agent does not answer: %w", err)
+	}
+	if k.Kernel != nil {
+		if s.kernel, err = startKernel(ctx, s.client, k.Kernel); err != nil {
+			return nil, err
+		}
 	}
 	if p.freezer != nil {
 		if err := p.freezer.Freeze(ctx, s.id); err != nil {

@@ -107,30 +107,13 @@ func (e *env) forkBomb(t *testing.T) {
 	const limit = 64
 	b := e.boot(t, runtime.Limits{Pids: limit})
 	// Count how far forking gets: it must stop at the limit with EAGAIN.
-	r := b.py(`
-import os, time, errno
-n, err, kids = 0, None, []
-while n < 1000:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        err = e.errno
-        break
-    if pid == 0:
-        time.sleep(60)
-        os._exit(0)
-    kids.append(pid)
-    n += 1
-for k in kids:
-    os.kill(k, 9)
-for k in kids:
-    os.waitpid(k, 0)
-print(n, err)
-`)
-	var n, errno int
-	if _, err := fmt.Sscan(r.stdout, &n, &errno); err != nil || n >= limit || errno != int(syscall.EAGAIN) {
-		t.Fatalf("forks: %v", r)
+	fc := ForkCount(limit)
+	r := b.py(fc.Code)
+	if err := fc.Check(r.stdout); err != nil {
+		t.Fatalf("%v: %v", err, r)
 	}
+	var n int
+	fmt.Sscan(r.stdout, &n)
 	t.Logf("forks stopped after %d with EAGAIN", n)
 	// A real bomb, stopped by the timeout: the sandbox and the host stay usable.
 	r = b.exec(agent.ExecRequest{Argv: []string{"bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 100"}, TimeoutMs: 3000}, nil)
@@ -364,21 +347,9 @@ func (e *env) network(t *testing.T) {
 	if out := b.ok("tail -n +2 /proc/net/route; tail -n +2 /proc/net/ipv6_route 2>/dev/null | grep -v ' lo$' || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("routes: %q", out)
 	}
-	r := b.py(AttemptPy + fmt.Sprintf(`
-print("host", attempt("127.0.0.1", %d))
-u = socket.socket(socket.AF_UNIX)
-try:
-    u.connect("\0%s"); print("abstract connected")
-except OSError as e:
-    print("abstract", errno.errorcode.get(e.errno, str(e)))
-print("out", attempt("1.1.1.1", 80))
-srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
-c = socket.create_connection(srv.getsockname(), timeout=3)
-print("lo", "works")
-`, port, abstract))
-	if !strings.Contains(r.stdout, "host ECONNREFUSED") || !strings.Contains(r.stdout, "out ENETUNREACH") ||
-		!strings.Contains(r.stdout, "abstract ECONNREFUSED") || !strings.Contains(r.stdout, "lo works") {
-		t.Errorf("network: %v", r)
+	p := Network(port, abstract)
+	if r := b.py(p.Code); p.Check(r.stdout) != nil {
+		t.Errorf("%v: %v", p.Check(r.stdout), r)
 	}
 }
 
@@ -457,68 +428,10 @@ func (e *env) privileges(t *testing.T) {
 // has no compiler). Numbers are the host architecture's, which is the sandbox's.
 func (e *env) syscalls(t *testing.T) {
 	b := e.shared(t)
-	type probe struct {
-		name string
-		nr   uintptr
-		args []uint64
-		want syscall.Errno
-	}
-	probes := []probe{
-		{"mount", unix.SYS_MOUNT, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
-		{"umount2", unix.SYS_UMOUNT2, []uint64{0, 0}, unix.EPERM},
-		{"init_module", unix.SYS_INIT_MODULE, []uint64{0, 0, 0}, unix.EPERM},
-		{"finit_module", unix.SYS_FINIT_MODULE, []uint64{0, 0, 0}, unix.EPERM},
-		{"delete_module", unix.SYS_DELETE_MODULE, []uint64{0, 0}, unix.EPERM},
-		{"keyctl", unix.SYS_KEYCTL, []uint64{0, 0}, unix.EPERM},
-		{"add_key", unix.SYS_ADD_KEY, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
-		{"request_key", unix.SYS_REQUEST_KEY, []uint64{0, 0, 0, 0}, unix.EPERM},
-		{"bpf", unix.SYS_BPF, []uint64{0, 0, 0}, unix.EPERM},
-		{"perf_event_open", unix.SYS_PERF_EVENT_OPEN, []uint64{0, 0, 0, 0, 0}, unix.EPERM},
-		{"unshare(CLONE_NEWUSER)", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWUSER}, unix.EPERM},
-		{"unshare(CLONE_NEWNS)", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWNS}, unix.EPERM},
-		{"setns", unix.SYS_SETNS, []uint64{0, 0}, unix.EPERM},
-		{"ptrace(ATTACH, 1)", unix.SYS_PTRACE, []uint64{unix.PTRACE_ATTACH, 1, 0, 0}, unix.EPERM},
-		{"process_vm_readv", unix.SYS_PROCESS_VM_READV, []uint64{1, 0, 0, 0, 0, 0}, unix.EPERM},
-		{"io_uring_setup", unix.SYS_IO_URING_SETUP, []uint64{1, 0}, unix.EPERM},
-		{"userfaultfd", unix.SYS_USERFAULTFD, []uint64{0}, unix.EPERM},
-		{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT, []uint64{0, 0, 0}, unix.EPERM},
-		{"kexec_load", unix.SYS_KEXEC_LOAD, []uint64{0, 0, 0, 0}, unix.EPERM},
-		{"clock_settime", unix.SYS_CLOCK_SETTIME, []uint64{0, 0}, unix.EPERM},
-		{"chroot", unix.SYS_CHROOT, []uint64{0}, unix.EPERM},
-		{"pivot_root", unix.SYS_PIVOT_ROOT, []uint64{0, 0}, unix.EPERM},
-		{"clone3", unix.SYS_CLONE3, []uint64{0, 0}, unix.ENOSYS},
-	}
-	var py strings.Builder
-	py.WriteString("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n")
-	py.WriteString("def sc(nr, *a):\n    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])\n    return 0 if r != -1 else ctypes.get_errno()\n")
-	for _, p := range probes {
-		args := ""
-		for _, a := range p.args {
-			args += fmt.Sprintf(", %d", a)
-		}
-		fmt.Fprintf(&py, "print(%q, sc(%d%s))\n", p.name, p.nr, args)
-	}
-	// The same through the libraries a program would use.
-	py.WriteString(`
-try:
-    os.unshare(os.CLONE_NEWUSER); print("os.unshare", 0)
-except OSError as e:
-    print("os.unshare", e.errno)
-`)
-	r := b.py(py.String())
-	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		if i := strings.LastIndex(line, " "); i > 0 {
-			got[line[:i]] = line[i+1:]
-		}
-	}
-	for _, p := range probes {
-		if got[p.name] != fmt.Sprint(int(p.want)) {
-			t.Errorf("%s: errno %q, want %d (%v)", p.name, got[p.name], int(p.want), p.want)
-		}
-	}
-	if got["os.unshare"] != fmt.Sprint(int(unix.EPERM)) {
-		t.Errorf("os.unshare(CLONE_NEWUSER): %q", got["os.unshare"])
+	p := Syscalls()
+	r := b.py(p.Code)
+	if err := p.Check(r.stdout); err != nil {
+		t.Error(err)
 	}
 	if r.exit.ExitCode != 0 {
 		t.Errorf("probe script: %v", r)
@@ -530,14 +443,7 @@ except OSError as e:
 		// The i386 ABI (int 0x80) is a second system call table a deny list keyed on native
 		// numbers would miss. Contained means it never runs: ns's filter kills the process;
 		// a kernel with no i386 table at all (gVisor's) answers ENOSYS (-38).
-		r := b.py(`
-import ctypes, mmap
-code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax, 20 (getpid); int 0x80; ret
-m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-m.write(code)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-print("int80 returned", ctypes.CFUNCTYPE(ctypes.c_int)(addr)())
-`)
+		r := b.py(Int80Py)
 		killed := !strings.Contains(r.stdout, "int80 returned") && r.exit.Signal == "SIGSYS"
 		if !killed && !strings.Contains(r.stdout, "int80 returned -38\n") {
 			t.Errorf("an i386 system call: %v (want the process killed by SIGSYS, or ENOSYS)", r)
@@ -547,24 +453,9 @@ print("int80 returned", ctypes.CFUNCTYPE(ctypes.c_int)(addr)())
 
 func (e *env) procSelfExe(t *testing.T) {
 	b := e.shared(t)
-	r := b.py(`
-import os
-for p in ["/proc/self/exe", "/proc/1/exe", "/.lbb/agent"]:
-    for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
-        try:
-            fd = os.open(p, flags)
-            os.write(fd, b"\x7fELF pwned")
-            print("WROTE", p)
-        except OSError as e:
-            pass
-try:
-    os.rename("/.lbb/agent", "/.lbb/agent.old"); print("RENAMED")
-except OSError:
-    pass
-print("done")
-`)
-	if strings.Contains(r.stdout, "WROTE") || strings.Contains(r.stdout, "RENAMED") || !strings.Contains(r.stdout, "done") {
-		t.Errorf("/proc/self/exe: %v", r)
+	p := ProcSelfExe()
+	if r := b.py(p.Code); p.Check(r.stdout) != nil {
+		t.Errorf("%v: %v", p.Check(r.stdout), r)
 	}
 }
 
@@ -655,17 +546,9 @@ print(json.dumps(res))
 // agentOutOfReach: user code runs as the same id as the agent, yet must not reach into it.
 func (e *env) agentOutOfReach(t *testing.T) {
 	b := e.shared(t)
-	r := b.py(`
-import os
-for path, mode in [("/proc/1/mem", "r+b"), ("/proc/1/environ", "rb"), ("/proc/1/fd/3", "rb"), ("/.lbb/agent", "rb")]:
-    try:
-        open(path, mode, buffering=0)
-        print("OPENED", path)
-    except OSError as e:
-        print("refused", path, e.errno)
-os.kill(1, 9)  # the kernel drops it: the init of a pid namespace has no handler for it
-`)
-	if strings.Contains(r.stdout, "OPENED") || r.exit.ExitCode != 0 {
+	p := AgentOutOfReach()
+	r := b.py(p.Code)
+	if p.Check(r.stdout) != nil || r.exit.ExitCode != 0 {
 		t.Errorf("the agent is within reach: %v", r)
 	}
 	if err := b.ping(); err != nil {
@@ -724,48 +607,9 @@ func (e *env) pathEscapes(t *testing.T) {
 // host or hypervisor) or into little-used kernel code (AF_ALG, AF_XDP, AF_PACKET…).
 func (e *env) socketFamilies(t *testing.T) {
 	b := e.shared(t)
-	r := b.py(`
-import socket, errno
-def attempt(family, type_, proto=0):
-    try:
-        socket.socket(family, type_, proto).close(); return 0
-    except OSError as e:
-        return e.errno
-def pair(family):
-    try:
-        a, b = socket.socketpair(family, socket.SOCK_STREAM); a.close(); b.close(); return 0
-    except OSError as e:
-        return e.errno
-S, D, R = socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW
-for name, fam, typ, proto in [
-    ("unix", 1, S, 0), ("inet", 2, S, 0), ("inet6", 10, S, 0), ("netlink route", 16, R, 0),
-    ("vsock", 40, S, 0), ("packet", 17, R, 0), ("alg", 38, 5, 0), ("xdp", 44, R, 0),
-    ("key", 15, R, 2), ("appletalk", 5, D, 0), ("x25", 9, 5, 0), ("rds", 21, 5, 0),
-    ("can", 29, R, 1), ("tipc", 30, 5, 0), ("bluetooth", 31, R, 0), ("kcm", 41, D, 0),
-    ("qipcrtr", 42, D, 0), ("smc", 43, S, 0), ("mctp", 45, D, 0),
-    ("netlink audit", 16, R, 9), ("netlink uevent", 16, D, 15),
-]:
-    print(name, attempt(fam, typ, proto))
-print("pair unix", pair(1))
-print("pair vsock", pair(40))
-`)
-	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		if i := strings.LastIndex(line, " "); i > 0 {
-			got[line[:i]] = line[i+1:]
-		}
-	}
-	for _, name := range []string{"unix", "inet", "inet6", "netlink route", "pair unix"} {
-		if got[name] != "0" {
-			t.Errorf("%s: errno %q, want it to open\n%v", name, got[name], r)
-		}
-	}
-	refused := map[string]bool{fmt.Sprint(int(unix.EAFNOSUPPORT)): true, fmt.Sprint(int(unix.EPERM)): true}
-	for _, name := range []string{"vsock", "packet", "alg", "xdp", "key", "appletalk", "x25", "rds", "can", "tipc",
-		"bluetooth", "kcm", "qipcrtr", "smc", "mctp", "netlink audit", "netlink uevent", "pair vsock"} {
-		if !refused[got[name]] {
-			t.Errorf("%s: errno %q, want EAFNOSUPPORT or EPERM", name, got[name])
-		}
+	p := SocketFamilies()
+	if r := b.py(p.Code); p.Check(r.stdout) != nil {
+		t.Errorf("%v\n%v", p.Check(r.stdout), r)
 	}
 }
 
@@ -774,22 +618,7 @@ print("pair vsock", pair(40))
 func (e *env) signalsToInit(t *testing.T) {
 	b := e.shared(t)
 	b.ok("for s in HUP QUIT USR1 USR2 TERM INT ALRM PIPE TRAP ABRT; do kill -s $s 1 2>/dev/null; done; sleep 0.5; echo done")
-	b.py(`
-import os, signal, time
-tids = []
-try: tids = [int(t) for t in os.listdir("/proc/1/task")]
-except OSError: pass
-for tid in sorted(set(tids + list(range(2, 40)))):
-    for s in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGTERM):
-        try:
-            if tid != os.getpid(): os.kill(tid, s)
-        except OSError: pass
-try:
-    fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
-    signal.pidfd_send_signal(fd, signal.SIGHUP)
-except (OSError, AttributeError): pass
-time.sleep(0.5)
-`)
+	b.py(SignalsToInit().Code)
 	select {
 	case <-b.sb.Done():
 		t.Fatal("the sandbox ended after signals to its PID 1")
