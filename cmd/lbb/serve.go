@@ -30,7 +30,9 @@ import (
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
+	"github.com/littlebigbrain/lbb/internal/store/postgres"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	"github.com/littlebigbrain/lbb/internal/store/sqlstore"
 )
 
 func init() {
@@ -97,7 +99,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer unlock()
 
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -271,6 +273,15 @@ func reachable(a net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// openStore opens the record store --store names: SQLite in the data directory by default,
+// or a PostgreSQL database.
+func openStore(ctx context.Context, cfg config.Config) (*sqlstore.DB, error) {
+	if postgres.IsURL(cfg.Store) {
+		return postgres.Open(ctx, cfg.Store)
+	}
+	return sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
 }
 
 // prepareDataDir makes the data directory. Others may traverse it but not list it: the

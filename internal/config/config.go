@@ -61,7 +61,10 @@ type Config struct {
 	PreviewAddr   string
 	PreviewDomain string
 	DataDir       string
-	ImagesDir     string
+	// Store is where records are kept: "" for SQLite in <data-dir>/lbb.db, or a PostgreSQL
+	// URL (postgres://…), which several control planes may share.
+	Store     string
+	ImagesDir string
 	// Mirror is the Debian mirror image builds use ("" for the builder's default).
 	Mirror string
 	// Runtime names the default isolation driver. The server also offers every other driver
@@ -214,6 +217,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PreviewAddr, "preview-addr", c.PreviewAddr, "address of the port previews' listener (empty: none)")
 	fs.StringVar(&c.PreviewDomain, "preview-domain", c.PreviewDomain, "previews are served as <token>.<this domain>; *.localhost resolves locally in browsers and curl")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
+	fs.StringVar(&c.Store, "store", c.Store, "record store: empty for SQLite in <data-dir>/lbb.db, or a PostgreSQL URL (postgres://user@host/db?sslmode=…) that several control planes may share")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
 	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")
 	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "default isolation driver (ns, gvisor); the others this host can run are offered too")
@@ -326,6 +330,9 @@ func (c *Config) Validate() error {
 		bad("--data-dir is empty")
 	} else if abs, err := filepath.Abs(c.DataDir); err == nil {
 		c.DataDir = abs
+	}
+	if c.Store != "" && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		bad("--store %q: want empty (SQLite in --data-dir) or a postgres:// URL", c.Store)
 	}
 	if c.ImagesDir == "" {
 		c.ImagesDir = filepath.Join(c.DataDir, "images")
