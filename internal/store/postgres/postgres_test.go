@@ -51,7 +51,11 @@ func TestMigrations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db, err := Open(context.Background(), dsn)
+	// lbb serve --store takes the URL form.
+	if !IsURL(pgtest.URL(dsn)) {
+		t.Fatalf("%q is not a URL", pgtest.URL(dsn))
+	}
+	db, err := Open(context.Background(), pgtest.URL(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +68,10 @@ func TestMigrations(t *testing.T) {
 	var n int
 	if err := raw.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(pg) {
 		t.Fatalf("schema_migrations has %d rows (%v), want %d", n, err, len(pg))
+	}
+	var public sql.NullString
+	if err := raw.QueryRow(`SELECT to_regclass('public.schema_migrations')::text`).Scan(&public); err != nil || public.Valid {
+		t.Fatalf("the URL's search_path was not followed: public.schema_migrations %v %v", public, err)
 	}
 }
 

@@ -8,13 +8,16 @@ package pgtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -56,49 +59,76 @@ func version(binDir string) float64 {
 	return v
 }
 
+// ErrMissing says PostgreSQL's programs are not on this host.
+var ErrMissing = errors.New("PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql/*/bin): run scripts/deps.sh")
+
 // Start starts a server stopped (and removed) when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	s, err := New()
+	if errors.Is(err, ErrMissing) {
+		testkit.SkipPrivileged(t, "%v", err)
+		return nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// New starts a server in a new temporary directory; Stop stops it and removes the directory.
+func New() (_ *Server, err error) {
 	bin := Bin()
 	if bin == "" {
-		testkit.SkipPrivileged(t, "PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql/*/bin): run scripts/deps.sh")
-		return nil
+		return nil, ErrMissing
 	}
 	// Not t.TempDir(): its parents are private to root, and the server may run as nobody.
 	dir, err := os.MkdirTemp("", "lbb-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := &Server{dir: dir, bin: bin}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("nobody")
 		if err != nil {
-			t.Fatalf("pgtest: PostgreSQL refuses root and there is no user nobody: %v", err)
+			return nil, fmt.Errorf("pgtest: PostgreSQL refuses root and there is no user nobody: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := s.run("initdb", "-D", data, "-U", "lbb", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
 	}
 	// Throwaway data: no fsync. No TCP: the socket in dir only.
 	opts := fmt.Sprintf("-k %s -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", dir)
 	if out, err := s.run("pg_ctl", "start", "-w", "-t", "60", "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		t.Fatalf("pgtest: pg_ctl start: %v\n%s\n%s", err, out, log)
+		return nil, fmt.Errorf("pgtest: pg_ctl start: %w\n%s\n%s", err, out, log)
 	}
-	t.Cleanup(func() {
-		if out, err := s.run("pg_ctl", "stop", "-w", "-m", "immediate", "-D", data); err != nil {
-			t.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
-		}
-	})
-	return s
+	return s, nil
+}
+
+// Stop stops the server and removes its directory.
+func (s *Server) Stop() error {
+	out, err := s.run("pg_ctl", "stop", "-w", "-m", "immediate", "-D", filepath.Join(s.dir, "data"))
+	if err != nil {
+		err = fmt.Errorf("pgtest: pg_ctl stop: %w\n%s", err, out)
+	}
+	return errors.Join(err, os.RemoveAll(s.dir))
 }
 
 func (s *Server) run(prog string, args ...string) ([]byte, error) {
@@ -120,14 +150,37 @@ func (s *Server) DSN() string {
 // each store of a test starts empty, without the cost of a database.
 func (s *Server) NewSchema(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d", s.n.Add(1))
-	db, err := sql.Open("pgx", s.DSN())
+	dsn, err := s.Schema()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dsn
+}
+
+// Schema is NewSchema outside a test.
+func (s *Server) Schema() (string, error) {
+	name := fmt.Sprintf("t%d", s.n.Add(1))
+	db, err := sql.Open("pgx", s.DSN())
+	if err != nil {
+		return "", err
+	}
 	defer db.Close()
 	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+name); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return "", fmt.Errorf("pgtest: %w", err)
 	}
-	return s.DSN() + " search_path=" + name
+	return s.DSN() + " search_path=" + name, nil
+}
+
+// URL is the postgres:// form of dsn (lbb serve --store takes URLs).
+func URL(dsn string) string {
+	f := map[string]string{}
+	for _, kv := range strings.Fields(dsn) {
+		k, v, _ := strings.Cut(kv, "=")
+		f[k] = v
+	}
+	q := url.Values{"host": {f["host"]}, "sslmode": {"disable"}}
+	if sp := f["search_path"]; sp != "" {
+		q.Set("search_path", sp)
+	}
+	return fmt.Sprintf("postgres://%s@/%s?%s", f["user"], f["dbname"], q.Encode())
 }
