@@ -105,7 +105,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 
-	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	bs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -282,6 +282,15 @@ func openStore(ctx context.Context, cfg config.Config) (*sqlstore.DB, error) {
 		return postgres.Open(ctx, cfg.Store)
 	}
 	return sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
+}
+
+// openBlobs opens the blob store --blobs names: <data-dir>/blobs by default, or a bucket (its
+// bytes staged in <data-dir>/blobs).
+func openBlobs(ctx context.Context, cfg config.Config) (blobs.Store, error) {
+	if blobs.IsS3URL(cfg.Blobs) {
+		return blobs.NewS3(ctx, cfg.Blobs, blobs.S3Options{StageDir: filepath.Join(cfg.DataDir, "blobs")})
+	}
+	return blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
 }
 
 // prepareDataDir makes the data directory. Others may traverse it but not list it: the

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -263,7 +264,12 @@ func (s *S3) Purge(ctx context.Context, digest string) error {
 	return s.remove(ctx, s.trashed(digest))
 }
 
-// Digests implements Store.
+// sweepAge: Digests leaves out objects younger than this. A bucket may be shared by several
+// control planes, and another's File may be between its blob's Publish and its commit: the
+// start's sweep of blobs no File names must not take those.
+const sweepAge = 10 * time.Minute
+
+// Digests implements Store, leaving out blobs written in the last sweepAge.
 func (s *S3) Digests(ctx context.Context) (placed, trashed []string, err error) {
 	list := func(prefix string) ([]string, error) {
 		var out []string
@@ -271,7 +277,7 @@ func (s *S3) Digests(ctx context.Context) (placed, trashed []string, err error) 
 			if o.Err != nil {
 				return nil, fmt.Errorf("blobs: listing %s: %w", prefix, o.Err)
 			}
-			if d := path.Base(o.Key); ValidDigest(d) {
+			if d := path.Base(o.Key); ValidDigest(d) && time.Since(o.LastModified) > sweepAge {
 				out = append(out, d)
 			}
 		}
