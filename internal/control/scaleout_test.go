@@ -2,11 +2,16 @@ package control_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/blobs/s3test"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
@@ -23,6 +28,7 @@ func TestTwoControlPlanes(t *testing.T) {
 	srv := pgtest.Start(t)
 	t.Run("OneKey", func(t *testing.T) { testTwoPlanesOneKey(t, srv.NewSchema(t)) })
 	t.Run("OneCap", func(t *testing.T) { testTwoPlanesOneCap(t, srv.NewSchema(t)) })
+	t.Run("FilesInOneBucket", func(t *testing.T) { testTwoPlanesFiles(t, srv.NewSchema(t)) })
 }
 
 // openPostgres opens the store at dsn, closed when the test ends.
@@ -134,5 +140,57 @@ func testTwoPlanesOneCap(t *testing.T, dsn string) {
 	running, _, err := planes[0].st.CountLongLived(ctx, "main")
 	if ok != limit || err != nil || running != limit {
 		t.Fatalf("%d of %d creates admitted, %d running (%v); want %d", ok, n, running, err, limit)
+	}
+}
+
+// testTwoPlanesFiles: with one bucket (--blobs s3://…, SeaweedFS on loopback) for both planes,
+// a File uploaded through one is read through the other, and deleted through the other it
+// is gone for both, its bytes too.
+func testTwoPlanesFiles(t *testing.T, dsn string) {
+	s3 := s3test.Start(t)
+	bucket := s3.NewBucket(t)
+	planes := make([]*env, 2)
+	stores := make([]blobs.Store, 2)
+	for i := range planes {
+		dir := t.TempDir()
+		bs, err := blobs.NewS3(ctx, bucket, blobs.S3Options{StageDir: filepath.Join(dir, "blobs"), Getenv: func(k string) string { return s3test.Env[k] }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = bs
+		planes[i] = serve(t, dir, control.Options{Store: openPostgres(t, dsn), Host: controltest.New().On(nil), Blobs: bs,
+			Config: testConfig(dir, nil), Image: control.Image{ID: "img1"}})
+	}
+	a, b := planes[0], planes[1]
+	resp, err := a.svc.UploadFile(ctx, a.caller, "notes.txt", strings.NewReader("written through plane A"), "up-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f store.File
+	if err := json.Unmarshal(resp.Body, &f); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := b.svc.OpenGraphFile(ctx, "main", f.ID)
+	if err != nil {
+		t.Fatalf("plane B opening plane A's File: %v", err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(got) != "written through plane A" {
+		t.Fatalf("plane B read %q, %v", got, err)
+	}
+	// The retry of the upload, through the other plane, answers the same File.
+	again, err := b.svc.UploadFile(ctx, b.caller, "notes.txt", strings.NewReader("written through plane A"), "up-1")
+	if err != nil || !again.Replayed {
+		t.Fatalf("retry through plane B: replayed %v, %v", again.Replayed, err)
+	}
+	if _, err := b.svc.DeleteFile(ctx, "main", f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.svc.OpenGraphFile(ctx, "main", f.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("plane A after plane B's delete: %v, want NotFound", err)
+	}
+	if _, err := stores[0].Stat(ctx, f.SHA256); !errdefs.IsNotFound(err) {
+		t.Fatalf("the bytes of the deleted File: %v, want NotFound", err)
 	}
 }
