@@ -31,6 +31,8 @@ type S3 struct {
 	bucket string
 	prefix string
 	stage  *Local // its tmp directory holds staged bytes
+	// MinAge: Digests leaves out objects younger than this (default sweepAge).
+	MinAge time.Duration
 }
 
 var _ Store = (*S3)(nil)
@@ -94,7 +96,7 @@ func NewS3(ctx context.Context, raw string, o S3Options) (*S3, error) {
 	if prefix != "" {
 		prefix += "/"
 	}
-	return &S3{c: c, bucket: u.Host, prefix: prefix, stage: stage}, nil
+	return &S3{c: c, bucket: u.Host, prefix: prefix, stage: stage, MinAge: sweepAge}, nil
 }
 
 func (s *S3) placed(digest string) string  { return s.prefix + "sha256/" + digest }
@@ -269,7 +271,7 @@ func (s *S3) Purge(ctx context.Context, digest string) error {
 // start's sweep of blobs no File names must not take those.
 const sweepAge = 10 * time.Minute
 
-// Digests implements Store, leaving out blobs written in the last sweepAge.
+// Digests implements Store, leaving out blobs written in the last MinAge.
 func (s *S3) Digests(ctx context.Context) (placed, trashed []string, err error) {
 	list := func(prefix string) ([]string, error) {
 		var out []string
@@ -277,7 +279,7 @@ func (s *S3) Digests(ctx context.Context) (placed, trashed []string, err error) 
 			if o.Err != nil {
 				return nil, fmt.Errorf("blobs: listing %s: %w", prefix, o.Err)
 			}
-			if d := path.Base(o.Key); ValidDigest(d) && time.Since(o.LastModified) > sweepAge {
+			if d := path.Base(o.Key); ValidDigest(d) && time.Since(o.LastModified) >= s.MinAge {
 				out = append(out, d)
 			}
 		}

@@ -57,7 +57,7 @@ func Start(t testing.TB) *Server {
 	ports := freePorts(t, 4)
 	master, volume, filer, s3 := ports[0], ports[1], ports[2], ports[3]
 	cmd := exec.Command(weed, "server", "-dir="+dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-master.port="+strconv.Itoa(master), "-volume.port="+strconv.Itoa(volume), "-volume.max=8",
+		"-master.port="+strconv.Itoa(master), "-volume.port="+strconv.Itoa(volume), "-volume.max=200",
 		"-master.volumeSizeLimitMB=64", "-filer", "-filer.port="+strconv.Itoa(filer),
 		"-s3", "-s3.port="+strconv.Itoa(s3))
 	log, err := os.Create(filepath.Join(dir, "weed.log"))
