@@ -10,9 +10,10 @@ help: ## Show this help.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, …) and gVisor's runsc.
+deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, PostgreSQL, …), gVisor's runsc and SeaweedFS's weed.
 	@bash scripts/deps.sh
 	@bash scripts/install-runsc.sh
+	@bash scripts/install-seaweedfs.sh
 
 .PHONY: build
 build: ## Build bin/lbb and the static guest agent bin/lbb-agent.

@@ -19,16 +19,20 @@ done
 # The terminal and preview tests: tmux (a real terminal for lbb sandbox shell), and headless
 # Chromium, the browser that opens previews (without what Debian recommends beside it).
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# PostgreSQL's server programs (initdb, pg_ctl): the PostgreSQL store's tests start a throwaway
+# cluster of their own (internal/store/postgres/pgtest). Debian keeps them off PATH.
+pg=()
+command -v pg_ctl >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || pg+=(postgresql)
 command -v chromium >/dev/null 2>&1 || qemu+=(chromium)
 # The microvm driver's QEMU, without what Debian recommends beside it (a GUI, firmware for
 # other machines): microvm boots with SeaBIOS's bios-microvm.bin, which it depends on.
 command -v qemu-system-x86_64 >/dev/null 2>&1 || qemu+=(qemu-system-x86)
-if [ ${#need[@]} -gt 0 ] || [ ${#qemu[@]} -gt 0 ]; then
+if [ ${#need[@]} -gt 0 ] || [ ${#qemu[@]} -gt 0 ] || [ ${#pg[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "deps: missing ${need[*]} ${qemu[*]}; run as root (or: sudo apt-get install ${need[*]} ${qemu[*]})" >&2
+		echo "deps: missing ${need[*]} ${qemu[*]} ${pg[*]}; run as root (or: sudo apt-get install ${need[*]} ${qemu[*]} ${pg[*]})" >&2
 		exit 1
 	fi
-	echo "deps: installing ${need[*]} ${qemu[*]}"
+	echo "deps: installing ${need[*]} ${qemu[*]} ${pg[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	if [ ${#need[@]} -gt 0 ]; then
@@ -36,5 +40,12 @@ if [ ${#need[@]} -gt 0 ] || [ ${#qemu[@]} -gt 0 ]; then
 	fi
 	if [ ${#qemu[@]} -gt 0 ]; then
 		apt-get install -y -qq --no-install-recommends "${qemu[@]}" >/dev/null
+	fi
+	if [ ${#pg[@]} -gt 0 ]; then
+		# The programs only: postgresql-common makes no cluster of the system's (so no server
+		# runs), and keeps this file of ours over its own (confold).
+		mkdir -p /etc/postgresql-common
+		[ -e /etc/postgresql-common/createcluster.conf ] || echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.conf
+		apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold "${pg[@]}" >/dev/null
 	fi
 fi

@@ -165,7 +165,7 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 // newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
 // its host agent; cleanup closes them.
 func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, func(), error) {
-	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	bs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -34,7 +34,9 @@ import (
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/mux"
+	"github.com/littlebigbrain/lbb/internal/store/postgres"
 	"github.com/littlebigbrain/lbb/internal/store/sqlite"
+	"github.com/littlebigbrain/lbb/internal/store/sqlstore"
 )
 
 func init() {
@@ -101,13 +103,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer unlock()
 
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
-	bs, err := blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
+	bs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -286,6 +288,24 @@ func reachable(a net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// openStore opens the record store --store names: SQLite in the data directory by default,
+// or a PostgreSQL database.
+func openStore(ctx context.Context, cfg config.Config) (*sqlstore.DB, error) {
+	if postgres.IsURL(cfg.Store) {
+		return postgres.Open(ctx, cfg.Store)
+	}
+	return sqlite.Open(ctx, filepath.Join(cfg.DataDir, "lbb.db"))
+}
+
+// openBlobs opens the blob store --blobs names: <data-dir>/blobs by default, or a bucket (its
+// bytes staged in <data-dir>/blobs).
+func openBlobs(ctx context.Context, cfg config.Config) (blobs.Store, error) {
+	if blobs.IsS3URL(cfg.Blobs) {
+		return blobs.NewS3(ctx, cfg.Blobs, blobs.S3Options{StageDir: filepath.Join(cfg.DataDir, "blobs")})
+	}
+	return blobs.NewLocal(filepath.Join(cfg.DataDir, "blobs"))
 }
 
 // prepareDataDir makes the data directory. Others may traverse it but not list it: the

@@ -1,6 +1,6 @@
 // Package blobs keeps the bytes of Files of the graph, content-addressed by their SHA-256:
 // the same bytes are kept once, whatever graphs and records name them. Store is the
-// interface (a local directory now, an S3-compatible bucket later); records of who may read
+// interface (a local directory, or an S3-compatible bucket: S3); records of who may read
 // a blob live in the record store, never here.
 package blobs
 

@@ -21,6 +21,11 @@ func TestLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testStore(t, s, filepath.Join(dir, "tmp"))
+}
+
+// testStore is what every Store does; tmp is the directory of its temporary files.
+func testStore(t *testing.T, s Store, tmp string) {
 	data := []byte("hello, blobs\n")
 	info, err := s.Put(ctx, bytes.NewReader(data), 0)
 	if err != nil {
@@ -56,7 +61,7 @@ func TestLocal(t *testing.T) {
 	if _, err := s.Put(ctx, strings.NewReader(strings.Repeat("x", 2000)), 2000); err != nil {
 		t.Fatal(err)
 	}
-	if tmps, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmps) != 0 {
+	if tmps, _ := os.ReadDir(tmp); len(tmps) != 0 {
 		t.Fatalf("temporary files left: %v", tmps)
 	}
 	if _, _, err := s.Open(ctx, Digest([]byte("nope"))); !errdefs.IsNotFound(err) {
@@ -108,6 +113,10 @@ func TestStagedAndTrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testStagedAndTrash(t, s, filepath.Join(dir, "tmp"))
+}
+
+func testStagedAndTrash(t *testing.T, s Store, tmp string) {
 	data := []byte("staged bytes")
 	st, err := s.Stage(ctx, bytes.NewReader(data), 0)
 	if err != nil || st.SHA256 != Digest(data) || st.Size != int64(len(data)) {
@@ -131,7 +140,7 @@ func TestStagedAndTrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Discard(dropped)
-	if tmps, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmps) != 0 {
+	if tmps, _ := os.ReadDir(tmp); len(tmps) != 0 {
 		t.Fatalf("temporary files left: %v", tmps)
 	}
 

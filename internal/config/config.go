@@ -61,7 +61,14 @@ type Config struct {
 	PreviewAddr   string
 	PreviewDomain string
 	DataDir       string
-	ImagesDir     string
+	// Store is where records are kept: "" for SQLite in <data-dir>/lbb.db, or a PostgreSQL
+	// URL (postgres://…), which several control planes may share.
+	Store string
+	// Blobs is where the bytes of Files of the graph are kept: "" for <data-dir>/blobs, or
+	// an S3-compatible bucket (s3://bucket[/prefix]?endpoint=URL, credentials from
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+	Blobs     string
+	ImagesDir string
 	// Mirror is the Debian mirror image builds use ("" for the builder's default).
 	Mirror string
 	// Runtime names the default isolation driver. The server also offers every other driver
@@ -224,6 +231,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PreviewAddr, "preview-addr", c.PreviewAddr, "address of the port previews' listener (empty: none)")
 	fs.StringVar(&c.PreviewDomain, "preview-domain", c.PreviewDomain, "previews are served as <token>.<this domain>; *.localhost resolves locally in browsers and curl")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
+	fs.StringVar(&c.Store, "store", c.Store, "record store: empty for SQLite in <data-dir>/lbb.db, or a PostgreSQL URL (postgres://user@host/db?sslmode=…) that several control planes may share")
+	fs.StringVar(&c.Blobs, "blobs", c.Blobs, "blob store of Files: empty for <data-dir>/blobs, or an S3-compatible bucket s3://bucket[/prefix]?endpoint=https://host[&region=…] (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "directory of the base images (default <data-dir>/images)")
 	fs.StringVar(&c.Mirror, "debian-mirror", c.Mirror, "Debian mirror for image builds (default: the host's apt sources)")
 	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "default isolation driver (ns, gvisor); the others this host can run are offered too")
@@ -351,6 +360,12 @@ func (c *Config) Validate() error {
 		bad("--data-dir is empty")
 	} else if abs, err := filepath.Abs(c.DataDir); err == nil {
 		c.DataDir = abs
+	}
+	if c.Store != "" && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		bad("--store %q: want empty (SQLite in --data-dir) or a postgres:// URL", c.Store)
+	}
+	if c.Blobs != "" && !strings.HasPrefix(c.Blobs, "s3://") {
+		bad("--blobs %q: want empty (<data-dir>/blobs) or an s3:// URL", c.Blobs)
 	}
 	if c.ImagesDir == "" {
 		c.ImagesDir = filepath.Join(c.DataDir, "images")

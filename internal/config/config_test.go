@@ -71,6 +71,18 @@ func TestLoad(t *testing.T) {
 				t.Errorf("max-sandboxes-per-graph %d, want 500", c.MaxSandboxesPerGraph)
 			}
 		}},
+		{name: "postgres store", env: map[string]string{"LBB_STORE": "postgres://lbb@/lbb?host=/run/postgresql"}, check: func(t *testing.T, c Config) {
+			if c.Store != "postgres://lbb@/lbb?host=/run/postgresql" {
+				t.Errorf("store %q", c.Store)
+			}
+		}},
+		{name: "blobs in a bucket", args: []string{"--blobs", "s3://files?endpoint=http://127.0.0.1:8333"}, check: func(t *testing.T, c Config) {
+			if c.Blobs != "s3://files?endpoint=http://127.0.0.1:8333" {
+				t.Errorf("blobs %q", c.Blobs)
+			}
+		}},
+		{name: "blobs not a bucket", args: []string{"--blobs", "/srv/blobs"}, wantErr: true},
+		{name: "store not a postgres URL", args: []string{"--store", "mysql://x"}, wantErr: true},
 		{name: "negative quota", args: []string{"--quota-snapshots", "-1"}, wantErr: true},
 		{name: "tiny result cap", env: map[string]string{"LBB_MAX_RESULT_BYTES": "10"}, wantErr: true},
 		{name: "bad env", env: map[string]string{"LBB_MAX_PIDS": "many"}, wantErr: true},

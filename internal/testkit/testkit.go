@@ -71,11 +71,20 @@ func Main(m *testing.M, agent *string) {
 		*agent = p
 	}
 	code := m.Run()
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}
 	os.Exit(code)
 }
+
+var atExit []func()
+
+// AtExit runs f after the package's tests, in Main: for what the first test that needs it
+// starts and later tests share (a database server).
+func AtExit(f func()) { atExit = append(atExit, f) }
 
 // Agent is AgentBinary for a test or benchmark: a failed build fails it.
 func Agent(t testing.TB) string {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,12 +19,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -105,10 +109,48 @@ func newDataDir(t *testing.T) string {
 	return dir
 }
 
+// postgresStore runs every server on a PostgreSQL database of its own (--store), in one
+// server the tests share.
+var postgresStore = os.Getenv("LBB_E2E_STORE") == "postgres"
+
+// pg is the PostgreSQL server of the tests that need one, started by the first of them.
+var pg struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
+}
+
+// postgresSchema answers the --store URL of a new, empty schema.
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	pg.once.Do(func() {
+		if pg.srv, pg.err = pgtest.New(); pg.err == nil {
+			testkit.AtExit(func() {
+				if err := pg.srv.Stop(); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			})
+		}
+	})
+	if errors.Is(pg.err, pgtest.ErrMissing) {
+		testkit.SkipPrivileged(t, "%v", pg.err)
+	} else if pg.err != nil {
+		t.Fatal(pg.err)
+	}
+	dsn, err := pg.srv.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgtest.URL(dsn)
+}
+
 // startServer starts lbb serve on a free port with its own data directory.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	requireEnv(t)
+	if postgresStore && !slices.Contains(args, "--store") {
+		args = append(args, "--store", postgresSchema(t))
+	}
 	s := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), args: args}
 	t.Cleanup(func() { s.stop() }) // also a host agent whose server did not start
 	s.start()

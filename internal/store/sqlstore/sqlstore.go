@@ -27,6 +27,10 @@ type Dialect struct {
 	IsUnique func(err error) bool
 	// Migrations holds NNNN_name.sql files, applied in order, each once, each in a transaction.
 	Migrations fs.FS
+	// TxLock, when set, is the first statement of every transaction WithTx runs: where
+	// several processes write one database, it makes their transactions take turns, as
+	// SQLite's one writer does within a process (a count and the insert it admits, above all).
+	TxLock string
 }
 
 // DB is a store over a writer pool and a reader pool (the same pool where the database
@@ -60,6 +64,11 @@ func (db *DB) WithTx(ctx context.Context, fn func(q store.Queries) error) error 
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
+	}
+	if db.d.TxLock != "" {
+		if _, err := tx.ExecContext(ctx, db.d.TxLock); err != nil {
+			return errors.Join(fmt.Errorf("store: lock: %w", err), ignoreDone(tx.Rollback()))
+		}
 	}
 	if err := fn(queries{w: tx, r: tx, d: db.d, inTx: true}); err != nil {
 		return errors.Join(err, ignoreDone(tx.Rollback()))
@@ -215,7 +224,7 @@ type queries struct {
 }
 
 func (q queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := q.w.ExecContext(ctx, q.d.Rebind(query), args...)
+	res, err := q.w.ExecContext(ctx, q.d.Rebind(query), plain(args)...)
 	if err != nil && q.d.IsUnique != nil && q.d.IsUnique(err) {
 		return nil, errdefs.Wrap(errdefs.ClassConflict, "", err)
 	}
@@ -223,11 +232,26 @@ func (q queries) exec(ctx context.Context, query string, args ...any) (sql.Resul
 }
 
 func (q queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return q.r.QueryContext(ctx, q.d.Rebind(query), args...)
+	return q.r.QueryContext(ctx, q.d.Rebind(query), plain(args)...)
 }
 
 func (q queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return q.r.QueryRowContext(ctx, q.d.Rebind(query), args...)
+	return q.r.QueryRowContext(ctx, q.d.Rebind(query), plain(args)...)
+}
+
+// plain passes booleans as the integers the flag columns hold: SQLite stores them so anyway,
+// PostgreSQL refuses a boolean for an INTEGER column.
+func plain(args []any) []any {
+	out := args
+	for i, a := range args {
+		if b, ok := a.(bool); ok {
+			if &out[0] == &args[0] {
+				out = append([]any(nil), args...)
+			}
+			out[i] = b2i(b)
+		}
+	}
+	return out
 }
 
 // mustAffect turns an update of no row into NotFound.

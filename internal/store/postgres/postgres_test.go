@@ -1,0 +1,108 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
+	"github.com/littlebigbrain/lbb/internal/store/storetest"
+)
+
+func TestStore(t *testing.T) {
+	srv := pgtest.Start(t)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		db, err := Open(context.Background(), srv.NewSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	})
+}
+
+// TestMigrations: PostgreSQL's migrations are SQLite's, file for file, and applying them
+// twice (a restart, or two control planes starting together) changes nothing.
+func TestMigrations(t *testing.T) {
+	sqlite, _ := fs.Glob(osDirFS("../sqlite/migrations"), "*.sql")
+	pg, _ := fs.Glob(migrationsFS(), "*.sql")
+	if strings.Join(sqlite, " ") != strings.Join(pg, " ") {
+		t.Fatalf("migrations differ:\nsqlite   %v\npostgres %v", sqlite, pg)
+	}
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			db, err := Open(context.Background(), dsn)
+			if err == nil {
+				db.Close()
+			}
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// lbb serve --store takes the URL form.
+	if !IsURL(pgtest.URL(dsn)) {
+		t.Fatalf("%q is not a URL", pgtest.URL(dsn))
+	}
+	db, err := Open(context.Background(), pgtest.URL(dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	raw, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var n int
+	if err := raw.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(pg) {
+		t.Fatalf("schema_migrations has %d rows (%v), want %d", n, err, len(pg))
+	}
+	var public sql.NullString
+	if err := raw.QueryRow(`SELECT to_regclass('public.schema_migrations')::text`).Scan(&public); err != nil || public.Valid {
+		t.Fatalf("the URL's search_path was not followed: public.schema_migrations %v %v", public, err)
+	}
+}
+
+// TestMigrationNumbersClash: as in SQLite, two migrations of one number fail the start.
+func TestMigrationNumbersClash(t *testing.T) {
+	srv := pgtest.Start(t)
+	raw, err := sql.Open("pgx", srv.NewSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	clash := fstest.MapFS{
+		"0001_a.sql": &fstest.MapFile{Data: []byte("CREATE TABLE a (x INTEGER);")},
+		"0001_b.sql": &fstest.MapFile{Data: []byte("CREATE TABLE b (x INTEGER);")},
+	}
+	_, err = open(context.Background(), raw, clash)
+	if err == nil || !strings.Contains(err.Error(), "same number") {
+		t.Fatalf("Migrate with two migrations numbered 0001: %v, want a clash", err)
+	}
+}
+
+func TestRebind(t *testing.T) {
+	for in, want := range map[string]string{
+		`SELECT 1`:        `SELECT 1`,
+		`a = ? AND b = ?`: `a = $1 AND b = $2`,
+		`a = '?' AND b = ? AND c LIKE 'x?y' OR ?`: `a = '?' AND b = $1 AND c LIKE 'x?y' OR $2`,
+	} {
+		if got := rebind(in); got != want {
+			t.Errorf("rebind(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func osDirFS(dir string) fs.FS { return os.DirFS(dir) }
