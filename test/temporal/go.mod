@@ -7,7 +7,21 @@ require (
 	github.com/littlebigbrain/lbb/sdk/go v0.0.0-00010101000000-000000000000
 )
 
-require github.com/coder/websocket v1.8.15 // indirect
+require (
+	github.com/coder/websocket v1.8.15 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
+	github.com/klauspost/crc32 v1.3.0 // indirect
+	github.com/minio/crc64nvme v1.1.1 // indirect
+	github.com/minio/md5-simd v1.1.2 // indirect
+	github.com/minio/minio-go/v7 v7.4.1 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/rs/xid v1.6.0 // indirect
+	github.com/tinylib/msgp v1.6.4 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	gopkg.in/ini.v1 v1.67.3 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
