@@ -2,7 +2,8 @@
 // its own, so that neither lbb nor its Go SDK depends on the engine): a worker process runs
 // a DBOS workflow whose step runs a command in a sandbox through sdk/go/step; the worker is
 // killed with SIGKILL, a new worker recovers the workflow, and the step answers the same
-// command record, which ran once.
+// command record, which ran once. DBOS keeps its state in PostgreSQL (a throwaway cluster the
+// test starts, internal/store/postgres/pgtest) and, as well, in its embedded SQLite.
 package dbos_test
 
 import (
@@ -26,6 +27,7 @@ import (
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 
 	"github.com/littlebigbrain/lbb/internal/images"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 	"github.com/littlebigbrain/lbb/sdk/go/step"
@@ -64,7 +66,7 @@ func worker() error {
 		return err
 	}
 	gen, _ := strconv.Atoi(env("WORKER_GEN"))
-	d, err := dbos.NewContext(ctx, dbos.Config{AppName: "lbb-step-test", DatabaseURL: "sqlite:" + env("DBOS_DB"),
+	d, err := dbos.NewContext(ctx, dbos.Config{AppName: "lbb-step-test", DatabaseURL: env("DBOS_DATABASE_URL"),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
@@ -200,86 +202,102 @@ func TestStepRunsOnceAcrossACrash(t *testing.T) {
 	}
 	defer client.Sandboxes.Delete(ctx, sb.ID)
 	dir := t.TempDir()
-
-	for _, kill := range []string{"mid-step", "after-answer"} {
-		t.Run(kill, func(t *testing.T) {
-			wfID, file := "wf-"+kill, kill+".txt"
-			env := append(os.Environ(), "LBB_DBOS_WORKER=1", "LBB_URL="+url, "LBB_API_KEY="+key, "SANDBOX="+sb.ID,
-				"DBOS_DB="+filepath.Join(dir, kill+".db"), "WORKFLOW_ID="+wfID, "FILE="+file)
-			start := func(gen int, extra ...string) (*exec.Cmd, *strings.Builder) {
-				c := exec.Command(os.Args[0], "-test.run=^$")
-				var out strings.Builder
-				c.Env, c.Stdout, c.Stderr = append(append(env, "WORKER_GEN="+strconv.Itoa(gen)), extra...), &out, os.Stderr
-				if err := c.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return c, &out
-			}
-			stepKey := step.Step{Workflow: wfID, ID: "append"}.Key()
-			first, _ := start(1, "START=1", map[string]string{"mid-step": "", "after-answer": "KILL_AFTER_ANSWER=1"}[kill])
-			var cmdID string
-			if kill == "mid-step" {
-				// Kill the worker once its step's command runs.
-				deadline := time.Now().Add(time.Minute)
-				for cmdID == "" && time.Now().Before(deadline) {
-					l, err := client.Sandboxes.Commands(ctx, sb.ID, lbb.ListParams{Limit: 100})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, c := range l.Data {
-						if c.IdempotencyKey == stepKey && c.Status == "running" {
-							cmdID = c.ID
-						}
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-				if cmdID == "" {
-					first.Process.Kill()
-					t.Fatal("the step's command never ran")
-				}
-				first.Process.Kill()
-			}
-			err := first.Wait()
-			if ws, ok := first.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("the first worker was not killed: %v", err)
-			}
-
-			second, out := start(2)
-			if err := second.Wait(); err != nil {
-				t.Fatalf("the recovering worker: %v", err)
-			}
-			var got Appended
-			if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
-				t.Fatalf("the recovering worker's answer %q: %v", out.String(), err)
-			}
-			l, err := client.Sandboxes.Commands(ctx, sb.ID, lbb.ListParams{Limit: 100})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ran []string
-			for _, c := range l.Data {
-				if c.IdempotencyKey == stepKey {
-					ran = append(ran, c.ID)
-				}
-			}
-			if len(ran) != 1 || cmdID != "" && got.Command != cmdID || got.Command != ran[0] {
-				t.Fatalf("the step's commands %v, the recovered step answered %s (the first attempt's: %q)", ran, got.Command, cmdID)
-			}
-			// The code ran once: the file has one line, and so the record's output says.
-			rc, err := client.Files.Read(ctx, sb.ID, file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(rc)
-			rc.Close()
-			if string(b) != "ran\n" || strings.TrimSpace(got.Stdout) != "1" {
-				t.Fatalf("the step ran more than once: the file holds %q, the record's stdout %q", b, got.Stdout)
-			}
-			// The record is the first attempt's: its grant's origin says attempt 1.
-			if got.Attempt != "1" {
-				t.Errorf("the record's attempt %q, want 1 (the first attempt's record)", got.Attempt)
-			}
-			t.Logf("%s: worker 2 recovered %s and answered command %s, which ran once", kill, wfID, got.Command)
-		})
+	pg := pgtest.Start(t)
+	if pg == nil {
+		return
 	}
+	// DBOS's system database: PostgreSQL (what DBOS is built on), and its embedded SQLite.
+	systems := map[string]func(kill string) string{
+		"postgres": func(string) string { return pgtest.URL(pg.DSN()) },
+		"sqlite":   func(kill string) string { return "sqlite:" + filepath.Join(dir, kill+".db") },
+	}
+	for _, system := range []string{"postgres", "sqlite"} {
+		for _, kill := range []string{"mid-step", "after-answer"} {
+			t.Run(system+"/"+kill, func(t *testing.T) {
+				stepRunsOnce(t, client, sb.ID, url, key, "wf-"+system+"-"+kill, system+"-"+kill+".txt", kill, systems[system](kill))
+			})
+		}
+	}
+}
+
+// stepRunsOnce runs workflow wfID in a worker killed as kill says, recovers it in a second
+// worker, and checks the step's command ran once, with DBOS's system database at dbURL.
+func stepRunsOnce(t *testing.T, client *lbb.Client, sandbox, url, key, wfID, file, kill, dbURL string) {
+	ctx := context.Background()
+	env := append(os.Environ(), "LBB_DBOS_WORKER=1", "LBB_URL="+url, "LBB_API_KEY="+key, "SANDBOX="+sandbox,
+		"DBOS_DATABASE_URL="+dbURL, "WORKFLOW_ID="+wfID, "FILE="+file)
+	start := func(gen int, extra ...string) (*exec.Cmd, *strings.Builder) {
+		c := exec.Command(os.Args[0], "-test.run=^$")
+		var out strings.Builder
+		c.Env, c.Stdout, c.Stderr = append(append(env, "WORKER_GEN="+strconv.Itoa(gen)), extra...), &out, os.Stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c, &out
+	}
+	stepKey := step.Step{Workflow: wfID, ID: "append"}.Key()
+	first, _ := start(1, "START=1", map[string]string{"mid-step": "", "after-answer": "KILL_AFTER_ANSWER=1"}[kill])
+	var cmdID string
+	if kill == "mid-step" {
+		// Kill the worker once its step's command runs.
+		deadline := time.Now().Add(time.Minute)
+		for cmdID == "" && time.Now().Before(deadline) {
+			l, err := client.Sandboxes.Commands(ctx, sandbox, lbb.ListParams{Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range l.Data {
+				if c.IdempotencyKey == stepKey && c.Status == "running" {
+					cmdID = c.ID
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if cmdID == "" {
+			first.Process.Kill()
+			t.Fatal("the step's command never ran")
+		}
+		first.Process.Kill()
+	}
+	err := first.Wait()
+	if ws, ok := first.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the first worker was not killed: %v", err)
+	}
+
+	second, out := start(2)
+	if err := second.Wait(); err != nil {
+		t.Fatalf("the recovering worker: %v", err)
+	}
+	var got Appended
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("the recovering worker's answer %q: %v", out.String(), err)
+	}
+	l, err := client.Sandboxes.Commands(ctx, sandbox, lbb.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, c := range l.Data {
+		if c.IdempotencyKey == stepKey {
+			ran = append(ran, c.ID)
+		}
+	}
+	if len(ran) != 1 || cmdID != "" && got.Command != cmdID || got.Command != ran[0] {
+		t.Fatalf("the step's commands %v, the recovered step answered %s (the first attempt's: %q)", ran, got.Command, cmdID)
+	}
+	// The code ran once: the file has one line, and so the record's output says.
+	rc, err := client.Files.Read(ctx, sandbox, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "ran\n" || strings.TrimSpace(got.Stdout) != "1" {
+		t.Fatalf("the step ran more than once: the file holds %q, the record's stdout %q", b, got.Stdout)
+	}
+	// The record is the first attempt's: its grant's origin says attempt 1.
+	if got.Attempt != "1" {
+		t.Errorf("the record's attempt %q, want 1 (the first attempt's record)", got.Attempt)
+	}
+	t.Logf("%s: worker 2 recovered %s and answered command %s, which ran once", kill, wfID, got.Command)
 }
