@@ -54,14 +54,15 @@ def pump(name, f, marks):
         if j >= 0 and MARK.startswith(buf[j:]):
             keep = len(buf) - j
         out, buf = buf[:len(buf) - keep], buf[len(buf) - keep:]
-        # Do not split a UTF-8 sequence.
+        # Do not split a UTF-8 sequence: hold back an incomplete last one.
         k = len(out)
         while k > 0 and k > len(out) - 4 and (out[k - 1] & 0xC0) == 0x80:
             k -= 1
         if k > 0 and out[k - 1] >= 0xC0:
-            k -= 1
-        if k < len(out) and k > 0:
-            out, buf = out[:k], out[k:] + buf
+            lead = out[k - 1]
+            need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            if len(out) - (k - 1) < need:
+                out, buf = out[:k - 1], out[k - 1:] + buf
         if out:
             emit({"id": current[0], "type": name, "text": out.decode("utf-8", "replace")})
 
