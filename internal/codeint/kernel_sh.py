@@ -5,7 +5,7 @@
 # bash writes the status on a pipe of its own (fd 3) and a marker on stdout and stderr, so the
 # end comes after all the cell wrote. A timeout sends SIGINT to bash's process group (bash runs
 # in a session of its own): the cell's commands die, bash's INT trap returns from the cell.
-import json, os, signal, subprocess, sys, tempfile, threading, time
+import json, os, select, shutil, signal, subprocess, sys, tempfile, threading, time
 
 proto = os.fdopen(os.dup(1), "w", buffering=1)
 lock = threading.Lock()
@@ -70,7 +70,6 @@ def read_status(deadline):
     """Reads bash's status line; None when the deadline passes first, "" when bash ended."""
     fd = state["status"].fileno()
     line = b""
-    import select
     while True:
         wait = None if deadline is None else max(0, deadline - time.monotonic())
         r, _, _ = select.select([fd], [], [], wait)
@@ -189,3 +188,4 @@ try:
     os.killpg(state["p"].pid, signal.SIGKILL)
 except OSError:
     pass
+shutil.rmtree(tmp, ignore_errors=True)
