@@ -34,7 +34,7 @@ func runCode(ctx context.Context, args []string) error {
 	fs, cf := clientFlagSet("code", codeUsage)
 	src := fs.String("c", "", "the cell's code")
 	cctx := fs.String("context", "", "the context (ctx_…); default the sandbox's default context of --language")
-	language := fs.String("language", "", "python (the default)")
+	language := fs.String("language", "", "python (the default), node or shell (bash)")
 	timeout := fs.Int64("timeout-ms", 0, "interrupt the cell after this many ms (the context lives on)")
 	images := fs.String("images", ".", "directory where images the cell shows are saved")
 	newSandbox := fs.Bool("new", false, "run in a new sandbox")

@@ -24,18 +24,32 @@ var (
 	pythonDriver string
 	//go:embed kernel.js
 	nodeDriver string
+	//go:embed kernel_sh.py
+	shellDriver string
 )
 
 // Languages are the languages a context may run.
-var Languages = []string{"python", "node"}
+var Languages = []string{"python", "node", "shell"}
+
+// Canonical is language's canonical name: "bash" is "shell".
+func Canonical(language string) string {
+	if language == "bash" {
+		return "shell"
+	}
+	return language
+}
 
 // Argv is the command that starts a context's driver for language.
 func Argv(language string) ([]string, error) {
-	switch language {
+	switch Canonical(language) {
 	case "python", "":
 		return []string{"python3", "-u", "-c", pythonDriver}, nil
 	case "node":
 		return []string{"node", "-e", nodeDriver}, nil
+	case "shell":
+		// One bash for the context, kept by a small Python driver (python3 is in every image):
+		// cwd, exports, functions and aliases stay from cell to cell.
+		return []string{"python3", "-u", "-c", shellDriver}, nil
 	}
 	return nil, fmt.Errorf("no code context for language %q: want %v", language, Languages)
 }

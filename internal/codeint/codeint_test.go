@@ -1,8 +1,11 @@
 package codeint
 
 import (
+	"bufio"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLines(t *testing.T) {
@@ -37,5 +40,63 @@ func TestArgv(t *testing.T) {
 	}
 	if _, err := Argv("cobol"); err == nil {
 		t.Error("cobol has a driver")
+	}
+}
+
+// TestShellDriver runs the shell driver on this host (python3 and bash): cwd and an export
+// kept, a non-zero exit, a timeout interrupted with the shell's state kept.
+func TestShellDriver(t *testing.T) {
+	argv, _ := Argv("bash")
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	read := func() []Event {
+		var l Lines
+		var evs []Event
+		for sc.Scan() {
+			evs = append(evs, l.Feed(append(sc.Bytes(), '\n'))...)
+			if e := evs[len(evs)-1]; e.Type == EventEnd || e.Type == EventReady {
+				return evs
+			}
+		}
+		t.Fatal("the driver ended")
+		return nil
+	}
+	run := func(code string, ms int64) (string, string, string) {
+		in.Write(Request{ID: "c", Code: code, TimeoutMs: ms}.Line())
+		var stdout, name string
+		evs := read()
+		for _, ev := range evs {
+			switch ev.Type {
+			case EventStdout:
+				stdout += ev.Text
+			case EventError:
+				name = ev.Name
+			}
+		}
+		return stdout, name, evs[len(evs)-1].Status
+	}
+	read()
+	run("cd / && export A=5", 0)
+	if o, _, st := run("echo $A $(pwd)", 0); o != "5 /\n" || st != "ok" {
+		t.Fatalf("state: %q %s", o, st)
+	}
+	if _, name, st := run("false", 0); name != "ExitStatus" || st != "error" {
+		t.Fatalf("exit: %s %s", name, st)
+	}
+	t0 := time.Now()
+	if o, name, st := run("echo a; sleep 30", 300); o != "a\n" || name != "TimeoutError" || st != "timeout" || time.Since(t0) > 5*time.Second {
+		t.Fatalf("timeout: %q %s %s", o, name, st)
+	}
+	if o, _, _ := run("echo $A", 0); o != "5\n" {
+		t.Fatalf("after the timeout: %q", o)
 	}
 }

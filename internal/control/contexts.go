@@ -158,6 +158,7 @@ func (s *Service) CreateContext(ctx context.Context, c Caller, sandboxID string,
 	if req.Language == "" {
 		req.Language = "python"
 	}
+	req.Language = codeint.Canonical(req.Language)
 	if _, err := codeint.Argv(req.Language); err != nil {
 		return CodeContext{}, errdefs.InvalidArgument("%v", err)
 	}
@@ -466,6 +467,7 @@ func (s *Service) defaultContext(ctx context.Context, c Caller, sandboxID, langu
 	if language == "" {
 		language = "python"
 	}
+	language = codeint.Canonical(language)
 	s.cmu.Lock()
 	var found *codeContext
 	for _, cc := range s.contexts {
@@ -509,7 +511,7 @@ func (s *Service) RunCode(ctx context.Context, c Caller, sandboxID string, req C
 		if cc, err = s.lookupContext(c.Graph, sandboxID, req.Context); err != nil {
 			return Response{}, err
 		}
-		if req.Language != "" && req.Language != cc.Language {
+		if req.Language != "" && codeint.Canonical(req.Language) != cc.Language {
 			return Response{}, errdefs.InvalidArgument("context %s runs %s, not %s", cc.ID, cc.Language, req.Language)
 		}
 	} else if cc, err = s.defaultContext(ctx, c, sandboxID, req.Language); err != nil {

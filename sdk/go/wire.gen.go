@@ -113,7 +113,7 @@ type CodeRequest struct {
 	// Context ctx_…; without it, the sandbox's default context of language
 	Context string `json:"context,omitempty"`
 
-	// Language default python
+	// Language default python; shell (or bash) runs the cell in the context's bash
 	Language string `json:"language,omitempty"`
 
 	// Stream answer a text/event-stream (as Accept: text/event-stream)
@@ -212,7 +212,7 @@ type ContextRequest struct {
 	// Env environment of the interpreter; values are never stored
 	Env map[string]string `json:"env,omitempty"`
 
-	// Language default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
+	// Language default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value); shell (bash is the same) keeps one bash: cd, exports, variables, functions and aliases stay for the next cell, a non-zero exit of the cell's last command is the error ExitStatus, a timeout interrupts the cell (SIGINT to its processes) and the shell lives on
 	Language string `json:"language,omitempty"`
 }
 

@@ -21,7 +21,8 @@ import (
 // on gvisor: state across cells, a matplotlib figure as a PNG, a DataFrame as HTML, an
 // exception with its traceback, a loop interrupted at its timeout with the context alive, a
 // stop and resume that restarts the context and says so, a pause that keeps its state (and on
-// gvisor a snapshot that does, and a fork with a copy of it), and a plain script in one call.
+// gvisor a snapshot that does, and a fork with a copy of it), a shell context (cwd and exports
+// kept, exit status, timeout), and a plain script in one call.
 func TestCodeContexts(t *testing.T) {
 	isolations := []string{"ns"}
 	if _, why := runsc(); why == "" {
@@ -115,6 +116,23 @@ func TestCodeContexts(t *testing.T) {
 			}
 			if got := cell(`{"language": "node", "code": "null.x"}`); got["error"].(map[string]any)["name"] != "TypeError" || !strings.Contains(fmt.Sprint(got["error"].(map[string]any)["traceback"]), "TypeError") {
 				t.Fatalf("node error: %v", got)
+			}
+
+			// Shell: one bash keeps cwd, exports and functions; a non-zero exit is ExitStatus; a
+			// timeout interrupts the cell and the shell (bash is the same context) lives on.
+			cell(`{"language": "shell", "code": "cd /tmp && export A=7 && f() { echo fn $1; }"}`)
+			if got := cell(`{"language": "shell", "code": "pwd; echo $A; f x; echo e >&2"}`); got["stdout"] != "/tmp\n7\nfn x\n" || got["stderr"] != "e\n" || got["status"] != "succeeded" {
+				t.Fatalf("shell state: %v", got)
+			}
+			if got := cell(`{"language": "shell", "code": "echo no; exit_3() { return 3; }; exit_3"}`); got["status"] != "failed" || got["error"].(map[string]any)["name"] != "ExitStatus" || got["stdout"] != "no\n" {
+				t.Fatalf("shell exit status: %v", got)
+			}
+			t0 = time.Now()
+			if got := cell(`{"language": "shell", "code": "echo a; sleep 60; echo b", "timeout_ms": 1000}`); got["status"] != "timed_out" || got["stdout"] != "a\n" || time.Since(t0) > 15*time.Second {
+				t.Fatalf("shell timeout: %v after %s", got, time.Since(t0))
+			}
+			if got := cell(`{"language": "bash", "code": "echo $A $(pwd)"}`); got["stdout"] != "7 /tmp\n" {
+				t.Fatalf("shell after its timeout: %v", got)
 			}
 
 			// Latency of a trivial cell in a warm context, beside a python3 -c process.

@@ -795,10 +795,10 @@ export interface components {
         };
         ContextRequest: {
             /**
-             * @description default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value)
+             * @description default python (a Jupyter kernel); node keeps one REPL context (top-level await, the last expression's value); shell (bash is the same) keeps one bash: cd, exports, variables, functions and aliases stay for the next cell, a non-zero exit of the cell's last command is the error ExitStatus, a timeout interrupts the cell (SIGINT to its processes) and the shell lives on
              * @enum {string}
              */
-            language?: "python" | "node";
+            language?: "python" | "node" | "shell" | "bash";
             /** @description the interpreter's working directory (default /workspace) */
             cwd?: string;
             /** @description environment of the interpreter; values are never stored */
@@ -828,10 +828,10 @@ export interface components {
             /** @description ctx_…; without it, the sandbox's default context of language */
             context?: string;
             /**
-             * @description default python
+             * @description default python; shell (or bash) runs the cell in the context's bash
              * @enum {string}
              */
-            language?: "python" | "node";
+            language?: "python" | "node" | "shell" | "bash";
             /** @description the cell is interrupted (KeyboardInterrupt) at this timeout; the context lives on */
             timeout_ms?: number;
             /** @description answer a text/event-stream (as Accept: text/event-stream) */
