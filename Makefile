@@ -10,9 +10,12 @@ help: ## Show this help.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, PostgreSQL, …), gVisor's runsc and SeaweedFS's weed.
+deps: ## Install the host packages builds and tests need (debootstrap, bubblewrap, PostgreSQL, …) and gVisor's runsc.
 	@bash scripts/deps.sh
 	@bash scripts/install-runsc.sh
+
+.PHONY: test-deps
+test-deps: ## What only the tests need besides deps: SeaweedFS's weed (the S3 server of the blob tests), built once.
 	@bash scripts/install-seaweedfs.sh
 
 .PHONY: build
@@ -42,7 +45,7 @@ test-quick: ## The inner loop: unit tests that need no images (skip privileged s
 	$(GO) test -short ./...
 
 .PHONY: test
-test: deps vet images ## Everything: vet, the image, both drivers through the suites, service, MCP and SDK tests.
+test: deps test-deps vet images ## Everything: vet, the image, both drivers through the suites, service, MCP and SDK tests.
 	LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./...
 	cd sdk/go && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
 	cd test/dbos && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
