@@ -16,8 +16,10 @@ import (
 	"regexp"
 	goruntime "runtime"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -299,4 +301,48 @@ func same(path string, b []byte, uid int, mode os.FileMode) bool {
 	}
 	have, err := os.ReadFile(path)
 	return err == nil && bytes.Equal(have, b)
+}
+
+// Tail keeps the last bytes read through it: what a process printed just before it ended,
+// for the error that says it ended. Done is closed once its reader has ended.
+type Tail struct {
+	r    io.ReadCloser
+	max  int
+	mu   sync.Mutex
+	buf  []byte
+	done chan struct{}
+	once sync.Once
+}
+
+// NewTail reads r, keeping its last max bytes.
+func NewTail(r io.ReadCloser, max int) *Tail {
+	return &Tail{r: r, max: max, done: make(chan struct{})}
+}
+
+func (t *Tail) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	t.mu.Lock()
+	t.buf = append(t.buf, p[:n]...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		t.once.Do(func() { close(t.done) })
+	}
+	return n, err
+}
+
+// Close closes the reader.
+func (t *Tail) Close() error { return t.r.Close() }
+
+// Last answers the bytes kept, waiting up to wait for the reader to end first.
+func (t *Tail) Last(wait time.Duration) string {
+	select {
+	case <-t.done:
+	case <-time.After(wait):
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
 }

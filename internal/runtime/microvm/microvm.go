@@ -482,7 +482,8 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 		return nil, err
 	}
 	logW.Close()
-	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id, "from", "qemu"), logR)
+	qemuLog := driverkit.NewTail(logR, 2048)
+	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id, "from", "qemu"), qemuLog)
 	if err := u.Step("configure the jail", func() error { return json.NewEncoder(cfgW).Encode(jc) }, nil); err != nil {
 		p.close()
 		return nil, err
@@ -495,7 +496,8 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 	}
 	cfgW.Close() // go
 	p.closeQEMUEnds()
-	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id), p.console[0])
+	console := driverkit.NewTail(p.console[0], 2048)
+	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id), console)
 
 	sb := &sandbox{d: d, id: id, cmd: cmd, done: exited, cg: cg}
 	fail := func(err error) (*sandbox, error) {
@@ -524,7 +526,7 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 			return fail(err)
 		}
 	}
-	if err := u.Step("agent ready", func() error { return waitReady(wctx, sb.conn, exited) }, nil); err != nil {
+	if err := u.Step("agent ready", func() error { return waitReady(wctx, sb.conn, exited, qemuLog, console) }, nil); err != nil {
 		return fail(err)
 	}
 	if memFile != "" {
@@ -554,7 +556,8 @@ func connect(p *pipes) (mon, channel, control net.Conn, err error) {
 }
 
 // waitReady waits for the agent's Hello on the channel, or QEMU's end.
-func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}) error {
+// When QEMU ended, the error carries the last lines it and the guest's console printed.
+func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}, logs ...*driverkit.Tail) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -570,7 +573,13 @@ func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}) error
 	}
 	select {
 	case <-exited:
-		return errors.New("QEMU ended before the agent spoke (its log says why)")
+		msg := "QEMU ended before the agent spoke"
+		for i, l := range logs {
+			if last := l.Last(time.Second); last != "" {
+				msg += fmt.Sprintf("; %s printed: %q", [...]string{"QEMU", "the console"}[min(i, 1)], last)
+			}
+		}
+		return errors.New(msg)
 	case <-time.After(time.Second):
 	}
 	return err
