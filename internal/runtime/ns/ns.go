@@ -150,6 +150,9 @@ func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
 // Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	if spec.Layer != "" {
+		return errdefs.InvalidArgument("%s takes a template layer stacked in its image, not in Spec.Layer", d.Name())
+	}
 	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
 	if err != nil {
 		return err
