@@ -147,28 +147,43 @@ func (h *Local) GCLayers(ctx context.Context, keep []string) ([]string, error) {
 }
 
 // image is the image directory of a sandbox on layer ("" is the base) and driver runtime ("":
-// the machine's default).
-func (h *Local) image(layer, runtime string) (string, error) {
+// the machine's default), and the layer's directory for a driver that stacks it itself
+// (runtime.LayerStacker: microvm) — the others get base and layer stacked in the image.
+func (h *Local) image(layer, runtime string) (image, layerDir string, err error) {
 	if layer == "" {
-		return h.rootfs, nil
+		return h.rootfs, "", nil
 	}
 	if runtime == "" {
 		runtime = h.info.Default
 	}
-	// ns and gvisor take the overlay directory as their image; a microvm boots a disk made
-	// from an image, and none is made of a layer yet.
-	if runtime != "ns" && runtime != "gvisor" {
-		return "", NotSupported("template layers run on ns and gvisor, not %s", runtime)
-	}
 	st, err := h.layerStore()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	root, err := st.Rootfs(layer, h.info.Image.ID, h.rootfs)
+	if h.stacksLayers(runtime) {
+		layerDir, err = st.Layer(layer, h.info.Image.ID)
+		image = h.rootfs
+	} else {
+		image, err = st.Rootfs(layer, h.info.Image.ID, h.rootfs)
+	}
 	if errdefs.IsNotFound(err) {
-		return "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
+		return "", "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
 	}
-	return root, err
+	return image, layerDir, err
+}
+
+// stacksLayers reports whether driver name stacks a template layer itself.
+func (h *Local) stacksLayers(name string) bool {
+	d := h.driver
+	if m, ok := d.(interface {
+		Driver(name string) (runtime.Driver, bool)
+	}); ok {
+		if named, ok := m.Driver(name); ok {
+			d = named
+		}
+	}
+	_, ok := d.(runtime.LayerStacker)
+	return ok
 }
 
 // CloseLayers unmounts the rootfs of every template layer.

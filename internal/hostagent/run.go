@@ -61,8 +61,8 @@ func (h *Local) newOneCall(req RunRequest) *oneCall {
 
 func (h *Local) poolRequest(req RunRequest) (pool.Request, error) {
 	// A layer's image matches no slot of the pool (made on the base): its sandbox is cold.
-	image, err := h.image(req.Layer, req.Runtime)
-	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: image, Limits: req.Limits, Runtime: req.Runtime},
+	image, layer, err := h.image(req.Layer, req.Runtime)
+	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime},
 		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}, err
 }
 
