@@ -299,12 +299,13 @@ func keyID(k Key) string {
 
 // Ensure adds key k unless the pool has one that serves the same claims, for slots that
 // demand alone asks for: a zero Min keeps none ready until claims come (the warm slots of a
-// template's layer, which the host agent adds at its first run). It reports whether it added
-// k.
+// template's layer, which the host agent adds at its first run). The pool keeps slots only
+// on the drivers its configured keys name: a key on another (microvm, when no key makes
+// slots there) is not added. It reports whether it added k.
 func (p *Pool) Ensure(k Key) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || !slices.ContainsFunc(p.keys, func(ks *keyState) bool { return !ks.onDemand && ks.key.Runtime == k.Runtime }) {
 		return false, nil
 	}
 	lang := agent.Interpreter(k.Language)

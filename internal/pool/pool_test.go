@@ -709,7 +709,7 @@ func TestEnsureOnDemand(t *testing.T) {
 	if !claim(layered()) {
 		t.Error("a claim of the layer after demand was cold")
 	}
-	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "layer-x", "result", "warm"); got != 1 {
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "layer-x", "path", "warm"); got != 1 {
 		t.Errorf("warm claims of the layer's key: %v", got)
 	}
 	if err := e.p.WaitReady(ctxT(t)); err != nil {
