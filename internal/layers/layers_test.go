@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 	"github.com/littlebigbrain/lbb/internal/runtime/microvm"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
@@ -176,7 +178,23 @@ func TestBuildAndMount(t *testing.T) {
 			t.Errorf("%s sandbox of the layer: %q", d.Name(), out)
 		}
 	}
-	t.Run("ns", func(t *testing.T) { check(t, nsd, "sbx_layerns") })
+	t.Run("ns", func(t *testing.T) {
+		check(t, nsd, "sbx_layerns")
+		// The layer is an idmapped lower directory of its own: its sandbox gets its own host
+		// ids wherever a sandbox of the base does (an overlay made on the host could not be
+		// idmapped, and fell back to the shared range).
+		dir, err := st.Layer(info.Key, "base1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const ids = "awk '{print $2}' /proc/self/uid_map"
+		layered := runSpec(t, nsd, runtime.Spec{ID: "sbx_layerids", Image: image, Layer: dir}, ids)
+		plain := run(t, nsd, "sbx_plainids", image, ids)
+		shared := fmt.Sprint(hostids.Shared.Base) + "\n"
+		if (layered == shared) != (plain == shared) {
+			t.Errorf("a sandbox of the layer maps host ids from %q, one of the base from %q (shared: %q)", layered, plain, shared)
+		}
+	})
 	t.Run("gvisor", func(t *testing.T) {
 		runsc := os.Getenv("LBB_RUNSC")
 		if runsc == "" {

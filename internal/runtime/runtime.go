@@ -84,9 +84,9 @@ type Spec struct {
 	// Create. Every other confinement stays.
 	WritableRoot bool `json:"writable_root,omitempty"`
 	// Layer is a template layer's directory (internal/layers) to stack read-only over Image,
-	// for a driver that stacks layers itself (LayerStacker); "" is none. A driver that takes
-	// an image directory is given base and layer already stacked in Image instead, and
-	// refuses Layer.
+	// for a driver that stacks layers itself (LayerStacker: ns, microvm); "" is none. Another
+	// driver (gvisor) is given base and layer already stacked in Image instead, and refuses
+	// Layer.
 	Layer string `json:"layer,omitempty"`
 }
 
@@ -221,8 +221,9 @@ type LayerExporter interface {
 }
 
 // LayerStacker is an optional ability: the driver stacks a template layer over the image
-// itself (Spec.Layer), as the microvm driver does with a second read-only disk, rather than
-// taking a directory in which they are already stacked.
+// itself (Spec.Layer) — ns as a second lower directory of its overlay, idmapped as the image
+// is; microvm as a second read-only disk — rather than taking a directory in which they are
+// already stacked.
 type LayerStacker interface {
 	StacksLayers()
 }

@@ -283,7 +283,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
 		return nil, err
 	}
-	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	views, err := d.sbs.MountViews(&u, id, spec.Image, "", ident)
 	if err != nil {
 		return nil, err
 	}
