@@ -127,7 +127,12 @@ func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) 
 	spec := runtime.Spec{ID: req.ID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime}
 	var l *live
 	var kernel *pool.Running
-	if req.Warm && h.pool != nil && req.Layer == "" {
+	if req.Warm && h.pool != nil {
+		if req.Layer != "" {
+			// Bare slots of the layer, as its demand asks (warmLayer); a claim for a kernel
+			// takes one too (the kernel then starts in it).
+			h.warmLayer(req.Layer, pool.Request{Spec: spec})
+		}
 		l, kernel, err = h.handover(ctx, spec, req.Kernel, req.Files)
 	}
 	if l == nil && err == nil {

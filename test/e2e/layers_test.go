@@ -108,6 +108,37 @@ func TestTemplateLayers(t *testing.T) {
 	}
 	t.Logf("one-call run of the layered template on ns, warm: %s", time.Since(t1).Round(time.Millisecond))
 
+	// A long-lived sandbox of the layer: its first starts cold and asks for bare slots of the
+	// layer; once one is ready, the next is handed it.
+	create := func() string {
+		r := s.call("POST", "/v1/sandboxes?graph=main", "", nil, `{"template": "pk", "isolation": "ns", "expires_in_seconds": 300}`)
+		if r.status != 201 {
+			t.Fatalf("create a sandbox of the template: %d %s", r.status, r.body)
+		}
+		id, _ := r.obj(t)["id"].(string)
+		t.Cleanup(func() { s.call("DELETE", "/v1/sandboxes/"+id+"?graph=main", "", nil, "") })
+		return id
+	}
+	create()
+	_, before := layerWarm()
+	waitFor(t, 2*time.Minute, "a ready bare slot of the layer", func() bool {
+		for _, line := range strings.Split(s.metrics(t), "\n") {
+			if strings.HasPrefix(line, "lbb_pool_ready{") && strings.Contains(line, `key="layer-`) && strings.Contains(line, "/bare/") && !strings.HasSuffix(line, " 0") {
+				return true
+			}
+		}
+		return false
+	})
+	id := create()
+	if _, after := layerWarm(); after != before+1 {
+		t.Errorf("a sandbox of the layer created with its slot ready was not warm (%v warm claims, %v before)", after, before)
+	}
+	r := s.call("POST", "/v1/sandboxes/"+id+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "pk-marker"},
+		`{"argv": ["cat", "/etc/lbb-marker"], "wait_ms": 30000}`)
+	if cmd := r.obj(t); r.status != 200 || cmd["status"] != "succeeded" || !strings.HasPrefix(cmd["stdout"].(map[string]any)["tail"].(string), "from-the-layer") {
+		t.Errorf("the warm sandbox of the layer: %d %s", r.status, r.body)
+	}
+
 	// On microvm the layer is a second read-only disk its guest stacks over the base.
 	t.Run("microvm", func(t *testing.T) {
 		t1 := time.Now()
@@ -125,7 +156,7 @@ func TestTemplateLayers(t *testing.T) {
 	})
 
 	// The same recipe in another template: the same layer, no build.
-	r := s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil,
+	r = s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil,
 		jsonBody(t, map[string]any{"name": "pk2", "code": code, "image": map[string]any{"pip": []string{"tinypkg"}, "run": []string{"echo from-the-layer > /etc/lbb-marker"}}}))
 	first := s.call("GET", "/v1/sandboxes/templates/pk?graph=main", "", nil, "").obj(t)
 	if r.status != 201 || r.obj(t)["layer"] != first["layer"] {
