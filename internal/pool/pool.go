@@ -316,6 +316,9 @@ func (p *Pool) Ensure(k Key) (bool, error) {
 			return false, nil
 		}
 	}
+	if !p.makeRoomLocked() {
+		return false, nil
+	}
 	if err := p.addKey(k, true); err != nil {
 		return false, err
 	}
@@ -324,6 +327,35 @@ func (p *Pool) Ensure(k Key) (bool, error) {
 	p.m.target.WithLabelValues(ks.key.Name).Set(float64(ks.target))
 	p.m.ready.WithLabelValues(ks.key.Name).Set(0)
 	return true, nil
+}
+
+// maxOnDemand bounds the keys Ensure adds (their metrics' labels, the work of each tick).
+const maxOnDemand = 64
+
+// makeRoomLocked makes room for one more key Ensure adds: at the bound, the least demanded
+// of those holding no slot goes; false when each holds one. The caller holds mu.
+func (p *Pool) makeRoomLocked() bool {
+	n, victim := 0, -1
+	for i, ks := range p.keys {
+		if !ks.onDemand {
+			continue
+		}
+		n++
+		if len(ks.ready) == 0 && ks.building == 0 && (victim < 0 || ks.rate < p.keys[victim].rate) {
+			victim = i
+		}
+	}
+	if n < maxOnDemand {
+		return true
+	}
+	if victim < 0 {
+		return false
+	}
+	ks := p.keys[victim]
+	ks.dropped = true
+	p.m.target.WithLabelValues(ks.key.Name).Set(0)
+	p.keys = slices.Delete(p.keys, victim, victim+1)
+	return true
 }
 
 // Drop removes the keys drop selects and destroys their parked slots before it returns

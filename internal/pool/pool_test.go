@@ -722,11 +722,23 @@ func TestEnsureOnDemand(t *testing.T) {
 	if ks.target != 0 {
 		t.Errorf("an idle layer's target %d", ks.target)
 	}
+	// At the bound, a new key takes the place of the least demanded one holding no slot.
+	for i := range maxOnDemand {
+		if added, err := e.p.Ensure(Key{Name: fmt.Sprintf("layer-%d", i), Image: testImage, Layer: fmt.Sprintf("/layers/%d/layer", i), Limits: testLimits}); !added || err != nil {
+			t.Fatalf("Ensure %d: %v %v", i, added, err)
+		}
+	}
+	e.p.mu.Lock()
+	n := len(e.p.keys)
+	e.p.mu.Unlock()
+	if n != 1+maxOnDemand {
+		t.Errorf("%d keys, want the default one and %d", n, maxOnDemand)
+	}
 	if err := e.p.Drop(ctxT(t), func(k Key) bool { return k.Layer != "" }); err != nil {
 		t.Fatal(err)
 	}
 	e.p.mu.Lock()
-	n := len(e.p.keys)
+	n = len(e.p.keys)
 	e.p.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d keys after Drop, want the default one", n)
