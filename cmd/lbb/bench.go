@@ -26,7 +26,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -50,6 +50,9 @@ image, and prints p50, p90, p99 and p50 ratios:
   service (servers of its own — pool on, and pool off for the cold figure — or --url):
     one-call Python sum(input), warm and cold (chroot python3 -c, bwrap python3 -c)
     one-call pandas DataFrame(input).sum(), warm (the same with the import)
+    layers: one-call runs of a template whose image carries a layer (a run step), warm
+      (the pool's slots of the layer) and cold, beside the same code in a template without
+      one (python3 -c); alone, on servers of its own: --only layers
     create + first exec of node -v, the TTI shape (chroot node -v)
     exec round trip of /bin/true through the API (bare fork/exec)
     a cell 1 + 1 in a warm Python context, and create lbb/code-interpreter + first cell (python3 -c)
@@ -70,7 +73,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,gvisor", "which sections to run: runtime, service, gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
+	only := fs.String("only", "runtime,service,layers,gvisor", "which sections to run: runtime, service, layers (one-call runs of a template with an image layer, warm and cold, beside one without; alone, on servers of its own), gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -130,10 +133,13 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 
-	if sections["service"] {
+	if sections["service"] || sections["layers"] {
 		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
 			capacity := max(*burst, *idle+20)
+			if !sections["service"] {
+				capacity = 20
+			}
 			// The service figures are the default driver's: no gvisor slots are kept warm
 			// beside it, whose builds the CPU figures would count.
 			done, err := cf.serveOwn(ctx, capacity, "--pool-gvisor-min", "0")
@@ -158,7 +164,8 @@ func runBench(ctx context.Context, args []string) error {
 			return err
 		}
 		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, acct: cf.acct, rootfs: img.Rootfs, bwrap: bwrap,
-			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines})
+			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines,
+			layers: sections["layers"], layersOnly: !sections["service"]})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
@@ -208,6 +215,8 @@ type serviceBench struct {
 	n, burst, idle int
 	sustain        time.Duration
 	baselines      *bench.Baselines
+	// layers: the rows of a template with a layer (layersOnly: those and none other)
+	layers, layersOnly bool
 }
 
 func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes []string) {
@@ -239,6 +248,9 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	warm, warmSci := warmFor("python"), warmFor("python-sci")
 	sum := lbb.RunParams{Code: "def run(input, config):\n    return sum(input)\n", Input: []int{1, 2, 3}}
 	pyBase := baselines("python3 -c", "python3", "-c", "print(sum([1,2,3]))")
+	if b.layersOnly {
+		return b.layerRows(ctx, pyBase, &notes), notes
+	}
 
 	logf("one-call Python sum(input), warm (%d times)…", n)
 	row := bench.Row{Metric: "one-call Python sum(input), warm", Baselines: pyBase}
@@ -247,6 +259,10 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	if b.cold != nil {
 		logf("one-call Python sum(input), cold: pool off (%d times)…", n)
 		rows = append(rows, bench.Row{Metric: "one-call Python sum(input), cold", LBB: bench.OneCall(ctx, b.cold, "lbb", n, sum, wantJSON("6")), Baselines: pyBase})
+	}
+
+	if b.layers {
+		rows = append(rows, b.layerRows(ctx, pyBase, &notes)...)
 	}
 
 	logf("one-call pandas run, warm (%d times)…", n)

@@ -26,6 +26,9 @@ const (
 	// own disk (its workspace and every other write that outlives a stop).
 	DiskBase      = "lbb-base"
 	DiskWorkspace = "lbb-disk"
+	// DiskLayer is the serial of a template layer's read-only disk (VMConfig.Layer), which
+	// the supervisor stacks over the base.
+	DiskLayer = "lbb-layer"
 )
 
 // The initramfs the driver makes: the agent as /init (the supervisor), these directories, the
@@ -49,6 +52,8 @@ type VMConfig struct {
 	// RAM is larger by what its kernel needs; Pids, TmpMiB, DiskMiB and NoFile as for ns.
 	MemoryMiB, Pids, TmpMiB, DiskMiB int64
 	NoFile                           uint64
+	// Layer: the machine has a template layer's disk (DiskLayer) to stack over the base.
+	Layer bool
 }
 
 // vmEnv prefixes the variables of a VMConfig.
@@ -57,7 +62,7 @@ const vmEnv = "LBB_VM_"
 // Cmdline is c as kernel command line words (NAME=value, which the kernel passes to init as
 // its environment).
 func (c VMConfig) Cmdline() []string {
-	return []string{
+	w := []string{
 		vmEnv + "SANDBOX=" + c.SandboxID,
 		vmEnv + "HOSTNAME=" + c.Hostname,
 		vmEnv + "MEMORY_MIB=" + strconv.FormatInt(c.MemoryMiB, 10),
@@ -66,6 +71,10 @@ func (c VMConfig) Cmdline() []string {
 		vmEnv + "DISK_MIB=" + strconv.FormatInt(c.DiskMiB, 10),
 		vmEnv + "NOFILE=" + strconv.FormatUint(c.NoFile, 10),
 	}
+	if c.Layer { // only then: a machine without one keeps the command line it always had
+		w = append(w, vmEnv+"LAYER=true")
+	}
+	return w
 }
 
 // ParseVMConfig reads a VMConfig from an environment (os.Environ()); ok is false when it holds
@@ -88,6 +97,11 @@ func ParseVMConfig(env []string) (c VMConfig, ok bool, err error) {
 	}
 	if c.NoFile, err = strconv.ParseUint(vals["NOFILE"], 10, 64); err != nil {
 		return c, true, fmt.Errorf("%sNOFILE=%q: %w", vmEnv, vals["NOFILE"], err)
+	}
+	if v, ok := vals["LAYER"]; ok {
+		if c.Layer, err = strconv.ParseBool(v); err != nil {
+			return c, true, fmt.Errorf("%sLAYER=%q: %w", vmEnv, v, err)
+		}
 	}
 	if c.Hostname == "" {
 		return c, true, fmt.Errorf("%sHOSTNAME is empty", vmEnv)

@@ -7,10 +7,14 @@ import (
 
 func TestVMConfigRoundTrip(t *testing.T) {
 	c := VMConfig{SandboxID: "sbx_1", Hostname: "box", MemoryMiB: 512, Pids: 256, TmpMiB: 64, DiskMiB: 1024, NoFile: 4096}
-	env := append([]string{"HOME=/", "TERM=linux"}, c.Cmdline()...)
-	got, ok, err := ParseVMConfig(env)
-	if !ok || err != nil || got != c {
-		t.Fatalf("ParseVMConfig(%q) = %+v %v %v, want %+v", env, got, ok, err, c)
+	for _, layer := range []bool{false, true} {
+		c := c
+		c.Layer = layer
+		env := append([]string{"HOME=/", "TERM=linux"}, c.Cmdline()...)
+		got, ok, err := ParseVMConfig(env)
+		if !ok || err != nil || got != c {
+			t.Fatalf("ParseVMConfig(%q) = %+v %v %v, want %+v", env, got, ok, err, c)
+		}
 	}
 	for _, w := range c.Cmdline() {
 		// The kernel passes NAME=value words without dots or spaces to init's environment.

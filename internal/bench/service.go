@@ -125,3 +125,22 @@ func oneCall(ctx context.Context, c *lbb.Client, p lbb.RunParams, ok func(*lbb.R
 func Sustained(ctx context.Context, c *lbb.Client, clients int, d time.Duration) (Sample, float64) {
 	return SustainedRuns(ctx, c, clients, d, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}}, nil)
 }
+
+// WaitPoolReadyPrefix is WaitPoolReady for the keys whose name starts with prefix (the
+// warm pool's keys of a template layer, "layer-<key>/…"), their ready slots summed.
+func WaitPoolReadyPrefix(ctx context.Context, baseURL, apiKey, prefix string, want int, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		n := 0.0
+		for k, v := range poolGauges(baseURL, apiKey, "lbb_pool_ready") {
+			if strings.HasPrefix(k, prefix) {
+				n += v
+			}
+		}
+		if int(n) >= want {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}

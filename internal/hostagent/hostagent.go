@@ -210,7 +210,8 @@ type CreateRequest struct {
 	ID      string         `json:"id"`
 	Limits  runtime.Limits `json:"limits"`
 	Runtime string         `json:"runtime,omitempty"`
-	// Layer is the template layer it runs on (RunRequest.Layer); such a sandbox starts cold.
+	// Layer is the template layer it runs on (RunRequest.Layer); Warm hands over a bare slot
+	// of the layer when the pool keeps one (its demand asks for them).
 	Layer string `json:"layer,omitempty"`
 	// Warm lets the machine hand over a ready sandbox of its warm pool (with the pool's id).
 	Warm  bool   `json:"warm,omitempty"`

@@ -1,14 +1,18 @@
 package hostagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/layers"
+	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -143,32 +147,107 @@ func (h *Local) GCLayers(ctx context.Context, keep []string) ([]string, error) {
 	for _, k := range keep {
 		in[k] = true
 	}
+	if err := h.dropWarmLayers(ctx, st, in); err != nil {
+		return nil, err
+	}
 	return st.GC(in)
 }
 
 // image is the image directory of a sandbox on layer ("" is the base) and driver runtime ("":
-// the machine's default).
-func (h *Local) image(layer, runtime string) (string, error) {
+// the machine's default), and the layer's directory for a driver that stacks it itself
+// (runtime.LayerStacker: microvm) — the others get base and layer stacked in the image.
+func (h *Local) image(layer, runtime string) (image, layerDir string, err error) {
 	if layer == "" {
-		return h.rootfs, nil
+		return h.rootfs, "", nil
 	}
 	if runtime == "" {
 		runtime = h.info.Default
 	}
-	// ns and gvisor take the overlay directory as their image; a microvm boots a disk made
-	// from an image, and none is made of a layer yet.
-	if runtime != "ns" && runtime != "gvisor" {
-		return "", NotSupported("template layers run on ns and gvisor, not %s", runtime)
-	}
 	st, err := h.layerStore()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	root, err := st.Rootfs(layer, h.info.Image.ID, h.rootfs)
+	if h.stacksLayers(runtime) {
+		layerDir, err = st.Layer(layer, h.info.Image.ID)
+		image = h.rootfs
+	} else {
+		image, err = st.Rootfs(layer, h.info.Image.ID, h.rootfs)
+	}
 	if errdefs.IsNotFound(err) {
-		return "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
+		return "", "", errdefs.Wrap(errdefs.ClassConflict, errdefs.CodeTemplateBuilding, fmt.Errorf("layer %s is not built on this machine", layer))
 	}
-	return root, err
+	return image, layerDir, err
+}
+
+// stacksLayers reports whether driver name stacks a template layer itself.
+func (h *Local) stacksLayers(name string) bool {
+	d := h.driver
+	if m, ok := d.(interface {
+		Driver(name string) (runtime.Driver, bool)
+	}); ok {
+		if named, ok := m.Driver(name); ok {
+			d = named
+		}
+	}
+	_, ok := d.(runtime.LayerStacker)
+	return ok
+}
+
+// warmLayer has the warm pool keep slots of the template layer key that a one-call run r
+// is for (pool.Pool.Ensure), as many as its demand asks for and none while it has none: its
+// first run starts cold, the next ones find a slot with the layer mounted and the
+// interpreter pre-started (the layer's packages on its path).
+func (h *Local) warmLayer(key string, r pool.Request) {
+	if h.pool == nil {
+		return
+	}
+	lang := agent.Interpreter(r.Language)
+	k := pool.Key{Image: r.Spec.Image, Layer: r.Spec.Layer, Language: lang, Limits: r.Spec.Limits, Runtime: r.Spec.Runtime,
+		Max: 2}
+	name := cmp.Or(lang, "bare")
+	if lang != "" {
+		k.Flavour = r.Flavour
+		if lang == agent.LangPython && r.Flavour == pool.FlavourLean {
+			k.Imports, name = []string{}, "python-lean"
+		}
+	}
+	k.Name = fmt.Sprintf("layer-%.12s/%s/%s/%dm-%gc", key, cmp.Or(r.Spec.Runtime, h.info.Default), name, k.Limits.MemoryMiB, k.Limits.CPUs)
+	added, err := h.pool.Ensure(k)
+	switch {
+	case err != nil:
+		h.log.Warn("warm slots of a template layer", "layer", key, "err", err)
+	case added:
+		h.log.Info("the pool keeps slots of a template layer as demand asks", "layer", key, "key", k.Name)
+	}
+}
+
+// dropWarmLayers removes the pool's keys (and parked slots) of the layers GC is about to
+// collect: every one the store holds that keep does not name.
+func (h *Local) dropWarmLayers(ctx context.Context, st *layers.Store, keep map[string]bool) error {
+	if h.pool == nil {
+		return nil
+	}
+	all, err := st.List()
+	if err != nil {
+		return err
+	}
+	var gone []string
+	for _, k := range all {
+		if !keep[k] {
+			gone = append(gone, st.Path(k)+string(filepath.Separator))
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return h.pool.Drop(ctx, func(k pool.Key) bool {
+		for _, dir := range gone {
+			if strings.HasPrefix(k.Image, dir) || strings.HasPrefix(k.Layer, dir) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // CloseLayers unmounts the rootfs of every template layer.

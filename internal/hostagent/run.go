@@ -60,10 +60,15 @@ func (h *Local) newOneCall(req RunRequest) *oneCall {
 }
 
 func (h *Local) poolRequest(req RunRequest) (pool.Request, error) {
-	// A layer's image matches no slot of the pool (made on the base): its sandbox is cold.
-	image, err := h.image(req.Layer, req.Runtime)
-	return pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: image, Limits: req.Limits, Runtime: req.Runtime},
-		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}, err
+	// A layer's image matches no slot of the base's keys: its runs ask the pool for keys of
+	// their own (warmLayer), and start cold until demand has a slot built.
+	image, layer, err := h.image(req.Layer, req.Runtime)
+	preq := pool.Request{Spec: runtime.Spec{ID: req.SandboxID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime},
+		Language: req.Language, Flavour: pool.FlavourFor(req.Language, req.Code)}
+	if err == nil && req.Layer != "" {
+		h.warmLayer(req.Layer, preq)
+	}
+	return preq, err
 }
 
 // Unclaim destroys a claimed sandbox once it is acquired; it returns at once.

@@ -120,14 +120,19 @@ func (h *Local) snapshotDir(id string) string { return filepath.Join(h.dataDir, 
 
 // Create starts a long-lived sandbox, from the warm pool when req.Warm and one is ready.
 func (h *Local) Create(ctx context.Context, req CreateRequest) (Sandbox, error) {
-	image, err := h.image(req.Layer, req.Runtime)
+	image, layer, err := h.image(req.Layer, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	spec := runtime.Spec{ID: req.ID, Image: image, Limits: req.Limits, Runtime: req.Runtime}
+	spec := runtime.Spec{ID: req.ID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime}
 	var l *live
 	var kernel *pool.Running
-	if req.Warm && h.pool != nil && req.Layer == "" {
+	if req.Warm && h.pool != nil {
+		if req.Layer != "" {
+			// Bare slots of the layer, as its demand asks (warmLayer); a claim for a kernel
+			// takes one too (the kernel then starts in it).
+			h.warmLayer(req.Layer, pool.Request{Spec: spec})
+		}
 		l, kernel, err = h.handover(ctx, spec, req.Kernel, req.Files)
 	}
 	if l == nil && err == nil {
@@ -443,7 +448,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		return h.answer(req.ID, req.Runtime, l), nil
 	}
 	// A sandbox of a template layer needs it mounted (again, after a restart).
-	image, err := h.image(req.Layer, req.Runtime)
+	image, layer, err := h.image(req.Layer, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -464,7 +469,7 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		}
 		return h.resumed(ctx, s, l, req)
 	}
-	l, err = h.start(ctx, runtime.Spec{ID: req.ID, Image: image, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
+	l, err = h.start(ctx, runtime.Spec{ID: req.ID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
 	if err != nil {
 		return Sandbox{}, err
 	}

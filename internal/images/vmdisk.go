@@ -35,13 +35,6 @@ func Disk(ctx context.Context, o Options, m Manifest) (string, error) {
 		fmt.Fprintf(w, "disk of image %s is cached at %s\n", m.ID, path)
 		return path, nil
 	}
-	if os.Geteuid() != 0 {
-		return "", errors.New("making the image's disk needs root")
-	}
-	mkfs, err := lookTool("mkfs.ext4")
-	if err != nil {
-		return "", fmt.Errorf("making the image's disk needs mkfs.ext4 (e2fsprogs): %w", err)
-	}
 	unlock, err := lockDir(ctx, dir, w)
 	if err != nil {
 		return "", err
@@ -58,13 +51,44 @@ func Disk(ctx context.Context, o Options, m Manifest) (string, error) {
 	// Room for the files, their inodes and ext4's own metadata; the guest never writes it.
 	mib := (m.SizeBytes*5/4)>>20 + 128
 	fmt.Fprintf(w, "disk of image %s: ext4 of %d MiB, %d files, from %s…\n", m.ID, mib, files, m.Rootfs)
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := Ext4(ctx, Ext4Options{Src: m.Rootfs, Dst: path, MiB: mib, Inodes: files + files/4 + 4096,
+		Label: "lbb-" + m.ID, IDBase: m.Recipe.IDBase, IDCount: m.Recipe.IDCount}); err != nil {
 		return "", err
 	}
-	err = f.Truncate(mib << 20)
+	fmt.Fprintf(w, "disk of image %s made in %s: %s\n", m.ID, time.Since(t0).Round(100*time.Millisecond), path)
+	return path, nil
+}
+
+// Ext4Options say what Ext4 makes.
+type Ext4Options struct {
+	// Src is the directory copied in; its files belong to host ids IDBase..IDBase+IDCount-1,
+	// which the disk stores as 0..IDCount-1.
+	Src string
+	// Dst is the disk file, written whole (through a temporary file beside it) or not at all.
+	Dst             string
+	MiB             int64
+	Inodes          int
+	Label           string
+	IDBase, IDCount uint32
+}
+
+// Ext4 makes a read-only ext4 disk (mode 0444, root's) of directory o.Src, owners, modes,
+// extended attributes and device nodes kept. It needs root and mkfs.ext4.
+func Ext4(ctx context.Context, o Ext4Options) error {
+	if os.Geteuid() != 0 {
+		return errors.New("making an ext4 disk needs root")
+	}
+	mkfs, err := lookTool("mkfs.ext4")
+	if err != nil {
+		return fmt.Errorf("making a disk needs mkfs.ext4 (e2fsprogs): %w", err)
+	}
+	// A temporary name of its own: two makers of one disk race harmlessly to the rename.
+	tmp := fmt.Sprintf("%s.%d.tmp", o.Dst, time.Now().UnixNano())
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(o.MiB << 20)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -75,40 +99,41 @@ func Disk(ctx context.Context, o Options, m Manifest) (string, error) {
 		}
 	}()
 	if err != nil {
-		return "", err
+		return err
 	}
-	base, count := m.Recipe.IDBase, m.Recipe.IDCount
 	// mkfs.ext4 -d copies owners as it stats them: it runs in a user namespace that maps the
-	// image's id range back onto 0.., as the sandbox's root, which owns the file it writes.
-	if err := os.Chown(tmp, int(base), int(base)); err != nil {
-		return "", err
+	// id range back onto 0.., as the sandbox's root, which owns the file it writes.
+	if err := os.Chown(tmp, int(o.IDBase), int(o.IDBase)); err != nil {
+		return err
 	}
 	cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-m", "0",
-		"-N", fmt.Sprint(files+files/4+4096), "-L", "lbb-"+m.ID, "-E", "root_owner=0:0,lazy_itable_init=0",
-		"-d", m.Rootfs, tmp)
+		"-N", fmt.Sprint(o.Inodes), "-L", o.Label, "-E", "root_owner=0:0,lazy_itable_init=0",
+		"-d", o.Src, tmp)
 	cmd.Env = toolEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(count)}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(count)}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(o.IDBase), Size: int(o.IDCount)}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(o.IDBase), Size: int(o.IDCount)}},
 		Credential:  &syscall.Credential{Uid: 0, Gid: 0},
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mkfs.ext4 -d %s: %w: %s", m.Rootfs, err, tail(string(out), 10))
+		return fmt.Errorf("mkfs.ext4 -d %s: %w: %s", o.Src, err, tail(string(out), 10))
 	}
 	if err := os.Chown(tmp, 0, 0); err != nil {
-		return "", err
+		return err
 	}
 	if err := os.Chmod(tmp, 0o444); err != nil {
-		return "", err
+		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", err
+	if err := os.Rename(tmp, o.Dst); err != nil {
+		return err
 	}
 	ok = true
-	fmt.Fprintf(w, "disk of image %s made in %s: %s\n", m.ID, time.Since(t0).Round(100*time.Millisecond), path)
-	return path, nil
+	return nil
 }
+
+// CountFiles counts the entries under root (root included): a disk of root needs an inode each.
+func CountFiles(root string) (int, error) { return countFiles(root) }
 
 func countFiles(root string) (int, error) {
 	n := 0

@@ -10,10 +10,12 @@
 //	<Dir>/<key>/layer/   the layer, content-addressed: key = Key(base image id, recipe)
 //	<Dir>/<key>/log      the build's log
 //	<Dir>/<key>/rootfs/  while used: a read-only overlay of layer over the base's rootfs
+//	<Dir>/<key>/layer.ext4  once a microvm used it: the layer as a read-only disk
 //
 // Sandboxes of a template with a recipe get rootfs/ as their image, so every driver that
 // takes an image directory (ns stacks its writable overlay on it; gvisor serves it through
-// its gofer) sees base and layer without copying either. Identical recipes on one base share
+// its gofer) sees base and layer without copying either; the microvm driver gets base and
+// layer apart (Layer) and its guest stacks them. Identical recipes on one base share
 // one layer and one build; GC removes the layers no template version names.
 package layers
 
@@ -552,6 +554,20 @@ func (s *Store) Rootfs(key, baseID, image string) (string, error) {
 		return "", fmt.Errorf("mount layer %s over %s: %w", key, image, err)
 	}
 	return root, nil
+}
+
+// Layer answers the directory of built layer key over base image baseID, for a driver that
+// stacks it over the image itself (runtime.LayerStacker: the microvm driver makes a disk of
+// it, <key>/layer.ext4, which goes with the layer).
+func (s *Store) Layer(key, baseID string) (string, error) {
+	in, err := s.Get(key)
+	if err != nil {
+		return "", err
+	}
+	if in.Base != baseID {
+		return "", errdefs.Conflict("layer %s was built on image %s, not %s: save the template again to build it on this one", key, in.Base, baseID)
+	}
+	return filepath.Join(s.Path(key), "layer"), nil
 }
 
 // Unmount unmounts layer key's rootfs, if mounted. Sandboxes started on it must be gone.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
+	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
+	"github.com/littlebigbrain/lbb/internal/runtime/microvm"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
@@ -25,6 +28,7 @@ import (
 // TestMain lets this test binary be the ns sandbox init.
 func TestMain(m *testing.M) {
 	ns.MaybeInit()
+	microvm.MaybeJail()
 	testkit.Main(m, nil)
 }
 
@@ -49,9 +53,16 @@ func TestKey(t *testing.T) {
 // run runs sh -c cmd in a sandbox of image on d and answers its stdout.
 func run(t *testing.T, d runtime.Driver, id, image, cmd string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runSpec(t, d, runtime.Spec{ID: id, Image: image}, cmd)
+}
+
+// runSpec runs sh -c cmd in a sandbox of spec on d and answers its stdout.
+func runSpec(t *testing.T, d runtime.Driver, spec runtime.Spec, cmd string) string {
+	t.Helper()
+	id := spec.ID
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := d.Create(ctx, runtime.Spec{ID: id, Image: image}); err != nil {
+	if err := d.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -153,13 +164,37 @@ func TestBuildAndMount(t *testing.T) {
 	}
 	const probe = `python3 -c 'import helper; print(helper.greet())'; mytool; test -e /etc/motd && echo motd-there; cat /etc/issue`
 	check := func(t *testing.T, d runtime.Driver, id string) {
-		out := run(t, d, id, rootfs, probe)
+		spec := runtime.Spec{ID: id, Image: rootfs}
+		if _, ok := d.(runtime.LayerStacker); ok {
+			dir, err := st.Layer(info.Key, "base1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec = runtime.Spec{ID: id, Image: image, Layer: dir}
+		}
+		out := runSpec(t, d, spec, probe)
 		if !strings.Contains(out, "hello from the layer") || !strings.Contains(out, "tool-ok") ||
 			strings.Contains(out, "motd-there") || !strings.Contains(out, "changed") {
 			t.Errorf("%s sandbox of the layer: %q", d.Name(), out)
 		}
 	}
-	t.Run("ns", func(t *testing.T) { check(t, nsd, "sbx_layerns") })
+	t.Run("ns", func(t *testing.T) {
+		check(t, nsd, "sbx_layerns")
+		// The layer is an idmapped lower directory of its own: its sandbox gets its own host
+		// ids wherever a sandbox of the base does (an overlay made on the host could not be
+		// idmapped, and fell back to the shared range).
+		dir, err := st.Layer(info.Key, "base1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const ids = "awk '{print $2}' /proc/self/uid_map"
+		layered := runSpec(t, nsd, runtime.Spec{ID: "sbx_layerids", Image: image, Layer: dir}, ids)
+		plain := run(t, nsd, "sbx_plainids", image, ids)
+		shared := fmt.Sprint(hostids.Shared.Base) + "\n"
+		if (layered == shared) != (plain == shared) {
+			t.Errorf("a sandbox of the layer maps host ids from %q, one of the base from %q (shared: %q)", layered, plain, shared)
+		}
+	})
 	t.Run("gvisor", func(t *testing.T) {
 		runsc := os.Getenv("LBB_RUNSC")
 		if runsc == "" {
@@ -169,6 +204,20 @@ func TestBuildAndMount(t *testing.T) {
 		gd := gvisor.New(gvisor.Config{StateDir: runtimetest.StateDir(t), Runsc: runsc, AgentPath: agentBin,
 			CgroupParent: "lbb-gvisor-test", Logger: runtimetest.Logger()})
 		check(t, gd, "sbx_layergv")
+	})
+	// A microvm stacks the layer itself: a second read-only disk, made once from the layer.
+	t.Run("microvm", func(t *testing.T) {
+		md := microvm.New(microvm.Config{StateDir: runtimetest.StateDir(t), AgentPath: agentBin,
+			CgroupParent: "lbb-microvm-test", Logger: runtimetest.Logger()})
+		if err := runtime.CheckRequirements(md); err != nil {
+			testkit.SkipPrivileged(t, "%v", err)
+		}
+		t0 := time.Now()
+		check(t, md, "sbx_layervm")
+		if _, err := os.Stat(st.Path(info.Key) + "/layer.ext4"); err != nil {
+			t.Errorf("the layer's disk: %v", err)
+		}
+		t.Logf("a microvm of the layer (its disk made) in %s", time.Since(t0))
 	})
 	// The base is untouched for every other sandbox.
 	if out := run(t, nsd, "sbx_plain", image, probe+"; true"); strings.Contains(out, "tool-ok") || !strings.Contains(out, "motd-there") {

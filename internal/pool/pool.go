@@ -59,6 +59,9 @@ type Key struct {
 	Name string
 	// Image is the root filesystem directory (runtime.Spec.Image).
 	Image string
+	// Layer is the template layer slots stack over Image (runtime.Spec.Layer); a spec must
+	// name the same to be served from this key.
+	Layer string
 	// Language is agent.LangPython or agent.LangNode for slots with a pre-started
 	// interpreter; "" for a bare sandbox (agent up, nothing else started).
 	Language string
@@ -142,7 +145,11 @@ type Pool struct {
 }
 
 type keyState struct {
-	key      Key
+	key Key
+	// dropped: removed by Drop; a build of it in flight destroys what it made
+	dropped bool
+	// onDemand: added by Ensure; demand fallen below idleRate asks for no slot
+	onDemand bool
 	ready    []*slot // oldest first
 	building int
 	target   int
@@ -225,40 +232,10 @@ func New(o Options) (*Pool, error) {
 		p.freezer = f
 	}
 	p.weigher, _ = o.Driver.(runtime.Prioritizer)
-	seen := map[string]bool{}
 	for _, k := range o.Keys {
-		if k.Image == "" {
-			return nil, fmt.Errorf("pool: key %q has no image", k.Name)
+		if err := p.addKey(k, false); err != nil {
+			return nil, err
 		}
-		lang := agent.Interpreter(k.Language)
-		if k.Language != "" && lang == "" {
-			return nil, fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
-		}
-		k.Language = lang
-		if k.Kernel != nil && (k.Language != "" || k.Kernel.Name == "" || len(k.Kernel.Argv) == 0) {
-			return nil, fmt.Errorf("pool: key %q: a kernel needs a name, a command and no language", k.Name)
-		}
-		if k.Name == "" {
-			k.Name = defaultName(k)
-		}
-		if k.Min <= 0 {
-			k.Min = o.Min
-		}
-		if k.Max <= 0 {
-			k.Max = o.Max
-		}
-		if k.Max < k.Min {
-			k.Max = k.Min
-		}
-		id := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%+v", k.Image, k.Language, k.Flavour, k.Runtime, k.Limits)
-		if k.Kernel != nil {
-			id += "\x00kernel " + k.Kernel.Name
-		}
-		if seen[id] || seen["name\x00"+k.Name] {
-			return nil, fmt.Errorf("pool: key %q is given twice", k.Name)
-		}
-		seen[id], seen["name\x00"+k.Name] = true, true
-		p.keys = append(p.keys, &keyState{key: k, target: k.Min})
 	}
 	p.m = newMetrics()
 	for _, ks := range p.keys {
@@ -273,6 +250,142 @@ func New(o Options) (*Pool, error) {
 		}
 	}
 	return p, nil
+}
+
+// addKey validates k, fills its defaults and adds it. A key onDemand keeps a zero Min and
+// asks for no more than the pool's Max. The caller holds mu or owns p.
+func (p *Pool) addKey(k Key, onDemand bool) error {
+	o := p.o
+	if k.Image == "" {
+		return fmt.Errorf("pool: key %q has no image", k.Name)
+	}
+	lang := agent.Interpreter(k.Language)
+	if k.Language != "" && lang == "" {
+		return fmt.Errorf("pool: key %q: language %q has no interpreter to pre-start (use \"\" for a bare slot)", k.Name, k.Language)
+	}
+	k.Language = lang
+	if k.Kernel != nil && (k.Language != "" || k.Kernel.Name == "" || len(k.Kernel.Argv) == 0) {
+		return fmt.Errorf("pool: key %q: a kernel needs a name, a command and no language", k.Name)
+	}
+	if k.Name == "" {
+		k.Name = defaultName(k)
+	}
+	if k.Min < 0 || (k.Min == 0 && !onDemand) {
+		k.Min = o.Min
+	}
+	if k.Max <= 0 || (onDemand && k.Max > o.Max) {
+		k.Max = o.Max
+	}
+	if k.Max < k.Min {
+		k.Max = k.Min
+	}
+	for _, ks := range p.keys {
+		if keyID(ks.key) == keyID(k) || ks.key.Name == k.Name {
+			return fmt.Errorf("pool: key %q is given twice", k.Name)
+		}
+	}
+	p.keys = append(p.keys, &keyState{key: k, target: k.Min})
+	return nil
+}
+
+// keyID is what tells keys apart: two keys with one id would serve the same claims.
+func keyID(k Key) string {
+	id := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%+v", k.Image, k.Layer, k.Language, k.Flavour, k.Runtime, k.Limits)
+	if k.Kernel != nil {
+		id += "\x00kernel " + k.Kernel.Name
+	}
+	return id
+}
+
+// Ensure adds key k unless the pool has one that serves the same claims, for slots that
+// demand alone asks for: a zero Min keeps none ready until claims come (the warm slots of a
+// template's layer, which the host agent adds at its first run). The pool keeps slots only
+// on the drivers its configured keys name: a key on another (microvm, when no key makes
+// slots there) is not added. It reports whether it added k.
+func (p *Pool) Ensure(k Key) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || !slices.ContainsFunc(p.keys, func(ks *keyState) bool { return !ks.onDemand && ks.key.Runtime == k.Runtime }) {
+		return false, nil
+	}
+	lang := agent.Interpreter(k.Language)
+	probe := k
+	probe.Language = lang
+	for _, ks := range p.keys {
+		if keyID(ks.key) == keyID(probe) {
+			return false, nil
+		}
+	}
+	if !p.makeRoomLocked() {
+		return false, nil
+	}
+	if err := p.addKey(k, true); err != nil {
+		return false, err
+	}
+	ks := p.keys[len(p.keys)-1]
+	ks.onDemand = true
+	p.m.target.WithLabelValues(ks.key.Name).Set(float64(ks.target))
+	p.m.ready.WithLabelValues(ks.key.Name).Set(0)
+	return true, nil
+}
+
+// maxOnDemand bounds the keys Ensure adds (their metrics' labels, the work of each tick).
+const maxOnDemand = 64
+
+// makeRoomLocked makes room for one more key Ensure adds: at the bound, the least demanded
+// of those holding no slot goes; false when each holds one. The caller holds mu.
+func (p *Pool) makeRoomLocked() bool {
+	n, victim := 0, -1
+	for i, ks := range p.keys {
+		if !ks.onDemand {
+			continue
+		}
+		n++
+		if len(ks.ready) == 0 && ks.building == 0 && (victim < 0 || ks.rate < p.keys[victim].rate) {
+			victim = i
+		}
+	}
+	if n < maxOnDemand {
+		return true
+	}
+	if victim < 0 {
+		return false
+	}
+	ks := p.keys[victim]
+	ks.dropped = true
+	p.m.target.WithLabelValues(ks.key.Name).Set(0)
+	p.keys = slices.Delete(p.keys, victim, victim+1)
+	return true
+}
+
+// Drop removes the keys drop selects and destroys their parked slots before it returns
+// (a slot being built is destroyed when its build ends): what they stand on (a template
+// layer about to be collected) is theirs no more. Leases already handed out stay valid.
+func (p *Pool) Drop(ctx context.Context, drop func(Key) bool) error {
+	p.mu.Lock()
+	var parkedSlots []*slot
+	keep := p.keys[:0:0]
+	for _, ks := range p.keys {
+		if !drop(ks.key) {
+			keep = append(keep, ks)
+			continue
+		}
+		ks.dropped = true
+		for _, s := range ks.ready {
+			s.state = discarded
+			parkedSlots = append(parkedSlots, s)
+		}
+		ks.ready = nil
+		p.m.ready.WithLabelValues(ks.key.Name).Set(0)
+		p.m.target.WithLabelValues(ks.key.Name).Set(0)
+	}
+	p.keys = keep
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range parkedSlots {
+		errs = append(errs, p.destroy(ctx, s))
+	}
+	return errors.Join(errs...)
 }
 
 func defaultName(k Key) string {
@@ -447,7 +560,7 @@ func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyStat
 	var own, exact, sibling, bare *keyState
 	for _, ks := range p.keys {
 		k := ks.key
-		if k.Image != spec.Image || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
+		if k.Image != spec.Image || k.Layer != spec.Layer || k.Limits != spec.Limits || k.Runtime != spec.Runtime {
 			continue
 		}
 		switch {
@@ -670,6 +783,9 @@ func (p *Pool) tick(now time.Time) {
 			bt = time.Second
 		}
 		need := int(math.Ceil(ks.rate * bt.Seconds() * 2))
+		if ks.onDemand && ks.rate < idleRate {
+			need = 0 // its template is not used any more: no slot waits for it
+		}
 		ks.target = min(max(need, ks.key.Min), ks.key.Max)
 		p.m.target.WithLabelValues(ks.key.Name).Set(float64(ks.target))
 		if len(ks.ready) > ks.target && !p.closed {
@@ -682,6 +798,10 @@ func (p *Pool) tick(now time.Time) {
 		}
 	}
 }
+
+// idleRate is the demand (claims per second: one in ten minutes) under which a key Ensure
+// added keeps no slot.
+const idleRate = 1.0 / 600
 
 // build makes one slot of ks and parks it.
 func (p *Pool) build(ks *keyState) {
@@ -705,7 +825,7 @@ func (p *Pool) build(ks *keyState) {
 			p.m.refillErrors.WithLabelValues(ks.key.Name).Inc()
 			p.log.Error("pool: building a slot", "key", ks.key.Name, "err", err, "retry_in", backoff.String())
 		}
-	case p.closed:
+	case p.closed || ks.dropped:
 		s.state = discarded
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -740,7 +860,7 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 			err = errors.Join(err, p.destroy(dctx, s))
 		}
 	}()
-	if err := p.o.Driver.Create(ctx, runtime.Spec{ID: s.id, Image: k.Image, Limits: k.Limits, Hostname: p.o.Hostname, Runtime: k.Runtime}); err != nil {
+	if err := p.o.Driver.Create(ctx, runtime.Spec{ID: s.id, Image: k.Image, Layer: k.Layer, Limits: k.Limits, Hostname: p.o.Hostname, Runtime: k.Runtime}); err != nil {
 		return nil, fmt.Errorf("creating: %w", err)
 	}
 	sb, err := p.o.Driver.Start(ctx, s.id)

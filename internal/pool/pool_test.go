@@ -657,3 +657,90 @@ func TestSlotsBuildInBackground(t *testing.T) {
 		t.Fatalf("claimed slot at weight %d, want %d", got, runtime.DefaultCPUWeight)
 	}
 }
+
+// TestEnsureOnDemand: a key Ensure adds (a template layer's) keeps no slot until claims
+// come; its first claim is cold, and once a tick has seen the demand a slot is built and the
+// next claim of the same layer is warm. Claims of another layer or of none never take it; an
+// idle key asks for no slot; Drop destroys what it parked.
+func TestEnsureOnDemand(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Max = 3 })
+	k := Key{Name: "layer-x", Image: testImage, Layer: "/layers/x/layer", Language: agent.LangPython, Flavour: FlavourLean,
+		Imports: []string{}, Limits: testLimits, Max: 5}
+	if added, err := e.p.Ensure(k); !added || err != nil {
+		t.Fatalf("Ensure: %v %v", added, err)
+	}
+	if added, err := e.p.Ensure(k); added || err != nil {
+		t.Fatalf("Ensure again: %v %v", added, err)
+	}
+	e.fill(t) // the default key's slots; none of the layer's
+	ks := e.p.keys[len(e.p.keys)-1]
+	if ks.target != 0 || len(ks.ready) != 0 || ks.key.Max != 3 {
+		t.Fatalf("an on-demand key without demand: target %d, %d ready, max %d", ks.target, len(ks.ready), ks.key.Max)
+	}
+	layered := func() Request {
+		s := spec()
+		s.Layer = k.Layer
+		return Request{Spec: s, Language: agent.LangPython, Flavour: FlavourLean}
+	}
+	claim := func(r Request) bool {
+		l, err := e.p.Acquire(ctxT(t), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		return runWarm(t, l)
+	}
+	if claim(layered()) {
+		t.Fatal("the first claim of a layer was warm")
+	}
+	e.p.tick(time.Now().Add(time.Second))
+	if ks.target < 1 {
+		t.Fatalf("after a claim: target %d", ks.target)
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	other := layered()
+	other.Spec.Layer = "/layers/y/layer"
+	if claim(other) {
+		t.Error("a claim of another layer took a slot")
+	}
+	if !claim(layered()) {
+		t.Error("a claim of the layer after demand was cold")
+	}
+	if got := counter(t, e.reg, "lbb_pool_claims_total", "key", "layer-x", "path", "warm"); got != 1 {
+		t.Errorf("warm claims of the layer's key: %v", got)
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.p.mu.Lock()
+	ks.rate, ks.claims = idleRate/2, 0 // demand long gone
+	e.p.mu.Unlock()
+	e.p.tick(time.Now().Add(2 * time.Second))
+	if ks.target != 0 {
+		t.Errorf("an idle layer's target %d", ks.target)
+	}
+	// At the bound, a new key takes the place of the least demanded one holding no slot.
+	for i := range maxOnDemand {
+		if added, err := e.p.Ensure(Key{Name: fmt.Sprintf("layer-%d", i), Image: testImage, Layer: fmt.Sprintf("/layers/%d/layer", i), Limits: testLimits}); !added || err != nil {
+			t.Fatalf("Ensure %d: %v %v", i, added, err)
+		}
+	}
+	e.p.mu.Lock()
+	n := len(e.p.keys)
+	e.p.mu.Unlock()
+	if n != 1+maxOnDemand {
+		t.Errorf("%d keys, want the default one and %d", n, maxOnDemand)
+	}
+	if err := e.p.Drop(ctxT(t), func(k Key) bool { return k.Layer != "" }); err != nil {
+		t.Fatal(err)
+	}
+	e.p.mu.Lock()
+	n = len(e.p.keys)
+	e.p.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d keys after Drop, want the default one", n)
+	}
+}

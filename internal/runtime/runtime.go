@@ -83,6 +83,11 @@ type Spec struct {
 	// recipe's package managers can install into /usr. A driver that cannot says so at
 	// Create. Every other confinement stays.
 	WritableRoot bool `json:"writable_root,omitempty"`
+	// Layer is a template layer's directory (internal/layers) to stack read-only over Image,
+	// for a driver that stacks layers itself (LayerStacker: ns, microvm); "" is none. Another
+	// driver (gvisor) is given base and layer already stacked in Image instead, and refuses
+	// Layer.
+	Layer string `json:"layer,omitempty"`
 }
 
 // Sandbox is a started sandbox.
@@ -213,4 +218,12 @@ const (
 // layer (internal/images.Layers).
 type LayerExporter interface {
 	ExportLayer(ctx context.Context, id, dst string) error
+}
+
+// LayerStacker is an optional ability: the driver stacks a template layer over the image
+// itself (Spec.Layer) — ns as a second lower directory of its overlay, idmapped as the image
+// is; microvm as a second read-only disk — rather than taking a directory in which they are
+// already stacked.
+type LayerStacker interface {
+	StacksLayers()
 }

@@ -10,16 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
 // TestTemplateLayers: templates that carry their own packages, end to end on a real server.
 // The CLI saves a template whose image installs a Python package from a PyPI-style index on
 // the host's loopback (the server's --build-pip-index; the build's egress reaches it and
 // nothing else) and runs a step; its build is followed live, and its runs on ns and gvisor
-// import the package. A second template with the same recipe shares the layer (no build);
+// import the package; after its first run the pool keeps a slot with the layer mounted, which
+// the next run on ns claims; on microvm the layer is a second disk. A second template with the same recipe shares the layer (no build);
 // a build whose step reaches a host that is not a package source fails at that step, and
 // its version is never used.
 func TestTemplateLayers(t *testing.T) {
@@ -76,8 +80,83 @@ func TestTemplateLayers(t *testing.T) {
 		t.Logf("one-call run of the layered template on %s: %s", iso, time.Since(t1).Round(time.Millisecond))
 	}
 
+	// Warm slots of the layer: its first run (above) made the pool keep a key of its own;
+	// demand gives it a slot with the layer mounted, and the next run claims it.
+	layerWarm := func() (ready, warm float64) {
+		for _, line := range strings.Split(s.metrics(t), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || !strings.Contains(line, `key="layer-`) {
+				continue
+			}
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			switch {
+			case strings.HasPrefix(line, "lbb_pool_ready{"):
+				ready += v
+			case strings.HasPrefix(line, "lbb_pool_claims_total{") && strings.Contains(line, `path="warm"`):
+				warm += v
+			}
+		}
+		return ready, warm
+	}
+	waitFor(t, 2*time.Minute, "a ready slot of the layer", func() bool { r, _ := layerWarm(); return r >= 1 })
+	t1 := time.Now()
+	if res := runOn("pk-ns-warm", "ns"); res["x"] != 1.0 || res["marker"] != "from-the-layer" {
+		t.Errorf("a warm run of the template: %v", res)
+	}
+	if _, warm := layerWarm(); warm < 1 {
+		t.Errorf("the run after the layer's slot was ready was not warm (%v warm claims)", warm)
+	}
+	t.Logf("one-call run of the layered template on ns, warm: %s", time.Since(t1).Round(time.Millisecond))
+
+	// A long-lived sandbox of the layer: its first starts cold and asks for bare slots of the
+	// layer; once one is ready, the next is handed it.
+	create := func() string {
+		r := s.call("POST", "/v1/sandboxes?graph=main", "", nil, `{"template": "pk", "isolation": "ns", "expires_in_seconds": 300}`)
+		if r.status != 201 {
+			t.Fatalf("create a sandbox of the template: %d %s", r.status, r.body)
+		}
+		id, _ := r.obj(t)["id"].(string)
+		t.Cleanup(func() { s.call("DELETE", "/v1/sandboxes/"+id+"?graph=main", "", nil, "") })
+		return id
+	}
+	create()
+	_, before := layerWarm()
+	waitFor(t, 2*time.Minute, "a ready bare slot of the layer", func() bool {
+		for _, line := range strings.Split(s.metrics(t), "\n") {
+			if strings.HasPrefix(line, "lbb_pool_ready{") && strings.Contains(line, `key="layer-`) && strings.Contains(line, "/bare/") && !strings.HasSuffix(line, " 0") {
+				return true
+			}
+		}
+		return false
+	})
+	id := create()
+	if _, after := layerWarm(); after != before+1 {
+		t.Errorf("a sandbox of the layer created with its slot ready was not warm (%v warm claims, %v before)", after, before)
+	}
+	r := s.call("POST", "/v1/sandboxes/"+id+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "pk-marker"},
+		`{"argv": ["cat", "/etc/lbb-marker"], "wait_ms": 30000}`)
+	if cmd := r.obj(t); r.status != 200 || cmd["status"] != "succeeded" || !strings.HasPrefix(cmd["stdout"].(map[string]any)["tail"].(string), "from-the-layer") {
+		t.Errorf("the warm sandbox of the layer: %d %s", r.status, r.body)
+	}
+
+	// On microvm the layer is a second read-only disk its guest stacks over the base.
+	t.Run("microvm", func(t *testing.T) {
+		t1 := time.Now()
+		r := s.call("POST", "/v1/sandboxes?graph=main", "", map[string]string{"Idempotency-Key": "pk-microvm"},
+			`{"run": {"template": "pk"}, "isolation": "microvm", "wait_ms": 240000}`)
+		if r.status == 400 && r.errCode(t) == "isolation_unavailable" {
+			testkit.SkipPrivileged(t, "microvm is not available here: %s", r.body)
+		}
+		m := r.obj(t)
+		res, _ := m["result"].(map[string]any)
+		if r.status != 200 || m["ok"] != true || res["x"] != 1.0 || res["marker"] != "from-the-layer" {
+			t.Fatalf("a run of the template on microvm: %d %s", r.status, r.body)
+		}
+		t.Logf("one-call run of the layered template on microvm: %s", time.Since(t1).Round(time.Millisecond))
+	})
+
 	// The same recipe in another template: the same layer, no build.
-	r := s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil,
+	r = s.call("POST", "/v1/sandboxes/templates?graph=main", "", nil,
 		jsonBody(t, map[string]any{"name": "pk2", "code": code, "image": map[string]any{"pip": []string{"tinypkg"}, "run": []string{"echo from-the-layer > /etc/lbb-marker"}}}))
 	first := s.call("GET", "/v1/sandboxes/templates/pk?graph=main", "", nil, "").obj(t)
 	if r.status != 201 || r.obj(t)["layer"] != first["layer"] {

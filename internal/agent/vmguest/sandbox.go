@@ -207,8 +207,8 @@ func buildDev(dev string, shmMiB int64) error {
 // mounts of this namespace are detached first. (The sandbox's processes can neither chroot
 // nor mount: no capabilities, and the seccomp filter.)
 func switchRoot(root string) error {
-	for _, m := range []string{"/sys/fs/cgroup", "/sys", "/proc", "/dev", baseDir, diskDir} {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+	for _, m := range []string{"/sys/fs/cgroup", "/sys", "/proc", "/dev", baseDir, diskDir, layerDir} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !(m == layerDir && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT))) {
 			return fmt.Errorf("detach %s: %w", m, err)
 		}
 	}

@@ -44,6 +44,7 @@ import (
 // Mount points of the initramfs (agent.VMInitramfsDirs), and the sandbox's cgroup.
 const (
 	baseDir, diskDir, rootDir = "/mnt/base", "/mnt/disk", "/mnt/root"
+	layerDir                  = "/mnt/layer"
 	cgroupDir                 = "/sys/fs/cgroup/sandbox"
 )
 
@@ -140,7 +141,23 @@ func (s *supervisor) boot() error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", baseDir, diskDir, diskDir)
+	lower, xattr := baseDir, ""
+	if s.cfg.Layer {
+		// A template layer's disk goes over the base. Its opaque directories carry the
+		// user.overlay.* marks its build's overlay (unprivileged, on the host) gave them.
+		layer, err := waitFor("the template layer's disk", func() (string, bool) { return diskBySerial(agent.DiskLayer) })
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(layerDir, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(layer, layerDir, "ext4", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("mount the template layer's disk %s: %w", layer, err)
+		}
+		lower, xattr = layerDir+":"+baseDir, ",userxattr"
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work%s", lower, diskDir, diskDir, xattr)
 	if err := unix.Mount("overlay", rootDir, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount the sandbox's root (overlay %s): %w", opts, err)
 	}

@@ -103,7 +103,10 @@ func (s *Sandboxes[S]) release(id string) error {
 // again when its claim was lost, and claimed now for a sandbox made before ranges were), and
 // what its ids map onto. It gives the sandbox's ids, and no other host user, passage through
 // its state directory (0710, its root's group).
-func (s *Sandboxes[S]) Identity(id, image string) (Identity, error) {
+//
+// layers are read-only directories stacked over image (a template layer, runtime.Spec.Layer):
+// the sandbox's own range needs idmapped mounts of each of them too.
+func (s *Sandboxes[S]) Identity(id, image string, layers ...string) (Identity, error) {
 	if s.IDs == nil {
 		return Identity{}, errors.New("driverkit: this driver gives sandboxes no host ids")
 	}
@@ -121,7 +124,11 @@ func (s *Sandboxes[S]) Identity(id, image string) (Identity, error) {
 		}
 	}
 	ident := Identity{Own: r, Mapped: hostids.Shared}
-	if s.idmapOK(image) {
+	ok := s.idmapOK(image)
+	for _, l := range layers {
+		ok = ok && (l == "" || s.idmapOK(l))
+	}
+	if ok {
 		ident.Mapped = r
 	}
 	dir := s.Path(id)
@@ -135,35 +142,47 @@ func (s *Sandboxes[S]) Identity(id, image string) (Identity, error) {
 const (
 	rootfsView = "rootfs"
 	layerView  = "layer"
+	// templateView is a template layer stacked over the image (runtime.Spec.Layer).
+	templateView = "template"
 )
 
 // Views are the paths through which a started sandbox's ids reach its image and its disk.
 type Views struct {
-	// Rootfs is the image, read-only.
-	Rootfs string
+	// Rootfs is the image, read-only; Template the template layer over it, read-only ("":
+	// none).
+	Rootfs, Template string
 	// Disk is the root of the sandbox's mounted disk.
 	Disk string
 }
 
-// MountViews is the start step, after MountDisk, that shows sandbox id's image and disk to
-// its ids: with its own range, through idmapped mounts at <id>/rootfs (read-only) and
-// <id>/layer, which show the shared range they are stored with as ident.Mapped; with the
-// shared range, the image itself and <id>/disk.
-func (s *Sandboxes[S]) MountViews(u *undo.Stack, id, image string, ident Identity) (Views, error) {
+// MountViews is the start step, after MountDisk, that shows sandbox id's image, template
+// layer (template: "" is none) and disk to its ids: with its own range, through idmapped
+// mounts at <id>/rootfs, <id>/template (read-only) and <id>/layer, which show the shared
+// range they are stored with as ident.Mapped; with the shared range, the directories
+// themselves and <id>/disk.
+func (s *Sandboxes[S]) MountViews(u *undo.Stack, id, image, template string, ident Identity) (Views, error) {
 	if ident.Mapped == hostids.Shared {
-		return Views{Rootfs: image, Disk: s.Path(id, "disk")}, nil
+		return Views{Rootfs: image, Template: template, Disk: s.Path(id, "disk")}, nil
 	}
 	v := Views{Rootfs: s.Path(id, rootfsView), Disk: s.Path(id, layerView)}
+	views := []struct {
+		src, dst string
+		attrs    idmap.Attrs
+	}{{image, v.Rootfs, idmap.ReadOnly}, {s.Path(id, "disk"), v.Disk, idmap.Writable}}
+	if template != "" {
+		v.Template = s.Path(id, templateView)
+		views = append(views, struct {
+			src, dst string
+			attrs    idmap.Attrs
+		}{template, v.Template, idmap.ReadOnly})
+	}
 	err := u.Step("idmapped views", func() error {
 		ns, err := idmap.Userns(hostids.Shared.Base, ident.Mapped.Base, ident.Mapped.Count)
 		if err != nil {
 			return err
 		}
 		defer ns.Close()
-		for _, m := range []struct {
-			src, dst string
-			attrs    idmap.Attrs
-		}{{image, v.Rootfs, idmap.ReadOnly}, {s.Path(id, "disk"), v.Disk, idmap.Writable}} {
+		for _, m := range views {
 			if err := os.Mkdir(m.dst, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 				return err
 			}
@@ -179,7 +198,7 @@ func (s *Sandboxes[S]) MountViews(u *undo.Stack, id, image string, ident Identit
 // unmountViews unmounts what MountViews mounted in dir, a sandbox's state directory.
 func unmountViews(dir string) error {
 	var errs []error
-	for _, v := range []string{rootfsView, layerView} {
+	for _, v := range []string{rootfsView, layerView, templateView} {
 		p := filepath.Join(dir, v)
 		// Nothing of the sandbox uses them any more: detaching is as good as unmounting, and
 		// does not wait for a dying mount namespace of the sandbox that still holds them.

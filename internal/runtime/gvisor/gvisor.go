@@ -195,6 +195,9 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if spec.WritableRoot {
 		return errdefs.New(errdefs.ClassInvalidArgument, errdefs.CodeNotSupported, "%s cannot make a build sandbox (a writable root): builds run on ns", d.Name())
 	}
+	if spec.Layer != "" {
+		return errdefs.InvalidArgument("%s takes a template layer stacked in its image, not in Spec.Layer", d.Name())
+	}
 	st, err := d.newState(spec)
 	if err != nil {
 		return err
@@ -280,7 +283,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 	if err := u.Step("disk layout", func() error { return prepareDisk(diskDir, spec.Image) }, nil); err != nil {
 		return nil, err
 	}
-	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	views, err := d.sbs.MountViews(&u, id, spec.Image, "", ident)
 	if err != nil {
 		return nil, err
 	}

@@ -133,8 +133,9 @@ type Driver struct {
 	cg     cgroup.Manager
 	cgErr  error
 
-	initrd initrdCache
-	uidMu  sync.Mutex // allocating QEMU uids
+	initrd  initrdCache
+	uidMu   sync.Mutex // allocating QEMU uids
+	layerMu sync.Mutex // making layers' disks
 
 	sbs driverkit.Sandboxes[*sandbox]
 }
@@ -145,6 +146,7 @@ var (
 	_ runtime.Checkpointer = (*Driver)(nil)
 	_ runtime.Prioritizer  = (*Driver)(nil)
 	_ runtime.Renamer      = (*Driver)(nil)
+	_ runtime.LayerStacker = (*Driver)(nil)
 	_ runtime.InitPIDer    = (*sandbox)(nil)
 )
 
@@ -183,8 +185,10 @@ type state struct {
 	Spec runtime.Spec `json:"spec"`
 	// UID is QEMU's: the sandbox's own, QEMUUIDBase + a slot no other sandbox here holds.
 	UID int `json:"uid"`
-	// Base is the image's disk (images.Disk).
-	Base string `json:"base"`
+	// Base is the image's disk (images.Disk); Layer, when Spec.Layer is set, the template
+	// layer's (layerDisk), which the guest stacks over it.
+	Base  string `json:"base"`
+	Layer string `json:"layer,omitempty"`
 	// Boot is what the machine was first booted with, which a restore must boot again (its
 	// saved memory holds that kernel, initramfs and command line): set at the first start.
 	Boot *boot `json:"boot,omitempty"`
@@ -216,9 +220,64 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	if err != nil {
 		return err
 	}
+	var layer string
+	if spec.Layer != "" {
+		if layer, err = d.layerDisk(ctx, spec.Image, spec.Layer); err != nil {
+			return err
+		}
+	}
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
-	return d.create(ctx, state{Spec: spec, Base: base}, "")
+	return d.create(ctx, state{Spec: spec, Base: base, Layer: layer}, "")
+}
+
+// StacksLayers: a template layer is a second read-only disk, stacked over the base by the
+// guest (runtime.LayerStacker).
+func (d *Driver) StacksLayers() {}
+
+// layerDisk answers the ext4 of template layer directory layer (over image rootfs), made
+// once beside it as <layer>.ext4: a layer never changes once built (its directory's name is
+// its content's address), and the disk goes when the layer is collected.
+func (d *Driver) layerDisk(ctx context.Context, rootfs, layer string) (string, error) {
+	if !filepath.IsAbs(layer) {
+		return "", errdefs.InvalidArgument("layer %q: want an absolute directory", layer)
+	}
+	path := filepath.Clean(layer) + ".ext4"
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	m, _, err := images.ManifestOf(rootfs)
+	if err != nil {
+		return "", errdefs.InvalidArgument("image %s: %v", rootfs, err)
+	}
+	d.layerMu.Lock()
+	defer d.layerMu.Unlock()
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	var files int
+	var bytes int64
+	err = filepath.WalkDir(layer, func(_ string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		files++
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return "", errdefs.InvalidArgument("layer %s: %v", layer, err)
+	}
+	t0 := time.Now()
+	// The layer's files hold the ids the base's do (the build sandbox's disk stores those).
+	if err := images.Ext4(ctx, images.Ext4Options{Src: layer, Dst: path, MiB: (bytes*5/4)>>20 + 64,
+		Inodes: files + files/4 + 1024, Label: "lbb-layer", IDBase: m.Recipe.IDBase, IDCount: m.Recipe.IDCount}); err != nil {
+		return "", fmt.Errorf("the template layer's disk: %w", err)
+	}
+	d.cfg.Logger.Info("made a template layer's disk", "layer", layer, "files", files, "bytes", bytes, "took", time.Since(t0))
+	return path, nil
 }
 
 // baseDisk answers the ext4 of the image whose rootfs is rootfs, made when missing.
@@ -423,6 +482,9 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 		Argv:     d.qemuArgs(st, guestMiB, memFile != ""),
 		FDs:      len(files),
 	}
+	if st.Layer != "" {
+		jc.Files["layer.ext4"] = st.Layer
+	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		p.close()
@@ -600,7 +662,7 @@ func (d *Driver) bootFiles(st state) (boot, error) {
 	return boot{
 		Kernel: k.Vmlinuz(), Initrd: initrd, Release: k.Recipe.Release, Accel: d.accel().name,
 		Config: agent.VMConfig{SandboxID: st.Spec.ID, Hostname: st.Spec.Hostname, MemoryMiB: lim.MemoryMiB,
-			Pids: lim.Pids, TmpMiB: lim.TmpMiB, DiskMiB: lim.DiskMiB, NoFile: d.cfg.NoFile},
+			Pids: lim.Pids, TmpMiB: lim.TmpMiB, DiskMiB: lim.DiskMiB, NoFile: d.cfg.NoFile, Layer: st.Layer != ""},
 	}, nil
 }
 
@@ -655,6 +717,10 @@ func (d *Driver) qemuArgs(st state, guestMiB int64, incoming bool) []string {
 		"-drive", "id=disk,file=/vm/disk.img,format=raw,if=none,cache=unsafe" + throttle,
 		"-device", "virtio-blk-device,drive=disk,serial=" + agent.DiskWorkspace,
 		"-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng",
+	}
+	if st.Layer != "" {
+		args = append(args, "-drive", "id=layer,file=/vm/layer.ext4,format=raw,if=none,readonly=on",
+			"-device", "virtio-blk-device,drive=layer,serial="+agent.DiskLayer)
 	}
 	if incoming {
 		args = append(args, "-incoming", fmt.Sprintf("fd:%d", fdIncoming))

@@ -43,7 +43,9 @@ type initConfig struct {
 	// directories and its mount point. Agent is the agent binary on the host. The init
 	// reaches them as the sandbox's root, an unprivileged id on the host: through the state
 	// directory (searchable by others) and the sandbox's own (by its group).
-	Image   string   `json:"image"`
+	Image string `json:"image"`
+	// Layer is a template layer stacked over Image ("": none).
+	Layer   string   `json:"layer,omitempty"`
 	Upper   string   `json:"upper"`
 	Work    string   `json:"work"`
 	Root    string   `json:"root"`
@@ -122,7 +124,11 @@ func buildRoot(cfg *initConfig) error {
 	}
 	// The image is the read-only lower layer; the upper layer lives on the sandbox's disk.
 	// userxattr: overlay metadata goes to user.overlay.* xattrs, which a user namespace may set.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cfg.Image, cfg.Upper, cfg.Work)
+	lower := cfg.Image
+	if cfg.Layer != "" {
+		lower = cfg.Layer + ":" + cfg.Image
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, cfg.Upper, cfg.Work)
 	if err := mount("overlay", cfg.Root, "overlay", 0, opts); err != nil {
 		return err
 	}

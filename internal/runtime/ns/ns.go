@@ -13,6 +13,7 @@
 //	                            stored with the shared ids)
 //	<StateDir>/<id>/rootfs/     while started, the image through an idmapped mount onto the
 //	<StateDir>/<id>/layer/      sandbox's range, and its disk likewise: the overlay's layers
+//	<StateDir>/<id>/template/   and a template layer (Spec.Layer), if any, as the image is
 //	<StateDir>/<id>/root/       where the init mounts the overlay, in the sandbox's own mount
 //	                            namespace only
 //	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
@@ -113,11 +114,12 @@ type Driver struct {
 }
 
 var (
-	_ runtime.Driver      = (*Driver)(nil)
-	_ runtime.Freezer     = (*Driver)(nil)
-	_ runtime.Prioritizer = (*Driver)(nil)
-	_ runtime.Renamer     = (*Driver)(nil)
-	_ runtime.InitPIDer   = (*sandbox)(nil)
+	_ runtime.Driver       = (*Driver)(nil)
+	_ runtime.Freezer      = (*Driver)(nil)
+	_ runtime.Prioritizer  = (*Driver)(nil)
+	_ runtime.Renamer      = (*Driver)(nil)
+	_ runtime.LayerStacker = (*Driver)(nil)
+	_ runtime.InitPIDer    = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.
@@ -149,13 +151,27 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
 // Create makes the sandbox's state directory and its disk. No process runs.
+// StacksLayers: a template layer is a second read-only lower directory of the sandbox's
+// overlay, seen through an idmapped mount of its own as the image is (runtime.LayerStacker):
+// an overlay of base and layer made on the host cannot be idmapped, and its sandboxes would
+// share the host's id range.
+func (d *Driver) StacksLayers() {}
+
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
 	if err != nil {
 		return err
 	}
-	if strings.ContainsAny(spec.Image, ",:\n") {
-		return errdefs.InvalidArgument("image %q: overlayfs cannot take ',' or ':' in a path", spec.Image)
+	if strings.ContainsAny(spec.Image+spec.Layer, ",:\n") {
+		return errdefs.InvalidArgument("image %q, layer %q: overlayfs cannot take ',' or ':' in a path", spec.Image, spec.Layer)
+	}
+	if spec.Layer != "" {
+		if fi, err := os.Stat(spec.Layer); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Layer) {
+			return errdefs.InvalidArgument("layer %q: want an absolute directory (%v)", spec.Layer, err)
+		}
+		if spec.WritableRoot {
+			return errdefs.InvalidArgument("a build sandbox runs on its base alone, not on a layer")
+		}
 	}
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
@@ -202,7 +218,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		return nil, err
 	}
 	var ident driverkit.Identity
-	if err := u.Step("host ids", func() (err error) { ident, err = d.sbs.Identity(id, spec.Image); return err }, nil); err != nil {
+	if err := u.Step("host ids", func() (err error) { ident, err = d.sbs.Identity(id, spec.Image, spec.Layer); return err }, nil); err != nil {
 		return nil, err
 	}
 	major, minor, err := d.sbs.MountDisk(ctx, &u, id)
@@ -212,7 +228,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	if err := u.Step("writable layer", func() error { return prepareLayer(diskDir) }, nil); err != nil {
 		return nil, err
 	}
-	views, err := d.sbs.MountViews(&u, id, spec.Image, ident)
+	views, err := d.sbs.MountViews(&u, id, spec.Image, spec.Layer, ident)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +301,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	icfg := initConfig{
 		Hostname:     spec.Hostname,
 		Image:        views.Rootfs,
+		Layer:        views.Template,
 		Upper:        filepath.Join(views.Disk, "upper"),
 		Work:         filepath.Join(views.Disk, "work"),
 		Root:         filepath.Join(dir, "root"),
