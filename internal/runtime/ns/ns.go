@@ -150,13 +150,13 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 
 func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
 
-// Create makes the sandbox's state directory and its disk. No process runs.
 // StacksLayers: a template layer is a second read-only lower directory of the sandbox's
 // overlay, seen through an idmapped mount of its own as the image is (runtime.LayerStacker):
 // an overlay of base and layer made on the host cannot be idmapped, and its sandboxes would
 // share the host's id range.
 func (d *Driver) StacksLayers() {}
 
+// Create makes the sandbox's state directory and its disk. No process runs.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	spec, err := driverkit.CheckSpec(spec, d.cfg.Limits)
 	if err != nil {
