@@ -22,7 +22,9 @@
 //	POST   /v1/conns/{id}/refuse  Refusal    → 204
 //	POST   /v1/ports/{port}/connect          body = bytes to a connection to the port on the
 //	                                         sandbox's loopback; response = frames from it
-//	                                         (as accept); nothing listening: port_refused (502)
+//	                                         (as accept); nothing listening: port_refused (502);
+//	                                         a port of the agent's own listeners (Listen):
+//	                                         permission_denied (403)
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
