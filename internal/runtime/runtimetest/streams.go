@@ -15,7 +15,6 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/egress"
-	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -53,6 +52,13 @@ while True:
     else:
         threading.Thread(target=flood, args=(c,), daemon=True).start()
 `
+
+// in answers b for subtest t.
+func (b *box) in(t *testing.T) *box {
+	c := *b
+	c.t = t
+	return &c
+}
 
 // serveInside runs serverPy in b on port until stop (or the test's end), which kills it.
 func (b *box) serveInside(port int, mode string) (stop func()) {
@@ -148,7 +154,7 @@ func (e *env) portConnectInside(t *testing.T) {
 // programs' way out, not a port a preview may show: a connect to them is refused, while the
 // programs inside still reach them.
 func (e *env) portConnectNotAgent(t *testing.T) {
-	b := e.boot(t, runtime.Limits{})
+	b := e.shared(t)
 	g := egress.NewGuard(egress.Options{})
 	sb, err := g.NewSandbox(b.id, store.Egress{Mode: store.EgressPublic}, nil)
 	if err != nil {
@@ -518,15 +524,13 @@ func (e *env) terminalSizes(t *testing.T) {
 	}
 }
 
-// terminalForkBomb: a fork bomb typed into a terminal stops at the sandbox's pid limit and
-// ends with the terminal's timeout; the host forks, and the agent and the sandbox go on.
-func (e *env) terminalForkBomb(t *testing.T) {
-	const limit = 64
-	b := e.boot(t, runtime.Limits{Pids: limit})
+// terminalForkBomb: a fork bomb typed into a terminal of b, whose pid limit is limit, stops
+// at that limit and ends with the terminal's timeout; the agent and the sandbox go on.
+func terminalForkBomb(t *testing.T, b *box, limit int) {
 	tm := b.shell(4000)
 	tm.typ("bomb() { bomb | bomb & }; bomb; sleep 100\n")
 	tm.timesOut()
-	if st, err := b.sb.Stats(b.ctx); err != nil || st.Pids > limit {
+	if st, err := b.sb.Stats(b.ctx); err != nil || st.Pids > uint64(limit) {
 		t.Errorf("pids %d > %d (%v)", st.Pids, limit, err)
 	}
 	if err := b.ping(); err != nil {
@@ -685,9 +689,8 @@ func (e *env) detachedStreams(t *testing.T) {
 
 // streamsApart: what one sandbox's streams reach is its own: a port served in one is not
 // there for a connect through the other's channel, nor is its terminal for a resize.
-func (e *env) streamsApart(t *testing.T) {
-	a := e.shared(t)
-	b := e.boot(t, runtime.Limits{})
+func streamsApart(a, b *box) {
+	t := a.t
 	const port = 18082
 	a.serveInside(port, "hello")
 	if out, err := b.dialRead(port); !isCode(err, agent.CodePortRefused) {
