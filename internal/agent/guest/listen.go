@@ -368,6 +368,12 @@ func (s *Server) handlePortConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "port must be from 1 to 65535"})
 		return
 	}
+	if s.portStreams.Add(1) > agent.MaxPortStreams {
+		s.portStreams.Add(-1)
+		writeError(w, &agent.Error{Code: agent.CodePortRefused, Message: fmt.Sprintf("the sandbox has %d connections to its ports open, the most it may", agent.MaxPortStreams)})
+		return
+	}
+	defer s.portStreams.Add(-1)
 	// The agent's own listeners are the sandbox's programs' way out (the API's carries the
 	// sandbox's grant), never what a preview shows.
 	var conn net.Conn

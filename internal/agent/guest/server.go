@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/creack/pty"
@@ -65,6 +66,8 @@ type Server struct {
 	warm warmSet
 	// conns are the listeners of the streams the guest starts, and their connections.
 	conns conns
+	// portStreams counts the port connects open (agent.MaxPortStreams).
+	portStreams atomic.Int32
 }
 
 // New prepares the agent. Outside a sandbox (not PID 1) it makes itself a child subreaper,

@@ -28,14 +28,15 @@ import (
 // agent goes on serving.
 
 // serverPy serves a TCP port of the sandbox's loopback: it prints "ready" once it listens,
-// then, by mode, answers each connection "inside <port>" and closes it ("hello"), or sends
-// without end and never reads ("flood").
+// then, by mode, answers each connection "inside <port>" and closes it ("hello"), sends
+// without end and never reads ("flood"), or holds it open, silent ("hold").
 const serverPy = `import socket, sys, threading
 port, mode = int(sys.argv[1]), sys.argv[2]
 ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("127.0.0.1", port))
-ls.listen(64)
+ls.listen(512)
+held = []
 print("ready", flush=True)
 def flood(c):
     chunk = b"f" * 65536
@@ -49,6 +50,8 @@ while True:
     if mode == "hello":
         c.sendall(b"inside %d\n" % port)
         c.close()
+    elif mode == "hold":
+        held.append(c)
     else:
         threading.Thread(target=flood, args=(c,), daemon=True).start()
 `
@@ -295,6 +298,76 @@ func (e *env) portBackpressure(t *testing.T) {
 	b.c.Remove(b.ctx, "beside-the-flood", false)
 	if err := b.ping(); err != nil {
 		t.Fatalf("agent after the streams ended: %v", err)
+	}
+}
+
+// portStreamsMany: a preview's visitors may open many connections to a port whose server
+// holds them, silent; past agent.MaxPortStreams the agent refuses them, so that they never
+// take every stream of the channel from the sandbox's commands and files.
+func (e *env) portStreamsMany(t *testing.T) {
+	b := e.shared(t)
+	const port = 18083
+	stop := b.serveInside(port, "hold")
+	defer stop()
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	var sts []*agent.Stream
+	defer func() {
+		for _, st := range sts {
+			st.Close()
+		}
+	}()
+	// A connect that waits for a stream of the channel would wait for ever.
+	watchdog := time.AfterFunc(time.Minute, cancel)
+	start := time.Now()
+	refused := 0
+	for i := 0; i < 1200 && refused < 8; i++ {
+		st, err := b.c.DialPort(ctx, port)
+		switch {
+		case err == nil:
+			sts = append(sts, st)
+		case isCode(err, agent.CodePortRefused):
+			refused++
+		default:
+			t.Fatalf("connect %d (%d open, after %v): %v", i, len(sts), time.Since(start), err)
+		}
+	}
+	if !watchdog.Stop() {
+		t.Fatalf("the connects took the channel: %d open after %v", len(sts), time.Since(start))
+	}
+	t.Logf("%d connects open, %d refused, in %v", len(sts), refused, time.Since(start))
+	if len(sts) > agent.MaxPortStreams || refused == 0 {
+		t.Errorf("%d connects open at once, %d refused: want at most %d", len(sts), refused, agent.MaxPortStreams)
+	}
+	cctx, ccancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer ccancel()
+	if err := b.c.Ping(cctx); err != nil {
+		t.Fatalf("ping beside the connects: %v", err)
+	}
+	p, err := b.c.Exec(cctx, agent.ExecRequest{ID: fmt.Sprintf("beside_%d", cmdSeq.Add(1)), Argv: []string{"echo", "alive"}}, nil)
+	if err != nil {
+		t.Fatalf("a command beside the connects: %v", err)
+	}
+	var out strings.Builder
+	if ex, err := p.Wait(&out, nil); err != nil || ex.ExitCode != 0 || out.String() != "alive\n" {
+		t.Errorf("a command beside the connects: %+v %v %q", ex, err, out.String())
+	}
+	for _, st := range sts {
+		st.Close()
+	}
+	sts = nil
+	// Closed, they are given back: a connect goes through again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := b.c.DialPort(cctx, port)
+		if err == nil {
+			st.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a connect after the others closed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
