@@ -15,6 +15,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/egress"
+	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -665,9 +666,10 @@ func (e *env) terminalJobs(t *testing.T) {
 	b.onlyAgentLeft()
 }
 
-// terminalPaused: a terminal's timeout is held while the host holds the timeouts (as it does
-// while the sandbox is paused), and fires once they are released; the timeouts route answers
-// a body that is no request with an error and goes on.
+// terminalPaused: a terminal's program stops while its sandbox is frozen (a driver's
+// Freezer: what pause does), its timeout is held while the host holds the timeouts (as it
+// does while the sandbox is paused) and fires once they are released; the timeouts route
+// answers a body that is no request with an error and goes on.
 func (e *env) terminalPaused(t *testing.T) {
 	b := e.shared(t)
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
@@ -677,8 +679,29 @@ func (e *env) terminalPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	tm := b.shell(1500)
-	tm.typ("echo up-$((5*5)); sleep 100\n")
+	tm.typ("echo up-$((5*5)); while :; do echo tick; sleep 0.05; done\n")
 	tm.waitFor("up-25")
+	if f, ok := e.d.(runtime.Freezer); ok {
+		if err := f.Freeze(ctx, b.id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // what was in flight arrives
+		n := tm.out.Len()
+		time.Sleep(time.Second)
+		if m := tm.out.Len(); m != n {
+			t.Errorf("the terminal's program wrote %d bytes while its sandbox was frozen", m-n)
+		}
+		if err := f.Thaw(ctx, b.id); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for tm.out.Len() == n && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if tm.out.Len() == n {
+			t.Error("the terminal's program did not go on after the thaw")
+		}
+	}
 	for _, body := range []string{"", "{", "[true]", `{"hold":"yes"}`, `{"hold":1}`, strings.Repeat("{", 8192)} {
 		if err := b.c.Do(ctx, http.MethodPost, agent.PathTimeouts, nil, strings.NewReader(body)); !isCode(err, agent.CodeInvalid) {
 			t.Errorf("timeouts with %q: %v, want %s", trim(body), err, agent.CodeInvalid)
