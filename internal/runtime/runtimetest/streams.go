@@ -718,8 +718,8 @@ func (e *env) terminalPaused(t *testing.T) {
 }
 
 // detachedStreams: an attach names a detached process or is refused (no such process, an
-// attach header that is no request); a drop kills only what waits for an attach, never a
-// command whose stream is live, whatever its body says.
+// attach header that is no request, a stream still live on the same channel); a drop kills
+// only what waits for an attach, never a command whose stream is live, whatever its body says.
 func (e *env) detachedStreams(t *testing.T) {
 	b := e.shared(t)
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
@@ -772,6 +772,15 @@ func (e *env) detachedStreams(t *testing.T) {
 	}
 	if _, err := b.c.Attach(ctx, "no-such-process", agent.AttachRequest{}, nil); !isCode(err, agent.CodeNotFound) {
 		t.Errorf("attach to no process: %v, want %s", err, agent.CodeNotFound)
+	}
+	// The live stream is its caller's: an attach on the same channel takes nothing from it
+	// (not_found where streams are not detachable).
+	if p, err := b.c.Attach(ctx, id, agent.AttachRequest{FromNow: true}, nil); err == nil {
+		var out strings.Builder
+		ex, err := p.Wait(&out, nil)
+		t.Errorf("an attach took the live stream of %s: %+v %v %q", id, ex, err, out.String())
+	} else if !isCode(err, agent.CodeExists) && !isCode(err, agent.CodeNotFound) {
+		t.Errorf("attach to the live stream of %s: %v, want %s", id, err, agent.CodeExists)
 	}
 	w := <-done
 	<-copied
