@@ -452,3 +452,22 @@ func (c *Client) SetIdentity(ctx context.Context, id Identity) error {
 func (c *Client) Prestart(ctx context.Context, req PrestartRequest) error {
 	return c.call(ctx, http.MethodPost, PathPrestart, nil, req, nil)
 }
+
+// Do sends a request as it is given, for tests that play a buggy or hostile host (a path, a
+// header or a body no typed call would send): nil when the agent answers 2xx (the answer's
+// body is discarded), else the agent's Error.
+func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, body io.Reader) error {
+	req, err := c.newRequest(ctx, method, path, nil, body)
+	if err != nil {
+		return err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return resp.Body.Close()
+}

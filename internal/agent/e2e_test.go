@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -930,5 +931,45 @@ func TestReadFileChangingUnderneath(t *testing.T) {
 	rc.Close()
 	if err == nil {
 		t.Fatalf("a file cut short while read ended cleanly after %d of %d bytes", n, rc.Size)
+	}
+}
+
+// A port connect (a preview's) never reaches the agent's own listeners: they are the way out
+// of the sandbox's programs, the API's carrying the sandbox's grant. Once the Listen call
+// ends, the port is nobody's.
+func TestPortConnectNotOwnListeners(t *testing.T) {
+	ta := startAgent(t)
+	ctx := ctxT(t)
+	l, err := ta.c.Listen(ctx, agent.ListenRequest{Proxy: "127.0.0.1:0", SOCKS: "127.0.0.1:0", API: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []int
+	for _, addr := range []string{l.Bound.Proxy, l.Bound.SOCKS, l.Bound.API} {
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			t.Fatalf("bound %q: %v", addr, err)
+		}
+		ports = append(ports, int(ap.Port()))
+		if st, err := ta.c.DialPort(ctx, int(ap.Port())); !agent.IsCode(err, agent.CodePermission) {
+			if st != nil {
+				st.Close()
+			}
+			t.Errorf("connect to the agent's listener %s: %v, want %s", addr, err, agent.CodePermission)
+		}
+	}
+	l.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, port := range ports {
+		for {
+			_, err := ta.c.DialPort(ctx, port)
+			if agent.IsCode(err, agent.CodePortRefused) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("connect to port %d after the Listen call: %v, want %s", port, err, agent.CodePortRefused)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -22,7 +22,10 @@
 //	POST   /v1/conns/{id}/refuse  Refusal    → 204
 //	POST   /v1/ports/{port}/connect          body = bytes to a connection to the port on the
 //	                                         sandbox's loopback; response = frames from it
-//	                                         (as accept); nothing listening: port_refused (502)
+//	                                         (as accept); nothing listening, or MaxPortStreams
+//	                                         open already: port_refused (502);
+//	                                         a port of the agent's own listeners (Listen):
+//	                                         permission_denied (403)
 //
 // Errors are JSON Error bodies with a stable Code and the status StatusOf(Code). A file path
 // is relative to /workspace or absolute under it; the agent resolves it with openat2
@@ -286,6 +289,11 @@ const (
 	RefuseRefused     = "egress_connection_refused"
 	RefuseUnavailable = "egress_unavailable"
 )
+
+// MaxPortStreams bounds the port connects (POST /v1/ports/{port}/connect) open at once; one
+// more is refused (port_refused). With the listeners' connections (at most 512) they leave
+// room on the channel (1000 concurrent streams) for the sandbox's commands and files.
+const MaxPortStreams = 256
 
 // ConnAnswerTimeout bounds how long an accepted connection waits for the host's answer.
 const ConnAnswerTimeout = 30 * time.Second

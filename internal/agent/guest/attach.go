@@ -145,7 +145,7 @@ func streamIndex(kind byte) int {
 
 // attach makes w the stream's writer: it sends again what the host lacks from offs on, and
 // answers the generation it began.
-func (fw *frameWriter) attach(w io.Writer, rc *http.ResponseController, offs [2]int64, fromNow bool) (int, error) {
+func (fw *frameWriter) attach(w io.Writer, rc *http.ResponseController, ch *channel, offs [2]int64, fromNow bool) (int, error) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if fw.gaveUp {
@@ -154,7 +154,7 @@ func (fw *frameWriter) attach(w io.Writer, rc *http.ResponseController, offs [2]
 	if fromNow {
 		offs = fw.sent
 	}
-	fw.w, fw.rc, fw.err = w, rc, nil
+	fw.w, fw.rc, fw.err, fw.ch = w, rc, nil, ch
 	fw.gen++
 	kinds := [2]byte{agent.FrameStdout, agent.FrameStderr}
 	for k := range 2 {
@@ -209,6 +209,16 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeNotFound, Message: fmt.Sprintf("no detached process %q", id)})
 		return
 	}
+	// A stream still live on this very channel is its caller's: an attach would take it from
+	// it. From a next channel (the last one ended, whether or not its end was seen yet), it is
+	// what an attach is for.
+	a.fw.mu.Lock()
+	live := a.fw.err == nil && a.fw.ch == channelOf(r)
+	a.fw.mu.Unlock()
+	if live {
+		writeError(w, &agent.Error{Code: agent.CodeExists, Message: fmt.Sprintf("the stream of process %q is live on this channel", id)})
+		return
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -219,7 +229,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if _, err := w.Write(frame); err != nil {
 		return
 	}
-	gen, err := a.fw.attach(w, rc, [2]int64{req.Stdout, req.Stderr}, req.FromNow)
+	gen, err := a.fw.attach(w, rc, channelOf(r), [2]int64{req.Stdout, req.Stderr}, req.FromNow)
 	if err != nil {
 		return
 	}

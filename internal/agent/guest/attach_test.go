@@ -52,7 +52,7 @@ func TestAttachReplays(t *testing.T) {
 
 	// The host read 2 bytes: "cdef" again.
 	second := httptest.NewRecorder()
-	if _, err := fw.attach(second, http.NewResponseController(second), [2]int64{2, 0}, false); err != nil {
+	if _, err := fw.attach(second, http.NewResponseController(second), nil, [2]int64{2, 0}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := fw.write(stdoutFrame("ghi")); err != nil {
@@ -67,7 +67,7 @@ func TestAttachReplays(t *testing.T) {
 	fw.err = errDetached
 	fw.mu.Unlock()
 	third := httptest.NewRecorder()
-	if _, err := fw.attach(third, http.NewResponseController(third), [2]int64{11, 0}, false); err != nil {
+	if _, err := fw.attach(third, http.NewResponseController(third), nil, [2]int64{11, 0}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := fw.write(stdoutFrame("jkl")); err != nil {
@@ -94,7 +94,7 @@ func TestDetachedWriteWaits(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	second := httptest.NewRecorder()
-	if _, err := fw.attach(second, http.NewResponseController(second), [2]int64{}, false); err != nil {
+	if _, err := fw.attach(second, http.NewResponseController(second), nil, [2]int64{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

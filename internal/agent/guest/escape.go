@@ -14,9 +14,24 @@ import (
 // running at any moment since it started. With concurrent commands the origin of an orphan
 // is ambiguous, and only the group is killed; what escaped stays inside the sandbox, under
 // its limits, and ends with it.
+//
+// A terminal's command (a process on a pty) leads a session of its own, and its shell runs
+// each job in a process group of its own within that session (job control): killing the
+// terminal kills its whole session, whatever else runs.
 func (t *procTable) killGroupAndEscaped(p *proc) {
 	since, ok := procStartTime(p.pid) // read before the kill: the leader still exists
+	if p.pty != nil {
+		killSession(p.pid)
+	}
 	p.signal(syscall.SIGKILL)
+	if p.pty != nil {
+		// What forked while the first pass killed: a job's new processes are in its group.
+		for range 3 {
+			if killSession(p.pid) == 0 {
+				break
+			}
+		}
+	}
 	t.mu.Lock()
 	sole := !p.othersAtStart && t.seq == p.seq && len(t.live) == 1
 	t.mu.Unlock()
@@ -63,9 +78,34 @@ func (t *procTable) killGroupAndEscaped(p *proc) {
 	}
 }
 
+// killSession kills every process of session sid but the agent, and their process groups;
+// it answers how many it found.
+func killSession(sid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self, ownGroup := os.Getpid(), syscall.Getpgrp()
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.sid == sid {
+			n++
+			if st.pgrp > 1 && st.pgrp != ownGroup {
+				syscall.Kill(-st.pgrp, syscall.SIGKILL)
+			}
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return n
+}
+
 type procStat struct {
-	ppid, pgrp int
-	start      uint64 // clock ticks after boot
+	ppid, pgrp, sid int
+	start           uint64 // clock ticks after boot
 }
 
 func procStartTime(pid int) (uint64, bool) {
@@ -86,15 +126,16 @@ func readStat(pid int) (procStat, bool) {
 		return procStat{}, false
 	}
 	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state): ppid is field 4, pgrp 5, starttime 22.
+	// f[0] is field 3 (state): ppid is field 4, pgrp 5, session 6, starttime 22.
 	if len(f) < 20 {
 		return procStat{}, false
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgrp, err2 := strconv.Atoi(f[2])
+	sid, err4 := strconv.Atoi(f[3])
 	start, err3 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return procStat{}, false
 	}
-	return procStat{ppid: ppid, pgrp: pgrp, start: start}, true
+	return procStat{ppid: ppid, pgrp: pgrp, sid: sid, start: start}, true
 }

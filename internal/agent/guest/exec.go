@@ -125,6 +125,7 @@ type frameWriter struct {
 	w   io.Writer
 	rc  *http.ResponseController
 	err error
+	ch  *channel // the channel w is on
 
 	cond   *sync.Cond // nil unless detachable
 	gen    int        // counts attaches
@@ -217,7 +218,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 		writeError(w, &agent.Error{Code: agent.CodeExists, Message: fmt.Sprintf("process %q is running", id)})
 		return
 	}
-	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	fw := &frameWriter{w: w, rc: http.NewResponseController(w), ch: channelOf(r)}
 	w.Header().Set("Content-Type", "application/octet-stream")
 
 	var exe string

@@ -39,6 +39,8 @@ type session struct {
 	closers []io.Closer
 	env     map[string]string
 	done    chan struct{}
+	// addrs are the listeners' bound addresses, with what each serves.
+	addrs map[*net.TCPAddr]string
 }
 
 type pendingConn struct {
@@ -138,7 +140,7 @@ func (c *conns) start(s *Server, req agent.ListenRequest) (*session, agent.Liste
 	if old != nil {
 		c.end(old)
 	}
-	sess := &session{lines: make(chan agent.ConnRequest, 256), done: make(chan struct{})}
+	sess := &session{lines: make(chan agent.ConnRequest, 256), done: make(chan struct{}), addrs: map[*net.TCPAddr]string{}}
 	var bound agent.Listening
 	fail := func(err error) (*session, agent.Listening, error) {
 		for _, cl := range sess.closers {
@@ -146,17 +148,20 @@ func (c *conns) start(s *Server, req agent.ListenRequest) (*session, agent.Liste
 		}
 		return nil, bound, err
 	}
-	listen := func(addr string) (net.Listener, error) {
+	listen := func(addr, what string) (net.Listener, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, &agent.Error{Code: agent.CodeInvalid, Message: "listen: " + err.Error()}
 		}
 		sess.closers = append(sess.closers, ln)
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			sess.addrs[a] = what
+		}
 		return ln, nil
 	}
 	env := map[string]string{}
 	if req.Proxy != "" {
-		ln, err := listen(req.Proxy)
+		ln, err := listen(req.Proxy, "the egress proxy")
 		if err != nil {
 			return fail(err)
 		}
@@ -172,7 +177,7 @@ func (c *conns) start(s *Server, req agent.ListenRequest) (*session, agent.Liste
 		env["NODE_USE_ENV_PROXY"] = "1"
 	}
 	if req.SOCKS != "" {
-		ln, err := listen(req.SOCKS)
+		ln, err := listen(req.SOCKS, "the egress SOCKS proxy")
 		if err != nil {
 			return fail(err)
 		}
@@ -181,7 +186,7 @@ func (c *conns) start(s *Server, req agent.ListenRequest) (*session, agent.Liste
 		env["ALL_PROXY"], env["all_proxy"] = "socks5h://"+bound.SOCKS, "socks5h://"+bound.SOCKS
 	}
 	if req.API != "" {
-		ln, err := listen(req.API)
+		ln, err := listen(req.API, "the in-sandbox API")
 		if err != nil {
 			return fail(err)
 		}
@@ -195,6 +200,22 @@ func (c *conns) start(s *Server, req agent.ListenRequest) (*session, agent.Liste
 	c.session = sess
 	c.mu.Unlock()
 	return sess, bound, nil
+}
+
+// serving answers what the current session's listener on addr serves ("" when none does):
+// a listener on an unspecified address serves every address of its port.
+func (c *conns) serving(addr *net.TCPAddr) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == nil {
+		return ""
+	}
+	for a, what := range c.session.addrs {
+		if a.Port == addr.Port && (a.IP.Equal(addr.IP) || a.IP.IsUnspecified()) {
+			return what
+		}
+	}
+	return ""
 }
 
 // end closes a session's listeners and refuses its pending connections; connections already
@@ -347,13 +368,31 @@ func (s *Server) handlePortConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "port must be from 1 to 65535"})
 		return
 	}
+	if s.portStreams.Add(1) > agent.MaxPortStreams {
+		s.portStreams.Add(-1)
+		writeError(w, &agent.Error{Code: agent.CodePortRefused, Message: fmt.Sprintf("the sandbox has %d connections to its ports open, the most it may", agent.MaxPortStreams)})
+		return
+	}
+	defer s.portStreams.Add(-1)
+	// The agent's own listeners are the sandbox's programs' way out (the API's carries the
+	// sandbox's grant), never what a preview shows.
 	var conn net.Conn
-	for _, host := range []string{"127.0.0.1", "::1"} {
-		if conn, err = net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), 5*time.Second); err == nil {
+	var own string
+	for _, ip := range []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback} {
+		addr := &net.TCPAddr{IP: ip, Port: port}
+		if what := s.conns.serving(addr); what != "" {
+			own = what
+			continue
+		}
+		if conn, err = net.DialTimeout("tcp", addr.String(), 5*time.Second); err == nil {
 			break
 		}
 	}
-	if err != nil {
+	if conn == nil && own != "" {
+		writeError(w, &agent.Error{Code: agent.CodePermission, Message: fmt.Sprintf("port %d is the agent's own (%s), not the sandbox's", port, own)})
+		return
+	}
+	if conn == nil {
 		writeError(w, &agent.Error{Code: agent.CodePortRefused, Message: fmt.Sprintf("nothing listens on port %d in the sandbox: %v", port, err)})
 		return
 	}

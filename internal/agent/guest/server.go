@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/creack/pty"
@@ -65,6 +66,8 @@ type Server struct {
 	warm warmSet
 	// conns are the listeners of the streams the guest starts, and their connections.
 	conns conns
+	// portStreams counts the port connects open (agent.MaxPortStreams).
+	portStreams atomic.Int32
 }
 
 // New prepares the agent. Outside a sandbox (not PID 1) it makes itself a child subreaper,
@@ -210,7 +213,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 		Protocols:      &protos,
 		MaxHeaderBytes: 4 << 20,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:    func(net.Listener) context.Context { return ctx },
+		BaseContext:    func(net.Listener) context.Context { return context.WithValue(ctx, channelKey{}, &channel{}) },
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          1000,
 			MaxReadFrameSize:              readFrameSize,
@@ -226,6 +229,17 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 		spare = isAttachable
 	}
 	table.signalAll(syscall.SIGKILL, spare)
+}
+
+// channelKey carries the *channel a request came on in its context.
+type channelKey struct{}
+
+// channel tells one channel (ServeConn) from the next.
+type channel struct{ _ byte }
+
+func channelOf(r *http.Request) *channel {
+	ch, _ := r.Context().Value(channelKey{}).(*channel)
+	return ch
 }
 
 // oneConnListener hands out its one connection, then blocks until that is closed.

@@ -84,6 +84,8 @@ func (e *env) egressOwnTraffic(t *testing.T) {
 	if n := len(strings.Fields(r.stdout)); n != 2 {
 		t.Errorf("b listens on %q: want its own two proxies alone", r.stdout)
 	}
+	// The streams the host opens likewise (streams.go), in the same two sandboxes.
+	t.Run("streams stay in their sandbox", func(t *testing.T) { streamsApart(a.in(t), b.in(t)) })
 }
 
 // egressNoHostListener: with the egress open, the sandbox still has lo alone and no route:

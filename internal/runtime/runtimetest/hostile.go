@@ -75,6 +75,16 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("egress leaves no host listener", e.known("egress leaves no host listener", e.egressNoHostListener))
 	t.Run("egress abuse", e.known("egress abuse", e.egressAbuse))
 	t.Run("kernel surface", e.known("kernel surface", e.kernelSurface))
+	// The streams the host opens toward something inside (streams.go).
+	t.Run("port connect stays inside", e.known("port connect stays inside", e.portConnectInside))
+	t.Run("port connect never reaches the agent", e.known("port connect never reaches the agent", e.portConnectNotAgent))
+	t.Run("port streams unread", e.known("port streams unread", e.portBackpressure))
+	t.Run("port streams many", e.known("port streams many", e.portStreamsMany))
+	t.Run("terminal output", e.known("terminal output", e.terminalOutput))
+	t.Run("terminal sizes", e.known("terminal sizes", e.terminalSizes))
+	t.Run("terminal jobs end with it", e.known("terminal jobs end with it", e.terminalJobs))
+	t.Run("terminal timeout held", e.known("terminal timeout held", e.terminalPaused))
+	t.Run("detached streams", e.known("detached streams", e.detachedStreams))
 
 }
 
@@ -129,15 +139,22 @@ func (e *env) forkBomb(t *testing.T) {
 	if err := b.ping(); err != nil {
 		t.Fatalf("agent after the bomb: %v", err)
 	}
-	// The group is gone within moments; the sandbox works again.
+	b.usableAgain()
+	t.Run("on a terminal", func(t *testing.T) { terminalForkBomb(t, b.in(t), limit) })
+}
+
+// usableAgain waits (a little) until the sandbox runs a command again, after a bomb whose
+// group is gone within moments.
+func (b *box) usableAgain() {
+	b.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r = b.sh("true")
+		r := b.sh("true")
 		if r.exit.ExitCode == 0 && r.exit.StartError == "" {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox unusable after the bomb: %v", r)
+			b.t.Fatalf("sandbox unusable after the bomb: %v", r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -263,26 +280,7 @@ func (e *env) cpuQuota(t *testing.T) {
 func (e *env) stdoutFlood(t *testing.T) {
 	b := e.shared(t)
 	const total = 1 << 30
-	var ms goruntime.MemStats
-	goruntime.GC()
-	goruntime.ReadMemStats(&ms)
-	base, peak := ms.HeapInuse, ms.HeapInuse
-	done, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				var m goruntime.MemStats
-				goruntime.ReadMemStats(&m)
-				peak = max(peak, m.HeapInuse)
-			}
-		}
-	}()
+	heap := heapWatch()
 	var cw countingWriter
 	start := time.Now()
 	p, err := b.c.Exec(b.ctx, agent.ExecRequest{ID: "flood", Argv: []string{"head", "-c", fmt.Sprint(total), "/dev/zero"}}, nil)
@@ -290,15 +288,13 @@ func (e *env) stdoutFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex, err := p.Wait(&cw, nil)
-	close(done)
-	<-sampled
+	grew := heap()
 	if err != nil || ex.ExitCode != 0 {
 		t.Fatalf("flood: %+v %v", ex, err)
 	}
 	if cw.n.Load() != total {
 		t.Errorf("received %d bytes, want %d", cw.n.Load(), total)
 	}
-	grew := int64(peak) - int64(base)
 	t.Logf("1 GiB of stdout in %v; host heap grew by at most %d MiB", time.Since(start), grew>>20)
 	if grew > 128<<20 {
 		t.Errorf("the host heap grew by %d MiB for a 1 GiB stream", grew>>20)
