@@ -214,3 +214,12 @@ const (
 type LayerExporter interface {
 	ExportLayer(ctx context.Context, id, dst string) error
 }
+
+// DiskFiler is an optional ability: the file that holds a sandbox's disk — everything it
+// wrote over its image — so that the host agent can archive a stopped sandbox's workspace to
+// object storage and write it back, here or on another host (internal/diskarchive). The
+// sandbox must be stopped while the file is read or replaced. ErrNotFound when this host
+// has no state for id.
+type DiskFiler interface {
+	DiskFile(ctx context.Context, id string) (string, error)
+}
