@@ -184,6 +184,11 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		return Response{}, err
 	}
 	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
+		if req.Session != "" {
+			if resp, ok, err := s.openSession(ctx, req, sb); ok || err != nil {
+				return resp, err
+			}
+		}
 		if err := s.begin(); err != nil {
 			return Response{}, err
 		}
@@ -234,7 +239,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		}
 		if err := s.admit(ctx, &sb, started, exp); err != nil {
 			s.revokeGrant(ctx, sb)
-			return Response{}, err
+			return Response{}, s.sessionTaken(ctx, sb.Graph, sb.Session, err)
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
 		if b, _ := bases.Lookup(sb.Base); b.Context != "" {
@@ -305,8 +310,16 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 			return zero, nil, nil, err
 		}
 	}
-	limits, err := s.limits(tplLimits, req.Limits)
+	// Defaults, then the template's limits, the size's, and the call's, each field by field.
+	sized, size, err := sizeLimits(req.Size)
 	if err != nil {
+		return zero, nil, nil, err
+	}
+	limits, err := s.limits(tplLimits, sized, req.Limits)
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	if err := checkSession(req.Session); err != nil {
 		return zero, nil, nil, err
 	}
 	isolation, err := s.resolveIsolation(req.Isolation, tplIsolation)
@@ -343,7 +356,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	// pool's (CreateSandbox).
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: c.Graph, Status: store.SandboxStarting, Base: base.Name, Image: s.image.ID,
 		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin,
-		Egress: eg, API: grant, Git: req.Git, Layer: layerOf(tpl)}, env, files, nil
+		Egress: eg, API: grant, Git: req.Git, Layer: layerOf(tpl), Session: req.Session, Size: size}, env, files, nil
 }
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
@@ -476,10 +489,12 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 	}
 	wctx := context.WithoutCancel(ctx)
 	s.stopHost(wctx, &sb)
+	replaced := s.archiveWorkspace(wctx, &sb)
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(wctx, replaced)
 	s.log.Info("sandbox stopped", "graph", graph, "sandbox", id)
 	return sb, nil
 }
@@ -522,7 +537,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	}
 	t0 := time.Now()
 	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Layer: sb.Layer,
-		Egress: hostEgress(sb)})
+		Egress: hostEgress(sb), Workspace: sb.Workspace})
 	if err != nil {
 		// A paused sandbox stays paused, so that a retry may wake it.
 		prev.Error = "resume failed: " + err.Error()
@@ -532,6 +547,11 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
 	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
+	// Its disk changes from now: the archive is stale.
+	var stale string
+	if sb.Workspace != nil {
+		stale, sb.Workspace = sb.Workspace.SHA256, nil
+	}
 	if err := s.regrant(wctx, &sb); err != nil {
 		s.log.Error("renewing a resumed sandbox's API grant", "sandbox", id, "err", err)
 		sb.Error = "the API grant could not be renewed: " + err.Error()
@@ -539,6 +559,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(wctx, stale)
 	s.resumedTerminals(id)
 	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id, "from", prev.Status, "mode", prev.PauseMode, "ms", msSince(t0))
 	return sb, nil
@@ -591,9 +612,14 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	now := s.now()
 	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 	sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, reason, &now
+	var archive string
+	if sb.Workspace != nil {
+		archive, sb.Workspace = sb.Workspace.SHA256, nil
+	}
 	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(ctx, archive)
 	s.log.Info("sandbox destroyed", "graph", graph, "sandbox", id, "reason", reason)
 	return sb, nil
 }
