@@ -914,6 +914,10 @@ class AsyncSandboxes:
     async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
         ``create(template=…, base=…, limits=…, isolation=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``.
+        ``session="…"`` names it: the first create makes it, later ones answer it running, or
+        resume it when stopped or paused (its workspace restored, also where its host's copy
+        is gone). ``size="standard-1"`` … ``"standard-5"`` (or ``"small"``, ``"standard"``,
+        ``"large"``) presets its limits; ``limits`` override it field by field.
         ``isolation="gvisor"`` gives it pause with memory, snapshots and forks. ``egress={"mode":
         "allowlist", "allow": ["pkgs.example.org", "*.cdn.example.org"]}`` its route out;
         ``api={"scopes": ["sandboxes:read"]}`` lets code inside call the API at ``$LBB_URL``
