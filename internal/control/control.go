@@ -73,6 +73,8 @@ type Service struct {
 	lmu        sync.Mutex
 	held       map[string]*heldSandbox
 	graphLocks map[string]*sync.Mutex
+	// sessions serializes the calls that open one session (sessions.go).
+	sessions sessionLocks
 
 	stopEvents context.CancelFunc
 
