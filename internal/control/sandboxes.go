@@ -185,7 +185,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 	}
 	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
 		if req.Session != "" {
-			defer s.sessions.lock(c.Graph + "\x00" + req.Session)()
+			defer s.sessions.Lock(c.Graph + "\x00" + req.Session)()
 			if resp, ok, err := s.openSession(ctx, req, sb); ok || err != nil {
 				return resp, err
 			}

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"regexp"
-	"sync"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -182,42 +181,5 @@ func (s *Service) dropArchive(ctx context.Context, sha string) {
 	}
 	if err != nil {
 		s.log.Warn("removing a workspace archive", "sha256", sha, "err", err)
-	}
-}
-
-// sessionLocks serializes the calls that open one session in this process, so that calls at
-// once find the sandbox the first one makes instead of each starting one that the store then
-// refuses (the unique index still decides between servers: sessionTaken).
-type sessionLocks struct {
-	mu sync.Mutex
-	m  map[string]*sessionLock
-}
-
-type sessionLock struct {
-	sync.Mutex
-	n int
-}
-
-// lock takes key's lock and answers what releases it.
-func (l *sessionLocks) lock(key string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*sessionLock{}
-	}
-	sl := l.m[key]
-	if sl == nil {
-		sl = &sessionLock{}
-		l.m[key] = sl
-	}
-	sl.n++
-	l.mu.Unlock()
-	sl.Lock()
-	return func() {
-		sl.Unlock()
-		l.mu.Lock()
-		if sl.n--; sl.n == 0 {
-			delete(l.m, key)
-		}
-		l.mu.Unlock()
 	}
 }
