@@ -53,13 +53,14 @@ func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	limit := fs.Int("limit", 20, "how many")
 	var labels multiFlag
 	fs.Var(&labels, "label", "KEY=VALUE: only sandboxes with this metadata (repeatable)")
+	session := fs.String("session", "", "only the sandboxes of this session")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
 	if *all && *status != "" {
 		return exitError{2, "--all and --status: give one"}
 	}
-	lp := lbb.ListParams{Limit: *limit}
+	lp := lbb.ListParams{Limit: *limit, Session: *session}
 	var err error
 	if lp.Labels, err = pairs("--label", labels); err != nil {
 		return err

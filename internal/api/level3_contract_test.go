@@ -267,6 +267,9 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 		r["session"] != "contract-b" || r["size"] != "standard-2" || r["status"] != "running" {
 		t.Fatalf("the session's sandbox again: %v", r)
 	}
+	if l := check("listSandboxes", sb, 200, "GET", sb+q+"&session=contract-b", reader, nil, "").json(t)["data"].([]any); len(l) != 1 || l[0].(map[string]any)["id"] != b {
+		t.Fatalf("the sandboxes of session contract-b: %v", l)
+	}
 	if r := check("createSandbox", sb, 409, "POST", sb+q, admin, nil, `{"session": "contract-b", "size": "large"}`); r.errCode(t) != "session_mismatch" {
 		t.Fatalf("another size: %s", r.body)
 	}

@@ -746,13 +746,15 @@ type AuditEntry struct {
 // SandboxFilter narrows a sandbox list.
 type SandboxFilter struct {
 	Status string
+	// Session keeps the sandboxes of one session (a deleted one's and its successor's).
+	Session string
 	// Labels keeps the sandboxes whose metadata has every one of these pairs.
 	Labels map[string]string
 }
 
 // Matches reports whether s passes the filter.
 func (f SandboxFilter) Matches(s Sandbox) bool {
-	if f.Status != "" && s.Status != f.Status {
+	if f.Status != "" && s.Status != f.Status || f.Session != "" && s.Session != f.Session {
 		return false
 	}
 	for k, v := range f.Labels {

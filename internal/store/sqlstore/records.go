@@ -255,7 +255,8 @@ func (q queries) ListSandboxes(ctx context.Context, graph string, f store.Sandbo
 		return q.listSandboxesByLabel(ctx, graph, f, p.Cursor, limit)
 	}
 	out, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
-		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, p.Cursor, p.Cursor, limit+1)
+		AND (? = '' OR session = ?) AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, f.Session, f.Session,
+		p.Cursor, p.Cursor, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -270,7 +271,8 @@ func (q queries) listSandboxesByLabel(ctx context.Context, graph string, f store
 	var out []store.Sandbox
 	for {
 		got, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
-			AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, cursor, cursor, batch)
+			AND (? = '' OR session = ?) AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, f.Session, f.Session,
+			cursor, cursor, batch)
 		if err != nil {
 			return nil, "", err
 		}

@@ -888,6 +888,7 @@ func testTemplateLayers(t *testing.T, s store.Store) {
 func testSessions(t *testing.T, s store.Store) {
 	a := newSandbox("main")
 	a.OneCall, a.Status, a.Session, a.Size = false, store.SandboxRunning, "work-1", "standard-2"
+	a.Metadata = map[string]string{"team": "x"}
 	must(t, s.CreateSandbox(ctx, a))
 	bySession(t, s, "work-1", a)
 	if _, err := s.GetSandboxBySession(ctx, "main", "work-2"); !errdefs.IsNotFound(err) {
@@ -924,6 +925,15 @@ func testSessions(t *testing.T, s store.Store) {
 	}
 	must(t, s.CreateSandbox(ctx, dup))
 	bySession(t, s, "work-1", dup)
+	// The list of a session holds its sandboxes, the ended one too, newest first.
+	got, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Session: "work-1"}, store.Page{})
+	must(t, err)
+	if len(got) != 2 || got[0].ID != dup.ID || got[1].ID != a.ID {
+		t.Fatalf("the sandboxes of session work-1: %v", got)
+	}
+	if got, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Session: "work-1", Labels: map[string]string{"team": "x"}}, store.Page{}); err != nil || len(got) != 1 || got[0].ID != a.ID {
+		t.Fatalf("the sandboxes of session work-1 labelled team=x: %v %v", got, err)
+	}
 }
 
 func bySession(t *testing.T, s store.Store, session string, want store.Sandbox) {

@@ -1121,12 +1121,12 @@ export class Sandboxes {
    * keeps those whose metadata has every key=value given.
    */
   async list(
-    p: { status?: string; label?: Record<string, string> | string | string[]; limit?: number; cursor?: string } & CallOptions = {},
+    p: { status?: string; label?: Record<string, string> | string | string[]; session?: string; limit?: number; cursor?: string } & CallOptions = {},
   ): Promise<Page<SandboxInfo>> {
     const label =
       p.label === undefined ? undefined : typeof p.label === "string" ? [p.label] : Array.isArray(p.label) ? p.label : Object.entries(p.label).map(([k, v]) => `${k}=${v}`);
     const body = await this.t.json<unknown>("GET", "/v1/sandboxes", {
-      query: { status: p.status, label, limit: p.limit, cursor: p.cursor },
+      query: { status: p.status, label, session: p.session, limit: p.limit, cursor: p.cursor },
       signal: p.signal,
     });
     return toPage(body, toSandboxInfo);

@@ -937,10 +937,11 @@ class AsyncSandboxes:
         label: Union[None, str, Sequence[str], Mapping[str, str]] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
+        session: Optional[str] = None,
     ) -> Page[SandboxRecord]:
         """The sandboxes of the graph; ``label`` (``{"team": "a"}`` or ``"team=a"``) keeps those
-        whose metadata has every key=value given."""
-        params = {"status": status, "label": _core.label_params(label), "limit": limit, "cursor": cursor}
+        whose metadata has every key=value given, ``session`` those of one session."""
+        params = {"status": status, "label": _core.label_params(label), "limit": limit, "cursor": cursor, "session": session}
         return page_of(SandboxRecord, await self._api.json("GET", "/v1/sandboxes", params=params))
 
     async def delete(self, sandbox_id: str) -> None:
