@@ -132,7 +132,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
 	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer,
-	session, size, workspace`
+	session, size, workspace, workspace_sha256`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -146,7 +146,15 @@ func sandboxArgs(s store.Sandbox) []any {
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
 		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer),
-		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace)}
+		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace)}
+}
+
+// workspaceDigest is the digest of a workspace archive, NULL when there is none.
+func workspaceDigest(w *store.WorkspaceArchive) any {
+	if w == nil {
+		return nil
+	}
+	return w.SHA256
 }
 
 // jsonOpt is the JSON of an optional field, NULL when it is absent.
@@ -180,12 +188,12 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
 		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer,
-		&session, &size, &workspace)
+		&session, &size, &workspace, &workspaceSHA)
 	if err != nil {
 		return s, err
 	}
@@ -240,7 +248,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
 		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?,
-		session = ?, size = ?, workspace = ?
+		session = ?, size = ?, workspace = ?, workspace_sha256 = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -716,9 +724,9 @@ func (q queries) BlobNamed(ctx context.Context, sha256 string) (bool, error) {
 	if err != nil || n > 0 {
 		return n > 0, err
 	}
-	// A stopped sandbox's workspace archive (JSON text: LIKE finds it, the digest is unique).
-	err = q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE workspace LIKE ? AND status NOT IN ('destroyed', 'failed')`,
-		`%"sha256":"`+sha256+`"%`).Scan(&n)
+	// A stopped sandbox's workspace archive.
+	err = q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE workspace_sha256 = ? AND status NOT IN ('destroyed', 'failed')`,
+		sha256).Scan(&n)
 	return n > 0, err
 }
 
