@@ -107,10 +107,13 @@ func (s *Service) onEvent(e hostagent.Event) {
 		}
 		s.waitCommands(hs.id)
 		addUsage(&sb, e.Usage)
-		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, e.Error
+		replaced, failed := s.archiveWorkspace(ctx, &sb)
+		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, withError(e.Error, failed)
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			s.log.Error("recording a dead sandbox", "sandbox", hs.id, "err", err)
+			return
 		}
+		s.dropArchive(ctx, replaced)
 		s.log.Warn("sandbox ended by itself; stopped", "graph", hs.graph, "sandbox", hs.id)
 	}
 }
@@ -490,7 +493,8 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 	}
 	wctx := context.WithoutCancel(ctx)
 	s.stopHost(wctx, &sb)
-	replaced := s.archiveWorkspace(wctx, &sb)
+	replaced, failed := s.archiveWorkspace(wctx, &sb)
+	sb.Error = withError(sb.Error, failed)
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
@@ -647,10 +651,18 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 				return
 			}
 			s.stopHost(ctx, &sb)
+			// Its workspace is archived as at a stop call, so that it resumes on any host; a
+			// store that does not answer holds the shutdown back only so long.
+			actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			replaced, failed := s.archiveWorkspace(actx, &sb)
+			cancel()
+			sb.Error = withError(sb.Error, failed)
 			sb.Status, sb.EndReason = store.SandboxStopped, reason
 			if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 				s.log.Error("recording a stopped sandbox", "sandbox", hs.id, "err", err)
+				return
 			}
+			s.dropArchive(ctx, replaced)
 			s.log.Info("sandbox stopped for shutdown", "graph", hs.graph, "sandbox", hs.id)
 		}()
 	}

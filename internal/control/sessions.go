@@ -148,9 +148,10 @@ func (s *Service) sessionTaken(ctx context.Context, graph, session string, err e
 }
 
 // archiveWorkspace archives a stopped sandbox's disk and sets sb.Workspace (nil when it could
-// not be archived: its disk stays on its host alone). It answers the digest of the archive it
-// replaces, for dropArchive once the record is updated.
-func (s *Service) archiveWorkspace(ctx context.Context, sb *store.Sandbox) (replaced string) {
+// not be archived: its disk stays on its host alone, and failed says why for the record's
+// error). It answers the digest of the archive it replaces, for dropArchive once the record
+// is updated.
+func (s *Service) archiveWorkspace(ctx context.Context, sb *store.Sandbox) (replaced, failed string) {
 	prev := sb.Workspace
 	sb.Workspace = nil
 	t0 := time.Now()
@@ -162,12 +163,20 @@ func (s *Service) archiveWorkspace(ctx context.Context, sb *store.Sandbox) (repl
 	case hostagent.IsNotSupported(err):
 	default:
 		s.log.Error("archiving a stopped sandbox's workspace (it stays on its host alone)", "sandbox", sb.ID, "err", err)
-		sb.Error = "the workspace was not archived: " + err.Error()
+		failed = "the workspace was not archived: " + err.Error()
 	}
 	if prev != nil && (sb.Workspace == nil || prev.SHA256 != sb.Workspace.SHA256) {
-		return prev.SHA256
+		return prev.SHA256, failed
 	}
-	return ""
+	return "", failed
+}
+
+// withError appends what failed to a record's error.
+func withError(prev, failed string) string {
+	if prev == "" || failed == "" {
+		return prev + failed
+	}
+	return prev + "; " + failed
 }
 
 // dropArchive removes a workspace archive no record names any more.

@@ -169,6 +169,30 @@ func TestSessionsResumeAnywhere(t *testing.T) {
 	if restored == 0 {
 		t.Fatal("no workspace was restored")
 	}
+
+	// A server that shuts down archives the workspaces it stops: the session resumes after,
+	// also where the host's copy is gone.
+	r := call("POST", "/v1/sandboxes", `{"session": "drain"}`)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := r.obj(t)["id"].(string)
+	exec(id, "echo kept > kept.txt")
+	s.stop()
+	s.start()
+	sb := call("GET", "/v1/sandboxes/"+id, "").obj(t)
+	if sb["status"] != "stopped" || sb["end_reason"] != "server_shutdown" || sb["workspace"] == nil {
+		t.Fatalf("after a shutdown: %v", sb)
+	}
+	if err := os.RemoveAll(filepath.Join(s.dataDir, "sandboxes", id)); err != nil {
+		t.Fatal(err)
+	}
+	if r := call("POST", "/v1/sandboxes", `{"session": "drain"}`); r.status != 200 || r.obj(t)["id"] != id {
+		t.Fatalf("resume after a shutdown: %d %s", r.status, r.body)
+	}
+	if got := exec(id, "cat kept.txt"); got != "kept\n" {
+		t.Fatalf("after a shutdown and a restore: %q", got)
+	}
 }
 
 // restores counts the log lines of workspaces restored for sandbox id.
