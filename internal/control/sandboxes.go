@@ -682,6 +682,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		if sb.OneCall {
 			continue
 		}
+		var archive string // a workspace archive the record lets go of
 		switch {
 		case sb.ExpiresAt != nil && !sb.ExpiresAt.After(now):
 			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
@@ -692,6 +693,9 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			}
 			sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
+			if sb.Workspace != nil {
+				archive, sb.Workspace = sb.Workspace.SHA256, nil
+			}
 			s.revokeGrant(ctx, sb)
 			rec.Expired = append(rec.Expired, sb.ID)
 		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
@@ -728,6 +732,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			return fmt.Errorf("recover: %s: %w", sb.ID, err)
 		}
+		s.dropArchive(ctx, archive)
 		s.log.Warn("sandbox recovered", "graph", sb.Graph, "sandbox", sb.ID, "status", sb.Status, "end_reason", sb.EndReason)
 	}
 	return nil
