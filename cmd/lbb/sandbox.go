@@ -21,13 +21,16 @@ func sandboxCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args 
 	template := fs.String("template", "", "a saved template (name or name@N): its base, limits and Files")
 	base := fs.String("base", "", "lbb/python (default), lbb/node, lbb/shell, or lbb/code-interpreter (a Python context ready for lbb code)")
 	isolation := fs.String("isolation", "", "isolation to run on: ns or gvisor (default: the template's, else the server's)")
+	session := fs.String("session", "", "a name for the sandbox: the first create makes it, later ones answer it running or resume it (its workspace restored)")
+	size := fs.String("size", "", "a named size: standard-1 … standard-5 (or small, standard, large); --memory-mib etc. override it")
 	limits := limitsFlags(fs, true)
 	sf := newSandboxFlags(fs, "sandbox")
 	ef, gf := newEgressFlags(fs), newGrantFlags(fs)
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key, Limits: limits()}
+	p := lbb.CreateParams{Template: *template, Base: *base, Isolation: *isolation, ExpiresInSeconds: *sf.expires, IdempotencyKey: *sf.key, Limits: limits(),
+		Session: *session, Size: *size}
 	gf.apply(&p)
 	var err error
 	if p.Egress, err = ef.egress(); err != nil {
@@ -50,13 +53,14 @@ func sandboxList(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []
 	limit := fs.Int("limit", 20, "how many")
 	var labels multiFlag
 	fs.Var(&labels, "label", "KEY=VALUE: only sandboxes with this metadata (repeatable)")
+	session := fs.String("session", "", "only the sandboxes of this session")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
 	if *all && *status != "" {
 		return exitError{2, "--all and --status: give one"}
 	}
-	lp := lbb.ListParams{Limit: *limit}
+	lp := lbb.ListParams{Limit: *limit, Session: *session}
 	var err error
 	if lp.Labels, err = pairs("--label", labels); err != nil {
 		return err
@@ -195,6 +199,11 @@ func printSandbox(sb *lbb.Sandbox) {
 	t.opt("template", templateRef(sb.Template))
 	t.row("limits", fmt.Sprintf("%d MiB, %g cpus, %d pids, %d MiB disk", sb.Limits.MemoryMiB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMiB))
 	t.opt("isolation", sb.Isolation)
+	t.opt("size", sb.Size)
+	t.opt("session", sb.Session)
+	if w := sb.Workspace; w != nil {
+		t.row("workspace", fmt.Sprintf("archived %s: %d bytes (a disk of %d MiB), sha256 %s", when(&w.ArchivedAt), w.Bytes, w.DiskBytes>>20, w.SHA256))
+	}
 	if e := sb.Egress; e != nil && e.Mode != "none" {
 		t.row("egress", fmt.Sprintf("%s %s (quota %d bytes)", e.Mode, strings.Join(e.Allow, ", "), e.QuotaBytes))
 	}

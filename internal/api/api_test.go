@@ -90,6 +90,13 @@ func (r reply) json(t *testing.T) map[string]any {
 	return m
 }
 
+func (r reply) errCode(t *testing.T) string {
+	t.Helper()
+	e, _ := r.json(t)["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
 func (s *server) do(method, path, key string, hdr map[string]string, body string) reply {
 	s.t.Helper()
 	var rd io.Reader

@@ -281,7 +281,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	f := store.SandboxFilter{Status: r.URL.Query().Get("status")}
+	f := store.SandboxFilter{Status: r.URL.Query().Get("status"), Session: r.URL.Query().Get("session")}
 	for _, l := range r.URL.Query()["label"] {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {

@@ -260,7 +260,22 @@ func level3Contract(t *testing.T, s *server, check checkFunc, admin, reader, oth
 	codeContractStopped(t, check, admin, A, codeCtx)
 
 	// The graph may run one sandbox: B takes the place, so A cannot resume.
-	b := check("createSandbox", sb, 201, "POST", sb+q, admin, nil, `{}`).json(t)["id"].(string)
+	// B is a session's: the same call again answers it (200), one that asks for another size
+	// is refused, and an unknown size is invalid.
+	b := check("createSandbox", sb, 201, "POST", sb+q, admin, nil, `{"session": "contract-b", "size": "small"}`).json(t)["id"].(string)
+	if r := check("createSandbox", sb, 200, "POST", sb+q, admin, nil, `{"session": "contract-b"}`).json(t); r["id"] != b ||
+		r["session"] != "contract-b" || r["size"] != "standard-2" || r["status"] != "running" {
+		t.Fatalf("the session's sandbox again: %v", r)
+	}
+	if l := check("listSandboxes", sb, 200, "GET", sb+q+"&session=contract-b", reader, nil, "").json(t)["data"].([]any); len(l) != 1 || l[0].(map[string]any)["id"] != b {
+		t.Fatalf("the sandboxes of session contract-b: %v", l)
+	}
+	if r := check("createSandbox", sb, 409, "POST", sb+q, admin, nil, `{"session": "contract-b", "size": "large"}`); r.errCode(t) != "session_mismatch" {
+		t.Fatalf("another size: %s", r.body)
+	}
+	if r := check("createSandbox", sb, 400, "POST", sb+q, admin, nil, `{"size": "huge"}`); r.errCode(t) != "unknown_size" {
+		t.Fatalf("an unknown size: %s", r.body)
+	}
 	check("createSandbox", sb, 429, "POST", sb+q, admin, nil, `{}`)
 	check("resumeSandbox", rs, 429, "POST", A+"/resume"+q, admin, nil, "")
 	check("deleteSandbox", sb+"/{id}", 401, "DELETE", sb+"/"+b+q, "", nil, "")

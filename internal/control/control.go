@@ -18,6 +18,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/keylock"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -73,6 +74,10 @@ type Service struct {
 	lmu        sync.Mutex
 	held       map[string]*heldSandbox
 	graphLocks map[string]*sync.Mutex
+	// sessions serializes the calls that open one session in this process, so that calls at
+	// once find the sandbox the first makes instead of each starting one the store then
+	// refuses (between servers the unique index decides: sessionTaken).
+	sessions keylock.Locks
 
 	stopEvents context.CancelFunc
 

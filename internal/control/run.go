@@ -41,6 +41,11 @@ type CreateRequest struct {
 	Egress *store.Egress   `json:"egress,omitempty"`
 	API    *APIGrantBody   `json:"api,omitempty"`
 	Git    *store.GitClone `json:"git,omitempty"`
+	// Session names the sandbox for the caller (long-lived sandboxes): the first call creates
+	// it, later ones resume it or answer it running. Size picks preset limits (Sizes), which
+	// explicit Limits override field by field.
+	Session string `json:"session,omitempty"`
+	Size    string `json:"size,omitempty"`
 }
 
 // RunBody is one run(input, config): code or a template, and what to call it with.
@@ -589,7 +594,14 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	if err != nil {
 		return nil, err
 	}
-	limits, err := s.limits(tplLimits, req.Limits)
+	if req.Session != "" {
+		return nil, errdefs.InvalidArgument("session names a long-lived sandbox: drop run from the call, or session")
+	}
+	sized, _, err := sizeLimits(req.Size)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := s.limits(tplLimits, sized, req.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -643,9 +655,9 @@ func (s *Service) plan(ctx context.Context, c Caller, req CreateRequest) (*plan,
 	}, nil
 }
 
-func (s *Service) limits(tpl, call *store.Limits) (store.Limits, error) {
+func (s *Service) limits(over ...*store.Limits) (store.Limits, error) {
 	l := store.Limits{MemoryMiB: s.cfg.Defaults.MemoryMiB, CPUs: s.cfg.Defaults.CPUs, Pids: s.cfg.Defaults.Pids, DiskMiB: s.cfg.Defaults.DiskMiB}
-	for _, o := range []*store.Limits{tpl, call} {
+	for _, o := range over {
 		if o == nil {
 			continue
 		}

@@ -107,10 +107,13 @@ func (s *Service) onEvent(e hostagent.Event) {
 		}
 		s.waitCommands(hs.id)
 		addUsage(&sb, e.Usage)
-		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, e.Error
+		replaced, failed := s.archiveWorkspace(ctx, &sb)
+		sb.Status, sb.EndReason, sb.Error = store.SandboxStopped, store.EndFailed, withError(e.Error, failed)
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			s.log.Error("recording a dead sandbox", "sandbox", hs.id, "err", err)
+			return
 		}
+		s.dropArchive(ctx, replaced)
 		s.log.Warn("sandbox ended by itself; stopped", "graph", hs.graph, "sandbox", hs.id)
 	}
 }
@@ -184,6 +187,12 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		return Response{}, err
 	}
 	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
+		if req.Session != "" {
+			defer s.sessions.Lock(c.Graph + "\x00" + req.Session)()
+			if resp, ok, err := s.openSession(ctx, req, sb); ok || err != nil {
+				return resp, err
+			}
+		}
 		if err := s.begin(); err != nil {
 			return Response{}, err
 		}
@@ -234,7 +243,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		}
 		if err := s.admit(ctx, &sb, started, exp); err != nil {
 			s.revokeGrant(ctx, sb)
-			return Response{}, err
+			return Response{}, s.sessionTaken(ctx, sb.Graph, sb.Session, err)
 		}
 		s.log.Info("sandbox started", "graph", sb.Graph, "sandbox", sb.ID, "expires_at", exp)
 		if b, _ := bases.Lookup(sb.Base); b.Context != "" {
@@ -305,8 +314,16 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 			return zero, nil, nil, err
 		}
 	}
-	limits, err := s.limits(tplLimits, req.Limits)
+	// Defaults, then the template's limits, the size's, and the call's, each field by field.
+	sized, size, err := sizeLimits(req.Size)
 	if err != nil {
+		return zero, nil, nil, err
+	}
+	limits, err := s.limits(tplLimits, sized, req.Limits)
+	if err != nil {
+		return zero, nil, nil, err
+	}
+	if err := checkSession(req.Session); err != nil {
 		return zero, nil, nil, err
 	}
 	isolation, err := s.resolveIsolation(req.Isolation, tplIsolation)
@@ -343,7 +360,7 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 	// pool's (CreateSandbox).
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: c.Graph, Status: store.SandboxStarting, Base: base.Name, Image: s.image.ID,
 		Template: ref, Limits: limits, Isolation: isolation, EnvNames: sortedKeys(env), Metadata: req.Metadata, Origin: origin,
-		Egress: eg, API: grant, Git: req.Git, Layer: layerOf(tpl)}, env, files, nil
+		Egress: eg, API: grant, Git: req.Git, Layer: layerOf(tpl), Session: req.Session, Size: size}, env, files, nil
 }
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
@@ -476,10 +493,13 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 	}
 	wctx := context.WithoutCancel(ctx)
 	s.stopHost(wctx, &sb)
+	replaced, failed := s.archiveWorkspace(wctx, &sb)
+	sb.Error = withError(sb.Error, failed)
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(wctx, replaced)
 	s.log.Info("sandbox stopped", "graph", graph, "sandbox", id)
 	return sb, nil
 }
@@ -522,7 +542,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	}
 	t0 := time.Now()
 	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Layer: sb.Layer,
-		Egress: hostEgress(sb)})
+		Egress: hostEgress(sb), Workspace: sb.Workspace})
 	if err != nil {
 		// A paused sandbox stays paused, so that a retry may wake it.
 		prev.Error = "resume failed: " + err.Error()
@@ -532,6 +552,11 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
 	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
+	// Its disk changes from now: the archive is stale.
+	var stale string
+	if sb.Workspace != nil {
+		stale, sb.Workspace = sb.Workspace.SHA256, nil
+	}
 	if err := s.regrant(wctx, &sb); err != nil {
 		s.log.Error("renewing a resumed sandbox's API grant", "sandbox", id, "err", err)
 		sb.Error = "the API grant could not be renewed: " + err.Error()
@@ -539,6 +564,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	if err := s.st.UpdateSandbox(wctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(wctx, stale)
 	s.resumedTerminals(id)
 	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id, "from", prev.Status, "mode", prev.PauseMode, "ms", msSince(t0))
 	return sb, nil
@@ -591,9 +617,14 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	now := s.now()
 	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 	sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, reason, &now
+	var archive string
+	if sb.Workspace != nil {
+		archive, sb.Workspace = sb.Workspace.SHA256, nil
+	}
 	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 		return sb, err
 	}
+	s.dropArchive(ctx, archive)
 	s.log.Info("sandbox destroyed", "graph", graph, "sandbox", id, "reason", reason)
 	return sb, nil
 }
@@ -620,10 +651,18 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 				return
 			}
 			s.stopHost(ctx, &sb)
+			// Its workspace is archived as at a stop call, so that it resumes on any host; a
+			// store that does not answer holds the shutdown back only so long.
+			actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			replaced, failed := s.archiveWorkspace(actx, &sb)
+			cancel()
+			sb.Error = withError(sb.Error, failed)
 			sb.Status, sb.EndReason = store.SandboxStopped, reason
 			if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 				s.log.Error("recording a stopped sandbox", "sandbox", hs.id, "err", err)
+				return
 			}
+			s.dropArchive(ctx, replaced)
 			s.log.Info("sandbox stopped for shutdown", "graph", hs.graph, "sandbox", hs.id)
 		}()
 	}
@@ -643,6 +682,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		if sb.OneCall {
 			continue
 		}
+		var archive string // a workspace archive the record lets go of
 		switch {
 		case sb.ExpiresAt != nil && !sb.ExpiresAt.After(now):
 			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
@@ -653,6 +693,9 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			}
 			sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
+			if sb.Workspace != nil {
+				archive, sb.Workspace = sb.Workspace.SHA256, nil
+			}
 			s.revokeGrant(ctx, sb)
 			rec.Expired = append(rec.Expired, sb.ID)
 		case sb.Status == store.SandboxStarting && sb.PauseMode != store.PauseCheckpoint:
@@ -689,6 +732,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 			return fmt.Errorf("recover: %s: %w", sb.ID, err)
 		}
+		s.dropArchive(ctx, archive)
 		s.log.Warn("sandbox recovered", "graph", sb.Graph, "sandbox", sb.ID, "status", sb.Status, "end_reason", sb.EndReason)
 	}
 	return nil

@@ -84,6 +84,14 @@ const (
 	// CodeTemplateBuildFailed: the template version's build failed; it is never used (a
 	// Conflict). Its build record says which step and why.
 	CodeTemplateBuildFailed = "template_build_failed"
+	// CodeUnknownSize: the named size is not one this server offers (an InvalidArgument).
+	CodeUnknownSize = "unknown_size"
+	// CodeSessionBusy: the session's sandbox is being changed (started, stopped, paused,
+	// snapshotted) by another call; retrying later finds it (a Conflict).
+	CodeSessionBusy = "session_busy"
+	// CodeSessionMismatch: the call asks for a size, isolation or base other than its
+	// session's sandbox has (a Conflict).
+	CodeSessionMismatch = "session_mismatch"
 )
 
 // Error is a classified error with a stable code.

@@ -57,6 +57,11 @@ type Host interface {
 	// paused one is thawed or its checkpoint dropped first. It answers the usage of the life
 	// that ended. Stopping a stopped sandbox is no error.
 	Stop(ctx context.Context, id string) (store.Usage, error)
+	// ArchiveWorkspace streams a stopped sandbox's disk, compressed, to the blob store and
+	// answers where it is, so that a resume on any host can restore it
+	// (ResumeRequest.Workspace). A driver without disks, or a host without a blob store,
+	// answers a not_supported error.
+	ArchiveWorkspace(ctx context.Context, id string) (Workspace, error)
 	// Destroy ends a sandbox in any state and removes its disk and checkpoint (its snapshots
 	// go by DeleteSnapshot). An unknown id is no error.
 	Destroy(ctx context.Context, id string) (store.Usage, error)
@@ -240,7 +245,15 @@ type ResumeRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Egress likewise replaces its egress (Used: what its earlier lives used).
 	Egress *Egress `json:"egress,omitempty"`
+	// Workspace is the archive of its disk made at its last stop, if any: restored when this
+	// host's own copy of the disk is gone or is not that archive's (the sandbox ran elsewhere
+	// since).
+	Workspace *Workspace `json:"workspace,omitempty"`
 }
+
+// Workspace is a stopped sandbox's disk archived in the blob store (internal/diskarchive):
+// the blob's SHA-256 and size, and the size of the disk it holds.
+type Workspace = store.WorkspaceArchive
 
 // ForkRequest starts sandbox ID from SnapshotID, or from Source as it is now.
 type ForkRequest struct {

@@ -469,8 +469,18 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		}
 		return h.resumed(ctx, s, l, req)
 	}
-	l, err = h.start(ctx, runtime.Spec{ID: req.ID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime}, false, nil)
+	spec := runtime.Spec{ID: req.ID, Image: image, Layer: layer, Limits: req.Limits, Runtime: req.Runtime}
+	created, err := h.placeWorkspace(ctx, spec, req.Workspace)
 	if err != nil {
+		return Sandbox{}, err
+	}
+	// Its disk changes from here: no archive matches it any more.
+	h.unmark(req.ID)
+	l, err = h.start(ctx, spec, false, nil)
+	if err != nil {
+		if created {
+			err = h.undoCreate(req.ID, err)
+		}
 		return Sandbox{}, err
 	}
 	return h.resumed(ctx, s, l, req)
@@ -534,6 +544,7 @@ func (h *Local) Destroy(ctx context.Context, id string) (store.Usage, error) {
 		err = fmt.Errorf("destroying sandbox %s: %w", id, derr)
 	}
 	h.removeCheckpoint(id)
+	h.unmark(id)
 	return u, err
 }
 

@@ -94,6 +94,8 @@ type manageInput struct {
 	WaitMs           int64             `json:"wait_ms,omitempty" jsonschema:"for exec: answer after this many milliseconds with the command still running (default 0: wait for its end, as long as the server lets a call wait; negative: answer at once)"`
 	ExpiresInSeconds int64             `json:"expires_in_seconds,omitempty" jsonschema:"for create and fork: end the sandbox this long after it starts (server default 600, at most 3600); for preview_url: how long the URL is valid (default 3600, at most 604800)"`
 	Metadata         map[string]string `json:"metadata,omitempty" jsonschema:"for run and create: labels kept on the sandbox record; for snapshot: labels kept on the snapshot; for fork: the new sandbox's labels (default: the source's)"`
+	Session          string            `json:"session,omitempty" jsonschema:"for create: a name for the sandbox; the first create with it makes the sandbox, later ones answer it running or resume it, its workspace as it was"`
+	Size             string            `json:"size,omitempty" jsonschema:"for create: a named size presetting limits: standard-1 (1 vCPU, 1 GiB, 2 GiB disk) to standard-5 (4 vCPU, 8 GiB, 10 GiB disk); limits override it"`
 
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"for run, create, exec, write_file and fork: a key that makes a retry safe: the same key with the same request never runs twice but answers what the first call did. Without it each call gets a fresh key, which the answer shows"`
 }
@@ -379,12 +381,16 @@ func (t *tools) doManage(ctx context.Context, c *lbb.Client, in manageInput) (st
 	case "create":
 		sb, err := c.Sandboxes.Create(ctx, lbb.CreateParams{Template: in.Template, Base: in.Base, Limits: in.limits(),
 			Isolation: in.Isolation, Egress: in.Egress.egress(), ExpiresInSeconds: in.ExpiresInSeconds, Env: in.Env, Metadata: in.Metadata,
-			IdempotencyKey: key})
+			Session: in.Session, Size: in.Size, IdempotencyKey: key})
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("Created sandbox %s.\n%s\nidempotency_key: %s\nNext: write_file, exec or run with sandbox_id=%s; "+
-			"lbb_sandboxes_delete destroys it when you are done.\n", sb.ID, formatSandbox(sb), key, sb.ID), nil
+		what := "Created sandbox " + sb.ID
+		if in.Session != "" {
+			what = "Sandbox " + sb.ID + " of session " + in.Session + " (created, or as it was)"
+		}
+		return fmt.Sprintf("%s.\n%s\nidempotency_key: %s\nNext: write_file, exec or run with sandbox_id=%s; "+
+			"lbb_sandboxes_delete destroys it when you are done.\n", what, formatSandbox(sb), key, sb.ID), nil
 	case "exec":
 		if len(in.Argv) == 0 {
 			return "", errorf("action exec needs argv, e.g. [\"python\", \"main.py\"] or [\"bash\", \"-c\", \"ls -l\"]")

@@ -227,3 +227,12 @@ type LayerExporter interface {
 type LayerStacker interface {
 	StacksLayers()
 }
+
+// DiskFiler is an optional ability: the file that holds a sandbox's disk — everything it
+// wrote over its image — so that the host agent can archive a stopped sandbox's workspace to
+// object storage and write it back, here or on another host (internal/diskarchive). The
+// sandbox must be stopped while the file is read or replaced. ErrNotFound when this host
+// has no state for id.
+type DiskFiler interface {
+	DiskFile(ctx context.Context, id string) (string, error)
+}

@@ -40,6 +40,9 @@ type Queries interface {
 
 	CreateSandbox(ctx context.Context, s Sandbox) error
 	GetSandbox(ctx context.Context, graph, id string) (Sandbox, error)
+	// GetSandboxBySession answers the graph's sandbox named session that has not ended
+	// (destroyed or failed); NotFound when none.
+	GetSandboxBySession(ctx context.Context, graph, session string) (Sandbox, error)
 	UpdateSandbox(ctx context.Context, s Sandbox) error
 	ListSandboxes(ctx context.Context, graph string, f SandboxFilter, p Page) ([]Sandbox, string, error)
 	// CountSandboxes counts the graph's sandboxes that are starting or running (running),
@@ -104,7 +107,8 @@ type Queries interface {
 	// the bytes in place or take them away inside its transaction, in step with the records.
 	DeleteFile(ctx context.Context, graph, id string) (f File, last bool, err error)
 	// BlobNamed reports whether a File of any graph names the bytes with this sha256 (the
-	// blob's row that CreateFile writes and the last DeleteFile deletes).
+	// blob's row that CreateFile writes and the last DeleteFile deletes), or a sandbox that
+	// has not ended holds them as its workspace archive.
 	BlobNamed(ctx context.Context, sha256 string) (bool, error)
 	// TemplatesNamingFile lists the template versions of the graph whose files name one of
 	// refs (a File id or sha256, as the template wrote it).
@@ -462,6 +466,22 @@ type Sandbox struct {
 	Egress *Egress   `json:"egress,omitempty"`
 	API    *APIGrant `json:"api,omitempty"`
 	Git    *GitClone `json:"git,omitempty"`
+	// Session is the caller's name for it, unique in its graph among the sandboxes that
+	// have not ended; Size the named size its limits came from.
+	Session string `json:"session,omitempty"`
+	Size    string `json:"size,omitempty"`
+	// Workspace is its disk archived in the blob store at its last stop; set only while it
+	// is stopped (a start makes it stale).
+	Workspace *WorkspaceArchive `json:"workspace,omitempty"`
+}
+
+// WorkspaceArchive is a stopped sandbox's disk in the blob store (internal/diskarchive).
+type WorkspaceArchive struct {
+	// SHA256 and Bytes are the archive blob's; DiskBytes the size of the disk it holds.
+	SHA256     string    `json:"sha256"`
+	Bytes      int64     `json:"bytes"`
+	DiskBytes  int64     `json:"disk_bytes"`
+	ArchivedAt time.Time `json:"archived_at"`
 }
 
 // How a sandbox was paused.
@@ -726,13 +746,15 @@ type AuditEntry struct {
 // SandboxFilter narrows a sandbox list.
 type SandboxFilter struct {
 	Status string
+	// Session keeps the sandboxes of one session (a deleted one's and its successor's).
+	Session string
 	// Labels keeps the sandboxes whose metadata has every one of these pairs.
 	Labels map[string]string
 }
 
 // Matches reports whether s passes the filter.
 func (f SandboxFilter) Matches(s Sandbox) bool {
-	if f.Status != "" && s.Status != f.Status {
+	if f.Status != "" && s.Status != f.Status || f.Session != "" && s.Session != f.Session {
 		return false
 	}
 	for k, v := range f.Labels {

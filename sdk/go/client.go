@@ -277,6 +277,8 @@ type ListParams struct {
 	Status string
 	// Labels keeps the sandboxes whose metadata has every one of these key-value pairs.
 	Labels map[string]string
+	// Session keeps the sandboxes of one session (CreateParams.Session).
+	Session string
 }
 
 func (p ListParams) query() url.Values {
@@ -292,6 +294,9 @@ func (p ListParams) query() url.Values {
 	}
 	for k, v := range p.Labels {
 		q.Add("label", k+"="+v)
+	}
+	if p.Session != "" {
+		q.Set("session", p.Session)
 	}
 	return q
 }

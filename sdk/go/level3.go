@@ -68,6 +68,13 @@ type CreateParams struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Origin   *Origin           `json:"origin,omitempty"`
+	// Session names the sandbox: the first Create with it makes the sandbox, later ones
+	// answer it running, resumed when it was stopped or paused (its workspace restored,
+	// also on another host). A deleted sandbox frees its name.
+	Session string `json:"session,omitempty"`
+	// Size is a named preset of limits: "standard-1" … "standard-5" (or "small",
+	// "standard", "large"); Limits given too override it field by field.
+	Size string `json:"size,omitempty"`
 	// IdempotencyKey makes a retried create make one sandbox; a fresh one is made when empty.
 	IdempotencyKey string `json:"-"`
 }
@@ -76,7 +83,8 @@ func (s *SandboxesService) path(id string, rest string) string {
 	return "/v1/sandboxes/" + url.PathEscape(id) + rest
 }
 
-// Create starts a long-lived sandbox and returns its record (status running).
+// Create starts a long-lived sandbox and returns its record (status running); with
+// p.Session, the session's sandbox, created the first time and resumed after.
 func (s *SandboxesService) Create(ctx context.Context, p CreateParams) (*Sandbox, error) {
 	if p.IdempotencyKey == "" {
 		p.IdempotencyKey = NewIdempotencyKey()

@@ -239,8 +239,14 @@ type createBody struct {
 	Origin   *Origin           `json:"origin,omitempty"`
 
 	// Run One call of run(input, config): code or template.
-	Run      *runBody `json:"run,omitempty"`
-	Template string   `json:"template,omitempty"`
+	Run *runBody `json:"run,omitempty"`
+
+	// Session a long-lived sandbox's name, unique in the graph among the sandboxes that have not ended: the first call creates the sandbox (201); later calls answer it (200) running, resumed when it was stopped or paused (its workspace restored from its archive when its host's copy is gone), and ignore the rest of the body, except that a size, isolation or base given must be the sandbox's (409 session_mismatch). A deleted sandbox frees the name. 409 session_busy while another call stops, pauses or starts it. Not with run
+	Session string `json:"session,omitempty"`
+
+	// Size a named preset of limits (vCPU, memory, disk): standard-1 1/1 GiB/2 GiB, standard-2 1/2 GiB/4 GiB, standard-3 2/4 GiB/6 GiB, standard-4 2/6 GiB/8 GiB, standard-5 4/8 GiB/10 GiB; small, standard and large are standard-2, -3 and -4. limits given too override it field by field; it overrides the template's. Unknown: 400 unknown_size
+	Size     string `json:"size,omitempty"`
+	Template string `json:"template,omitempty"`
 
 	// TimeoutMs command timeout (default and cap are the server's)
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -707,11 +713,20 @@ type Sandbox struct {
 	PauseMode string `json:"pause_mode,omitempty"`
 
 	// PausedAt when the sandbox was paused; only while it is
-	PausedAt  *time.Time   `json:"paused_at,omitempty"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+
+	// Session the caller's name for it (CreateSandboxRequest.session)
+	Session string `json:"session,omitempty"`
+
+	// Size the named size its limits came from (standard-1 … standard-5; an alias is recorded as its size)
+	Size      string       `json:"size,omitempty"`
 	StartedAt *time.Time   `json:"started_at,omitempty"`
 	Status    string       `json:"status"`
 	Template  *TemplateRef `json:"template,omitempty"`
 	Usage     Usage        `json:"usage"`
+
+	// Workspace a stopped sandbox's disk, archived (zstd, data extents only) to the blob store at its stop; present only while it is stopped. Resume restores it where the host's own copy is gone
+	Workspace *WorkspaceArchive `json:"workspace,omitempty"`
 }
 
 // Snapshot a saved state of a running sandbox, its memory and processes with its disk, that forks start from; it goes with its sandbox
@@ -961,4 +976,18 @@ type WorkflowBudget struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	Used      Spent     `json:"used"`
 	Workflow  string    `json:"workflow"`
+}
+
+// WorkspaceArchive a stopped sandbox's disk, archived (zstd, data extents only) to the blob store at its stop; present only while it is stopped. Resume restores it where the host's own copy is gone
+type WorkspaceArchive struct {
+	ArchivedAt time.Time `json:"archived_at"`
+
+	// Bytes the archive's size
+	Bytes int64 `json:"bytes"`
+
+	// DiskBytes the size of the disk it holds (its workspace quota)
+	DiskBytes int64 `json:"disk_bytes"`
+
+	// SHA256 the archive blob's SHA-256, checked when it is read
+	SHA256 string `json:"sha256"`
 }

@@ -197,7 +197,10 @@ func (unavailable) Create(context.Context, hostagent.CreateRequest) (hostagent.S
 func (unavailable) Resume(context.Context, hostagent.ResumeRequest) (hostagent.Sandbox, error) {
 	return hostagent.Sandbox{}, errNoSandboxes
 }
-func (unavailable) Stop(context.Context, string) (store.Usage, error)    { return store.Usage{}, nil }
+func (unavailable) Stop(context.Context, string) (store.Usage, error) { return store.Usage{}, nil }
+func (unavailable) ArchiveWorkspace(context.Context, string) (hostagent.Workspace, error) {
+	return hostagent.Workspace{}, errNoSandboxes
+}
 func (unavailable) Destroy(context.Context, string) (store.Usage, error) { return store.Usage{}, nil }
 func (unavailable) Pause(context.Context, string) (hostagent.Paused, error) {
 	return hostagent.Paused{}, errNoSandboxes

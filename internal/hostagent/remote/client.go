@@ -240,6 +240,10 @@ func (c *Client) Stop(ctx context.Context, id string) (store.Usage, error) {
 	return do[store.Usage](ctx, c, "Stop", idArgs{id})
 }
 
+func (c *Client) ArchiveWorkspace(ctx context.Context, id string) (hostagent.Workspace, error) {
+	return do[hostagent.Workspace](ctx, c, "ArchiveWorkspace", idArgs{id})
+}
+
 func (c *Client) Destroy(ctx context.Context, id string) (store.Usage, error) {
 	return do[store.Usage](ctx, c, "Destroy", idArgs{id})
 }

@@ -60,12 +60,13 @@ func (f *fake) last() (string, []any) {
 }
 
 var (
-	t0     = time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
-	usage  = store.Usage{VCPUMs: 12.5, GiBMs: 3.25}
-	limits = runtime.Limits{MemoryMiB: 512, CPUs: 1.5, Pids: 64, DiskMiB: 100}
-	entry  = hostagent.FileEntry{Path: "a/b.txt", Name: "b.txt", Type: "file", Size: 7, Mode: "0644", MTime: "2026-12-01T11:00:00Z"}
-	zero   = 0
-	end    = hostagent.CommandEnd{Status: "succeeded", OK: true, Result: json.RawMessage(`{"x":1}`), ExitCode: &zero,
+	t0        = time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
+	usage     = store.Usage{VCPUMs: 12.5, GiBMs: 3.25}
+	workspace = hostagent.Workspace{SHA256: strings.Repeat("ab", 32), Bytes: 4096, DiskBytes: 1 << 30, ArchivedAt: time.Unix(1700000000, 0).UTC()}
+	limits    = runtime.Limits{MemoryMiB: 512, CPUs: 1.5, Pids: 64, DiskMiB: 100}
+	entry     = hostagent.FileEntry{Path: "a/b.txt", Name: "b.txt", Type: "file", Size: 7, Mode: "0644", MTime: "2026-12-01T11:00:00Z"}
+	zero      = 0
+	end       = hostagent.CommandEnd{Status: "succeeded", OK: true, Result: json.RawMessage(`{"x":1}`), ExitCode: &zero,
 		Stdout: store.Output{Head: "hi\n", Bytes: 3}, Stderr: store.Output{Tail: "e", Bytes: 1 << 20}, StdinBytes: 4,
 		Started: t0, Ended: t0.Add(1500 * time.Millisecond)}
 	info = hostagent.Info{Default: "ns", Offered: []string{"ns", "gvisor"}, Unavailable: map[string]string{"microvm": "no /dev/kvm"},
@@ -125,6 +126,10 @@ func (f *fake) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostage
 }
 func (f *fake) Stop(ctx context.Context, id string) (store.Usage, error) {
 	return usage, f.rec("Stop", id)
+}
+
+func (f *fake) ArchiveWorkspace(ctx context.Context, id string) (hostagent.Workspace, error) {
+	return workspace, f.rec("ArchiveWorkspace", id)
 }
 func (f *fake) Destroy(ctx context.Context, id string) (store.Usage, error) {
 	return usage, f.rec("Destroy", id)
@@ -373,6 +378,7 @@ var calls = []struct {
 	{"Create", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Create(ctx, createReq) }, []any{createReq}, sandbox},
 	{"Resume", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Resume(ctx, resumeReq) }, []any{resumeReq}, sandbox},
 	{"Stop", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Stop(ctx, "sbx_2") }, []any{"sbx_2"}, usage},
+	{"ArchiveWorkspace", func(ctx context.Context, h hostagent.Host) (any, error) { return h.ArchiveWorkspace(ctx, "sbx_2") }, []any{"sbx_2"}, workspace},
 	{"Destroy", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Destroy(ctx, "sbx_2") }, []any{"sbx_2"}, usage},
 	{"Pause", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Pause(ctx, "sbx_2") }, []any{"sbx_2"}, paused},
 	{"Snapshot", func(ctx context.Context, h hostagent.Host) (any, error) { return h.Snapshot(ctx, "sbx_2", "snp_1") },

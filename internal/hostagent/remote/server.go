@@ -36,6 +36,9 @@ func NewServer(h hostagent.Host, token string, log *slog.Logger) http.Handler {
 	handle("Create", call(s, h.Create))
 	handle("Resume", call(s, h.Resume))
 	handle("Stop", call(s, func(ctx context.Context, a idArgs) (store.Usage, error) { return h.Stop(ctx, a.ID) }))
+	handle("ArchiveWorkspace", call(s, func(ctx context.Context, a idArgs) (hostagent.Workspace, error) {
+		return h.ArchiveWorkspace(ctx, a.ID)
+	}))
 	handle("Destroy", call(s, func(ctx context.Context, a idArgs) (store.Usage, error) { return h.Destroy(ctx, a.ID) }))
 	handle("Pause", call(s, func(ctx context.Context, a idArgs) (hostagent.Paused, error) { return h.Pause(ctx, a.ID) }))
 	handle("Snapshot", call(s, func(ctx context.Context, a snapshotArgs) (hostagent.SnapshotInfo, error) {

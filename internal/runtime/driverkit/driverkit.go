@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/keylock"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 )
 
@@ -73,39 +74,7 @@ func NotFound(id string) error {
 
 // Locks serializes the lifecycle calls of one sandbox; different sandboxes run in parallel.
 // The zero value is ready.
-type Locks struct {
-	mu sync.Mutex
-	m  map[string]*idLock
-}
-
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// Lock takes id's lock and returns what releases it.
-func (ls *Locks) Lock(id string) (unlock func()) {
-	ls.mu.Lock()
-	if ls.m == nil {
-		ls.m = map[string]*idLock{}
-	}
-	l := ls.m[id]
-	if l == nil {
-		l = &idLock{}
-		ls.m[id] = l
-	}
-	l.refs++
-	ls.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		ls.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(ls.m, id)
-		}
-		ls.mu.Unlock()
-	}
-}
+type Locks = keylock.Locks
 
 // LogAgent copies the agent's stdout and stderr to the logger, a line at a time, up to a
 // budget: a sandbox could otherwise flood the host's log.

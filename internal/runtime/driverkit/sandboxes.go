@@ -414,3 +414,17 @@ func CheckHostname(name string) error {
 	}
 	return nil
 }
+
+// DiskFile answers sandbox id's disk.img (runtime.DiskFiler); NotFound when it has none here.
+func (s *Sandboxes[S]) DiskFile(id string) (string, error) {
+	if err := CheckID(id); err != nil {
+		return "", err
+	}
+	p := s.Path(id, "disk.img")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return "", NotFound(id)
+	} else if err != nil {
+		return "", err
+	}
+	return p, nil
+}

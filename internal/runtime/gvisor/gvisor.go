@@ -657,3 +657,6 @@ func (d *Driver) processes(id string) []hostProc {
 	}
 	return out
 }
+
+// DiskFile answers the file of the sandbox's disk (runtime.DiskFiler).
+func (d *Driver) DiskFile(ctx context.Context, id string) (string, error) { return d.sbs.DiskFile(id) }

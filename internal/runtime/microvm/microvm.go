@@ -877,3 +877,6 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// DiskFile answers the file of the sandbox's disk (runtime.DiskFiler).
+func (d *Driver) DiskFile(ctx context.Context, id string) (string, error) { return d.sbs.DiskFile(id) }

@@ -295,3 +295,13 @@ func notSupported(what, id, name string) error {
 	return errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported,
 		"%s: sandbox %s runs on %q, which does not support it", what, id, name)
 }
+
+// DiskFile answers the file of the sandbox's disk, when its driver keeps one
+// (runtime.DiskFiler); else an errdefs not_supported error.
+func (d *Driver) DiskFile(ctx context.Context, id string) (string, error) {
+	_, f, err := ability[runtime.DiskFiler](ctx, d, id, "workspace archives")
+	if err != nil {
+		return "", err
+	}
+	return f.DiskFile(ctx, id)
+}

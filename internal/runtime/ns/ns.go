@@ -670,3 +670,6 @@ func (d *Driver) agentBinary() (string, error) {
 	// through /proc/1 (mem, fd, environ) nor ptrace it.
 	return d.agent.Get(d.cfg.AgentPath, filepath.Join(d.cfg.StateDir, ".agent"), 0, 0o711)
 }
+
+// DiskFile answers the file of the sandbox's disk (runtime.DiskFiler).
+func (d *Driver) DiskFile(ctx context.Context, id string) (string, error) { return d.sbs.DiskFile(id) }

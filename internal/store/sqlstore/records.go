@@ -131,7 +131,8 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
-	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer`
+	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer,
+	session, size, workspace, workspace_sha256`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -144,7 +145,16 @@ func sandboxArgs(s store.Sandbox) []any {
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
-		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer)}
+		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer),
+		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace)}
+}
+
+// workspaceDigest is the digest of a workspace archive, NULL when there is none.
+func workspaceDigest(w *store.WorkspaceArchive) any {
+	if w == nil {
+		return nil
+	}
+	return w.SHA256
 }
 
 // jsonOpt is the JSON of an optional field, NULL when it is absent.
@@ -178,17 +188,18 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
-		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer)
+		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer,
+		&session, &size, &workspace, &workspaceSHA)
 	if err != nil {
 		return s, err
 	}
-	s.Layer = layer.String
+	s.Layer, s.Session, s.Size = layer.String, session.String, size.String
 	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
-		optFrom(git, &s.Git)); err != nil {
+		optFrom(git, &s.Git), optFrom(workspace, &s.Workspace)); err != nil {
 		return s, err
 	}
 	s.OneCall = oneCall != 0
@@ -225,12 +236,19 @@ func (q queries) GetSandbox(ctx context.Context, graph, id string) (store.Sandbo
 	return s, notFound(err, "sandbox %s not found", id)
 }
 
+func (q queries) GetSandboxBySession(ctx context.Context, graph, session string) (store.Sandbox, error) {
+	s, err := scanSandbox(q.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND session = ?
+		AND status NOT IN ('destroyed', 'failed')`, graph, session))
+	return s, notFound(err, "session %s not found", session)
+}
+
 func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	args := sandboxArgs(s)
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
-		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?,
+		session = ?, size = ?, workspace = ?, workspace_sha256 = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -245,7 +263,8 @@ func (q queries) ListSandboxes(ctx context.Context, graph string, f store.Sandbo
 		return q.listSandboxesByLabel(ctx, graph, f, p.Cursor, limit)
 	}
 	out, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
-		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, p.Cursor, p.Cursor, limit+1)
+		AND (? = '' OR session = ?) AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, f.Session, f.Session,
+		p.Cursor, p.Cursor, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -260,7 +279,8 @@ func (q queries) listSandboxesByLabel(ctx context.Context, graph string, f store
 	var out []store.Sandbox
 	for {
 		got, err := q.listSandboxes(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE graph = ? AND (? = '' OR status = ?)
-			AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, cursor, cursor, batch)
+			AND (? = '' OR session = ?) AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, graph, f.Status, f.Status, f.Session, f.Session,
+			cursor, cursor, batch)
 		if err != nil {
 			return nil, "", err
 		}
@@ -701,6 +721,12 @@ func (q queries) DeleteFile(ctx context.Context, graph, id string) (store.File, 
 func (q queries) BlobNamed(ctx context.Context, sha256 string) (bool, error) {
 	var n int
 	err := q.queryRow(ctx, `SELECT COUNT(*) FROM blobs WHERE sha256 = ?`, sha256).Scan(&n)
+	if err != nil || n > 0 {
+		return n > 0, err
+	}
+	// A stopped sandbox's workspace archive.
+	err = q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE workspace_sha256 = ? AND status NOT IN ('destroyed', 'failed')`,
+		sha256).Scan(&n)
 	return n > 0, err
 }
 

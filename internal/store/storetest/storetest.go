@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TruncatedResult", testTruncatedResult},
 		{"Egress", testEgress},
 		{"Budgets", testBudgets},
+		{"Sessions", testSessions},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -880,4 +881,64 @@ func testTemplateLayers(t *testing.T, s store.Store) {
 	if gotSb.Layer != "layer1" {
 		t.Fatalf("sandbox layer = %q", gotSb.Layer)
 	}
+}
+
+// A session names one sandbox of a graph that has not ended; the name is free again once it
+// has. A stopped sandbox's workspace archive keeps its blob named.
+func testSessions(t *testing.T, s store.Store) {
+	a := newSandbox("main")
+	a.OneCall, a.Status, a.Session, a.Size = false, store.SandboxRunning, "work-1", "standard-2"
+	a.Metadata = map[string]string{"team": "x"}
+	must(t, s.CreateSandbox(ctx, a))
+	bySession(t, s, "work-1", a)
+	if _, err := s.GetSandboxBySession(ctx, "main", "work-2"); !errdefs.IsNotFound(err) {
+		t.Fatalf("an unknown session: %v", err)
+	}
+	// Another graph may use the name; this one may not, twice.
+	o := newSandbox("other")
+	o.OneCall, o.Session = false, "work-1"
+	must(t, s.CreateSandbox(ctx, o))
+	dup := newSandbox("main")
+	dup.OneCall, dup.Session = false, "work-1"
+	wantClass(t, s.CreateSandbox(ctx, dup), errdefs.ClassConflict)
+
+	sha := strings.Repeat("5e", 32)
+	if named, err := s.BlobNamed(ctx, sha); err != nil || named {
+		t.Fatalf("an archive no sandbox names: %v %v", named, err)
+	}
+	a.Status, a.EndReason = store.SandboxStopped, store.EndStopped
+	a.Workspace = &store.WorkspaceArchive{SHA256: sha, Bytes: 12345, DiskBytes: 1 << 30, ArchivedAt: now()}
+	must(t, s.UpdateSandbox(ctx, a))
+	bySession(t, s, "work-1", a)
+	if named, err := s.BlobNamed(ctx, sha); err != nil || !named {
+		t.Fatalf("a stopped sandbox's archive: named %v %v", named, err)
+	}
+
+	// Destroyed: its archive and its name are free.
+	a.Status, a.EndReason, a.EndedAt = store.SandboxDestroyed, store.EndDeleted, ptr(now())
+	must(t, s.UpdateSandbox(ctx, a))
+	if named, err := s.BlobNamed(ctx, sha); err != nil || named {
+		t.Fatalf("a destroyed sandbox's archive: named %v %v", named, err)
+	}
+	if _, err := s.GetSandboxBySession(ctx, "main", "work-1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("a destroyed sandbox's session: %v", err)
+	}
+	must(t, s.CreateSandbox(ctx, dup))
+	bySession(t, s, "work-1", dup)
+	// The list of a session holds its sandboxes, the ended one too, newest first.
+	got, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Session: "work-1"}, store.Page{})
+	must(t, err)
+	if len(got) != 2 || got[0].ID != dup.ID || got[1].ID != a.ID {
+		t.Fatalf("the sandboxes of session work-1: %v", got)
+	}
+	if got, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Session: "work-1", Labels: map[string]string{"team": "x"}}, store.Page{}); err != nil || len(got) != 1 || got[0].ID != a.ID {
+		t.Fatalf("the sandboxes of session work-1 labelled team=x: %v %v", got, err)
+	}
+}
+
+func bySession(t *testing.T, s store.Store, session string, want store.Sandbox) {
+	t.Helper()
+	got, err := s.GetSandboxBySession(ctx, want.Graph, session)
+	must(t, err)
+	equal(t, got, want)
 }

@@ -401,3 +401,22 @@ def test_egress_grant_and_git_on_the_wire():
         assert run_body["run"]["egress"] == {"mode": "allowlist", "allow": ["pkgs.example.org"]}
         assert create_body == {"egress": {"mode": "public"}, "api": {"scopes": ["sandboxes:read"]}, "git": {"url": "https://example.org/r.git"}}
         assert sb.record["egress"]["quota_bytes"] == 9
+
+
+def test_session_and_size_on_the_wire():
+    workspace = {"sha256": "ab" * 32, "bytes": 3006129, "disk_bytes": 2147483648, "archived_at": "2030-01-01T00:00:00Z"}
+
+    def handler(seen, nth):
+        if seen.method == "POST":
+            return Reply(200, {"id": "sbx_s", "status": "running", "session": "review-42", "size": "standard-2"})
+        return Reply(200, {"data": [{"id": "sbx_s", "status": "stopped", "session": "review-42", "size": "standard-2", "workspace": workspace}]})
+
+    with FakeServer(handler) as srv:
+        c = lbb.LbbClient(srv.url, api_key="k")
+        sb = c.sandboxes.create(session="review-42", size="small")
+        assert srv.requests("POST", "/v1/sandboxes")[-1].json() == {"session": "review-42", "size": "small"}
+        assert sb.record["session"] == "review-42" and sb.record["size"] == "standard-2"
+        page = c.sandboxes.list(session="review-42")
+        assert srv.requests("GET", "/v1/sandboxes")[-1].query["session"] == "review-42"
+        rec = page[0]
+        assert (rec.session, rec.size, rec.workspace.disk_bytes, rec.workspace.sha256) == ("review-42", "standard-2", 2147483648, "ab" * 32)

@@ -1043,6 +1043,14 @@ export interface CreateSandboxParams extends SandboxSpec {
   api?: APIGrant;
   /** A public repository cloned into /workspace before create answers. */
   git?: GitClone;
+  /**
+   * A name for the sandbox: the first create with it makes the sandbox; later ones answer it
+   * running, or resume it when stopped or paused (its workspace restored, also where its host's
+   * copy is gone). A deleted sandbox frees the name.
+   */
+  session?: string;
+  /** A named size: "standard-1" … "standard-5" (or "small", "standard", "large"); limits override it field by field. */
+  size?: "standard-1" | "standard-2" | "standard-3" | "standard-4" | "standard-5" | "small" | "standard" | "large";
 }
 
 /** Runs and sandboxes (/v1/sandboxes). */
@@ -1097,6 +1105,8 @@ export class Sandboxes {
       env: p.env,
       metadata: p.metadata,
       origin: p.origin,
+      session: p.session,
+      size: p.size,
     });
     return new Sandbox(this.t, await this.t.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, idempotencyKey: p.idempotencyKey, signal: p.signal }));
   }
@@ -1111,12 +1121,12 @@ export class Sandboxes {
    * keeps those whose metadata has every key=value given.
    */
   async list(
-    p: { status?: string; label?: Record<string, string> | string | string[]; limit?: number; cursor?: string } & CallOptions = {},
+    p: { status?: string; label?: Record<string, string> | string | string[]; session?: string; limit?: number; cursor?: string } & CallOptions = {},
   ): Promise<Page<SandboxInfo>> {
     const label =
       p.label === undefined ? undefined : typeof p.label === "string" ? [p.label] : Array.isArray(p.label) ? p.label : Object.entries(p.label).map(([k, v]) => `${k}=${v}`);
     const body = await this.t.json<unknown>("GET", "/v1/sandboxes", {
-      query: { status: p.status, label, limit: p.limit, cursor: p.cursor },
+      query: { status: p.status, label, session: p.session, limit: p.limit, cursor: p.cursor },
       signal: p.signal,
     });
     return toPage(body, toSandboxInfo);

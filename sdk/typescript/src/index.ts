@@ -73,6 +73,7 @@ export type {
   SandboxInfo,
   SandboxStatus,
   ForkedFrom,
+  WorkspaceArchive,
   Snapshot,
   Template,
   TemplateFile,

@@ -6,7 +6,7 @@ export interface components {
     schemas: {
         Error: {
             error: {
-                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, too_many_runs, quota_exceeded, quota_bytes_exceeded, file_in_use, unavailable, method_not_allowed, internal */
+                /** @description stable code: invalid_request, idempotency_key_required, idempotency_key_reused, limit_exceeded, isolation_unavailable, not_found, unauthorized, forbidden, payload_too_large, too_many_sandboxes, too_many_runs, quota_exceeded, quota_bytes_exceeded, file_in_use, unknown_size, session_busy, session_mismatch, unavailable, method_not_allowed, internal */
                 code: string;
                 message: string;
                 request_id: string;
@@ -110,6 +110,13 @@ export interface components {
             egress?: components["schemas"]["Egress"];
             api?: components["schemas"]["APIGrantRequest"];
             git?: components["schemas"]["GitClone"];
+            /** @description a long-lived sandbox's name, unique in the graph among the sandboxes that have not ended: the first call creates the sandbox (201); later calls answer it (200) running, resumed when it was stopped or paused (its workspace restored from its archive when its host's copy is gone), and ignore the rest of the body, except that a size, isolation or base given must be the sandbox's (409 session_mismatch). A deleted sandbox frees the name. 409 session_busy while another call stops, pauses or starts it. Not with run */
+            session?: string;
+            /**
+             * @description a named preset of limits (vCPU, memory, disk): standard-1 1/1 GiB/2 GiB, standard-2 1/2 GiB/4 GiB, standard-3 2/4 GiB/6 GiB, standard-4 2/6 GiB/8 GiB, standard-5 4/8 GiB/10 GiB; small, standard and large are standard-2, -3 and -4. limits given too override it field by field; it overrides the template's. Unknown: 400 unknown_size
+             * @enum {string}
+             */
+            size?: "standard-1" | "standard-2" | "standard-3" | "standard-4" | "standard-5" | "small" | "standard" | "large";
         };
         RunResult: {
             ok: boolean;
@@ -147,6 +154,17 @@ export interface components {
             egress?: components["schemas"]["Egress"];
             origin?: components["schemas"]["Origin"];
             budget?: components["schemas"]["BudgetLeft"];
+        };
+        /** @description a stopped sandbox's disk, archived (zstd, data extents only) to the blob store at its stop; present only while it is stopped. Resume restores it where the host's own copy is gone */
+        WorkspaceArchive: {
+            /** @description the archive blob's SHA-256, checked when it is read */
+            sha256: string;
+            /** @description the archive's size */
+            bytes: number;
+            /** @description the size of the disk it holds (its workspace quota) */
+            disk_bytes: number;
+            /** Format: date-time */
+            archived_at: string;
         };
         Sandbox: {
             id: string;
@@ -198,6 +216,11 @@ export interface components {
             pause_mode?: "checkpoint" | "freeze";
             /** @description the template layer the sandbox runs on over its image */
             layer?: string;
+            /** @description the caller's name for it (CreateSandboxRequest.session) */
+            session?: string;
+            /** @description the named size its limits came from (standard-1 … standard-5; an alias is recorded as its size) */
+            size?: string;
+            workspace?: components["schemas"]["WorkspaceArchive"];
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
         Command: {

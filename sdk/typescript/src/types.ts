@@ -203,7 +203,21 @@ export interface SandboxInfo {
   egress?: Egress;
   api?: APIGrant;
   git?: GitClone;
+  /** The caller's name for it (sandboxes.create's session). */
+  session?: string;
+  /** The named size its limits came from ("standard-1" … "standard-5"). */
+  size?: string;
+  /** Its disk archived to the server's blob store at its last stop; only while it is stopped. */
+  workspace?: WorkspaceArchive;
   raw: WireSandbox;
+}
+
+/** A stopped sandbox's disk in the blob store, restored at resume where its host's copy is gone. */
+export interface WorkspaceArchive {
+  sha256: string;
+  bytes: number;
+  diskBytes: number;
+  archivedAt: string;
 }
 
 /** A memory snapshot of a running sandbox (`snp_…`): its processes and memory with its disk. Forks start from one; it goes with its sandbox. */
@@ -468,6 +482,11 @@ export function toSandboxInfo(w: WireSandbox): SandboxInfo {
     ...opt("egress", toEgress(w.egress)),
     ...opt("api", w.api ? { scopes: w.api.scopes, ...opt("maxRuns", w.api.max_runs), ...opt("key", w.api.key) } : undefined),
     ...opt("git", w.git),
+    ...opt("session", w.session || undefined),
+    ...opt("size", w.size || undefined),
+    ...opt("workspace", w.workspace
+      ? { sha256: w.workspace.sha256, bytes: w.workspace.bytes, diskBytes: w.workspace.disk_bytes, archivedAt: w.workspace.archived_at }
+      : undefined),
     raw: w,
   };
 }

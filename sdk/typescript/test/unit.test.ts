@@ -280,6 +280,24 @@ test("egress, the API grant and git clone on the wire", async () => {
   );
 });
 
+test("session and size on the wire: the session's sandbox answered (200), its archive read", async () => {
+  const workspace = { sha256: "ab".repeat(32), bytes: 3006129, disk_bytes: 2147483648, archived_at: "2030-01-01T00:00:00Z" };
+  await withServer(
+    (seen) => (seen.method === "POST"
+      ? { status: 200, body: { id: "sbx_s", status: "running", session: "review-42", size: "standard-2", created_at: "2030-01-01T00:00:00Z" } }
+      : { body: { data: [{ id: "sbx_s", status: "stopped", session: "review-42", size: "standard-2", workspace, created_at: "2030-01-01T00:00:00Z" }] } }),
+    async (srv) => {
+      const lbb = new LbbClient({ baseUrl: srv.url, apiKey: "k" });
+      const sb = await lbb.sandboxes.create({ session: "review-42", size: "small" });
+      assert.deepEqual(srv.requests("POST", "/v1/sandboxes").at(-1)!.json(), { session: "review-42", size: "small" });
+      assert.deepEqual([sb.info.id, sb.info.session, sb.info.size], ["sbx_s", "review-42", "standard-2"]);
+      const page = await lbb.sandboxes.list({ session: "review-42" });
+      assert.equal(srv.requests("GET", "/v1/sandboxes").at(-1)!.query.session, "review-42");
+      assert.deepEqual(page.data[0]!.workspace, { sha256: "ab".repeat(32), bytes: 3006129, diskBytes: 2147483648, archivedAt: "2030-01-01T00:00:00Z" });
+    },
+  );
+});
+
 function sandboxServer(log: string[]) {
   return (seen: Seen): Reply => {
     log.push(`${seen.method} ${seen.path}`);

@@ -914,6 +914,10 @@ class AsyncSandboxes:
     async def create(self, spec: Optional[Mapping[str, Any]] = None, /, *, idempotency_key: Optional[str] = None, **kwargs: Any) -> AsyncSandbox:
         """Creates a long-lived sandbox: ``create({"expires_in_seconds": 600})`` or
         ``create(template=…, base=…, limits=…, isolation=…, expires_in_seconds=…, env=…, metadata=…, origin=…)``.
+        ``session="…"`` names it: the first create makes it, later ones answer it running, or
+        resume it when stopped or paused (its workspace restored, also where its host's copy
+        is gone). ``size="standard-1"`` … ``"standard-5"`` (or ``"small"``, ``"standard"``,
+        ``"large"``) presets its limits; ``limits`` override it field by field.
         ``isolation="gvisor"`` gives it pause with memory, snapshots and forks. ``egress={"mode":
         "allowlist", "allow": ["pkgs.example.org", "*.cdn.example.org"]}`` its route out;
         ``api={"scopes": ["sandboxes:read"]}`` lets code inside call the API at ``$LBB_URL``
@@ -933,10 +937,11 @@ class AsyncSandboxes:
         label: Union[None, str, Sequence[str], Mapping[str, str]] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
+        session: Optional[str] = None,
     ) -> Page[SandboxRecord]:
         """The sandboxes of the graph; ``label`` (``{"team": "a"}`` or ``"team=a"``) keeps those
-        whose metadata has every key=value given."""
-        params = {"status": status, "label": _core.label_params(label), "limit": limit, "cursor": cursor}
+        whose metadata has every key=value given, ``session`` those of one session."""
+        params = {"status": status, "label": _core.label_params(label), "limit": limit, "cursor": cursor, "session": session}
         return page_of(SandboxRecord, await self._api.json("GET", "/v1/sandboxes", params=params))
 
     async def delete(self, sandbox_id: str) -> None:

@@ -245,10 +245,20 @@ class ForkedFrom(Record):
     snapshot = _str()
 
 
+class WorkspaceArchive(Record):
+    """A stopped sandbox's disk in the server's blob store, restored at resume where its
+    host's copy is gone."""
+
+    sha256 = _str()
+    bytes = _int("The archive's size.")
+    disk_bytes = _int("The size of the disk it holds.")
+    archived_at = _str()
+
+
 class SandboxRecord(Record):
     """A sandbox record: status, base or template version, isolation, limits, times and usage."""
 
-    _nested = {"forked_from": ForkedFrom}
+    _nested = {"forked_from": ForkedFrom, "workspace": WorkspaceArchive}
 
     id = _str("sandbox")
     status = _str()
@@ -257,6 +267,9 @@ class SandboxRecord(Record):
     pause_mode = _str(doc='How it is paused, only while it is: ``"checkpoint"`` (saved to disk, RAM freed) or ``"freeze"`` (parked in RAM, running commands included).')
     checkpoint_bytes = _int("The size of its checkpoint on disk while it is paused with one (gvisor).")
     forked_from = _of(ForkedFrom, "The sandbox and snapshot it was forked from; ``None`` unless it is a fork.")
+    session = _str(doc="The caller's name for it (``create(session=…)``); ``\"\"`` when it has none.")
+    size = _str(doc='The named size its limits came from (``"standard-1"`` … ``"standard-5"``); ``""`` when none.')
+    workspace = _of(WorkspaceArchive, "Its disk archived to the server's blob store at its last stop; ``None`` unless it is stopped with one.")
 
 
 class Snapshot(Record):
