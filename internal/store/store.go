@@ -429,7 +429,7 @@ const (
 	// EndHostLost: the host the sandbox ran on stopped answering (internal/fleet); what
 	// ran there is lost, never run again.
 	EndHostLost = "host_lost"
-	EndFailed         = "failed"
+	EndFailed   = "failed"
 	// EndServerRestart: the server stopped (or crashed) while a long-lived sandbox ran; it
 	// was stopped with its disk kept, and resume starts it again.
 	EndServerRestart = "server_restart"
