@@ -366,7 +366,12 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.EndBudgetExceeded
 		out.Error, out.Infrastructure = "stopped: the run's budget ran out while it ran", ""
 	}
-	if err != nil {
+	if err != nil && errdefs.CodeOf(err) == hostagent.CodeHostLost {
+		// Its host (of a fleet) broke off or is lost: the code may have run there, so the run
+		// is lost, and its key answers that, never running it again.
+		out = hostagent.RunResult{EndReason: store.EndHostLost,
+			CommandEnd: hostagent.CommandEnd{Status: store.CommandLost, Error: "the host running this command was lost; it was not run again: " + err.Error(), Infrastructure: err.Error()}}
+	} else if err != nil {
 		// The host agent could not say how the run ended (one in another process is gone).
 		out = hostagent.RunResult{EndReason: store.EndFailed,
 			CommandEnd: hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error()}}
@@ -483,6 +488,9 @@ func endSandbox(sb *store.Sandbox, out hostagent.RunResult) {
 	at = at.UTC().Truncate(time.Millisecond)
 	sb.EndedAt, sb.EndReason = &at, out.EndReason
 	sb.Status = store.SandboxDestroyed
+	if out.EndReason == store.EndHostLost {
+		sb.Error = out.Infrastructure
+	}
 	if out.EndReason == store.EndFailed {
 		sb.Status = store.SandboxFailed
 		if out.Infrastructure != "" {

@@ -130,6 +130,16 @@ type Host interface {
 	Events(ctx context.Context) (<-chan Event, error)
 }
 
+// Codes of errors a Host answers.
+const (
+	// CodeUnreachable: the host agent (in another process) could not be reached, or the
+	// connection to it broke during the call.
+	CodeUnreachable = "host_unreachable"
+	// CodeHostLost: the host holding the sandbox is lost (a fleet, internal/fleet); what
+	// ran there is gone.
+	CodeHostLost = "host_lost"
+)
+
 // Info describes a machine.
 type Info struct {
 	// Default is the driver a sandbox gets when it names none.
@@ -139,6 +149,19 @@ type Info struct {
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// Image is the base image sandboxes run on.
 	Image Image `json:"image"`
+	// Boot names this life of the host agent's process: a new one after a restart, whose
+	// sandboxes' live state (processes, commands, memory) is gone (internal/fleet).
+	Boot string `json:"boot,omitempty"`
+	// Capacity is what the machine has and runs now, for placement.
+	Capacity Capacity `json:"capacity"`
+}
+
+// Capacity is what a machine has and how much of it its sandboxes take now.
+type Capacity struct {
+	CPUs      int   `json:"cpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	// Sandboxes is how many sandboxes run here now (one-call runs' and long-lived ones).
+	Sandboxes int `json:"sandboxes"`
 }
 
 // Image is the base image of a machine.
@@ -412,6 +435,9 @@ const (
 	EventDied = "died"
 	// EventExpired: the sandbox's expiry (SetExpiry) passed; the control plane ends it.
 	EventExpired = "expired"
+	// EventHostLost: the host holding the sandbox stopped answering, or restarted (a fleet
+	// of hosts, internal/fleet, says so): what ran there is gone, its disk may come back.
+	EventHostLost = "host_lost"
 )
 
 // Event is something that happened to a sandbox by itself.

@@ -1,0 +1,476 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/egress"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Info describes the fleet as one machine: the first up host's default driver and image,
+// every driver some host offers, the capacity of the hosts that are up.
+func (f *Fleet) Info(ctx context.Context) (hostagent.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out hostagent.Info
+	found := false
+	for _, m := range f.members {
+		if m.state != store.HostUp {
+			continue
+		}
+		if !found {
+			out.Default, out.Image, found = m.info.Default, m.info.Image, true
+		}
+		for _, d := range m.info.Offered {
+			if !slices.Contains(out.Offered, d) {
+				out.Offered = append(out.Offered, d)
+			}
+		}
+		out.Capacity.CPUs += m.info.Capacity.CPUs
+		out.Capacity.MemoryMiB += m.info.Capacity.MemoryMiB
+		out.Capacity.Sandboxes += m.info.Capacity.Sandboxes
+	}
+	if !found {
+		return out, errdefs.New(errdefs.ClassUnavailable, "no_host", "no host is up")
+	}
+	slices.Sort(out.Offered)
+	for _, m := range f.members {
+		for d, why := range m.info.Unavailable {
+			if !slices.Contains(out.Offered, d) {
+				if out.Unavailable == nil {
+					out.Unavailable = map[string]string{}
+				}
+				out.Unavailable[d] = why
+			}
+		}
+	}
+	return out, nil
+}
+
+// One-call runs.
+
+func (f *Fleet) Claim(ctx context.Context, req hostagent.RunRequest) error {
+	m, err := f.place(ctx, req.SandboxID, kindRun, req.Runtime)
+	if err != nil {
+		return err
+	}
+	if err := f.check(m, m.Host.Claim(ctx, req)); err != nil {
+		f.unplace(ctx, req.SandboxID)
+		return err
+	}
+	return nil
+}
+
+func (f *Fleet) Unclaim(ctx context.Context, sandboxID string) error {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		if gone(err) {
+			f.letGo(ctx, m, sandboxID)
+			return nil
+		}
+		return err
+	}
+	err = f.check(m, m.Host.Unclaim(ctx, sandboxID))
+	if gone(err) {
+		f.letGo(ctx, m, sandboxID)
+		return nil
+	}
+	f.unplace(ctx, sandboxID)
+	return err
+}
+
+// Run runs req on the host that claimed its sandbox, else on a host chosen now. A run whose
+// host broke off is host_lost: it may have run there, so it is never run elsewhere.
+func (f *Fleet) Run(ctx context.Context, req hostagent.RunRequest) (hostagent.RunResult, error) {
+	m, err := f.hostOf(ctx, req.SandboxID)
+	if errdefs.IsNotFound(err) {
+		m, err = f.place(ctx, req.SandboxID, kindRun, req.Runtime)
+	}
+	if err != nil {
+		return hostagent.RunResult{}, err
+	}
+	f.noteCommand(req.CommandID, req.SandboxID)
+	out, err := m.Host.Run(ctx, req)
+	return out, f.check(m, err)
+}
+
+func (f *Fleet) Release(ctx context.Context, sandboxID string) (hostagent.Ending, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		if gone(err) {
+			f.letGo(ctx, m, sandboxID)
+			return hostagent.Ending{At: time.Now().UTC()}, nil
+		}
+		return hostagent.Ending{}, err
+	}
+	end, err := m.Host.Release(ctx, sandboxID)
+	if err = f.check(m, err); gone(err) {
+		f.letGo(ctx, m, sandboxID)
+		return hostagent.Ending{At: time.Now().UTC()}, nil
+	}
+	f.unplace(ctx, sandboxID)
+	return end, err
+}
+
+// Long-lived sandboxes.
+
+func (f *Fleet) Create(ctx context.Context, req hostagent.CreateRequest) (hostagent.Sandbox, error) {
+	m, err := f.place(ctx, req.ID, store.PlacedSandbox, req.Runtime)
+	if err != nil {
+		return hostagent.Sandbox{}, err
+	}
+	sb, err := m.Host.Create(ctx, req)
+	if err = f.check(m, err); err != nil {
+		f.unplace(ctx, req.ID)
+		return sb, err
+	}
+	if sb.ID != req.ID {
+		// The warm pool's sandbox, with the pool's id.
+		if err := f.placeOn(ctx, m, sb.ID, store.PlacedSandbox); err != nil {
+			m.Host.Destroy(context.WithoutCancel(ctx), sb.ID)
+			f.unplace(ctx, req.ID)
+			return hostagent.Sandbox{}, err
+		}
+		f.unplace(ctx, req.ID)
+	}
+	f.noteCommand(sb.Kernel, sb.ID)
+	return sb, nil
+}
+
+// Resume starts a stopped or paused sandbox again on the host that holds its disk.
+func (f *Fleet) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostagent.Sandbox, error) {
+	m, err := f.hostOf(ctx, req.ID)
+	if err != nil {
+		return hostagent.Sandbox{}, err
+	}
+	sb, err := m.Host.Resume(ctx, req)
+	return sb, f.check(m, err)
+}
+
+func (f *Fleet) Stop(ctx context.Context, id string) (store.Usage, error) {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return store.Usage{}, err
+	}
+	u, err := m.Host.Stop(ctx, id)
+	return u, f.check(m, err)
+}
+
+// Destroy ends a sandbox on its host; one whose host is gone is forgotten here, and
+// destroyed by the host when it answers again.
+func (f *Fleet) Destroy(ctx context.Context, id string) (store.Usage, error) {
+	m, err := f.hostOf(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return store.Usage{}, nil
+	}
+	if err != nil {
+		if gone(err) {
+			f.letGo(ctx, m, id)
+			return store.Usage{}, nil
+		}
+		return store.Usage{}, err
+	}
+	u, err := m.Host.Destroy(ctx, id)
+	if err = f.check(m, err); gone(err) {
+		f.letGo(ctx, m, id)
+		return u, nil
+	}
+	if err == nil {
+		f.unplace(ctx, id)
+	}
+	return u, err
+}
+
+func (f *Fleet) Pause(ctx context.Context, id string) (hostagent.Paused, error) {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return hostagent.Paused{}, err
+	}
+	p, err := m.Host.Pause(ctx, id)
+	return p, f.check(m, err)
+}
+
+// Snapshot saves the sandbox on its host, where the snapshot's files then are.
+func (f *Fleet) Snapshot(ctx context.Context, id, snapshotID string) (hostagent.SnapshotInfo, error) {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return hostagent.SnapshotInfo{}, err
+	}
+	if err := f.placeOn(ctx, m, snapshotID, store.PlacedSnapshot); err != nil {
+		return hostagent.SnapshotInfo{}, err
+	}
+	info, err := m.Host.Snapshot(ctx, id, snapshotID)
+	if err = f.check(m, err); err != nil {
+		f.unplace(ctx, snapshotID)
+	}
+	return info, err
+}
+
+func (f *Fleet) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+	m, err := f.hostOf(ctx, snapshotID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		if gone(err) {
+			f.letGo(ctx, m, snapshotID)
+			return nil
+		}
+		return err
+	}
+	if err := f.check(m, m.Host.DeleteSnapshot(ctx, snapshotID)); err != nil {
+		if gone(err) {
+			f.letGo(ctx, m, snapshotID)
+			return nil
+		}
+		return err
+	}
+	f.unplace(ctx, snapshotID)
+	return nil
+}
+
+// Fork starts the fork on the host of its snapshot (or of its source): the files it starts
+// from are there.
+func (f *Fleet) Fork(ctx context.Context, req hostagent.ForkRequest) (hostagent.Sandbox, error) {
+	from := req.Source
+	if req.SnapshotID != "" {
+		from = req.SnapshotID
+	}
+	m, err := f.hostOf(ctx, from)
+	if err != nil {
+		return hostagent.Sandbox{}, err
+	}
+	if err := f.placeOn(ctx, m, req.ID, store.PlacedSandbox); err != nil {
+		return hostagent.Sandbox{}, err
+	}
+	sb, err := m.Host.Fork(ctx, req)
+	if err = f.check(m, err); err != nil {
+		f.unplace(ctx, req.ID)
+		return sb, err
+	}
+	for _, c := range req.Commands {
+		f.noteCommand(c.ID, req.ID)
+	}
+	return sb, nil
+}
+
+func (f *Fleet) Usage(ctx context.Context, id string) (store.Usage, error) {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return store.Usage{}, err
+	}
+	u, err := m.Host.Usage(ctx, id)
+	return u, f.check(m, err)
+}
+
+func (f *Fleet) SetExpiry(ctx context.Context, id string, at time.Time) error {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	return f.check(m, m.Host.SetExpiry(ctx, id, at))
+}
+
+func (f *Fleet) SetGrant(ctx context.Context, id string, grant *egress.Grant) error {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	return f.check(m, m.Host.SetGrant(ctx, id, grant))
+}
+
+// Commands go to the host of their sandbox.
+
+func (f *Fleet) Exec(ctx context.Context, req hostagent.ExecRequest) error {
+	m, err := f.hostOf(ctx, req.SandboxID)
+	if err != nil {
+		return err
+	}
+	f.noteCommand(req.CommandID, req.SandboxID)
+	return f.check(m, m.Host.Exec(ctx, req))
+}
+
+func (f *Fleet) Wait(ctx context.Context, commandID string) (hostagent.CommandEnd, error) {
+	m, err := f.hostOfCommand(ctx, commandID)
+	if err != nil {
+		return hostagent.CommandEnd{}, err
+	}
+	end, err := m.Host.Wait(ctx, commandID)
+	return end, f.check(m, err)
+}
+
+func (f *Fleet) Signal(ctx context.Context, commandID, signal string) error {
+	m, err := f.hostOfCommand(ctx, commandID)
+	if err != nil {
+		return err
+	}
+	return f.check(m, m.Host.Signal(ctx, commandID, signal))
+}
+
+func (f *Fleet) Resize(ctx context.Context, commandID string, size hostagent.PtySize) error {
+	m, err := f.hostOfCommand(ctx, commandID)
+	if err != nil {
+		return err
+	}
+	return f.check(m, m.Host.Resize(ctx, commandID, size))
+}
+
+func (f *Fleet) WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (hostagent.StdinResult, error) {
+	m, err := f.hostOfCommand(ctx, commandID)
+	if err != nil {
+		return hostagent.StdinResult{}, err
+	}
+	res, err := m.Host.WriteStdin(ctx, commandID, r, close)
+	return res, f.check(m, err)
+}
+
+func (f *Fleet) ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (int64, []byte, error) {
+	m, err := f.hostOfCommand(ctx, commandID)
+	if err != nil {
+		return 0, nil, err
+	}
+	start, data, err := m.Host.ReadOutput(ctx, commandID, stream, off, max)
+	if errors.Is(err, io.EOF) {
+		return start, data, err
+	}
+	return start, data, f.check(m, err)
+}
+
+func (f *Fleet) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	m, err := f.hostOfCommand(ctx, req.CommandID)
+	if err != nil {
+		return hostagent.HeldOutput{}, err
+	}
+	out, err := m.Host.ReadHeld(ctx, req)
+	return out, f.check(m, err)
+}
+
+// Files, ports.
+
+func (f *Fleet) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return hostagent.FileEntry{}, err
+	}
+	e, err := m.Host.WriteFile(ctx, sandboxID, path, r)
+	return e, f.check(m, err)
+}
+
+func (f *Fleet) OpenFile(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, io.ReadCloser, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return hostagent.FileEntry{}, nil, err
+	}
+	e, rc, err := m.Host.OpenFile(ctx, sandboxID, path)
+	return e, rc, f.check(m, err)
+}
+
+func (f *Fleet) StatFile(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return hostagent.FileEntry{}, err
+	}
+	e, err := m.Host.StatFile(ctx, sandboxID, path)
+	return e, f.check(m, err)
+}
+
+func (f *Fleet) ListFiles(ctx context.Context, sandboxID, path string, recursive bool) ([]hostagent.FileEntry, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	es, err := m.Host.ListFiles(ctx, sandboxID, path, recursive)
+	return es, f.check(m, err)
+}
+
+func (f *Fleet) RemoveFile(ctx context.Context, sandboxID, path string, recursive bool) error {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	return f.check(m, m.Host.RemoveFile(ctx, sandboxID, path, recursive))
+}
+
+func (f *Fleet) MakeDir(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return hostagent.FileEntry{}, err
+	}
+	e, err := m.Host.MakeDir(ctx, sandboxID, path)
+	return e, f.check(m, err)
+}
+
+func (f *Fleet) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	m, err := f.hostOf(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := m.Host.DialPort(ctx, sandboxID, port)
+	return c, f.check(m, err)
+}
+
+// The machines.
+
+// Sandboxes lists what every host that answers holds.
+func (f *Fleet) Sandboxes(ctx context.Context) ([]string, error) {
+	var all []string
+	var errs []error
+	for _, m := range f.members {
+		ids, err := m.Host.Sandboxes(ctx)
+		if err != nil {
+			errs = append(errs, f.check(m, err))
+			continue
+		}
+		all = append(all, ids...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all), errors.Join(errs...)
+}
+
+// Reap reaps every host that answers of what keep does not name, and forgets the placements
+// keep does not name: a control plane's Recover, after which the records are the truth. A
+// host that does not answer now is reaped when it does.
+func (f *Fleet) Reap(ctx context.Context, keep []string) ([]string, error) {
+	kept := map[string]bool{}
+	for _, id := range keep {
+		kept[id] = true
+	}
+	f.mu.Lock()
+	var forget []string
+	for id := range f.where {
+		if !kept[id] {
+			forget = append(forget, id)
+		}
+	}
+	f.reaped = true
+	f.mu.Unlock()
+	for _, id := range forget {
+		f.unplace(ctx, id)
+	}
+	var reaped []string
+	for _, m := range f.members {
+		f.mu.Lock()
+		up := m.state == store.HostUp
+		f.mu.Unlock()
+		if !up {
+			continue
+		}
+		ids, err := m.Host.Reap(ctx, keep)
+		if err != nil {
+			f.log.Warn("reaping a host; tried again at its next heartbeat", "host", m.ID, "err", err)
+			continue
+		}
+		f.mu.Lock()
+		m.reconciled = true
+		f.mu.Unlock()
+		reaped = append(reaped, ids...)
+	}
+	return reaped, nil
+}
