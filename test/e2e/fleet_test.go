@@ -77,6 +77,12 @@ func TestFleetTwoHosts(t *testing.T) {
 		}
 		if t.Failed() {
 			t.Logf("log:\n%s", lastLines(log.String(), 80))
+		} else if testing.Verbose() {
+			for line := range strings.Lines(log.String()) {
+				if strings.Contains(line, `"part":"fleet"`) || strings.Contains(line, "host_lost") {
+					t.Log(strings.TrimSpace(line))
+				}
+			}
 		}
 	})
 
