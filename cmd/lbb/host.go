@@ -170,7 +170,8 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 			}
 			members = append(members, fleet.Member{ID: s.Name, URL: s.URL, Host: c})
 		}
-		f, err := fleet.New(ctx, fleet.Options{Members: members, Store: st, Log: log.With("part", "fleet"), LostAfter: cfg.HostLostAfter})
+		f, err := fleet.New(ctx, fleet.Options{Members: members, Store: st, Log: log.With("part", "fleet"),
+			LostAfter: cfg.HostLostAfter, Registerer: reg})
 		if err != nil {
 			return nil, nil, baseImage{}, control.Isolation{}, err
 		}

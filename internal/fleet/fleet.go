@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -51,6 +53,8 @@ type Options struct {
 	// long a host may not answer before it is lost (default 10s).
 	Heartbeat, LostAfter time.Duration
 	Now                  func() time.Time
+	// Registerer receives the metrics per host (lbb_host_*); nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // Host states beyond store.HostUp and store.HostLost: down is a host that failed a call or a
@@ -131,6 +135,11 @@ func New(ctx context.Context, o Options) (*Fleet, error) {
 		}
 		for _, p := range ps {
 			f.where[p.ID] = placement{host: p.Host, kind: p.Kind}
+		}
+	}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(collector{f}); err != nil {
+			return nil, fmt.Errorf("fleet: metrics: %w", err)
 		}
 	}
 	// The first heartbeat is synchronous: Info answers the hosts that are up.

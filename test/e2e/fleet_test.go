@@ -201,6 +201,19 @@ func TestFleetTwoHosts(t *testing.T) {
 			t.Fatalf("command on host b after a died: %v", c)
 		}
 	}
+	// A stopped sandbox resumes on the host that holds its disk.
+	kept := on["b"][0]
+	for _, step := range []string{"stop", "resume"} {
+		if r := s.call("POST", "/v1/sandboxes/"+kept+"/"+step+"?graph=main", "", nil, ""); r.status != 200 {
+			t.Fatalf("%s %s: %d %s", step, kept, r.status, r.body)
+		}
+	}
+	if r := s.call("GET", "/v1/sandboxes/"+kept+"/files/content?graph=main&path=note.txt", "", nil, ""); r.status != 200 || !strings.HasPrefix(string(r.body), "hello from b") {
+		t.Fatalf("read after resume: %d %s", r.status, r.body)
+	}
+	if m := s.metrics(t); !strings.Contains(m, `lbb_host_up{host="a",state="lost"} 0`) || !strings.Contains(m, `lbb_host_up{host="b",state="up"} 1`) {
+		t.Fatalf("metrics per host:\n%s", grepLines(m, "lbb_host_"))
+	}
 	for i := range 3 {
 		_, m := s.run(fmt.Sprintf("after-%d", i), `{"run": {"code": "def run(input, config):\n    return input + 1", "input": 41}, "wait_ms": 60000}`)
 		if m["status"] != "succeeded" || m["result"] != 42.0 {
@@ -236,4 +249,15 @@ func TestFleetTwoHosts(t *testing.T) {
 			t.Fatal("no new sandbox went to host a after it came back")
 		}
 	}
+}
+
+// grepLines answers the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
