@@ -301,17 +301,6 @@ func (f *Fleet) hostOf(ctx context.Context, id string) (*member, error) {
 	return m, nil
 }
 
-// hostOfCommand answers the host running a command.
-func (f *Fleet) hostOfCommand(ctx context.Context, commandID string) (*member, error) {
-	f.mu.Lock()
-	sb, ok := f.cmds[commandID]
-	f.mu.Unlock()
-	if !ok {
-		return nil, errdefs.NotFound("command %s is not running on any host", commandID)
-	}
-	return f.hostOf(ctx, sb)
-}
-
 func (f *Fleet) noteCommand(commandID, sandboxID string) {
 	if commandID == "" {
 		return

@@ -146,21 +146,11 @@ func (f *Fleet) Create(ctx context.Context, req hostagent.CreateRequest) (hostag
 
 // Resume starts a stopped or paused sandbox again on the host that holds its disk.
 func (f *Fleet) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostagent.Sandbox, error) {
-	m, err := f.hostOf(ctx, req.ID)
-	if err != nil {
-		return hostagent.Sandbox{}, err
-	}
-	sb, err := m.Host.Resume(ctx, req)
-	return sb, f.check(m, err)
+	return routed(ctx, f, req.ID, func(h hostagent.Host) (hostagent.Sandbox, error) { return h.Resume(ctx, req) })
 }
 
 func (f *Fleet) Stop(ctx context.Context, id string) (store.Usage, error) {
-	m, err := f.hostOf(ctx, id)
-	if err != nil {
-		return store.Usage{}, err
-	}
-	u, err := m.Host.Stop(ctx, id)
-	return u, f.check(m, err)
+	return routed(ctx, f, id, func(h hostagent.Host) (store.Usage, error) { return h.Stop(ctx, id) })
 }
 
 // Destroy ends a sandbox on its host; one whose host is gone is forgotten here, and
@@ -189,12 +179,7 @@ func (f *Fleet) Destroy(ctx context.Context, id string) (store.Usage, error) {
 }
 
 func (f *Fleet) Pause(ctx context.Context, id string) (hostagent.Paused, error) {
-	m, err := f.hostOf(ctx, id)
-	if err != nil {
-		return hostagent.Paused{}, err
-	}
-	p, err := m.Host.Pause(ctx, id)
-	return p, f.check(m, err)
+	return routed(ctx, f, id, func(h hostagent.Host) (hostagent.Paused, error) { return h.Pause(ctx, id) })
 }
 
 // Snapshot saves the sandbox on its host, where the snapshot's files then are.
@@ -262,28 +247,15 @@ func (f *Fleet) Fork(ctx context.Context, req hostagent.ForkRequest) (hostagent.
 }
 
 func (f *Fleet) Usage(ctx context.Context, id string) (store.Usage, error) {
-	m, err := f.hostOf(ctx, id)
-	if err != nil {
-		return store.Usage{}, err
-	}
-	u, err := m.Host.Usage(ctx, id)
-	return u, f.check(m, err)
+	return routed(ctx, f, id, func(h hostagent.Host) (store.Usage, error) { return h.Usage(ctx, id) })
 }
 
 func (f *Fleet) SetExpiry(ctx context.Context, id string, at time.Time) error {
-	m, err := f.hostOf(ctx, id)
-	if err != nil {
-		return err
-	}
-	return f.check(m, m.Host.SetExpiry(ctx, id, at))
+	return routed0(ctx, f, id, func(h hostagent.Host) error { return h.SetExpiry(ctx, id, at) })
 }
 
 func (f *Fleet) SetGrant(ctx context.Context, id string, grant *egress.Grant) error {
-	m, err := f.hostOf(ctx, id)
-	if err != nil {
-		return err
-	}
-	return f.check(m, m.Host.SetGrant(ctx, id, grant))
+	return routed0(ctx, f, id, func(h hostagent.Host) error { return h.SetGrant(ctx, id, grant) })
 }
 
 // Commands go to the host of their sandbox.
@@ -298,69 +270,50 @@ func (f *Fleet) Exec(ctx context.Context, req hostagent.ExecRequest) error {
 }
 
 func (f *Fleet) Wait(ctx context.Context, commandID string) (hostagent.CommandEnd, error) {
-	m, err := f.hostOfCommand(ctx, commandID)
-	if err != nil {
-		return hostagent.CommandEnd{}, err
-	}
-	end, err := m.Host.Wait(ctx, commandID)
-	return end, f.check(m, err)
+	return commandRouted(ctx, f, commandID, func(h hostagent.Host) (hostagent.CommandEnd, error) { return h.Wait(ctx, commandID) })
 }
 
 func (f *Fleet) Signal(ctx context.Context, commandID, signal string) error {
-	m, err := f.hostOfCommand(ctx, commandID)
-	if err != nil {
-		return err
-	}
-	return f.check(m, m.Host.Signal(ctx, commandID, signal))
+	_, err := commandRouted(ctx, f, commandID, func(h hostagent.Host) (struct{}, error) { return struct{}{}, h.Signal(ctx, commandID, signal) })
+	return err
 }
 
 func (f *Fleet) Resize(ctx context.Context, commandID string, size hostagent.PtySize) error {
-	m, err := f.hostOfCommand(ctx, commandID)
-	if err != nil {
-		return err
-	}
-	return f.check(m, m.Host.Resize(ctx, commandID, size))
+	_, err := commandRouted(ctx, f, commandID, func(h hostagent.Host) (struct{}, error) { return struct{}{}, h.Resize(ctx, commandID, size) })
+	return err
 }
 
 func (f *Fleet) WriteStdin(ctx context.Context, commandID string, r io.Reader, close bool) (hostagent.StdinResult, error) {
-	m, err := f.hostOfCommand(ctx, commandID)
-	if err != nil {
-		return hostagent.StdinResult{}, err
-	}
-	res, err := m.Host.WriteStdin(ctx, commandID, r, close)
-	return res, f.check(m, err)
+	return commandRouted(ctx, f, commandID, func(h hostagent.Host) (hostagent.StdinResult, error) { return h.WriteStdin(ctx, commandID, r, close) })
 }
 
 func (f *Fleet) ReadOutput(ctx context.Context, commandID, stream string, off int64, max int) (int64, []byte, error) {
-	m, err := f.hostOfCommand(ctx, commandID)
-	if err != nil {
-		return 0, nil, err
+	type read struct {
+		start int64
+		data  []byte
 	}
-	start, data, err := m.Host.ReadOutput(ctx, commandID, stream, off, max)
-	if errors.Is(err, io.EOF) {
-		return start, data, err
+	var eof bool
+	r, err := commandRouted(ctx, f, commandID, func(h hostagent.Host) (read, error) {
+		start, data, err := h.ReadOutput(ctx, commandID, stream, off, max)
+		if errors.Is(err, io.EOF) {
+			eof, err = true, nil
+		}
+		return read{start, data}, err
+	})
+	if eof {
+		err = io.EOF
 	}
-	return start, data, f.check(m, err)
+	return r.start, r.data, err
 }
 
 func (f *Fleet) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
-	m, err := f.hostOfCommand(ctx, req.CommandID)
-	if err != nil {
-		return hostagent.HeldOutput{}, err
-	}
-	out, err := m.Host.ReadHeld(ctx, req)
-	return out, f.check(m, err)
+	return commandRouted(ctx, f, req.CommandID, func(h hostagent.Host) (hostagent.HeldOutput, error) { return h.ReadHeld(ctx, req) })
 }
 
 // Files, ports.
 
 func (f *Fleet) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return hostagent.FileEntry{}, err
-	}
-	e, err := m.Host.WriteFile(ctx, sandboxID, path, r)
-	return e, f.check(m, err)
+	return routed(ctx, f, sandboxID, func(h hostagent.Host) (hostagent.FileEntry, error) { return h.WriteFile(ctx, sandboxID, path, r) })
 }
 
 func (f *Fleet) OpenFile(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, io.ReadCloser, error) {
@@ -373,47 +326,25 @@ func (f *Fleet) OpenFile(ctx context.Context, sandboxID, path string) (hostagent
 }
 
 func (f *Fleet) StatFile(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, error) {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return hostagent.FileEntry{}, err
-	}
-	e, err := m.Host.StatFile(ctx, sandboxID, path)
-	return e, f.check(m, err)
+	return routed(ctx, f, sandboxID, func(h hostagent.Host) (hostagent.FileEntry, error) { return h.StatFile(ctx, sandboxID, path) })
 }
 
 func (f *Fleet) ListFiles(ctx context.Context, sandboxID, path string, recursive bool) ([]hostagent.FileEntry, error) {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	es, err := m.Host.ListFiles(ctx, sandboxID, path, recursive)
-	return es, f.check(m, err)
+	return routed(ctx, f, sandboxID, func(h hostagent.Host) ([]hostagent.FileEntry, error) {
+		return h.ListFiles(ctx, sandboxID, path, recursive)
+	})
 }
 
 func (f *Fleet) RemoveFile(ctx context.Context, sandboxID, path string, recursive bool) error {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return err
-	}
-	return f.check(m, m.Host.RemoveFile(ctx, sandboxID, path, recursive))
+	return routed0(ctx, f, sandboxID, func(h hostagent.Host) error { return h.RemoveFile(ctx, sandboxID, path, recursive) })
 }
 
 func (f *Fleet) MakeDir(ctx context.Context, sandboxID, path string) (hostagent.FileEntry, error) {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return hostagent.FileEntry{}, err
-	}
-	e, err := m.Host.MakeDir(ctx, sandboxID, path)
-	return e, f.check(m, err)
+	return routed(ctx, f, sandboxID, func(h hostagent.Host) (hostagent.FileEntry, error) { return h.MakeDir(ctx, sandboxID, path) })
 }
 
 func (f *Fleet) DialPort(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
-	m, err := f.hostOf(ctx, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	c, err := m.Host.DialPort(ctx, sandboxID, port)
-	return c, f.check(m, err)
+	return routed(ctx, f, sandboxID, func(h hostagent.Host) (net.Conn, error) { return h.DialPort(ctx, sandboxID, port) })
 }
 
 // The machines.
@@ -473,4 +404,32 @@ func (f *Fleet) Reap(ctx context.Context, keep []string) ([]string, error) {
 		reaped = append(reaped, ids...)
 	}
 	return reaped, nil
+}
+
+// routed calls the host holding sandbox id.
+func routed[T any](ctx context.Context, f *Fleet, id string, call func(h hostagent.Host) (T, error)) (T, error) {
+	m, err := f.hostOf(ctx, id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := call(m.Host)
+	return v, f.check(m, err)
+}
+
+func routed0(ctx context.Context, f *Fleet, id string, call func(h hostagent.Host) error) error {
+	_, err := routed(ctx, f, id, func(h hostagent.Host) (struct{}, error) { return struct{}{}, call(h) })
+	return err
+}
+
+// commandRouted calls the host running command id (the host of its sandbox).
+func commandRouted[T any](ctx context.Context, f *Fleet, id string, call func(h hostagent.Host) (T, error)) (T, error) {
+	f.mu.Lock()
+	sb, ok := f.cmds[id]
+	f.mu.Unlock()
+	if !ok {
+		var zero T
+		return zero, errdefs.NotFound("command %s is not running on any host", id)
+	}
+	return routed(ctx, f, sb, call)
 }
