@@ -137,7 +137,7 @@ func (f *Fleet) record(ctx context.Context, m *member, state string, beat time.T
 		return
 	}
 	capacity, _ := json.Marshal(info.Capacity)
-	h := store.Host{ID: m.ID, URL: m.URL, State: state, Capacity: string(capacity), LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
+	h := store.Host{ID: m.ID, URL: m.URL, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
 	if err := f.o.Store.PutHost(ctx, h); err != nil {
 		f.log.Warn("recording a host", "host", m.ID, "err", err)
 	}

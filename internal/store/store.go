@@ -502,10 +502,10 @@ type Host struct {
 	URL string `json:"url"`
 	// State is HostUp or HostLost.
 	State string `json:"state"`
-	// Capacity is what the host said it offers, as JSON (hostagent.Capacity).
-	Capacity      string    `json:"capacity,omitempty"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	RegisteredAt  time.Time `json:"registered_at"`
+	// Capacity is what the host said it has and runs, as JSON (hostagent.Capacity).
+	Capacity      json.RawMessage `json:"capacity,omitempty"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	RegisteredAt  time.Time       `json:"registered_at"`
 }
 
 // Host states.

@@ -399,6 +399,34 @@ type GrantRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
+// Host a host agent of a fleet
+type Host struct {
+	// Capacity what the host said at its last heartbeat
+	Capacity struct {
+		Cpus      int64 `json:"cpus,omitempty"`
+		MemoryMib int64 `json:"memory_mib,omitempty"`
+
+		// Sandboxes sandboxes it ran then
+		Sandboxes int64 `json:"sandboxes,omitempty"`
+	} `json:"capacity,omitempty"`
+
+	// ID its name in --host-agent (name=URL), else its address
+	ID            string    `json:"id"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+
+	// RegisteredAt when this control plane first saw it
+	RegisteredAt time.Time `json:"registered_at"`
+
+	// State up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+	State string `json:"state"`
+	URL   string `json:"url"`
+}
+
+// HostList defines model for HostList.
+type HostList struct {
+	Data []Host `json:"data"`
+}
+
 // ImageRecipe what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.
 type ImageRecipe struct {
 	// Apt Debian packages (apt-get install)

@@ -211,6 +211,16 @@ func TestFleetTwoHosts(t *testing.T) {
 	if r := s.call("GET", "/v1/sandboxes/"+kept+"/files/content?graph=main&path=note.txt", "", nil, ""); r.status != 200 || !strings.HasPrefix(string(r.body), "hello from b") {
 		t.Fatalf("read after resume: %d %s", r.status, r.body)
 	}
+	hostStates := func() map[string]any {
+		got := map[string]any{}
+		for _, h := range s.call("GET", "/v1/hosts", "", nil, "").obj(t)["data"].([]any) {
+			got[h.(map[string]any)["id"].(string)] = h.(map[string]any)["state"]
+		}
+		return got
+	}
+	if got := hostStates(); got["a"] != "lost" || got["b"] != "up" {
+		t.Fatalf("GET /v1/hosts while a is dead: %v", got)
+	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_host_up{host="a",state="lost"} 0`) || !strings.Contains(m, `lbb_host_up{host="b",state="up"} 1`) {
 		t.Fatalf("metrics per host:\n%s", grepLines(m, "lbb_host_"))
 	}
@@ -240,6 +250,12 @@ func TestFleetTwoHosts(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	for got := hostStates(); got["a"] != "up"; got = hostStates() {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/hosts once a is back: %v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	for i := 0; ; i++ {
 		if where(hosts, create()) == "a" {

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -18,7 +19,10 @@ func scanHost(sc row) (store.Host, error) {
 	if err := sc.Scan(&h.ID, &h.URL, &h.State, &capacity, &beat, &reg); err != nil {
 		return h, err
 	}
-	h.Capacity, h.LastHeartbeat, h.RegisteredAt = capacity.String, fromMs(beat), fromMs(reg)
+	h.LastHeartbeat, h.RegisteredAt = fromMs(beat), fromMs(reg)
+	if capacity.String != "" {
+		h.Capacity = json.RawMessage(capacity.String)
+	}
 	return h, nil
 }
 
@@ -26,7 +30,7 @@ func (q queries) PutHost(ctx context.Context, h store.Host) error {
 	_, err := q.exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES (`+inList(6)+`)
 		ON CONFLICT (id) DO UPDATE SET url = excluded.url, state = excluded.state,
 		capacity = excluded.capacity, last_heartbeat = excluded.last_heartbeat`,
-		h.ID, h.URL, h.State, h.Capacity, ms(h.LastHeartbeat), ms(h.RegisteredAt))
+		h.ID, h.URL, h.State, nullJSON(h.Capacity), ms(h.LastHeartbeat), ms(h.RegisteredAt))
 	return err
 }
 
@@ -66,4 +70,8 @@ func (q queries) DeletePlacement(ctx context.Context, id string) error {
 func (q queries) ListPlacements(ctx context.Context, host string) ([]store.Placement, error) {
 	return collect(ctx, q, scanPlacement, `SELECT `+placementCols+` FROM placements
 		WHERE ? = '' OR host_id = ? ORDER BY id`, host, host)
+}
+
+func nullJSON(b json.RawMessage) sql.NullString {
+	return sql.NullString{String: string(b), Valid: len(b) > 0}
 }

@@ -885,7 +885,7 @@ func testTemplateLayers(t *testing.T, s store.Store) {
 
 func testHosts(t *testing.T, s store.Store) {
 	t0 := now()
-	h := store.Host{ID: "a", URL: "http://127.0.0.1:1", State: store.HostUp, Capacity: `{"cpus":2}`, LastHeartbeat: t0, RegisteredAt: t0}
+	h := store.Host{ID: "a", URL: "http://127.0.0.1:1", State: store.HostUp, Capacity: json.RawMessage(`{"cpus":2}`), LastHeartbeat: t0, RegisteredAt: t0}
 	must(t, s.PutHost(ctx, h))
 	h.State, h.LastHeartbeat = store.HostLost, t0.Add(time.Second)
 	must(t, s.PutHost(ctx, h))

@@ -415,6 +415,35 @@ export interface components {
             /** @description pass as cursor for the next page; absent on the last */
             next_cursor?: string;
         };
+        HostList: {
+            data: components["schemas"]["Host"][];
+        };
+        /** @description a host agent of a fleet */
+        Host: {
+            /** @description its name in --host-agent (name=URL), else its address */
+            id: string;
+            url: string;
+            /**
+             * @description up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+             * @enum {string}
+             */
+            state: "up" | "lost";
+            /** @description what the host said at its last heartbeat */
+            capacity?: {
+                cpus?: number;
+                /** Format: int64 */
+                memory_mib?: number;
+                /** @description sandboxes it ran then */
+                sandboxes?: number;
+            };
+            /** Format: date-time */
+            last_heartbeat: string;
+            /**
+             * Format: date-time
+             * @description when this control plane first saw it
+             */
+            registered_at: string;
+        };
         ExecRequest: {
             /** @description the program and its arguments; argv[0] is looked up in PATH */
             argv: string[];

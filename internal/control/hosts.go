@@ -1,0 +1,17 @@
+package control
+
+import (
+	"context"
+
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// ListHosts lists the hosts of a fleet (lbb serve --host-agent naming several) as last
+// recorded: state, capacity, last heartbeat. A server with one host agent has none.
+func (s *Service) ListHosts(ctx context.Context) ([]store.Host, error) {
+	hosts, err := s.st.ListHosts(ctx)
+	if hosts == nil {
+		hosts = []store.Host{}
+	}
+	return hosts, err
+}
