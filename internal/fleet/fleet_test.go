@@ -248,6 +248,33 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
+	// b goes silent and comes back in the same life: it is not reaped (its warm pool
+	// stays), only what the control plane let go of meanwhile is destroyed there.
+	reaps := len(b.reaps)
+	b.set(func(h *fakeHost) { h.down = true })
+	deadline = time.Now().Add(5 * time.Second)
+	for e := range events {
+		if e.Kind == hostagent.EventHostLost && e.Sandbox == "s5" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b was not lost")
+		}
+	}
+	if _, err := f.Destroy(ctx, "s5"); err != nil {
+		t.Fatal(err)
+	}
+	b.set(func(h *fakeHost) { h.down = false })
+	for b.holds("s5") {
+		if time.Now().After(deadline) {
+			t.Fatal("s5 was not destroyed when b answered again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !b.holds("s6") || len(b.reaps) != reaps {
+		t.Fatalf("b after a silence: holds s6 %v, reaped %d times (was %d)", b.holds("s6"), len(b.reaps), reaps)
+	}
+
 	// Another fleet on the same store (a restarted control plane) knows where they are.
 	f2, err := New(ctx, Options{Members: []Member{{ID: "a", Host: a}, {ID: "b", Host: b}}, Store: st, Heartbeat: time.Hour})
 	if err != nil {

@@ -85,8 +85,9 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 	m.orphans = nil
 	f.mu.Unlock()
 	if needReap {
-		// A new life of the host agent: everything no placement names goes (its warm
-		// pool starts after this Reap).
+		// A new life of the host agent (or one this fleet never reaped): everything no
+		// placement names goes (its warm pool starts after this Reap). A host that only
+		// went silent keeps its warm pool: just what was let go of meanwhile goes.
 		_, keep := f.placedOn(m.ID)
 		ids, err := m.Host.Reap(ctx, keep)
 		if err != nil {
@@ -120,15 +121,18 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 // lose marks m lost and reports every sandbox placed there to the control plane.
 func (f *Fleet) lose(ctx context.Context, m *member, why string) {
 	f.mu.Lock()
-	m.state, m.reconciled = store.HostLost, false
+	m.state = store.HostLost
 	info, beat := m.info, m.lastBeat
 	f.mu.Unlock()
 	sandboxes, _ := f.placedOn(m.ID)
 	f.log.Error("host lost", "host", m.ID, "why", why, "sandboxes", len(sandboxes), "last_heartbeat", beat)
 	f.record(ctx, m, store.HostLost, beat, info)
-	for _, id := range sandboxes {
-		f.emit(ctx, hostagent.Event{Kind: hostagent.EventHostLost, Sandbox: id, Error: "host " + m.ID + " lost: " + why, At: f.o.Now().UTC()})
-	}
+	// The heartbeats go on while the subscriber takes the events.
+	go func() {
+		for _, id := range sandboxes {
+			f.emit(ctx, hostagent.Event{Kind: hostagent.EventHostLost, Sandbox: id, Error: "host " + m.ID + " lost: " + why, At: f.o.Now().UTC()})
+		}
+	}()
 }
 
 // record writes m's row of the hosts table.
