@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -154,6 +155,12 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
+	for _, s := range specs {
+		// Whoever reads the token runs code on that host: in clear text only on loopback.
+		if u, _ := url.Parse(s.URL); u.Scheme == "http" && !loopback(u.Hostname()) {
+			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and name it https://", "host", s.Name, "url", s.URL)
+		}
+	}
 	var h hostagent.Host
 	if len(specs) == 1 {
 		c, err := remote.NewClient(specs[0].URL, specs[0].Token)
@@ -232,4 +239,13 @@ func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, erro
 		h.once.Do(h.start)
 	}
 	return ids, err
+}
+
+// loopback reports whether host (a name or address) is this machine's loopback.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

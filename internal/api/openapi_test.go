@@ -375,7 +375,7 @@ func TestOpenAPIContract(t *testing.T) {
 	check("listAudit", "/v1/audit", 403, "GET", "/v1/audit", reader, nil, "")
 	hb := time.Now().UTC().Truncate(time.Millisecond)
 	if err := s.st.PutHost(bg, store.Host{ID: "a", URL: "http://10.0.0.1:7702", State: store.HostUp,
-		Capacity: json.RawMessage(`{"cpus":2,"memory_mib":4096,"sandboxes":3}`), LastHeartbeat: hb, RegisteredAt: hb}); err != nil {
+		Capacity: json.RawMessage(`{"cpus":2,"memory_mib":4096,"sandboxes":3,"disk_free_mib":10240}`), LastHeartbeat: hb, RegisteredAt: hb}); err != nil {
 		t.Fatal(err)
 	}
 	check("listHosts", "/v1/hosts", 200, "GET", "/v1/hosts", admin, nil, "")

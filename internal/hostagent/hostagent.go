@@ -162,6 +162,9 @@ type Capacity struct {
 	MemoryMiB int64 `json:"memory_mib"`
 	// Sandboxes is how many sandboxes run here now (one-call runs' and long-lived ones).
 	Sandboxes int `json:"sandboxes"`
+	// DiskFreeMiB is the free space of the data directory's filesystem (sandboxes' disks,
+	// checkpoints, snapshots).
+	DiskFreeMiB int64 `json:"disk_free_mib"`
 }
 
 // Image is the base image of a machine.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
@@ -130,6 +131,10 @@ func (h *Local) Info(context.Context) (Info, error) {
 	h.mu.Lock()
 	info.Capacity.Sandboxes = len(h.runs) + len(h.sandboxes)
 	h.mu.Unlock()
+	var fs syscall.Statfs_t
+	if h.dataDir != "" && syscall.Statfs(h.dataDir, &fs) == nil {
+		info.Capacity.DiskFreeMiB = int64(fs.Bavail) * int64(fs.Bsize) >> 20
+	}
 	return info, nil
 }
 

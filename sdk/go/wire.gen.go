@@ -403,8 +403,11 @@ type GrantRequest struct {
 type Host struct {
 	// Capacity what the host said at its last heartbeat
 	Capacity struct {
-		Cpus      int64 `json:"cpus,omitempty"`
-		MemoryMib int64 `json:"memory_mib,omitempty"`
+		Cpus int64 `json:"cpus,omitempty"`
+
+		// DiskFreeMib free space of its data directory's filesystem
+		DiskFreeMib int64 `json:"disk_free_mib,omitempty"`
+		MemoryMib   int64 `json:"memory_mib,omitempty"`
 
 		// Sandboxes sandboxes it ran then
 		Sandboxes int64 `json:"sandboxes,omitempty"`

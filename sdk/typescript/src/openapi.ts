@@ -435,6 +435,11 @@ export interface components {
                 memory_mib?: number;
                 /** @description sandboxes it ran then */
                 sandboxes?: number;
+                /**
+                 * Format: int64
+                 * @description free space of its data directory's filesystem
+                 */
+                disk_free_mib?: number;
             };
             /** Format: date-time */
             last_heartbeat: string;
