@@ -5,6 +5,7 @@ package e2e
 import (
 	"crypto/rand"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func where(hosts []*fleetHost, id string) string {
 }
 
 // TestFleetTwoHosts: one control plane and two `lbb host` processes, each with its own data
-// directory. Sandboxes land on both hosts and commands and files work on each. Host a is
+// directory. Sandboxes land on both hosts and commands, files and previews work on each. Host a is
 // killed (SIGKILL) while one-call runs and a command run on it: every run is succeeded or
 // lost, none ran twice (a retry of its key answers the same record), a's sandboxes end
 // host_lost while b's go on, and new runs succeed on b. Host a started again on its data
@@ -58,7 +59,7 @@ func TestFleetTwoHosts(t *testing.T) {
 	s := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), stderr: log}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", s.dataDir, "--images-dir", imagesDir,
 		"--host-agent", "a=" + hosts[0].url + ",b=" + hosts[1].url, "--host-agent-token", hosts[0].token + "," + hosts[1].token,
-		"--host-lost-after", "3s"}
+		"--host-lost-after", "3s", "--preview-addr", "127.0.0.1:0"}
 	if postgresStore {
 		args = append(args, "--store", postgresSchema(t))
 	}
@@ -120,6 +121,37 @@ func TestFleetTwoHosts(t *testing.T) {
 	}
 	if len(on["a"]) == 0 || len(on["b"]) == 0 {
 		t.Fatalf("sandboxes did not land on both hosts: %v", on)
+	}
+	// A preview of a port reaches the sandbox on its host.
+	for _, h := range []string{"a", "b"} {
+		id := on[h][0]
+		if r := s.call("PUT", "/v1/sandboxes/"+id+"/files/content?graph=main&path=srv.py", "",
+			map[string]string{"Content-Type": "application/octet-stream"}, previewServer); r.status != 200 && r.status != 201 {
+			t.Fatalf("write srv.py on %s: %d %s", h, r.status, r.body)
+		}
+		s.call("POST", "/v1/sandboxes/"+id+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "srv-" + id},
+			`{"argv": ["python3", "srv.py", "8000"], "wait_ms": 0}`)
+		r := s.call("POST", "/v1/sandboxes/"+id+"/ports/8000/url?graph=main", "", nil, `{"expires_in_seconds": 300}`)
+		if r.status != 200 && r.status != 201 {
+			t.Fatalf("preview URL on %s: %d %s", h, r.status, r.body)
+		}
+		raw := r.obj(t)["url"].(string)
+		pu, _ := url.Parse(raw)
+		hc := previewClient(pu.Port())
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			resp, err := hc.Get(raw)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 && strings.Contains(string(b), "lbb preview") {
+					break
+				}
+				err = fmt.Errorf("%d %s", resp.StatusCode, b)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the preview of a sandbox on %s: %v", h, err)
+			}
+		}
 	}
 
 	// A command runs in a sandbox on a, and one-call runs on both hosts, when a dies.
@@ -234,7 +266,7 @@ func TestFleetTwoHosts(t *testing.T) {
 		t.Fatalf("a new sandbox went to %q, not b", where(hosts, id))
 	}
 	l := s.call("GET", "/v1/commands?graph=main&limit=1000", "", nil, "").obj(t)
-	if got, want := len(l["data"].([]any)), 4+1+n+len(on["b"])+3; got != want {
+	if got, want := len(l["data"].([]any)), 4+2+1+n+len(on["b"])+3; got != want {
 		t.Fatalf("%d command records, want %d", got, want)
 	}
 
