@@ -35,12 +35,12 @@ func where(hosts []*fleetHost, id string) string {
 }
 
 // TestFleetTwoHosts: one control plane and two `lbb host` processes, each with its own data
-// directory. Sandboxes land on both hosts and commands, files and previews work on each. Host a is
-// killed (SIGKILL) while one-call runs and a command run on it: every run is succeeded or
-// lost, none ran twice (a retry of its key answers the same record), a's sandboxes end
-// host_lost while b's go on, and new runs succeed on b. Host a started again on its data
-// directory is reconciled: nothing of what the control plane ended is left on the machine,
-// and new sandboxes land on it again.
+// directory. Sandboxes land on both hosts and commands, files and previews work on each.
+// Host a is killed (SIGKILL) while one-call runs and a command run on it: every run is
+// succeeded or lost, none ran twice (a retry of its key answers the same record), a's
+// sandboxes end host_lost while b's go on (stop and resume too), and new runs succeed on b.
+// Host a started again on its data directory is reconciled: nothing of what the control
+// plane ended is left on the machine, and new sandboxes land on it again.
 func TestFleetTwoHosts(t *testing.T) {
 	requireEnv(t)
 	if remoteHost {
