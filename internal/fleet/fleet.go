@@ -76,6 +76,12 @@ type member struct {
 	orphans []string
 	// registered is when the fleet first saw the host.
 	registered time.Time
+	// lost is closed when the host is lost (a new one is made when it is up again): calls
+	// under way to it answer host_lost then, without waiting for the connection to give up.
+	lost chan struct{}
+	// probing says a heartbeat is under way (a host cut off by the network may not answer
+	// it for as long as the connection takes to give up).
+	probing bool
 }
 
 // placement is where a sandbox or snapshot is held.
@@ -126,7 +132,7 @@ func New(ctx context.Context, o Options) (*Fleet, error) {
 			return nil, fmt.Errorf("fleet: host %s named twice", m.ID)
 		}
 		seen[m.ID] = true
-		f.members = append(f.members, &member{Member: m, state: stateDown, registered: f.o.Now().UTC()})
+		f.members = append(f.members, &member{Member: m, state: stateDown, registered: f.o.Now().UTC(), lost: make(chan struct{})})
 	}
 	if o.Store != nil {
 		ps, err := o.Store.ListPlacements(ctx, "")

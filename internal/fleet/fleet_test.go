@@ -20,8 +20,11 @@ type fakeHost struct {
 	hostagent.Host
 	name string
 
-	mu       sync.Mutex
-	down     bool
+	mu   sync.Mutex
+	down bool
+	// cut, when not nil, makes every call wait for it to close, whatever its context: a
+	// host cut off by the network.
+	cut      chan struct{}
 	boot     string
 	held     map[string]bool
 	commands map[string]string
@@ -39,7 +42,18 @@ func (h *fakeHost) unreachable() error {
 	return nil
 }
 
+// wait blocks while the host is cut off.
+func (h *fakeHost) wait() {
+	h.mu.Lock()
+	cut := h.cut
+	h.mu.Unlock()
+	if cut != nil {
+		<-cut
+	}
+}
+
 func (h *fakeHost) Info(context.Context) (hostagent.Info, error) {
+	h.wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return hostagent.Info{Default: "ns", Offered: []string{"ns"}, Boot: h.boot, Capacity: hostagent.Capacity{CPUs: 2}}, h.unreachable()
@@ -81,6 +95,7 @@ func (h *fakeHost) Exec(_ context.Context, req hostagent.ExecRequest) error {
 }
 
 func (h *fakeHost) Wait(_ context.Context, id string) (hostagent.CommandEnd, error) {
+	h.wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.unreachable(); err != nil {
@@ -286,5 +301,44 @@ func TestFleet(t *testing.T) {
 	}
 	if end, err := f2.Wait(ctx, "again"); err != nil || end.Error != "b" {
 		t.Fatalf("after a restart: %v %v", end, err)
+	}
+}
+
+// TestFleetCutOff: a host that answers nothing at all (cut off by the network, its calls
+// hanging) is lost after LostAfter, and a call under way to it answers host_lost then.
+func TestFleetCutOff(t *testing.T) {
+	ctx := context.Background()
+	a, b := newFake("a"), newFake("b")
+	f, err := New(ctx, Options{Members: []Member{{ID: "a", Host: a}, {ID: "b", Host: b}},
+		Heartbeat: 20 * time.Millisecond, LostAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var onA string
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := f.Create(ctx, hostagent.CreateRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if a.holds(id) {
+			onA = id
+		}
+	}
+	if err := f.Exec(ctx, hostagent.ExecRequest{SandboxID: onA, CommandID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{})
+	defer close(cut)
+	a.set(func(h *fakeHost) { h.cut = cut })
+	t0 := time.Now()
+	_, err = f.Wait(ctx, "c")
+	if errdefs.CodeOf(err) != hostagent.CodeHostLost {
+		t.Fatalf("wait on a host cut off: %v", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("wait answered after %s", d)
+	}
+	if _, err := f.Create(ctx, hostagent.CreateRequest{ID: "s3"}); err != nil || !b.holds("s3") {
+		t.Fatalf("a new sandbox with a cut off: %v", err)
 	}
 }

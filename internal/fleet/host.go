@@ -97,8 +97,7 @@ func (f *Fleet) Run(ctx context.Context, req hostagent.RunRequest) (hostagent.Ru
 		return hostagent.RunResult{}, err
 	}
 	f.noteCommand(req.CommandID, req.SandboxID)
-	out, err := m.Host.Run(ctx, req)
-	return out, f.check(m, err)
+	return whileUp(f, m, func() (hostagent.RunResult, error) { return m.Host.Run(ctx, req) })
 }
 
 func (f *Fleet) Release(ctx context.Context, sandboxID string) (hostagent.Ending, error) {
@@ -413,8 +412,32 @@ func routed[T any](ctx context.Context, f *Fleet, id string, call func(h hostage
 		var zero T
 		return zero, err
 	}
-	v, err := call(m.Host)
-	return v, f.check(m, err)
+	return whileUp(f, m, func() (T, error) { return call(m.Host) })
+}
+
+// whileUp makes call to m and answers what it answers, or host_lost as soon as m is lost,
+// whichever comes first: a host cut off by the network answers nothing until the connection
+// gives up (its pings), and what was under way there is lost all the same.
+func whileUp[T any](f *Fleet, m *member, call func() (T, error)) (T, error) {
+	f.mu.Lock()
+	lost := m.lost
+	f.mu.Unlock()
+	type answer struct {
+		v   T
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		v, err := call()
+		ch <- answer{v, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.v, f.check(m, a.err)
+	case <-lost:
+		var zero T
+		return zero, errdefs.New(errdefs.ClassUnavailable, hostagent.CodeHostLost, "host %s was lost while the call was under way", m.ID)
+	}
 }
 
 func routed0(ctx context.Context, f *Fleet, id string, call func(h hostagent.Host) error) error {

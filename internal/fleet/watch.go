@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -32,9 +33,7 @@ func (f *Fleet) beat(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ictx, cancel := context.WithTimeout(ctx, max(f.o.Heartbeat, time.Second))
-			info, err := m.Host.Info(ictx)
-			cancel()
+			info, err := f.probe(ctx, m)
 			if ctx.Err() != nil {
 				return
 			}
@@ -46,6 +45,40 @@ func (f *Fleet) beat(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// probe asks m for its Info, answering within a heartbeat's time whatever the host does (a
+// host cut off by the network answers nothing until the connection gives up); while an
+// earlier probe is still under way it answers that the host did not answer.
+func (f *Fleet) probe(ctx context.Context, m *member) (hostagent.Info, error) {
+	timeout := max(f.o.Heartbeat, time.Second)
+	f.mu.Lock()
+	if m.probing {
+		f.mu.Unlock()
+		return hostagent.Info{}, errdefs.New(errdefs.ClassUnavailable, hostagent.CodeUnreachable, "host %s: an earlier heartbeat is still unanswered", m.ID)
+	}
+	m.probing = true
+	f.mu.Unlock()
+	type answer struct {
+		info hostagent.Info
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		ictx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		info, err := m.Host.Info(ictx)
+		f.mu.Lock()
+		m.probing = false
+		f.mu.Unlock()
+		ch <- answer{info, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.info, a.err
+	case <-time.After(timeout):
+		return hostagent.Info{}, errdefs.New(errdefs.ClassUnavailable, hostagent.CodeUnreachable, "host %s: no answer to a heartbeat in %s", m.ID, timeout)
+	}
 }
 
 // missed is a heartbeat the host did not answer: out of placement at once, lost after
@@ -110,6 +143,9 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 	if m.state != store.HostUp {
 		f.log.Info("host up", "host", m.ID, "url", m.URL, "offered", info.Offered, "cpus", info.Capacity.CPUs)
 	}
+	if m.state == store.HostLost {
+		m.lost = make(chan struct{})
+	}
 	m.state, m.info, m.lastBeat, m.boot = store.HostUp, info, now, info.Boot
 	if reaped {
 		m.reconciled = true
@@ -121,6 +157,9 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 // lose marks m lost and reports every sandbox placed there to the control plane.
 func (f *Fleet) lose(ctx context.Context, m *member, why string) {
 	f.mu.Lock()
+	if m.state != store.HostLost {
+		close(m.lost)
+	}
 	m.state = store.HostLost
 	info, beat := m.info, m.lastBeat
 	f.mu.Unlock()
