@@ -125,6 +125,9 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 		ids, err := m.Host.Reap(ctx, keep)
 		if err != nil {
 			f.log.Warn("reconciling a host", "host", m.ID, "err", err)
+			f.mu.Lock()
+			m.orphans = append(m.orphans, orphans...)
+			f.mu.Unlock()
 			return // tried again at the next beat
 		}
 		if len(ids) > 0 {
