@@ -39,8 +39,10 @@ func where(hosts []*fleetHost, id string) string {
 // Host a is killed (SIGKILL) while one-call runs and a command run on it: every run is
 // succeeded or lost, none ran twice (a retry of its key answers the same record), a's
 // sandboxes end host_lost while b's go on (stop and resume too), and new runs succeed on b.
-// Host a started again on its data directory is reconciled: nothing of what the control
-// plane ended is left on the machine, and new sandboxes land on it again.
+// A sandbox stopped on a keeps its record and cannot resume while a is lost. Host a started
+// again on its data directory is reconciled: nothing of what the control plane ended is left
+// on the machine, the stopped sandbox resumes there with its files, and new sandboxes land on
+// it again.
 func TestFleetTwoHosts(t *testing.T) {
 	requireEnv(t)
 	if remoteHost {
@@ -154,6 +156,23 @@ func TestFleetTwoHosts(t *testing.T) {
 		}
 	}
 
+	// A sandbox on a is stopped: its disk stays there.
+	parked := ""
+	for i := 0; parked == ""; i++ {
+		if id := create(); where(hosts, id) == "a" {
+			parked = id
+		} else if i == 6 {
+			t.Fatal("no sandbox lands on a")
+		}
+	}
+	if r := s.call("PUT", "/v1/sandboxes/"+parked+"/files/content?graph=main&path=kept.txt", "",
+		map[string]string{"Content-Type": "application/octet-stream"}, "kept on a"); r.status != 200 && r.status != 201 {
+		t.Fatalf("write on a: %d %s", r.status, r.body)
+	}
+	if r := s.call("POST", "/v1/sandboxes/"+parked+"/stop?graph=main", "", nil, ""); r.status != 200 {
+		t.Fatalf("stop on a: %d %s", r.status, r.body)
+	}
+
 	// A command runs in a sandbox on a, and one-call runs on both hosts, when a dies.
 	lostCmd := s.call("POST", "/v1/sandboxes/"+on["a"][0]+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "sleeper"},
 		`{"argv": ["sleep", "60"], "wait_ms": 0}`).obj(t)["id"].(string)
@@ -253,6 +272,13 @@ func TestFleetTwoHosts(t *testing.T) {
 	if got := hostStates(); got["a"] != "lost" || got["b"] != "up" {
 		t.Fatalf("GET /v1/hosts while a is dead: %v", got)
 	}
+	// The stopped sandbox on a keeps its record, and cannot resume while a is lost.
+	if sb := s.call("GET", "/v1/sandboxes/"+parked+"?graph=main", "", nil, "").obj(t); sb["status"] != "stopped" {
+		t.Fatalf("the stopped sandbox on a, a lost: %v", sb)
+	}
+	if r := s.call("POST", "/v1/sandboxes/"+parked+"/resume?graph=main", "", nil, ""); r.status != 503 {
+		t.Fatalf("resume on a lost host: %d %s", r.status, r.body)
+	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_host_up{host="a",state="lost"} 0`) || !strings.Contains(m, `lbb_host_up{host="b",state="up"} 1`) {
 		t.Fatalf("metrics per host:\n%s", grepLines(m, "lbb_host_"))
 	}
@@ -288,6 +314,13 @@ func TestFleetTwoHosts(t *testing.T) {
 			t.Fatalf("GET /v1/hosts once a is back: %v", got)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// The stopped sandbox resumes on a with its workspace.
+	if r := s.call("POST", "/v1/sandboxes/"+parked+"/resume?graph=main", "", nil, ""); r.status != 200 {
+		t.Fatalf("resume once a is back: %d %s", r.status, r.body)
+	}
+	if r := s.call("GET", "/v1/sandboxes/"+parked+"/files/content?graph=main&path=kept.txt", "", nil, ""); r.status != 200 || string(r.body) != "kept on a" {
+		t.Fatalf("read after resume on a: %d %s", r.status, r.body)
 	}
 	for i := 0; ; i++ {
 		if where(hosts, create()) == "a" {
