@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -14,4 +15,12 @@ func (s *Service) ListHosts(ctx context.Context) ([]store.Host, error) {
 		hosts = []store.Host{}
 	}
 	return hosts, err
+}
+
+// hostOf is the host of a fleet that holds sandbox id, for its record; "" with one host agent.
+func (s *Service) hostOf(id string) string {
+	if l, ok := s.host.(hostagent.Locator); ok {
+		return l.HostOf(id)
+	}
+	return ""
 }

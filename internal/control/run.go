@@ -193,6 +193,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 			s.log.Warn("claiming a run's sandbox ahead", "sandbox", p.sandbox.ID, "err", err)
 		} else {
 			p.claimed = true
+			p.sandbox.Host = s.hostOf(p.sandbox.ID)
 		}
 	}
 	endReserve := timing.Start(ctx, "reserve")
@@ -385,6 +386,9 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	// The run's end is recorded and answered while the host destroys the sandbox: the
 	// sandbox's life (and its usage) ends with the run, since nothing runs in it after.
 	cmd, sb := p.command, p.sandbox
+	if h := s.hostOf(sb.ID); h != "" {
+		sb.Host = h // a run claimed nothing ahead: placed when it ran
+	}
 	applyOutcome(&cmd, &sb, out)
 	endSandbox(&sb, out)
 	// The records must be written even when the server is stopping.

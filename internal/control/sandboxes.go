@@ -248,7 +248,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			s.log.Warn("sandbox failed to start", "graph", sb.Graph, "sandbox", sb.ID, "err", err)
 			return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not start: %w", sb.ID, err))
 		}
-		sb.ID = started.ID
+		sb.ID, sb.Host = started.ID, s.hostOf(started.ID)
 		if sb.API != nil {
 			if err := s.grant(ctx, c.Key.ID, &sb, 0); err != nil {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

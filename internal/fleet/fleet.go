@@ -275,6 +275,16 @@ func (f *Fleet) unplace(ctx context.Context, id string) {
 	}
 }
 
+// HostOf answers the id of the host holding sandbox id ("" when none does): what its record
+// says (hostagent.Locator).
+func (f *Fleet) HostOf(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.where[id].host
+}
+
+var _ hostagent.Locator = (*Fleet)(nil)
+
 // hostOf answers the host holding id. A lost host's sandbox is errdefs Unavailable
 // (host_lost), with the host; an id placed nowhere is NotFound.
 func (f *Fleet) hostOf(ctx context.Context, id string) (*member, error) {

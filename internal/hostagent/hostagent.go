@@ -140,6 +140,12 @@ const (
 	CodeHostLost = "host_lost"
 )
 
+// Locator is an optional ability of a Host made of several machines (internal/fleet): which
+// of them holds a sandbox, for its record ("" when none does).
+type Locator interface {
+	HostOf(sandboxID string) string
+}
+
 // Info describes a machine.
 type Info struct {
 	// Default is the driver a sandbox gets when it names none.

@@ -451,7 +451,10 @@ type Sandbox struct {
 	Image    string       `json:"image,omitempty"`
 	Template *TemplateRef `json:"template,omitempty"`
 	// Layer is the template layer (its key) the sandbox runs on over Image, if any.
-	Layer     string            `json:"layer,omitempty"`
+	Layer string `json:"layer,omitempty"`
+	// Host is the host of a fleet the sandbox was placed on (internal/fleet); "" with one
+	// host agent.
+	Host      string            `json:"host,omitempty"`
 	Limits    Limits            `json:"limits"`
 	Isolation string            `json:"isolation,omitempty"` // the driver it runs on ("ns", "gvisor"), resolved; "" only on old records
 	EnvNames  []string          `json:"env_names,omitempty"`

@@ -717,8 +717,11 @@ type Sandbox struct {
 	// Git Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error.
 	Git   *GitClone `json:"git,omitempty"`
 	Graph string    `json:"graph"`
-	ID    string    `json:"id"`
-	Image string    `json:"image,omitempty"`
+
+	// Host the host it was placed on, when the server runs sandboxes on several host agents (GET /v1/hosts); absent with one
+	Host  string `json:"host,omitempty"`
+	ID    string `json:"id"`
+	Image string `json:"image,omitempty"`
 
 	// Isolation the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default
 	Isolation string `json:"isolation,omitempty"`

@@ -107,6 +107,9 @@ func TestFleetTwoHosts(t *testing.T) {
 			t.Fatalf("sandbox %s is on neither host's disk", id)
 		}
 		on[h] = append(on[h], id)
+		if sb := s.call("GET", "/v1/sandboxes/"+id+"?graph=main", "", nil, "").obj(t); sb["host"] != h {
+			t.Fatalf("sandbox %s on %s says host %v", id, h, sb["host"])
+		}
 		content := fmt.Sprintf("hello from %s %d", h, i)
 		if r := s.call("PUT", "/v1/sandboxes/"+id+"/files/content?graph=main&path=note.txt", "",
 			map[string]string{"Content-Type": "application/octet-stream"}, content); r.status != 200 && r.status != 201 {
@@ -217,7 +220,7 @@ func TestFleetTwoHosts(t *testing.T) {
 		}
 		if st == "lost" {
 			sb := s.call("GET", "/v1/sandboxes/"+m["sandbox"].(string)+"?graph=main", "", nil, "").obj(t)
-			if sb["end_reason"] != "host_lost" {
+			if sb["end_reason"] != "host_lost" || sb["host"] != "a" {
 				t.Fatalf("the sandbox of lost run %d: %v", i, sb)
 			}
 		}

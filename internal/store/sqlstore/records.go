@@ -131,7 +131,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
-	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer`
+	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer, host`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -144,7 +144,7 @@ func sandboxArgs(s store.Sandbox) []any {
 		msPtr(s.StartedAt), msPtr(s.EndedAt), msPtr(s.ExpiresAt), nullStr(s.EndReason), nullStr(s.Error),
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
-		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer)}
+		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer), nullStr(s.Host)}
 }
 
 // jsonOpt is the JSON of an optional field, NULL when it is absent.
@@ -178,15 +178,15 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, host sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
-		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer)
+		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer, &host)
 	if err != nil {
 		return s, err
 	}
-	s.Layer = layer.String
+	s.Layer, s.Host = layer.String, host.String
 	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
 		optFrom(git, &s.Git)); err != nil {
 		return s, err
@@ -230,7 +230,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 	res, err := q.exec(ctx, `UPDATE sandboxes SET status = ?, one_call = ?, base = ?, image = ?, template_id = ?,
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
-		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?
+		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?, host = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }

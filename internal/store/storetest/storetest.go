@@ -148,7 +148,7 @@ func testKeys(t *testing.T, s store.Store) {
 func newSandbox(graph string) store.Sandbox {
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: graph, Status: store.SandboxStarting, OneCall: true,
 		Base: "lbb/python", Limits: store.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
-		EnvNames: []string{"TOKEN"}, Origin: store.Origin{Key: "key_1", Workflow: "wf"}, CreatedAt: now()}
+		EnvNames: []string{"TOKEN"}, Origin: store.Origin{Key: "key_1", Workflow: "wf"}, CreatedAt: now(), Host: "a"}
 }
 
 func testSandboxes(t *testing.T, s store.Store) {

@@ -160,6 +160,8 @@ export interface components {
             limits: components["schemas"]["Limits"];
             /** @description the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default */
             isolation?: string;
+            /** @description the host it was placed on, when the server runs sandboxes on several host agents (GET /v1/hosts); absent with one */
+            host?: string;
             env_names?: string[];
             metadata?: {
                 [key: string]: string;

@@ -17,3 +17,5 @@ CREATE TABLE placements (
 	placed_at BIGINT NOT NULL
 );
 CREATE INDEX placements_host ON placements (host_id);
+-- The host a sandbox was placed on (a fleet's host id; NULL with one host agent).
+ALTER TABLE sandboxes ADD COLUMN host TEXT;
