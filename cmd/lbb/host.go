@@ -7,9 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,9 +23,11 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/fleet"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
 	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/store"
 )
 
 func init() {
@@ -142,24 +146,66 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 }
 
 // openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
-// is then that one's), else its own (openHost).
-func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+// is then that one's), a fleet of them when it names several, else its own (openHost).
+func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store, st store.Store) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
 	if cfg.HostAgent == "" {
 		return openHost(ctx, cfg, log, reg, bs)
 	}
-	c, err := remote.NewClient(cfg.HostAgent, cfg.HostAgentToken)
+	specs, err := cfg.HostAgents()
 	if err != nil {
 		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	info, err := c.Info(ictx)
+	for _, s := range specs {
+		// Whoever reads the token runs code on that host: in clear text only on loopback.
+		if u, _ := url.Parse(s.URL); u.Scheme == "http" && !loopback(u.Hostname()) {
+			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and name it https://", "host", s.Name, "url", s.URL)
+		}
+	}
+	var h hostagent.Host
+	if len(specs) == 1 {
+		c, err := remote.NewClient(specs[0].URL, specs[0].Token)
+		if err != nil {
+			return nil, nil, baseImage{}, control.Isolation{}, err
+		}
+		h = c
+	} else {
+		var members []fleet.Member
+		for _, s := range specs {
+			c, err := remote.NewClient(s.URL, s.Token)
+			if err != nil {
+				return nil, nil, baseImage{}, control.Isolation{}, err
+			}
+			members = append(members, fleet.Member{ID: s.Name, URL: s.URL, Host: c})
+		}
+		f, err := fleet.New(ctx, fleet.Options{Members: members, Store: st, Log: log.With("part", "fleet"),
+			LostAfter: cfg.HostLostAfter, Registerer: reg})
+		if err != nil {
+			return nil, nil, baseImage{}, control.Isolation{}, err
+		}
+		h = f
+	}
+	// The control plane starts once a host answers (a fleet's first heartbeat has asked
+	// every host already; one that answers later joins then).
+	var info hostagent.Info
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		info, err = h.Info(ictx)
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	if err != nil {
+		if c, ok := h.(io.Closer); ok {
+			c.Close()
+		}
 		return nil, nil, baseImage{}, control.Isolation{}, fmt.Errorf("host agent %s: %w", cfg.HostAgent, err)
 	}
-	log.Info("host agent", "url", cfg.HostAgent, "default", info.Default, "offered", info.Offered, "image", info.Image.ID)
+	log.Info("host agent", "url", cfg.HostAgent, "hosts", len(specs), "default", info.Default, "offered", info.Offered, "image", info.Image.ID)
 	iso := control.Isolation{Default: info.Default, Available: info.Offered, Unavailable: info.Unavailable}
-	return c, nil, baseImage{Image: info.Image}, iso, nil
+	return h, nil, baseImage{Image: info.Image}, iso, nil
 }
 
 // newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
@@ -193,4 +239,13 @@ func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, erro
 		h.once.Do(h.start)
 	}
 	return ids, err
+}
+
+// loopback reports whether host (a name or address) is this machine's loopback.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

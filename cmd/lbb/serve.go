@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -123,9 +124,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		cfg.APIURL = "http://" + reachable(ln.Addr())
 	}
 	reg := newRegistry()
-	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs)
+	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs, st)
 	if err != nil {
 		return err
+	}
+	if c, ok := hst.(io.Closer); ok {
+		defer c.Close() // a fleet stops watching its hosts
 	}
 	svc := control.New(control.Options{
 		Store: st, Host: hst, Blobs: bs, Image: control.Image(image.Image), Isolation: iso,

@@ -55,6 +55,7 @@ func (s *Server) routes() {
 	s.handle("GET", "/v1/keys", admin, !graph, !audited, s.listKeys)
 	s.handle("DELETE", "/v1/keys/{id}", admin, !graph, audited, s.revokeKey)
 	s.handle("GET", "/v1/audit", admin, !graph, !audited, s.listAudit)
+	s.handle("GET", "/v1/hosts", admin, !graph, !audited, s.listHosts)
 
 	// Long-lived sandboxes, their commands and files, and Files of the graph (level3.go).
 	s.handle("POST", "/v1/sandboxes/{id}/stop", write, graph, audited, s.stopSandbox)
@@ -457,4 +458,9 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) erro
 	return writeList(w, r, func(p store.Page) ([]store.AuditEntry, string, error) {
 		return s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
 	})
+}
+
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request, c *call) error {
+	hosts, err := s.svc.ListHosts(r.Context())
+	return answer(w, http.StatusOK, map[string]any{"data": hosts}, err)
 }

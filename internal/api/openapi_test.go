@@ -373,6 +373,14 @@ func TestOpenAPIContract(t *testing.T) {
 	check("listAudit", "/v1/audit", 400, "GET", "/v1/audit?limit=z", admin, nil, "")
 	check("listAudit", "/v1/audit", 401, "GET", "/v1/audit", "", nil, "")
 	check("listAudit", "/v1/audit", 403, "GET", "/v1/audit", reader, nil, "")
+	hb := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.st.PutHost(bg, store.Host{ID: "a", URL: "http://10.0.0.1:7702", State: store.HostUp,
+		Capacity: json.RawMessage(`{"cpus":2,"memory_mib":4096,"sandboxes":3,"disk_free_mib":10240}`), LastHeartbeat: hb, RegisteredAt: hb}); err != nil {
+		t.Fatal(err)
+	}
+	check("listHosts", "/v1/hosts", 200, "GET", "/v1/hosts", admin, nil, "")
+	check("listHosts", "/v1/hosts", 401, "GET", "/v1/hosts", "", nil, "")
+	check("listHosts", "/v1/hosts", 403, "GET", "/v1/hosts", reader, nil, "")
 
 	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
 	snapshotContract(t, s, check, admin, reader, other, sbxID, stopped)

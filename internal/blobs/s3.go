@@ -37,6 +37,19 @@ type S3 struct {
 
 var _ Store = (*S3)(nil)
 
+// Shared is a store other machines reach too: Location names it (its endpoint, bucket and
+// prefix; never its credentials), so that two machines can tell that they share it.
+type Shared interface {
+	Location() string
+}
+
+var _ Shared = (*S3)(nil)
+
+// Location is the bucket's endpoint, name and prefix.
+func (s *S3) Location() string {
+	return s.c.EndpointURL().String() + "/" + s.bucket + "/" + s.prefix
+}
+
 // S3Options are what NewS3 needs beyond the bucket's URL.
 type S3Options struct {
 	// StageDir is the local directory staged bytes wait in.

@@ -152,6 +152,9 @@ type Config struct {
 	// sandboxes instead of one in the server's own process; HostAgentToken is its token.
 	HostAgent      string
 	HostAgentToken string
+	// HostLostAfter is how long a host of several (HostAgent names more than one: a fleet)
+	// may not answer its heartbeats before it is lost (internal/fleet).
+	HostLostAfter time.Duration
 
 	// EgressQuota is a sandbox's egress quota (bytes, both ways) when a call names none;
 	// EgressMaxQuota the most a call may name.
@@ -213,6 +216,7 @@ func Default() Config {
 		OutputRetention:  7 * 24 * time.Hour,
 		JanitorInterval:  time.Minute,
 		ShutdownGrace:    30 * time.Second,
+		HostLostAfter:    10 * time.Second,
 		TerminalGrace:    2 * time.Minute,
 		LogLevel:         "info",
 		Pool:             true,
@@ -285,8 +289,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
 	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
-	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://)")
-	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent")
+	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://); several, comma-separated, each optionally named (name=URL), make a fleet that places sandboxes across them")
+	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent: one for all, or one per host, comma-separated in the same order")
+	fs.DurationVar(&c.HostLostAfter, "host-lost-after", c.HostLostAfter, "with several --host-agent: how long a host may miss its heartbeats (one a second) before it is lost and its running sandboxes end host_lost")
 	fs.Int64Var(&c.EgressQuota, "egress-quota", c.EgressQuota, "egress quota of a sandbox (bytes both ways) when a call names none")
 	fs.Int64Var(&c.EgressMaxQuota, "egress-max-quota", c.EgressMaxQuota, "largest egress quota a call may name")
 	fs.Func("egress-permit", "a network (CIDR) sandboxes' egress may reach although it is not public; repeat or separate with commas (LBB_EGRESS_PERMIT)", func(v string) error {
@@ -384,11 +389,12 @@ func (c *Config) Validate() error {
 		bad("--pool-min %d, --pool-max %d, --pool-refill %d: want 0 ≤ min ≤ max, max ≥ 1, refill ≥ 1", c.PoolMin, c.PoolMax, c.PoolRefill)
 	}
 	if c.HostAgent != "" {
-		if u, err := url.Parse(c.HostAgent); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--host-agent %q: want http://host:port or https://host:port", c.HostAgent)
+		hosts, err := c.HostAgents()
+		if err != nil {
+			bad("%v", err)
 		}
-		if c.HostAgentToken == "" {
-			bad("--host-agent needs --host-agent-token")
+		if len(hosts) > 1 && c.HostLostAfter < 2*time.Second {
+			bad("--host-lost-after %s: want at least 2s (a heartbeat is one a second)", c.HostLostAfter)
 		}
 	}
 	if c.EgressQuota < 0 || c.EgressMaxQuota < c.EgressQuota {
@@ -477,4 +483,52 @@ func (c *Config) Validate() error {
 		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+// HostAgentSpec is one host agent of --host-agent: its name (its address unless named), URL
+// and token.
+type HostAgentSpec struct {
+	Name, URL, Token string
+}
+
+// HostAgents parses --host-agent and --host-agent-token: URLs, each optionally named
+// (name=URL), comma-separated, and one token for all or one each.
+func (c Config) HostAgents() ([]HostAgentSpec, error) {
+	var out []HostAgentSpec
+	tokens := strings.Split(c.HostAgentToken, ",")
+	seen := map[string]bool{}
+	for _, item := range strings.Split(c.HostAgent, ",") {
+		item = strings.TrimSpace(item)
+		name, raw, named := strings.Cut(item, "=")
+		if !named || strings.Contains(name, "/") {
+			name, raw = "", item
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--host-agent %q: want http://host:port or https://host:port (or name=URL)", item)
+		}
+		if name == "" {
+			name = u.Host
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--host-agent: host %s named twice", name)
+		}
+		seen[name] = true
+		out = append(out, HostAgentSpec{Name: name, URL: raw})
+	}
+	switch {
+	case c.HostAgentToken == "":
+		return nil, errors.New("--host-agent needs --host-agent-token")
+	case len(tokens) == 1:
+		for i := range out {
+			out[i].Token = tokens[0]
+		}
+	case len(tokens) == len(out):
+		for i := range out {
+			out[i].Token = strings.TrimSpace(tokens[i])
+		}
+	default:
+		return nil, fmt.Errorf("--host-agent-token: %d tokens for %d hosts; want one, or one per host", len(tokens), len(out))
+	}
+	return out, nil
 }

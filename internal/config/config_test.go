@@ -4,6 +4,8 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,5 +102,35 @@ func TestLoad(t *testing.T) {
 				tc.check(t, c)
 			}
 		})
+	}
+}
+
+func TestHostAgents(t *testing.T) {
+	for _, tc := range []struct {
+		hosts, tokens string
+		want          []HostAgentSpec
+		err           string
+	}{
+		{hosts: "http://127.0.0.1:7702", tokens: "t", want: []HostAgentSpec{{"127.0.0.1:7702", "http://127.0.0.1:7702", "t"}}},
+		{hosts: "a=http://10.0.0.1:7702, b=https://h:7702", tokens: "t", want: []HostAgentSpec{
+			{"a", "http://10.0.0.1:7702", "t"}, {"b", "https://h:7702", "t"}}},
+		{hosts: "a=http://10.0.0.1:7702,b=https://h:7702", tokens: "ta,tb", want: []HostAgentSpec{
+			{"a", "http://10.0.0.1:7702", "ta"}, {"b", "https://h:7702", "tb"}}},
+		{hosts: "a=http://x:1,b=http://y:1,c=http://z:1", tokens: "ta,tb", err: "2 tokens for 3 hosts"},
+		{hosts: "a=http://x:1,a=http://y:1", tokens: "t", err: "named twice"},
+		{hosts: "http://x:1,http://x:1", tokens: "t", err: "named twice"},
+		{hosts: "a=ftp://x", tokens: "t", err: "want http"},
+		{hosts: "http://x:1", tokens: "", err: "needs --host-agent-token"},
+	} {
+		got, err := Config{HostAgent: tc.hosts, HostAgentToken: tc.tokens}.HostAgents()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q %q: %v, want an error with %q", tc.hosts, tc.tokens, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%q %q: %v %v, want %v", tc.hosts, tc.tokens, got, err, tc.want)
+		}
 	}
 }

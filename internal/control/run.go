@@ -198,6 +198,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req CreateRequest, idemKey,
 			s.log.Warn("claiming a run's sandbox ahead", "sandbox", p.sandbox.ID, "err", err)
 		} else {
 			p.claimed = true
+			p.sandbox.Host = s.hostOf(p.sandbox.ID)
 		}
 	}
 	endReserve := timing.Start(ctx, "reserve")
@@ -371,7 +372,12 @@ func (s *Service) execute(p *plan, inf *inflight) {
 		out.Status, out.OK, out.EndReason = store.CommandBudgetExceeded, false, store.EndBudgetExceeded
 		out.Error, out.Infrastructure = "stopped: the run's budget ran out while it ran", ""
 	}
-	if err != nil {
+	if err != nil && errdefs.CodeOf(err) == hostagent.CodeHostLost {
+		// Its host (of a fleet) broke off or is lost: the code may have run there, so the run
+		// is lost, and its key answers that, never running it again.
+		out = hostagent.RunResult{EndReason: store.EndHostLost,
+			CommandEnd: hostagent.CommandEnd{Status: store.CommandLost, Error: "the host running this command was lost; it was not run again: " + err.Error(), Infrastructure: err.Error()}}
+	} else if err != nil {
 		// The host agent could not say how the run ended (one in another process is gone).
 		out = hostagent.RunResult{EndReason: store.EndFailed,
 			CommandEnd: hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error()}}
@@ -385,6 +391,9 @@ func (s *Service) execute(p *plan, inf *inflight) {
 	// The run's end is recorded and answered while the host destroys the sandbox: the
 	// sandbox's life (and its usage) ends with the run, since nothing runs in it after.
 	cmd, sb := p.command, p.sandbox
+	if h := s.hostOf(sb.ID); h != "" {
+		sb.Host = h // a run claimed nothing ahead: placed when it ran
+	}
 	applyOutcome(&cmd, &sb, out)
 	endSandbox(&sb, out)
 	// The records must be written even when the server is stopping.
@@ -488,6 +497,9 @@ func endSandbox(sb *store.Sandbox, out hostagent.RunResult) {
 	at = at.UTC().Truncate(time.Millisecond)
 	sb.EndedAt, sb.EndReason = &at, out.EndReason
 	sb.Status = store.SandboxDestroyed
+	if out.EndReason == store.EndHostLost {
+		sb.Error = out.Infrastructure
+	}
 	if out.EndReason == store.EndFailed {
 		sb.Status = store.SandboxFailed
 		if out.Infrastructure != "" {

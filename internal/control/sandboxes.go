@@ -96,6 +96,8 @@ func (s *Service) onEvent(e hostagent.Event) {
 	switch e.Kind {
 	case hostagent.EventExpired:
 		s.expire(hs.graph, hs.id)
+	case hostagent.EventHostLost:
+		s.hostLost(hs.graph, hs.id, e.Error)
 	case hostagent.EventDied:
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -116,6 +118,31 @@ func (s *Service) onEvent(e hostagent.Event) {
 		s.dropArchive(ctx, replaced)
 		s.log.Warn("sandbox ended by itself; stopped", "graph", hs.graph, "sandbox", hs.id)
 	}
+}
+
+// hostLost ends a sandbox whose host was lost (internal/fleet) when it was live there: its
+// processes are gone, its commands end lost (their Wait fails), never run again. A stopped
+// one, or one paused with its memory saved, keeps its record: its disk is on the host, which
+// may come back.
+func (s *Service) hostLost(graph, id, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := s.st.GetSandbox(ctx, graph, id)
+	if err != nil || ended(sb) || sb.Status == store.SandboxStopped || sb.PauseMode == store.PauseCheckpoint {
+		return
+	}
+	sb, err = s.endSandbox(ctx, graph, id, store.EndHostLost)
+	if err != nil {
+		s.log.Error("ending a sandbox whose host was lost", "graph", graph, "sandbox", id, "err", err)
+		return
+	}
+	if sb.Error == "" {
+		sb.Error = why
+		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
+			s.log.Error("recording a sandbox whose host was lost", "sandbox", id, "err", err)
+		}
+	}
+	s.log.Warn("sandbox ended: its host was lost", "graph", graph, "sandbox", id, "why", why)
 }
 
 // addUsage folds a life's usage into the sandbox's.
@@ -230,7 +257,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 			s.log.Warn("sandbox failed to start", "graph", sb.Graph, "sandbox", sb.ID, "err", err)
 			return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not start: %w", sb.ID, err))
 		}
-		sb.ID = started.ID
+		sb.ID, sb.Host = started.ID, s.hostOf(started.ID)
 		if sb.API != nil {
 			if err := s.grant(ctx, c.Key.ID, &sb, 0); err != nil {
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -552,6 +579,9 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
 	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
+	if h := s.hostOf(id); h != "" {
+		sb.Host = h // resumed elsewhere when its host was lost and its workspace archived
+	}
 	// Its disk changes from now: the archive is stale.
 	var stale string
 	if sb.Workspace != nil {

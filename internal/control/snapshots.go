@@ -547,6 +547,7 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 		}
 		return Response{}, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("fork %s of %s did not start: %w", sb.ID, from.ID, err))
 	}
+	sb.Host = s.hostOf(sb.ID)
 	if sb.API != nil {
 		if err := s.grant(ctx, c.Key.ID, &sb, 0); err != nil {
 			s.log.Error("granting a fork the API", "sandbox", sb.ID, "err", err)

@@ -135,6 +135,22 @@ type Host interface {
 	Events(ctx context.Context) (<-chan Event, error)
 }
 
+// Codes of errors a Host answers.
+const (
+	// CodeUnreachable: the host agent (in another process) could not be reached, or the
+	// connection to it broke during the call.
+	CodeUnreachable = "host_unreachable"
+	// CodeHostLost: the host holding the sandbox is lost (a fleet, internal/fleet); what
+	// ran there is gone.
+	CodeHostLost = "host_lost"
+)
+
+// Locator is an optional ability of a Host made of several machines (internal/fleet): which
+// of them holds a sandbox, for its record ("" when none does).
+type Locator interface {
+	HostOf(sandboxID string) string
+}
+
 // Info describes a machine.
 type Info struct {
 	// Default is the driver a sandbox gets when it names none.
@@ -144,6 +160,26 @@ type Info struct {
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	// Image is the base image sandboxes run on.
 	Image Image `json:"image"`
+	// Boot names this life of the host agent's process: a new one after a restart, whose
+	// sandboxes' live state (processes, commands, memory) is gone (internal/fleet).
+	Boot string `json:"boot,omitempty"`
+	// Capacity is what the machine has and runs now, for placement.
+	Capacity Capacity `json:"capacity"`
+	// Blobs names the blob store when other machines can reach it too (blobs.Shared): hosts
+	// that name the same one can restore each other's workspace archives. "" for a local
+	// directory.
+	Blobs string `json:"blobs,omitempty"`
+}
+
+// Capacity is what a machine has and how much of it its sandboxes take now.
+type Capacity struct {
+	CPUs      int   `json:"cpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	// Sandboxes is how many sandboxes run here now (one-call runs' and long-lived ones).
+	Sandboxes int `json:"sandboxes"`
+	// DiskFreeMiB is the free space of the data directory's filesystem (sandboxes' disks,
+	// checkpoints, snapshots).
+	DiskFreeMiB int64 `json:"disk_free_mib"`
 }
 
 // Image is the base image of a machine.
@@ -426,6 +462,9 @@ const (
 	EventDied = "died"
 	// EventExpired: the sandbox's expiry (SetExpiry) passed; the control plane ends it.
 	EventExpired = "expired"
+	// EventHostLost: the host holding the sandbox stopped answering, or restarted (a fleet
+	// of hosts, internal/fleet, says so): what ran there is gone, its disk may come back.
+	EventHostLost = "host_lost"
 )
 
 // Event is something that happened to a sandbox by itself.

@@ -3,13 +3,18 @@ package hostagent
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
@@ -100,15 +105,41 @@ func NewLocal(o Options) *Local {
 		offered = append(offered, o.Default)
 	}
 	slices.Sort(offered)
-	h.info = Info{Default: o.Default, Offered: offered, Unavailable: o.Unavailable, Image: o.Image}
+	h.info = Info{Default: o.Default, Offered: offered, Unavailable: o.Unavailable, Image: o.Image,
+		Boot: rand.Text(), Capacity: Capacity{CPUs: goruntime.NumCPU(), MemoryMiB: memTotalMiB()}}
+	if sh, ok := o.Blobs.(blobs.Shared); ok {
+		h.info.Blobs = sh.Location()
+	}
 	return h
+}
+
+// memTotalMiB is the machine's memory (0 when /proc/meminfo says nothing).
+func memTotalMiB() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb >> 10
+		}
+	}
+	return 0
 }
 
 // Driver returns the driver the host agent runs sandboxes on.
 func (h *Local) Driver() runtime.Driver { return h.driver }
 
-// Info describes the machine.
-func (h *Local) Info(context.Context) (Info, error) { return h.info, nil }
+// Info describes the machine and how many sandboxes it runs now.
+func (h *Local) Info(context.Context) (Info, error) {
+	info := h.info
+	h.mu.Lock()
+	info.Capacity.Sandboxes = len(h.runs) + len(h.sandboxes)
+	h.mu.Unlock()
+	var fs syscall.Statfs_t
+	if h.dataDir != "" && syscall.Statfs(h.dataDir, &fs) == nil {
+		info.Capacity.DiskFreeMiB = int64(fs.Bavail) * int64(fs.Bsize) >> 20
+	}
+	return info, nil
+}
 
 // Sandboxes lists every sandbox the driver holds or the host agent keeps state for.
 func (h *Local) Sandboxes(ctx context.Context) ([]string, error) {
@@ -151,7 +182,8 @@ func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 		reaped = append(reaped, id)
 	}
 	if h.dataDir != "" {
-		for _, dir := range []string{"paused", "snapshots"} {
+		// workspaces: the marks of archived disks (workspace.go).
+		for _, dir := range []string{"paused", "snapshots", "workspaces"} {
 			ents, _ := os.ReadDir(filepath.Join(h.dataDir, dir))
 			for _, e := range ents {
 				if !kept[e.Name()] {

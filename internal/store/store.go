@@ -72,6 +72,19 @@ type Queries interface {
 	// DeleteExpiredPreviews removes the previews that expired before before.
 	DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error)
 
+	// PutHost records a host of a fleet (internal/fleet) as it is now, by its id.
+	PutHost(ctx context.Context, h Host) error
+	ListHosts(ctx context.Context) ([]Host, error)
+	// PutPlacement records that host holds id (a sandbox's state or a snapshot's files);
+	// placing an id again moves it.
+	PutPlacement(ctx context.Context, p Placement) error
+	// GetPlacement answers where id is held.
+	GetPlacement(ctx context.Context, id string) (Placement, error)
+	// DeletePlacement forgets where id was held; an unknown id is no error.
+	DeletePlacement(ctx context.Context, id string) error
+	// ListPlacements answers what host holds ("" : every host).
+	ListPlacements(ctx context.Context, host string) ([]Placement, error)
+
 	CreateCommand(ctx context.Context, c Command) error
 	GetCommand(ctx context.Context, graph, id string) (Command, error)
 	UpdateCommand(ctx context.Context, c Command) error
@@ -417,7 +430,10 @@ const (
 	EndStopped        = "stopped"
 	EndServerShutdown = "server_shutdown"
 	EndLost           = "lost"
-	EndFailed         = "failed"
+	// EndHostLost: the host the sandbox ran on stopped answering (internal/fleet); what
+	// ran there is lost, never run again.
+	EndHostLost = "host_lost"
+	EndFailed   = "failed"
 	// EndServerRestart: the server stopped (or crashed) while a long-lived sandbox ran; it
 	// was stopped with its disk kept, and resume starts it again.
 	EndServerRestart = "server_restart"
@@ -439,7 +455,10 @@ type Sandbox struct {
 	Image    string       `json:"image,omitempty"`
 	Template *TemplateRef `json:"template,omitempty"`
 	// Layer is the template layer (its key) the sandbox runs on over Image, if any.
-	Layer     string            `json:"layer,omitempty"`
+	Layer string `json:"layer,omitempty"`
+	// Host is the host of a fleet the sandbox was placed on (internal/fleet); "" with one
+	// host agent.
+	Host      string            `json:"host,omitempty"`
 	Limits    Limits            `json:"limits"`
 	Isolation string            `json:"isolation,omitempty"` // the driver it runs on ("ns", "gvisor"), resolved; "" only on old records
 	EnvNames  []string          `json:"env_names,omitempty"`
@@ -499,6 +518,39 @@ type ForkedFrom struct {
 	Sandbox  string `json:"sandbox"`
 	Snapshot string `json:"snapshot"`
 }
+
+// Host is a host agent of a fleet: the machine a control plane places sandboxes on.
+type Host struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+	// State is HostUp or HostLost.
+	State string `json:"state"`
+	// Capacity is what the host said it has and runs, as JSON (hostagent.Capacity).
+	Capacity      json.RawMessage `json:"capacity,omitempty"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	RegisteredAt  time.Time       `json:"registered_at"`
+}
+
+// Host states.
+const (
+	HostUp   = "up"
+	HostLost = "lost"
+)
+
+// Placement says which host holds a sandbox's state (Kind PlacedSandbox) or a snapshot's
+// files (PlacedSnapshot).
+type Placement struct {
+	ID       string    `json:"id"`
+	Host     string    `json:"host"`
+	Kind     string    `json:"kind"`
+	PlacedAt time.Time `json:"placed_at"`
+}
+
+// Placement kinds.
+const (
+	PlacedSandbox  = "sandbox"
+	PlacedSnapshot = "snapshot"
+)
 
 // Preview is a signed URL given out for a port of a sandbox; deleting it revokes the URL.
 type Preview struct {

@@ -405,6 +405,37 @@ type GrantRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
+// Host a host agent of a fleet
+type Host struct {
+	// Capacity what the host said at its last heartbeat
+	Capacity struct {
+		Cpus int64 `json:"cpus,omitempty"`
+
+		// DiskFreeMib free space of its data directory's filesystem
+		DiskFreeMib int64 `json:"disk_free_mib,omitempty"`
+		MemoryMib   int64 `json:"memory_mib,omitempty"`
+
+		// Sandboxes sandboxes it ran then
+		Sandboxes int64 `json:"sandboxes,omitempty"`
+	} `json:"capacity,omitempty"`
+
+	// ID its name in --host-agent (name=URL), else its address
+	ID            string    `json:"id"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+
+	// RegisteredAt when this control plane first saw it
+	RegisteredAt time.Time `json:"registered_at"`
+
+	// State up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+	State string `json:"state"`
+	URL   string `json:"url"`
+}
+
+// HostList defines model for HostList.
+type HostList struct {
+	Data []Host `json:"data"`
+}
+
 // ImageRecipe what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.
 type ImageRecipe struct {
 	// Apt Debian packages (apt-get install)
@@ -679,7 +710,7 @@ type Sandbox struct {
 	// Egress A sandbox's route out. The sandbox has no network device but lo in every mode: its commands get HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (socks5h) and NO_PROXY for proxies on its loopback, whose connections the host's egress guard decides, dials and counts.
 	Egress *Egress `json:"egress,omitempty"`
 
-	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out)
+	// EndReason why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out); host_lost (the host it ran on, of several, stopped answering or restarted: its commands are lost, never run again)
 	EndReason string     `json:"end_reason,omitempty"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	EnvNames  []string   `json:"env_names,omitempty"`
@@ -692,8 +723,11 @@ type Sandbox struct {
 	// Git Cloned into /workspace before the create answers, through the egress guard with the repository's host allowed for the clone alone; a failed clone fails the create with git's error.
 	Git   *GitClone `json:"git,omitempty"`
 	Graph string    `json:"graph"`
-	ID    string    `json:"id"`
-	Image string    `json:"image,omitempty"`
+
+	// Host the host it was placed on, when the server runs sandboxes on several host agents (GET /v1/hosts); absent with one
+	Host  string `json:"host,omitempty"`
+	ID    string `json:"id"`
+	Image string `json:"image,omitempty"`
 
 	// Isolation the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default
 	Isolation string `json:"isolation,omitempty"`

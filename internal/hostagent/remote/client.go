@@ -150,7 +150,7 @@ func broken(ctx context.Context, method string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("host agent %s: %w", method, ctx.Err())
 	}
-	return errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("host agent %s: %w", method, err))
+	return errdefs.Wrap(errdefs.ClassUnavailable, hostagent.CodeUnreachable, fmt.Errorf("host agent %s: %w", method, err))
 }
 
 // sourceReader keeps the error of the caller's reader, which is the call's error when the

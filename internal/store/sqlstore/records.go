@@ -132,7 +132,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
 	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer,
-	session, size, workspace, workspace_sha256`
+	session, size, workspace, workspace_sha256, host`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -146,7 +146,7 @@ func sandboxArgs(s store.Sandbox) []any {
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
 		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer),
-		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace)}
+		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace), nullStr(s.Host)}
 }
 
 // workspaceDigest is the digest of a workspace archive, NULL when there is none.
@@ -188,16 +188,16 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA, host sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
 		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer,
-		&session, &size, &workspace, &workspaceSHA)
+		&session, &size, &workspace, &workspaceSHA, &host)
 	if err != nil {
 		return s, err
 	}
-	s.Layer, s.Session, s.Size = layer.String, session.String, size.String
+	s.Layer, s.Session, s.Size, s.Host = layer.String, session.String, size.String, host.String
 	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
 		optFrom(git, &s.Git), optFrom(workspace, &s.Workspace)); err != nil {
 		return s, err
@@ -248,7 +248,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
 		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?,
-		session = ?, size = ?, workspace = ?, workspace_sha256 = ?
+		session = ?, size = ?, workspace = ?, workspace_sha256 = ?, host = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Egress", testEgress},
 		{"Budgets", testBudgets},
 		{"Sessions", testSessions},
+		{"Hosts", testHosts},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -148,7 +149,7 @@ func testKeys(t *testing.T, s store.Store) {
 func newSandbox(graph string) store.Sandbox {
 	return store.Sandbox{ID: ids.New(ids.Sandbox), Graph: graph, Status: store.SandboxStarting, OneCall: true,
 		Base: "lbb/python", Limits: store.Limits{MemoryMiB: 512, CPUs: 1, Pids: 256, DiskMiB: 1024},
-		EnvNames: []string{"TOKEN"}, Origin: store.Origin{Key: "key_1", Workflow: "wf"}, CreatedAt: now()}
+		EnvNames: []string{"TOKEN"}, Origin: store.Origin{Key: "key_1", Workflow: "wf"}, CreatedAt: now(), Host: "a"}
 }
 
 func testSandboxes(t *testing.T, s store.Store) {
@@ -941,4 +942,38 @@ func bySession(t *testing.T, s store.Store, session string, want store.Sandbox) 
 	got, err := s.GetSandboxBySession(ctx, want.Graph, session)
 	must(t, err)
 	equal(t, got, want)
+}
+
+func testHosts(t *testing.T, s store.Store) {
+	t0 := now()
+	h := store.Host{ID: "a", URL: "http://127.0.0.1:1", State: store.HostUp, Capacity: json.RawMessage(`{"cpus":2}`), LastHeartbeat: t0, RegisteredAt: t0}
+	must(t, s.PutHost(ctx, h))
+	h.State, h.LastHeartbeat = store.HostLost, t0.Add(time.Second)
+	must(t, s.PutHost(ctx, h))
+	must(t, s.PutHost(ctx, store.Host{ID: "b", URL: "http://127.0.0.1:2", State: store.HostUp, LastHeartbeat: t0, RegisteredAt: t0}))
+	hosts, err := s.ListHosts(ctx)
+	must(t, err)
+	if len(hosts) != 2 {
+		t.Fatalf("hosts = %+v, want 2", hosts)
+	}
+	equal(t, hosts[0], h)
+
+	must(t, s.PutPlacement(ctx, store.Placement{ID: "sb1", Host: "a", Kind: store.PlacedSandbox, PlacedAt: t0}))
+	must(t, s.PutPlacement(ctx, store.Placement{ID: "sn1", Host: "a", Kind: store.PlacedSnapshot, PlacedAt: t0}))
+	must(t, s.PutPlacement(ctx, store.Placement{ID: "sb2", Host: "a", Kind: store.PlacedSandbox, PlacedAt: t0}))
+	must(t, s.PutPlacement(ctx, store.Placement{ID: "sb2", Host: "b", Kind: store.PlacedSandbox, PlacedAt: t0}))
+	p, err := s.GetPlacement(ctx, "sb2")
+	must(t, err)
+	equal(t, p, store.Placement{ID: "sb2", Host: "b", Kind: store.PlacedSandbox, PlacedAt: t0})
+	onA, err := s.ListPlacements(ctx, "a")
+	must(t, err)
+	all, err := s.ListPlacements(ctx, "")
+	must(t, err)
+	if len(onA) != 2 || len(all) != 3 {
+		t.Fatalf("placements on a %+v, all %+v", onA, all)
+	}
+	must(t, s.DeletePlacement(ctx, "sb1"))
+	must(t, s.DeletePlacement(ctx, "sb1"))
+	_, err = s.GetPlacement(ctx, "sb1")
+	wantClass(t, err, errdefs.ClassNotFound)
 }

@@ -178,6 +178,8 @@ export interface components {
             limits: components["schemas"]["Limits"];
             /** @description the isolation the sandbox runs on ("ns", "gvisor"), resolved from the call, its template version and the server default */
             isolation?: string;
+            /** @description the host it was placed on, when the server runs sandboxes on several host agents (GET /v1/hosts); absent with one */
+            host?: string;
             env_names?: string[];
             metadata?: {
                 [key: string]: string;
@@ -192,10 +194,10 @@ export interface components {
             /** Format: date-time */
             expires_at?: string;
             /**
-             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out)
+             * @description why the sandbox ended, or (status stopped) why it stopped: stopped (a stop call), server_shutdown, server_restart (a crash or restart; resume brings the workspace back), failed (its init died); egress_quota_exceeded (a one-call run that failed after its egress reached its quota); budget_exceeded (a one-call run stopped when its budget ran out); host_lost (the host it ran on, of several, stopped answering or restarted: its commands are lost, never run again)
              * @enum {string}
              */
-            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded" | "budget_exceeded";
+            end_reason?: "run_finished" | "deleted" | "expired" | "stopped" | "server_shutdown" | "server_restart" | "lost" | "failed" | "egress_quota_exceeded" | "budget_exceeded" | "host_lost";
             error?: string;
             usage: components["schemas"]["Usage"];
             /**
@@ -437,6 +439,40 @@ export interface components {
             data: components["schemas"]["AuditEntry"][];
             /** @description pass as cursor for the next page; absent on the last */
             next_cursor?: string;
+        };
+        HostList: {
+            data: components["schemas"]["Host"][];
+        };
+        /** @description a host agent of a fleet */
+        Host: {
+            /** @description its name in --host-agent (name=URL), else its address */
+            id: string;
+            url: string;
+            /**
+             * @description up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+             * @enum {string}
+             */
+            state: "up" | "lost";
+            /** @description what the host said at its last heartbeat */
+            capacity?: {
+                cpus?: number;
+                /** Format: int64 */
+                memory_mib?: number;
+                /** @description sandboxes it ran then */
+                sandboxes?: number;
+                /**
+                 * Format: int64
+                 * @description free space of its data directory's filesystem
+                 */
+                disk_free_mib?: number;
+            };
+            /** Format: date-time */
+            last_heartbeat: string;
+            /**
+             * Format: date-time
+             * @description when this control plane first saw it
+             */
+            registered_at: string;
         };
         ExecRequest: {
             /** @description the program and its arguments; argv[0] is looked up in PATH */

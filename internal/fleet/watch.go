@@ -1,0 +1,285 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// watch asks every host for its Info each Heartbeat until ctx ends.
+func (f *Fleet) watch(ctx context.Context) {
+	defer close(f.done)
+	t := time.NewTicker(f.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.beat(ctx)
+	}
+}
+
+// beat asks every host at once and acts on what changed.
+func (f *Fleet) beat(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, m := range f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info, err := f.probe(ctx, m)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				f.missed(ctx, m, err)
+			} else {
+				f.answered(ctx, m, info)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// probe asks m for its Info, answering within a heartbeat's time whatever the host does (a
+// host cut off by the network answers nothing until the connection gives up); while an
+// earlier probe is still under way it answers that the host did not answer.
+func (f *Fleet) probe(ctx context.Context, m *member) (hostagent.Info, error) {
+	timeout := max(f.o.Heartbeat, time.Second)
+	f.mu.Lock()
+	if m.probing {
+		f.mu.Unlock()
+		return hostagent.Info{}, errdefs.New(errdefs.ClassUnavailable, hostagent.CodeUnreachable, "host %s: an earlier heartbeat is still unanswered", m.ID)
+	}
+	m.probing = true
+	f.mu.Unlock()
+	type answer struct {
+		info hostagent.Info
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		ictx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		info, err := m.Host.Info(ictx)
+		f.mu.Lock()
+		m.probing = false
+		f.mu.Unlock()
+		ch <- answer{info, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.info, a.err
+	case <-time.After(timeout):
+		return hostagent.Info{}, errdefs.New(errdefs.ClassUnavailable, hostagent.CodeUnreachable, "host %s: no answer to a heartbeat in %s", m.ID, timeout)
+	}
+}
+
+// missed is a heartbeat the host did not answer: out of placement at once, lost after
+// LostAfter without an answer.
+func (f *Fleet) missed(ctx context.Context, m *member, err error) {
+	now := f.o.Now()
+	f.mu.Lock()
+	was := m.state
+	if was == store.HostUp {
+		m.state = stateDown
+	}
+	lose := was != store.HostLost && !m.lastBeat.IsZero() && now.Sub(m.lastBeat) >= f.o.LostAfter
+	f.mu.Unlock()
+	if was == store.HostUp {
+		f.log.Warn("host missed a heartbeat; no new work goes there", "host", m.ID, "err", err)
+	}
+	if lose {
+		f.lose(ctx, m, "the host stopped answering")
+	}
+}
+
+// answered is a heartbeat the host answered: it is up again (reconciled first when it was
+// lost or restarted).
+func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
+	f.mu.Lock()
+	restarted := m.boot != "" && info.Boot != m.boot
+	wasLost := m.state == store.HostLost
+	reaped := f.reaped
+	f.mu.Unlock()
+	if restarted && !wasLost {
+		// It came back before it was found lost; what ran there is gone all the same.
+		f.lose(ctx, m, "the host agent restarted")
+	}
+	f.mu.Lock()
+	needReap := reaped && (!m.reconciled || restarted)
+	orphans := m.orphans
+	m.orphans = nil
+	f.mu.Unlock()
+	if needReap {
+		// A new life of the host agent (or one this fleet never reaped): everything no
+		// placement names goes (its warm pool starts after this Reap). A host that only
+		// went silent keeps its warm pool: just what was let go of meanwhile goes.
+		_, keep := f.placedOn(m.ID)
+		ids, err := m.Host.Reap(ctx, keep)
+		if err != nil {
+			f.log.Warn("reconciling a host", "host", m.ID, "err", err)
+			f.mu.Lock()
+			m.orphans = append(m.orphans, orphans...)
+			f.mu.Unlock()
+			return // tried again at the next beat
+		}
+		if len(ids) > 0 {
+			f.log.Info("reconciled a host: destroyed what the control plane had ended", "host", m.ID, "destroyed", ids)
+		}
+	} else {
+		for _, id := range orphans {
+			if _, err := m.Host.Destroy(ctx, id); err != nil {
+				f.log.Warn("destroying a sandbox let go while its host did not answer", "host", m.ID, "sandbox", id, "err", err)
+			}
+			m.Host.DeleteSnapshot(ctx, id)
+		}
+	}
+	now := f.o.Now()
+	f.mu.Lock()
+	if m.state != store.HostUp {
+		f.log.Info("host up", "host", m.ID, "url", m.URL, "offered", info.Offered, "cpus", info.Capacity.CPUs)
+	}
+	if m.state == store.HostLost {
+		m.lost = make(chan struct{})
+	}
+	m.state, m.info, m.lastBeat, m.boot = store.HostUp, info, now, info.Boot
+	if reaped {
+		m.reconciled = true
+	}
+	f.mu.Unlock()
+	f.record(ctx, m, store.HostUp, now, info)
+}
+
+// lose marks m lost and reports every sandbox placed there to the control plane.
+func (f *Fleet) lose(ctx context.Context, m *member, why string) {
+	f.mu.Lock()
+	if m.state != store.HostLost {
+		close(m.lost)
+	}
+	m.state = store.HostLost
+	info, beat := m.info, m.lastBeat
+	f.mu.Unlock()
+	sandboxes, _ := f.placedOn(m.ID)
+	f.log.Error("host lost", "host", m.ID, "why", why, "sandboxes", len(sandboxes), "last_heartbeat", beat)
+	f.record(ctx, m, store.HostLost, beat, info)
+	// The heartbeats go on while the subscriber takes the events.
+	go func() {
+		for _, id := range sandboxes {
+			f.emit(ctx, hostagent.Event{Kind: hostagent.EventHostLost, Sandbox: id, Error: "host " + m.ID + " lost: " + why, At: f.o.Now().UTC()})
+		}
+	}()
+}
+
+// record writes m's row of the hosts table.
+func (f *Fleet) record(ctx context.Context, m *member, state string, beat time.Time, info hostagent.Info) {
+	if f.o.Store == nil {
+		return
+	}
+	capacity, _ := json.Marshal(info.Capacity)
+	h := store.Host{ID: m.ID, URL: m.URL, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
+	if err := f.o.Store.PutHost(ctx, h); err != nil {
+		f.log.Warn("recording a host", "host", m.ID, "err", err)
+	}
+}
+
+// elsewhere reports whether sandbox id is placed on a host other than m.
+func (f *Fleet) elsewhere(m *member, id string) bool {
+	if id == "" {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.where[id]
+	return ok && p.host != m.ID
+}
+
+// emit gives e to the Events subscriber, waiting for it (the control plane's handling of a
+// lost host's sandboxes must not be dropped).
+func (f *Fleet) emit(ctx context.Context, e hostagent.Event) {
+	f.mu.Lock()
+	sub := f.sub
+	f.mu.Unlock()
+	if sub == nil {
+		return
+	}
+	sub.mu.RLock()
+	defer sub.mu.RUnlock()
+	select {
+	case sub.ch <- e:
+	case <-sub.done:
+	case <-ctx.Done():
+	}
+}
+
+// subscriber is the one caller of Events: ch is closed once done is and no emit holds mu.
+type subscriber struct {
+	ch   chan hostagent.Event
+	done chan struct{}
+	mu   sync.RWMutex
+}
+
+// Events merges the events of every host (following each again when it comes back) with
+// the fleet's own (EventHostLost) until ctx ends.
+func (f *Fleet) Events(ctx context.Context) (<-chan hostagent.Event, error) {
+	sub := &subscriber{ch: make(chan hostagent.Event), done: make(chan struct{})}
+	f.mu.Lock()
+	f.sub = sub
+	f.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				f.mu.Lock()
+				up := m.state == store.HostUp
+				f.mu.Unlock()
+				var ch <-chan hostagent.Event
+				var err error
+				if up {
+					ch, err = m.Host.Events(ctx)
+				}
+				if up && err == nil {
+					for e := range ch {
+						if f.elsewhere(m, e.Sandbox) {
+							// Its stale copy, on a host that was lost while the sandbox
+							// moved on (Resume): what happens to that copy is not the
+							// sandbox's.
+							f.log.Debug("an event of a sandbox placed on another host", "host", m.ID, "sandbox", e.Sandbox, "kind", e.Kind)
+							continue
+						}
+						select {
+						case sub.ch <- e:
+						case <-ctx.Done():
+						}
+					}
+				}
+				select {
+				case <-time.After(f.o.Heartbeat):
+				case <-ctx.Done():
+				}
+			}
+		}()
+	}
+	go func() {
+		<-ctx.Done()
+		close(sub.done)
+		wg.Wait()
+		f.mu.Lock()
+		if f.sub == sub {
+			f.sub = nil
+		}
+		f.mu.Unlock()
+		sub.mu.Lock()
+		close(sub.ch)
+		sub.mu.Unlock()
+	}()
+	return sub.ch, nil
+}
