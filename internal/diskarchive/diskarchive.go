@@ -1,6 +1,7 @@
 // Package diskarchive turns a sandbox's disk image (a sparse file: internal/runtime/hostdisk)
 // into one compressed stream and back, so that a stopped sandbox's workspace can live in
-// object storage (internal/blobs) and start again on another host.
+// object storage (internal/blobs) and start again on another host; WriteDir and RestoreDir
+// do the same for a directory of them (a checkpoint, dir.go).
 //
 // The stream is zstd over: the magic "LBBDISK1", the image's size (8 bytes, big endian), its
 // data extents, each as offset and length (8 bytes each) and the bytes, an extent of length 0
@@ -63,38 +64,7 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	if err := putU64(out, uint64(size)); err != nil {
 		return err
 	}
-	in := blobs.ContextReader(ctx, f)
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil {
-			return fmt.Errorf("diskarchive: seeking data in %s: %w", path, err)
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("diskarchive: seeking a hole in %s: %w", path, err)
-		}
-		hole = min(hole, size)
-		if _, err := f.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if err := putU64(out, uint64(data)); err != nil {
-			return err
-		}
-		if err := putU64(out, uint64(hole-data)); err != nil {
-			return err
-		}
-		if n, err := io.CopyN(out, in, hole-data); err != nil {
-			return fmt.Errorf("diskarchive: reading %s at %d (%d of %d bytes): %w", path, data, n, hole-data, err)
-		}
-		off = hole
-	}
-	if err := putU64(out, 0); err != nil {
-		return err
-	}
-	if err := putU64(out, 0); err != nil {
+	if err := writeExtents(ctx, out, f, size); err != nil {
 		return err
 	}
 	if err := out.Flush(); err != nil {
@@ -147,23 +117,8 @@ func Restore(ctx context.Context, r io.Reader, path string) (err error) {
 	if err := tmp.Truncate(int64(size)); err != nil {
 		return err
 	}
-	var ext [16]byte
-	next := uint64(0)
-	for {
-		if _, err := io.ReadFull(in, ext[:]); err != nil {
-			return fmt.Errorf("diskarchive: reading an extent: %w", err)
-		}
-		off, n := binary.BigEndian.Uint64(ext[:8]), binary.BigEndian.Uint64(ext[8:])
-		if n == 0 {
-			break
-		}
-		if off < next || off > size || n > size-off {
-			return fmt.Errorf("diskarchive: extent %d+%d out of order or past the image's %d bytes", off, n, size)
-		}
-		if _, err := io.CopyN(io.NewOffsetWriter(tmp, int64(off)), in, int64(n)); err != nil {
-			return fmt.Errorf("diskarchive: restoring the extent at %d: %w", off, err)
-		}
-		next = off + n
+	if err := readExtents(in, tmp, size); err != nil {
+		return err
 	}
 	want := h.Sum(nil)
 	got := make([]byte, sha256.Size)
