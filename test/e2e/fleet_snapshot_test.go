@@ -10,10 +10,11 @@ import (
 )
 
 // TestFleetSnapshotAnywhere: two `lbb host` processes on gvisor share a bucket. A snapshot
-// taken on host a is archived there (memory, disk, state); the source is stopped and a is
-// killed and declared lost; a fork of the snapshot starts on host b from the archive, with
-// the source's process (its memory) and files as they were at the snapshot. Deleting the
-// source deletes the snapshot and its archive.
+// taken on host a is archived there (memory, disk, state), and so is the checkpoint of the
+// source's pause; a is killed and declared lost; a fork of the snapshot starts on host b from
+// the archive, with the source's process (its memory) and files as they were at the
+// snapshot, and the paused source resumes on b, the same process. Deleting the source
+// deletes the snapshot.
 func TestFleetSnapshotAnywhere(t *testing.T) {
 	requireGvisor(t)
 	if remoteHost {
@@ -45,8 +46,10 @@ func TestFleetSnapshotAnywhere(t *testing.T) {
 		snap["size_bytes"].(float64)/(1<<20), archive["bytes"].(float64)/(1<<20))
 	atSnap := carriesOn(t, c, sb.ID, "after the snapshot", st)
 	write(t, c, sb.ID, "data/after.txt", "written after the snapshot")
-	if _, err := c.Sandboxes.Stop(bg, sb.ID); err != nil {
-		t.Fatal(err)
+	atPause := carriesOn(t, c, sb.ID, "before the pause", atSnap)
+	r = s.call("POST", "/v1/sandboxes/"+sb.ID+"/pause?graph=main", "", nil, "")
+	if p := r.obj(t); r.status != 200 || p["pause_mode"] != "checkpoint" || p["checkpoint"] == nil {
+		t.Fatalf("pause: %d %v", r.status, p)
 	}
 
 	hosts[0].proc.end(syscall.SIGKILL)
@@ -67,6 +70,18 @@ func TestFleetSnapshotAnywhere(t *testing.T) {
 	}
 	if _, err := c.Files.Read(bg, f.ID, "data/after.txt"); !lbb.IsNotFound(err) {
 		t.Fatalf("the fork has a file written after the snapshot: %v", err)
+	}
+
+	// The paused source resumes on b from its checkpoint's archive.
+	if _, err := c.Sandboxes.Resume(bg, sb.ID); err != nil {
+		t.Fatalf("resume of the paused source with host a lost: %v", err)
+	}
+	if rec := s.call("GET", "/v1/sandboxes/"+sb.ID+"?graph=main", "", nil, "").obj(t); rec["host"] != "b" || rec["checkpoint"] != nil {
+		t.Fatalf("the resumed source: %v, want it on b", rec)
+	}
+	carriesOn(t, c, sb.ID, "the source resumed on b", atPause)
+	if read(t, c, sb.ID, "data/after.txt") != "written after the snapshot" {
+		t.Fatal("the resumed source lacks its file")
 	}
 
 	// The source goes, and its snapshot with its archive; the fork runs on.
