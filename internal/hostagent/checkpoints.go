@@ -15,13 +15,15 @@ import (
 // A checkpoint's directory (a snapshot's, or a paused sandbox's) is archived to the blob store
 // when it is taken, so that a fork of the snapshot or a resume of the paused sandbox works on
 // any host sharing the store: a host without the directory restores it from the archive
-// first. The directory does not change once taken, so a local copy, when there is one, is
+// first. Only a store other machines reach (blobs.Shared, Info.Blobs) gets them: in a local
+// directory an archive would only double the bytes of a checkpoint this host keeps anyway. The directory does not change once taken, so a local copy, when there is one, is
 // the archive's.
 
-// archiveDir archives the checkpoint directory dir to the blob store: nil when this host has
-// none, or when the archive fails (the checkpoint then stays on this host alone; logged).
+// archiveDir archives the checkpoint directory dir to the blob store: nil when this host
+// shares none with others, or when the archive fails (the checkpoint then stays on this host
+// alone; logged).
 func (h *Local) archiveDir(ctx context.Context, what, dir string) *Workspace {
-	if h.blobs == nil {
+	if h.blobs == nil || h.info.Blobs == "" {
 		return nil
 	}
 	t0 := time.Now()

@@ -23,10 +23,11 @@ import (
 // controltest.Checkpointing (its checkpoint is the workspace; memory is gvisor's, end to end).
 func TestCheckpointArchives(t *testing.T) {
 	ctx := t.Context()
-	bs, err := blobs.NewLocal(t.TempDir())
+	local, err := blobs.NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	bs := sharedDir{local}
 	host := func() (*hostagent.Local, string) {
 		data := t.TempDir()
 		d := controltest.NewCheckpointing(agentBin, filepath.Join(data, "sandboxes"))
@@ -141,4 +142,18 @@ func TestCheckpointArchives(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataB, "paused", p)); err == nil {
 		t.Fatal("host b kept the used checkpoint")
 	}
+
+	// A host whose blob store no other reaches archives no checkpoint.
+	alone := hostagent.NewLocal(hostagent.Options{Driver: controltest.NewCheckpointing(agentBin, filepath.Join(dataC, "sandboxes")),
+		Rootfs: "/", DataDir: dataC, Blobs: local})
+	q := create(alone)
+	if paused, err := alone.Pause(ctx, q); err != nil || paused.Mode != store.PauseCheckpoint || paused.Archive != nil {
+		t.Fatalf("pause on a host with a blob store of its own: %+v %v, want no archive", paused, err)
+	}
+	alone.Destroy(context.Background(), q)
 }
+
+// sharedDir is a blob directory the test's host agents share, as they would a bucket.
+type sharedDir struct{ *blobs.Local }
+
+func (sharedDir) Location() string { return "test:shared" }
