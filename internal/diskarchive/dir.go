@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path"
 	"path/filepath"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/blobs"
@@ -31,22 +29,21 @@ const dirMagic = "LBBDIRS1"
 
 // WriteDir streams the tree at root into w as a directory archive. The tree must not change
 // meanwhile; it may hold directories and regular files only.
-func WriteDir(ctx context.Context, w io.Writer, root string) (err error) {
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := zw.Close(); err == nil {
-			err = cerr
+func WriteDir(ctx context.Context, w io.Writer, root string) error {
+	return writeStream(w, func(out *bufio.Writer) error {
+		if _, err := out.WriteString(dirMagic); err != nil {
+			return err
 		}
-	}()
-	h := sha256.New()
-	out := bufio.NewWriterSize(io.MultiWriter(zw, h), 1<<20)
-	if _, err := out.WriteString(dirMagic); err != nil {
-		return err
-	}
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err := writeTree(ctx, out, root); err != nil {
+			return err
+		}
+		return out.WriteByte(0)
+	})
+}
+
+// writeTree writes the entries of the tree at root.
+func writeTree(ctx context.Context, out *bufio.Writer, root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -92,17 +89,6 @@ func WriteDir(ctx context.Context, w io.Writer, root string) (err error) {
 		}
 		return writeFile(ctx, out, p)
 	})
-	if err != nil {
-		return err
-	}
-	if err := out.WriteByte(0); err != nil {
-		return err
-	}
-	if err := out.Flush(); err != nil {
-		return err
-	}
-	_, err = zw.Write(h.Sum(nil))
-	return err
 }
 
 // writeFile writes the size and data extents of the file at p.
@@ -184,21 +170,6 @@ func readExtents(in io.Reader, tmp *os.File, size uint64) error {
 // read and its checksum holds (a failed restore leaves dir as it was). The tree is built in a
 // directory beside dir, which must be on the same filesystem.
 func RestoreDir(ctx context.Context, r io.Reader, dir string) (err error) {
-	zr, err := zstd.NewReader(blobs.ContextReader(ctx, r), zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer zr.Close()
-	h := sha256.New()
-	br := bufio.NewReaderSize(zr, 1<<20)
-	in := &hashReader{r: br, h: h}
-	head := make([]byte, len(dirMagic))
-	if _, err := io.ReadFull(in, head); err != nil {
-		return fmt.Errorf("diskarchive: reading the header: %w", err)
-	}
-	if !bytes.Equal(head, []byte(dirMagic)) {
-		return errors.New("diskarchive: not a directory archive")
-	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
@@ -211,6 +182,29 @@ func RestoreDir(ctx context.Context, r io.Reader, dir string) (err error) {
 			os.RemoveAll(tmp)
 		}
 	}()
+	if err := readStream(ctx, r, func(in io.Reader) error { return readTree(in, tmp) }); err != nil {
+		return err
+	}
+	old := tmp + ".old"
+	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.Rename(old, dir)
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// readTree makes the entries in under tmp.
+func readTree(in io.Reader, tmp string) error {
+	head := make([]byte, len(dirMagic))
+	if _, err := io.ReadFull(in, head); err != nil {
+		return fmt.Errorf("diskarchive: reading the header: %w", err)
+	}
+	if !bytes.Equal(head, []byte(dirMagic)) {
+		return errors.New("diskarchive: not a directory archive")
+	}
 	var kind [1]byte
 	var ent [6]byte
 	for {
@@ -218,7 +212,7 @@ func RestoreDir(ctx context.Context, r io.Reader, dir string) (err error) {
 			return fmt.Errorf("diskarchive: reading an entry: %w", err)
 		}
 		if kind[0] == 0 {
-			break
+			return nil
 		}
 		if _, err := io.ReadFull(in, ent[:2]); err != nil {
 			return fmt.Errorf("diskarchive: reading an entry: %w", err)
@@ -249,26 +243,6 @@ func RestoreDir(ctx context.Context, r io.Reader, dir string) (err error) {
 			return fmt.Errorf("diskarchive: an entry of kind %d", kind[0])
 		}
 	}
-	want := h.Sum(nil)
-	got := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(br, got); err != nil {
-		return fmt.Errorf("diskarchive: reading the checksum: %w", err)
-	}
-	if !bytes.Equal(got, want) {
-		return errors.New("diskarchive: checksum mismatch: the archive is corrupt")
-	}
-	if n, _ := io.Copy(io.Discard, br); n > 0 {
-		return errors.New("diskarchive: bytes after the checksum")
-	}
-	old := tmp + ".old"
-	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.Rename(old, dir)
-		return err
-	}
-	return os.RemoveAll(old)
 }
 
 func restoreFile(in io.Reader, p string, mode os.FileMode) (err error) {

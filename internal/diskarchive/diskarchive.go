@@ -46,6 +46,20 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	if err != nil {
 		return err
 	}
+	return writeStream(w, func(out *bufio.Writer) error {
+		size := st.Size()
+		if _, err := out.WriteString(magic); err != nil {
+			return err
+		}
+		if err := putU64(out, uint64(size)); err != nil {
+			return err
+		}
+		return writeExtents(ctx, out, f, size)
+	})
+}
+
+// writeStream writes to w, zstd-compressed, what body writes to out, then its SHA-256.
+func writeStream(w io.Writer, body func(out *bufio.Writer) error) (err error) {
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return err
@@ -57,14 +71,7 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	}()
 	h := sha256.New()
 	out := bufio.NewWriterSize(io.MultiWriter(zw, h), 1<<20)
-	size := st.Size()
-	if _, err := out.WriteString(magic); err != nil {
-		return err
-	}
-	if err := putU64(out, uint64(size)); err != nil {
-		return err
-	}
-	if err := writeExtents(ctx, out, f, size); err != nil {
+	if err := body(out); err != nil {
 		return err
 	}
 	if err := out.Flush(); err != nil {
@@ -72,6 +79,33 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	}
 	_, err = zw.Write(h.Sum(nil))
 	return err
+}
+
+// readStream decompresses r and hands it to body, then checks that the SHA-256 of what body
+// read follows, and nothing after it.
+func readStream(ctx context.Context, r io.Reader, body func(in io.Reader) error) error {
+	zr, err := zstd.NewReader(blobs.ContextReader(ctx, r), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	h := sha256.New()
+	br := bufio.NewReaderSize(zr, 1<<20)
+	if err := body(&hashReader{r: br, h: h}); err != nil {
+		return err
+	}
+	want := h.Sum(nil)
+	got := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(br, got); err != nil {
+		return fmt.Errorf("diskarchive: reading the checksum: %w", err)
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("diskarchive: checksum mismatch: the archive is corrupt")
+	}
+	if n, _ := io.Copy(io.Discard, br); n > 0 {
+		return errors.New("diskarchive: bytes after the checksum")
+	}
+	return nil
 }
 
 func putU64(w io.Writer, v uint64) error {
@@ -85,25 +119,6 @@ func putU64(w io.Writer, v uint64) error {
 // is read and its checksum holds (a failed restore leaves path as it was). The new file takes
 // the owner and mode of the file it replaces, or 0600.
 func Restore(ctx context.Context, r io.Reader, path string) (err error) {
-	zr, err := zstd.NewReader(blobs.ContextReader(ctx, r), zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer zr.Close()
-	h := sha256.New()
-	br := bufio.NewReaderSize(zr, 1<<20)
-	in := &hashReader{r: br, h: h}
-	head := make([]byte, len(magic)+8)
-	if _, err := io.ReadFull(in, head); err != nil {
-		return fmt.Errorf("diskarchive: reading the header: %w", err)
-	}
-	if !bytes.Equal(head[:len(magic)], []byte(magic)) {
-		return errors.New("diskarchive: not a disk archive")
-	}
-	size := binary.BigEndian.Uint64(head[len(magic):])
-	if size > maxImage {
-		return fmt.Errorf("diskarchive: an image of %d bytes is too large", size)
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".restore-")
 	if err != nil {
 		return err
@@ -114,22 +129,25 @@ func Restore(ctx context.Context, r io.Reader, path string) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := tmp.Truncate(int64(size)); err != nil {
+	err = readStream(ctx, r, func(in io.Reader) error {
+		head := make([]byte, len(magic)+8)
+		if _, err := io.ReadFull(in, head); err != nil {
+			return fmt.Errorf("diskarchive: reading the header: %w", err)
+		}
+		if !bytes.Equal(head[:len(magic)], []byte(magic)) {
+			return errors.New("diskarchive: not a disk archive")
+		}
+		size := binary.BigEndian.Uint64(head[len(magic):])
+		if size > maxImage {
+			return fmt.Errorf("diskarchive: an image of %d bytes is too large", size)
+		}
+		if err := tmp.Truncate(int64(size)); err != nil {
+			return err
+		}
+		return readExtents(in, tmp, size)
+	})
+	if err != nil {
 		return err
-	}
-	if err := readExtents(in, tmp, size); err != nil {
-		return err
-	}
-	want := h.Sum(nil)
-	got := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(br, got); err != nil {
-		return fmt.Errorf("diskarchive: reading the checksum: %w", err)
-	}
-	if !bytes.Equal(got, want) {
-		return errors.New("diskarchive: checksum mismatch: the archive is corrupt")
-	}
-	if n, _ := io.Copy(io.Discard, br); n > 0 {
-		return errors.New("diskarchive: bytes after the checksum")
 	}
 	if err := tmp.Sync(); err != nil {
 		return err
