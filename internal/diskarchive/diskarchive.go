@@ -36,25 +36,12 @@ const maxImage = 1 << 42
 
 // Write streams the image at path into w as an archive. The image must not change meanwhile
 // (its sandbox is stopped).
-func Write(ctx context.Context, w io.Writer, path string) (err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
+func Write(ctx context.Context, w io.Writer, path string) error {
 	return writeStream(w, func(out *bufio.Writer) error {
-		size := st.Size()
 		if _, err := out.WriteString(magic); err != nil {
 			return err
 		}
-		if err := putU64(out, uint64(size)); err != nil {
-			return err
-		}
-		return writeExtents(ctx, out, f, size)
+		return writeFile(ctx, out, path) // its size, its extents
 	})
 }
 

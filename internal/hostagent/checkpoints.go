@@ -2,7 +2,6 @@ package hostagent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,10 +26,7 @@ func (h *Local) archiveDir(ctx context.Context, what, dir string) *Workspace {
 		return nil
 	}
 	t0 := time.Now()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(diskarchive.WriteDir(ctx, pw, dir)) }()
-	info, err := h.blobs.Put(ctx, pr, 0)
-	pr.CloseWithError(errors.New("the upload ended"))
+	info, err := h.putArchive(ctx, func(w io.Writer) error { return diskarchive.WriteDir(ctx, w, dir) })
 	if err != nil {
 		h.log.Error("archiving a checkpoint (it stays on this host alone)", "checkpoint", what, "err", err)
 		return nil
