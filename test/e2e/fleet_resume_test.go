@@ -25,7 +25,7 @@ func TestFleetResumeAnywhere(t *testing.T) {
 	if remoteHost {
 		t.Skip("runs its own host agents; once is enough")
 	}
-	s, hosts, startHost := sharedFleet(t)
+	s, hosts, startHost, _ := sharedFleet(t)
 
 	// A sandbox on a, with a file, stopped: its workspace goes to the bucket.
 	sb := ""
@@ -86,8 +86,8 @@ func TestFleetResumeAnywhere(t *testing.T) {
 
 // sharedFleet starts a control plane and two `lbb host` processes (a and b, extra flags
 // hostArgs) with their own data directories sharing a bucket (SeaweedFS on loopback), and
-// answers them and how to start a host again.
-func sharedFleet(t *testing.T, hostArgs ...string) (*server, []*fleetHost, func(h *fleetHost, listen string)) {
+// answers them, how to start a host again, and their log.
+func sharedFleet(t *testing.T, hostArgs ...string) (*server, []*fleetHost, func(h *fleetHost, listen string), *testkit.Buffer) {
 	t.Helper()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket(t)
@@ -128,7 +128,7 @@ func sharedFleet(t *testing.T, hostArgs ...string) (*server, []*fleetHost, func(
 		}
 	})
 
-	return s, hosts, startHost
+	return s, hosts, startHost, log
 }
 
 // waitLost waits until the control plane declares host name lost.

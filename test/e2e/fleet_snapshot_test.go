@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestFleetSnapshotAnywhere(t *testing.T) {
 	if remoteHost {
 		t.Skip("runs its own host agents; once is enough")
 	}
-	s, hosts, _ := sharedFleet(t, "--runtime", "gvisor", "--pool=false")
+	s, hosts, _, log := sharedFleet(t, "--runtime", "gvisor", "--pool=false")
 	c := s.client(t, "main")
 	var sb *lbb.Sandbox
 	for i := 0; sb == nil; i++ {
@@ -92,4 +93,9 @@ func TestFleetSnapshotAnywhere(t *testing.T) {
 		t.Fatalf("the deleted sandbox's snapshot: %v, want 404", err)
 	}
 	carriesOn(t, c, f.ID, "the fork after its source went", got)
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, `"msg":"checkpoint archived"`) || strings.Contains(l, `"msg":"checkpoint restored"`) {
+			t.Log(l)
+		}
+	}
 }
