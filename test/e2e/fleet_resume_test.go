@@ -25,7 +25,8 @@ func TestFleetResumeAnywhere(t *testing.T) {
 	if remoteHost {
 		t.Skip("runs its own host agents; once is enough")
 	}
-	s, hosts, startHost, _ := sharedFleet(t)
+	f := sharedFleet(t)
+	s, hosts, startHost := f.s, f.hosts, f.startHost
 
 	// A sandbox on a, with a file, stopped: its workspace goes to the bucket.
 	sb := ""
@@ -86,8 +87,8 @@ func TestFleetResumeAnywhere(t *testing.T) {
 
 // sharedFleet starts a control plane and two `lbb host` processes (a and b, extra flags
 // hostArgs) with their own data directories sharing a bucket (SeaweedFS on loopback), and
-// answers them, how to start a host again, and their log.
-func sharedFleet(t *testing.T, hostArgs ...string) (*server, []*fleetHost, func(h *fleetHost, listen string), *testkit.Buffer) {
+// answers them.
+func sharedFleet(t *testing.T, hostArgs ...string) *shared {
 	t.Helper()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket(t)
@@ -128,7 +129,17 @@ func sharedFleet(t *testing.T, hostArgs ...string) (*server, []*fleetHost, func(
 		}
 	})
 
-	return s, hosts, startHost, log
+	return &shared{s: s, hosts: hosts, startHost: startHost, log: log, bucket: bucket}
+}
+
+// shared is a fleet of sharedFleet: its control plane, its hosts, how to start a host again
+// (on its data directory), their log, and the bucket's URL.
+type shared struct {
+	s         *server
+	hosts     []*fleetHost
+	startHost func(h *fleetHost, listen string)
+	log       *testkit.Buffer
+	bucket    string
 }
 
 // waitLost waits until the control plane declares host name lost.

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/littlebigbrain/lbb/internal/blobs"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	lbb "github.com/littlebigbrain/lbb/sdk/go"
 )
 
@@ -15,13 +17,14 @@ import (
 // source's pause; a is killed and declared lost; a fork of the snapshot starts on host b from
 // the archive, with the source's process (its memory) and files as they were at the
 // snapshot, and the paused source resumes on b, the same process. Deleting the source
-// deletes the snapshot.
+// deletes the snapshot and its archive.
 func TestFleetSnapshotAnywhere(t *testing.T) {
 	requireGvisor(t)
 	if remoteHost {
 		t.Skip("runs its own host agents; once is enough")
 	}
-	s, hosts, _, log := sharedFleet(t, "--runtime", "gvisor", "--pool=false")
+	fl := sharedFleet(t, "--runtime", "gvisor", "--pool=false")
+	s, hosts := fl.s, fl.hosts
 	c := s.client(t, "main")
 	var sb *lbb.Sandbox
 	for i := 0; sb == nil; i++ {
@@ -93,7 +96,14 @@ func TestFleetSnapshotAnywhere(t *testing.T) {
 		t.Fatalf("the deleted sandbox's snapshot: %v, want 404", err)
 	}
 	carriesOn(t, c, f.ID, "the fork after its source went", got)
-	for _, l := range strings.Split(log.String(), "\n") {
+	bs, err := blobs.NewS3(bg, fl.bucket, blobs.S3Options{StageDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Stat(bg, archive["sha256"].(string)); !errdefs.IsNotFound(err) {
+		t.Fatalf("the deleted snapshot's archive: %v, want it gone", err)
+	}
+	for _, l := range strings.Split(fl.log.String(), "\n") {
 		if strings.Contains(l, `"msg":"checkpoint archived"`) || strings.Contains(l, `"msg":"checkpoint restored"`) {
 			t.Log(l)
 		}
