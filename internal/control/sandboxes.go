@@ -478,8 +478,9 @@ func (s *Service) heldSandbox(ctx context.Context, graph, id, what string) (stor
 }
 
 // stopHost stops a sandbox on the host agent (a paused one is thawed or its checkpoint
-// dropped first), waits for its commands' records and folds the life's usage into sb.
-func (s *Service) stopHost(ctx context.Context, sb *store.Sandbox) {
+// dropped first), waits for its commands' records and folds the life's usage into sb. It
+// answers the digest of the archive of the checkpoint it dropped, for dropArchive.
+func (s *Service) stopHost(ctx context.Context, sb *store.Sandbox) (checkpoint string) {
 	u, err := s.host.Stop(ctx, sb.ID)
 	if err != nil {
 		s.log.Error("stopping a sandbox", "sandbox", sb.ID, "err", err)
@@ -487,7 +488,7 @@ func (s *Service) stopHost(ctx context.Context, sb *store.Sandbox) {
 	}
 	s.waitCommands(sb.ID)
 	addUsage(sb, u)
-	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
+	return clearPause(sb)
 }
 
 // StopSandbox ends a sandbox's processes and keeps its disk. Stopping a stopped sandbox is
@@ -519,7 +520,7 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 		return sb, err
 	}
 	wctx := context.WithoutCancel(ctx)
-	s.stopHost(wctx, &sb)
+	checkpoint := s.stopHost(wctx, &sb)
 	replaced, failed := s.archiveWorkspace(wctx, &sb)
 	sb.Error = withError(sb.Error, failed)
 	sb.Status, sb.EndReason = store.SandboxStopped, store.EndStopped
@@ -527,6 +528,7 @@ func (s *Service) StopSandbox(ctx context.Context, graph, id string) (store.Sand
 		return sb, err
 	}
 	s.dropArchive(wctx, replaced)
+	s.dropArchive(wctx, checkpoint)
 	s.log.Info("sandbox stopped", "graph", graph, "sandbox", id)
 	return sb, nil
 }
@@ -569,7 +571,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 	}
 	t0 := time.Now()
 	_, err = s.host.Resume(wctx, hostagent.ResumeRequest{ID: id, Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Layer: sb.Layer,
-		Egress: hostEgress(sb), Workspace: sb.Workspace})
+		Egress: hostEgress(sb), Workspace: sb.Workspace, Checkpoint: sb.Checkpoint})
 	if err != nil {
 		// A paused sandbox stays paused, so that a retry may wake it.
 		prev.Error = "resume failed: " + err.Error()
@@ -578,7 +580,8 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		}
 		return prev, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s did not resume: %w", id, err))
 	}
-	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.EndReason, sb.Error = store.SandboxRunning, nil, "", 0, "", ""
+	checkpoint := clearPause(&sb) // used: the sandbox runs on from it
+	sb.Status, sb.EndReason, sb.Error = store.SandboxRunning, "", ""
 	if h := s.hostOf(id); h != "" {
 		sb.Host = h // resumed elsewhere when its host was lost and its workspace archived
 	}
@@ -595,6 +598,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, graph, id string) (store.Sa
 		return sb, err
 	}
 	s.dropArchive(wctx, stale)
+	s.dropArchive(wctx, checkpoint)
 	s.resumedTerminals(id)
 	s.log.Info("sandbox resumed", "graph", graph, "sandbox", id, "from", prev.Status, "mode", prev.PauseMode, "ms", msSince(t0))
 	return sb, nil
@@ -645,7 +649,7 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 	addUsage(&sb, u)
 	s.removeHeld(id)
 	now := s.now()
-	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
+	checkpoint := clearPause(&sb)
 	sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, reason, &now
 	var archive string
 	if sb.Workspace != nil {
@@ -655,6 +659,7 @@ func (s *Service) endSandbox(ctx context.Context, graph, id, reason string) (sto
 		return sb, err
 	}
 	s.dropArchive(ctx, archive)
+	s.dropArchive(ctx, checkpoint)
 	s.log.Info("sandbox destroyed", "graph", graph, "sandbox", id, "reason", reason)
 	return sb, nil
 }
@@ -712,7 +717,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 		if sb.OneCall {
 			continue
 		}
-		var archive string // a workspace archive the record lets go of
+		var archive, checkpoint string // a workspace and a checkpoint archive the record lets go of
 		switch {
 		case sb.ExpiresAt != nil && !sb.ExpiresAt.After(now):
 			if _, err := s.host.Destroy(ctx, sb.ID); err != nil {
@@ -721,7 +726,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			if err := s.dropSnapshots(ctx, sb.Graph, sb.ID); err != nil {
 				s.log.Error("removing a sandbox's snapshots", "sandbox", sb.ID, "err", err)
 			}
-			sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = nil, "", 0
+			checkpoint = clearPause(&sb)
 			sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndExpired, &now
 			if sb.Workspace != nil {
 				archive, sb.Workspace = sb.Workspace.SHA256, nil
@@ -763,6 +768,7 @@ func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
 			return fmt.Errorf("recover: %s: %w", sb.ID, err)
 		}
 		s.dropArchive(ctx, archive)
+		s.dropArchive(ctx, checkpoint)
 		s.log.Warn("sandbox recovered", "graph", sb.Graph, "sandbox", sb.ID, "status", sb.Status, "end_reason", sb.EndReason)
 	}
 	return nil

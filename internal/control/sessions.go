@@ -171,6 +171,16 @@ func (s *Service) archiveWorkspace(ctx context.Context, sb *store.Sandbox) (repl
 	return "", failed
 }
 
+// clearPause forgets how sb was paused, and answers the digest of its checkpoint's archive
+// (stale now) for dropArchive once the record is updated.
+func clearPause(sb *store.Sandbox) (archive string) {
+	if sb.Checkpoint != nil {
+		archive = sb.Checkpoint.SHA256
+	}
+	sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.Checkpoint = nil, "", 0, nil
+	return archive
+}
+
 // withError appends what failed to a record's error.
 func withError(prev, failed string) string {
 	if prev == "" || failed == "" {
@@ -179,7 +189,7 @@ func withError(prev, failed string) string {
 	return prev + "; " + failed
 }
 
-// dropArchive removes a workspace archive no record names any more.
+// dropArchive removes a workspace, checkpoint or snapshot archive no record names any more.
 func (s *Service) dropArchive(ctx context.Context, sha string) {
 	if sha == "" || s.blobs == nil {
 		return

@@ -131,7 +131,7 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 	addUsage(&sb, p.Usage)
 	running := sb
 	now := s.now()
-	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = store.SandboxPaused, &now, p.Mode, p.Bytes
+	sb.Status, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes, sb.Checkpoint = store.SandboxPaused, &now, p.Mode, p.Bytes, p.Archive
 	// A checkpoint's size is known once it is taken: the graph's quotas of checkpoints are
 	// checked with the record, and a pause past them is undone.
 	var over error
@@ -151,6 +151,9 @@ func (s *Service) PauseSandbox(ctx context.Context, graph, id string) (store.San
 		return s.unpause(wctx, sb, running, over)
 	}
 	if err != nil {
+		if p.Archive != nil {
+			s.dropArchive(wctx, p.Archive.SHA256)
+		}
 		return sb, err
 	}
 	s.log.Info("sandbox paused", "graph", graph, "sandbox", id, "mode", p.Mode, "bytes", p.Bytes, "ms", msSince(t0))
@@ -168,6 +171,9 @@ func (s *Service) unpause(ctx context.Context, paused, running store.Sandbox, ov
 	}
 	if uerr := s.st.UpdateSandbox(ctx, rec); uerr != nil {
 		return rec, uerr
+	}
+	if rec.Checkpoint == nil && paused.Checkpoint != nil {
+		s.dropArchive(ctx, paused.Checkpoint.SHA256)
 	}
 	if err != nil {
 		return rec, errdefs.Wrap(errdefs.ClassUnavailable, "", fmt.Errorf("sandbox %s: its pause went past the graph's quota (%v) and it did not wake; it is paused: %w", running.ID, over, err))
@@ -241,7 +247,7 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 	if err := s.st.UpdateSandbox(ctx, sb); err != nil {
 		s.log.Error("recording a sandbox's usage", "sandbox", id, "err", err)
 	}
-	snap.SizeBytes, snap.CreatedAt, snap.DurationMs = info.Bytes, s.now(), float64(took.Microseconds())/1000
+	snap.SizeBytes, snap.CreatedAt, snap.DurationMs, snap.Archive = info.Bytes, s.now(), float64(took.Microseconds())/1000, info.Archive
 	err = s.st.WithTx(ctx, func(q store.Queries) error {
 		u, err := q.GraphUsage(ctx, graph)
 		if err != nil {
@@ -255,6 +261,9 @@ func (s *Service) snapshot(ctx context.Context, graph, id string, md map[string]
 	if err != nil {
 		if derr := s.host.DeleteSnapshot(ctx, snap.ID); derr != nil {
 			s.log.Error("removing a snapshot that got no record", "snapshot", snap.ID, "err", derr)
+		}
+		if snap.Archive != nil {
+			s.dropArchive(ctx, snap.Archive.SHA256)
 		}
 		return snap, err
 	}
@@ -319,6 +328,9 @@ func (s *Service) dropSnapshot(ctx context.Context, snap store.Snapshot) error {
 	}
 	if err := s.st.DeleteSnapshot(ctx, snap.Graph, snap.ID); err != nil && !errdefs.IsNotFound(err) {
 		return err
+	}
+	if snap.Archive != nil {
+		s.dropArchive(ctx, snap.Archive.SHA256)
 	}
 	s.log.Info("snapshot deleted", "graph", snap.Graph, "sandbox", snap.SandboxID, "snapshot", snap.ID)
 	return nil
@@ -503,6 +515,9 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 	sb.Origin = c.origin(nil)
 	sb.CreatedAt, sb.StartedAt, sb.EndedAt, sb.EndReason, sb.Error = s.now(), nil, nil, "", ""
 	sb.Usage, sb.PausedAt, sb.PauseMode, sb.CheckpointBytes = store.Usage{}, nil, "", 0
+	// The source's archives are its own (a stopped source's workspace, a paused one's
+	// checkpoint): the fork's disk is the snapshot's.
+	sb.Workspace, sb.Checkpoint = nil, nil
 	sb.ForkedFrom = &store.ForkedFrom{Sandbox: from.ID, Snapshot: snap.ID}
 	exp := sb.CreatedAt.Add(time.Duration(req.ExpiresInSeconds) * time.Second)
 	if req.ExpiresInSeconds == 0 {
@@ -533,7 +548,7 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 	for id, cc := range drivers {
 		fcs = append(fcs, hostagent.ForkCommand{Source: cc.driver, ID: id, Timeout: driverTimeout, Hold: true, HeadBytes: 4096, TailBytes: 4096})
 	}
-	started, err := s.host.Fork(ctx, hostagent.ForkRequest{ID: sb.ID, Source: from.ID, SnapshotID: snap.ID,
+	started, err := s.host.Fork(ctx, hostagent.ForkRequest{ID: sb.ID, Source: from.ID, SnapshotID: snap.ID, Archive: snap.Archive,
 		Limits: runtimeLimits(sb.Limits), Runtime: sb.Isolation, Env: req.Env, Egress: hostEgress(sb), Commands: fcs})
 	if err != nil {
 		now := s.now()

@@ -1,6 +1,7 @@
 // Package diskarchive turns a sandbox's disk image (a sparse file: internal/runtime/hostdisk)
 // into one compressed stream and back, so that a stopped sandbox's workspace can live in
-// object storage (internal/blobs) and start again on another host.
+// object storage (internal/blobs) and start again on another host; WriteDir and RestoreDir
+// do the same for a directory of them (a checkpoint, dir.go).
 //
 // The stream is zstd over: the magic "LBBDISK1", the image's size (8 bytes, big endian), its
 // data extents, each as offset and length (8 bytes each) and the bytes, an extent of length 0
@@ -35,16 +36,17 @@ const maxImage = 1 << 42
 
 // Write streams the image at path into w as an archive. The image must not change meanwhile
 // (its sandbox is stopped).
-func Write(ctx context.Context, w io.Writer, path string) (err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
+func Write(ctx context.Context, w io.Writer, path string) error {
+	return writeStream(w, func(out *bufio.Writer) error {
+		if _, err := out.WriteString(magic); err != nil {
+			return err
+		}
+		return writeFile(ctx, out, path) // its size, its extents
+	})
+}
+
+// writeStream writes to w, zstd-compressed, what body writes to out, then its SHA-256.
+func writeStream(w io.Writer, body func(out *bufio.Writer) error) (err error) {
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return err
@@ -56,45 +58,7 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	}()
 	h := sha256.New()
 	out := bufio.NewWriterSize(io.MultiWriter(zw, h), 1<<20)
-	size := st.Size()
-	if _, err := out.WriteString(magic); err != nil {
-		return err
-	}
-	if err := putU64(out, uint64(size)); err != nil {
-		return err
-	}
-	in := blobs.ContextReader(ctx, f)
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil {
-			return fmt.Errorf("diskarchive: seeking data in %s: %w", path, err)
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("diskarchive: seeking a hole in %s: %w", path, err)
-		}
-		hole = min(hole, size)
-		if _, err := f.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if err := putU64(out, uint64(data)); err != nil {
-			return err
-		}
-		if err := putU64(out, uint64(hole-data)); err != nil {
-			return err
-		}
-		if n, err := io.CopyN(out, in, hole-data); err != nil {
-			return fmt.Errorf("diskarchive: reading %s at %d (%d of %d bytes): %w", path, data, n, hole-data, err)
-		}
-		off = hole
-	}
-	if err := putU64(out, 0); err != nil {
-		return err
-	}
-	if err := putU64(out, 0); err != nil {
+	if err := body(out); err != nil {
 		return err
 	}
 	if err := out.Flush(); err != nil {
@@ -102,6 +66,33 @@ func Write(ctx context.Context, w io.Writer, path string) (err error) {
 	}
 	_, err = zw.Write(h.Sum(nil))
 	return err
+}
+
+// readStream decompresses r and hands it to body, then checks that the SHA-256 of what body
+// read follows, and nothing after it.
+func readStream(ctx context.Context, r io.Reader, body func(in io.Reader) error) error {
+	zr, err := zstd.NewReader(blobs.ContextReader(ctx, r), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	h := sha256.New()
+	br := bufio.NewReaderSize(zr, 1<<20)
+	if err := body(&hashReader{r: br, h: h}); err != nil {
+		return err
+	}
+	want := h.Sum(nil)
+	got := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(br, got); err != nil {
+		return fmt.Errorf("diskarchive: reading the checksum: %w", err)
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("diskarchive: checksum mismatch: the archive is corrupt")
+	}
+	if n, _ := io.Copy(io.Discard, br); n > 0 {
+		return errors.New("diskarchive: bytes after the checksum")
+	}
+	return nil
 }
 
 func putU64(w io.Writer, v uint64) error {
@@ -115,25 +106,6 @@ func putU64(w io.Writer, v uint64) error {
 // is read and its checksum holds (a failed restore leaves path as it was). The new file takes
 // the owner and mode of the file it replaces, or 0600.
 func Restore(ctx context.Context, r io.Reader, path string) (err error) {
-	zr, err := zstd.NewReader(blobs.ContextReader(ctx, r), zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer zr.Close()
-	h := sha256.New()
-	br := bufio.NewReaderSize(zr, 1<<20)
-	in := &hashReader{r: br, h: h}
-	head := make([]byte, len(magic)+8)
-	if _, err := io.ReadFull(in, head); err != nil {
-		return fmt.Errorf("diskarchive: reading the header: %w", err)
-	}
-	if !bytes.Equal(head[:len(magic)], []byte(magic)) {
-		return errors.New("diskarchive: not a disk archive")
-	}
-	size := binary.BigEndian.Uint64(head[len(magic):])
-	if size > maxImage {
-		return fmt.Errorf("diskarchive: an image of %d bytes is too large", size)
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".restore-")
 	if err != nil {
 		return err
@@ -144,37 +116,25 @@ func Restore(ctx context.Context, r io.Reader, path string) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := tmp.Truncate(int64(size)); err != nil {
+	err = readStream(ctx, r, func(in io.Reader) error {
+		head := make([]byte, len(magic)+8)
+		if _, err := io.ReadFull(in, head); err != nil {
+			return fmt.Errorf("diskarchive: reading the header: %w", err)
+		}
+		if !bytes.Equal(head[:len(magic)], []byte(magic)) {
+			return errors.New("diskarchive: not a disk archive")
+		}
+		size := binary.BigEndian.Uint64(head[len(magic):])
+		if size > maxImage {
+			return fmt.Errorf("diskarchive: an image of %d bytes is too large", size)
+		}
+		if err := tmp.Truncate(int64(size)); err != nil {
+			return err
+		}
+		return readExtents(in, tmp, size)
+	})
+	if err != nil {
 		return err
-	}
-	var ext [16]byte
-	next := uint64(0)
-	for {
-		if _, err := io.ReadFull(in, ext[:]); err != nil {
-			return fmt.Errorf("diskarchive: reading an extent: %w", err)
-		}
-		off, n := binary.BigEndian.Uint64(ext[:8]), binary.BigEndian.Uint64(ext[8:])
-		if n == 0 {
-			break
-		}
-		if off < next || off > size || n > size-off {
-			return fmt.Errorf("diskarchive: extent %d+%d out of order or past the image's %d bytes", off, n, size)
-		}
-		if _, err := io.CopyN(io.NewOffsetWriter(tmp, int64(off)), in, int64(n)); err != nil {
-			return fmt.Errorf("diskarchive: restoring the extent at %d: %w", off, err)
-		}
-		next = off + n
-	}
-	want := h.Sum(nil)
-	got := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(br, got); err != nil {
-		return fmt.Errorf("diskarchive: reading the checksum: %w", err)
-	}
-	if !bytes.Equal(got, want) {
-		return errors.New("diskarchive: checksum mismatch: the archive is corrupt")
-	}
-	if n, _ := io.Copy(io.Discard, br); n > 0 {
-		return errors.New("diskarchive: bytes after the checksum")
 	}
 	if err := tmp.Sync(); err != nil {
 		return err

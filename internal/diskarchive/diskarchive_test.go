@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/littlebigbrain/lbb/internal/diskarchive"
 )
 
@@ -68,5 +70,67 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Fatalf("left behind: %v", ents)
+	}
+}
+
+// A checkpoint's directory goes through an archive whole: its tree, its files' modes and
+// bytes, a sparse file's holes as holes; a corrupt archive leaves the directory as it was.
+func TestDirRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	src := filepath.Join(root, "src")
+	os.MkdirAll(filepath.Join(src, "memory"), 0o700)
+	os.WriteFile(filepath.Join(src, "memory", "checkpoint.img"), bytes.Repeat([]byte("pages "), 50000), 0o600)
+	os.WriteFile(filepath.Join(src, "state.json"), []byte(`{"id":"x"}`), 0o644)
+	os.WriteFile(filepath.Join(src, "empty"), nil, 0o600)
+	f, err := os.Create(filepath.Join(src, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(512 << 20)
+	f.WriteAt([]byte("files"), 100<<20)
+	f.Close()
+
+	var arch bytes.Buffer
+	if err := diskarchive.WriteDir(ctx, &arch, src); err != nil {
+		t.Fatal(err)
+	}
+	if arch.Len() > 1<<20 {
+		t.Fatalf("the archive is %d bytes", arch.Len())
+	}
+	dst := filepath.Join(root, "dst")
+	os.MkdirAll(dst, 0o700)
+	os.WriteFile(filepath.Join(dst, "stale"), []byte("old"), 0o600)
+	if err := diskarchive.RestoreDir(ctx, bytes.NewReader(arch.Bytes()), dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"memory/checkpoint.img", "state.json", "empty", "disk.img"} {
+		want, _ := os.ReadFile(filepath.Join(src, name))
+		got, err := os.ReadFile(filepath.Join(dst, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s differs (%v)", name, err)
+		}
+	}
+	if st, _ := os.Stat(filepath.Join(dst, "state.json")); st.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(dst, "stale")); err == nil {
+		t.Fatal("the old tree's file is still there")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dst, "disk.img"), &st); err != nil || st.Blocks*512 > 1<<20 {
+		t.Fatalf("the restored disk image takes %d bytes (%v)", st.Blocks*512, err)
+	}
+
+	bad := bytes.Clone(arch.Bytes())
+	bad[len(bad)/2] ^= 0xff
+	if err := diskarchive.RestoreDir(ctx, bytes.NewReader(bad), dst); err == nil {
+		t.Fatal("a corrupt archive restored")
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 2 {
+		t.Fatalf("left behind: %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "state.json")); err != nil {
+		t.Fatal("a failed restore changed the directory")
 	}
 }

@@ -144,37 +144,44 @@ func (f *Fleet) Create(ctx context.Context, req hostagent.CreateRequest) (hostag
 }
 
 // Resume starts a stopped or paused sandbox again on the host that holds its disk. A stopped
-// sandbox whose workspace is archived (req.Workspace) and whose host is lost resumes on a
-// host placed now among those sharing the lost host's blob store (Info.Blobs), which
-// restores the archive; the old host destroys its copy when it answers again. One whose host merely failed a call is not moved (what that
+// sandbox whose workspace is archived (req.Workspace), or a paused one whose checkpoint is
+// (req.Checkpoint), and whose host is lost resumes on a host placed now among those sharing
+// the lost host's blob store (Info.Blobs), which restores the archive; the old host destroys its copy when it answers again. One whose host merely failed a call is not moved (what that
 // call did there is unknown).
 func (f *Fleet) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostagent.Sandbox, error) {
 	m, err := f.hostOf(ctx, req.ID)
-	if err == nil || req.Workspace == nil || m == nil || errdefs.CodeOf(err) != hostagent.CodeHostLost {
+	if err == nil || req.Workspace == nil && req.Checkpoint == nil || m == nil || errdefs.CodeOf(err) != hostagent.CodeHostLost {
 		if err != nil {
 			return hostagent.Sandbox{}, err
 		}
 		return whileUp(f, m, func() (hostagent.Sandbox, error) { return m.Host.Resume(ctx, req) })
 	}
-	// Only hosts that share the old host's blob store can restore its archive.
-	f.mu.Lock()
-	shared := ""
-	if m != nil {
-		shared = m.info.Blobs
-	}
-	f.mu.Unlock()
-	if shared == "" {
+	n, err := f.placeSharing(ctx, m, req.ID, req.Runtime, err)
+	if err != nil {
 		return hostagent.Sandbox{}, err
-	}
-	n, perr := f.place(ctx, req.ID, store.PlacedSandbox, req.Runtime, func(c *member) bool { return c.info.Blobs == shared })
-	if perr != nil {
-		return hostagent.Sandbox{}, errors.Join(err, perr)
 	}
 	f.letGo(ctx, m, req.ID)
 	f.placeOn(ctx, n, req.ID, store.PlacedSandbox) // letGo forgot it
 	f.log.Info("resuming a sandbox from its archived workspace on another host", "sandbox", req.ID, "host", n.ID)
 	// A failed resume leaves it placed on n, which restores the archive at the next try.
 	return whileUp(f, n, func() (hostagent.Sandbox, error) { return n.Host.Resume(ctx, req) })
+}
+
+// placeSharing places sandbox id, whose host m is lost (lost is the error that says so), on
+// a host that shares m's blob store, so that it restores the archive of what m held: only
+// those can. It answers lost when none is.
+func (f *Fleet) placeSharing(ctx context.Context, m *member, id, runtime string, lost error) (*member, error) {
+	f.mu.Lock()
+	shared := m.info.Blobs
+	f.mu.Unlock()
+	if shared == "" {
+		return nil, lost
+	}
+	n, err := f.place(ctx, id, store.PlacedSandbox, runtime, func(c *member) bool { return c.info.Blobs == shared })
+	if err != nil {
+		return nil, errors.Join(lost, err)
+	}
+	return n, nil
 }
 
 // ArchiveWorkspace archives a stopped sandbox's disk from its host to the blob store.
@@ -255,18 +262,34 @@ func (f *Fleet) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 }
 
 // Fork starts the fork on the host of its snapshot (or of its source): the files it starts
-// from are there.
+// from are there. A snapshot archived in the blob store (req.Archive) whose host is lost
+// forks on a host placed now among those sharing the lost host's blob store, which restores
+// the archive and holds the snapshot from then on.
 func (f *Fleet) Fork(ctx context.Context, req hostagent.ForkRequest) (hostagent.Sandbox, error) {
 	from := req.Source
 	if req.SnapshotID != "" {
 		from = req.SnapshotID
 	}
 	m, err := f.hostOf(ctx, from)
-	if err != nil {
+	switch {
+	case err != nil && req.Archive != nil && req.SnapshotID != "" && m != nil && errdefs.CodeOf(err) == hostagent.CodeHostLost:
+		n, perr := f.placeSharing(ctx, m, req.ID, req.Runtime, err)
+		if perr != nil {
+			return hostagent.Sandbox{}, perr
+		}
+		f.letGo(ctx, m, req.SnapshotID)
+		if err := f.placeOn(ctx, n, req.SnapshotID, store.PlacedSnapshot); err != nil {
+			f.unplace(ctx, req.ID)
+			return hostagent.Sandbox{}, err
+		}
+		f.log.Info("forking a snapshot from its archive on another host", "snapshot", req.SnapshotID, "sandbox", req.ID, "host", n.ID)
+		m = n
+	case err != nil:
 		return hostagent.Sandbox{}, err
-	}
-	if err := f.placeOn(ctx, m, req.ID, store.PlacedSandbox); err != nil {
-		return hostagent.Sandbox{}, err
+	default:
+		if err := f.placeOn(ctx, m, req.ID, store.PlacedSandbox); err != nil {
+			return hostagent.Sandbox{}, err
+		}
 	}
 	sb, err := m.Host.Fork(ctx, req)
 	if err = f.check(m, err); err != nil {

@@ -69,6 +69,9 @@ type Host interface {
 	// its driver can (RAM freed, survives a restart), else the freezer.
 	Pause(ctx context.Context, id string) (Paused, error)
 	// Snapshot saves a running sandbox whole under snapshotID; the sandbox keeps running.
+	// With a blob store the snapshot's files are archived there too (SnapshotInfo.Archive),
+	// and a Fork on a host without them restores them (ForkRequest.Archive); likewise a
+	// checkpoint of Pause (Paused.Archive, ResumeRequest.Checkpoint).
 	Snapshot(ctx context.Context, id, snapshotID string) (SnapshotInfo, error)
 	// DeleteSnapshot removes a snapshot's files; an unknown one is no error.
 	DeleteSnapshot(ctx context.Context, snapshotID string) error
@@ -285,6 +288,9 @@ type ResumeRequest struct {
 	// host's own copy of the disk is gone or is not that archive's (the sandbox ran elsewhere
 	// since).
 	Workspace *Workspace `json:"workspace,omitempty"`
+	// Checkpoint is the archive of its pause's checkpoint (Paused.Archive), if any: restored
+	// when this host has no checkpoint of it (it was paused on another host).
+	Checkpoint *Workspace `json:"checkpoint,omitempty"`
 }
 
 // Workspace is a stopped sandbox's disk archived in the blob store (internal/diskarchive):
@@ -293,13 +299,16 @@ type Workspace = store.WorkspaceArchive
 
 // ForkRequest starts sandbox ID from SnapshotID, or from Source as it is now.
 type ForkRequest struct {
-	ID         string            `json:"id"`
-	Source     string            `json:"source"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-	Limits     runtime.Limits    `json:"limits"`
-	Runtime    string            `json:"runtime,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *Egress           `json:"egress,omitempty"`
+	ID         string `json:"id"`
+	Source     string `json:"source"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Archive is the snapshot's archive (SnapshotInfo.Archive), if any: restored when this
+	// host has no files of the snapshot (it was taken on another host).
+	Archive *Workspace        `json:"archive,omitempty"`
+	Limits  runtime.Limits    `json:"limits"`
+	Runtime string            `json:"runtime,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Egress  *Egress           `json:"egress,omitempty"`
 	// Commands are the source's commands that were running at the snapshot, to carry on in
 	// the fork as commands of its own; the fork's copies of any others end.
 	Commands []ForkCommand `json:"commands,omitempty"`
@@ -337,6 +346,9 @@ type Paused struct {
 	Usage store.Usage `json:"usage"`
 	// Bytes is the size of the checkpoint on disk (0 for a frozen sandbox).
 	Bytes int64 `json:"bytes,omitempty"`
+	// Archive is the checkpoint archived in the blob store, so that the sandbox resumes on
+	// any host sharing it (nil: frozen, no blob store, or the archive failed).
+	Archive *Workspace `json:"archive,omitempty"`
 }
 
 // SnapshotInfo describes a saved snapshot.
@@ -347,6 +359,9 @@ type SnapshotInfo struct {
 	Usage store.Usage `json:"usage"`
 	// Sandbox is the source as it runs on after the snapshot.
 	Sandbox Sandbox `json:"sandbox"`
+	// Archive is the snapshot's files archived in the blob store, so that a fork starts on
+	// any host sharing it (nil: no blob store, or the archive failed).
+	Archive *Workspace `json:"archive,omitempty"`
 }
 
 // ExecRequest is one command in a running sandbox: a process (Argv), or with Run a call of

@@ -62,8 +62,11 @@ type Local struct {
 	info     Info
 	blobs    blobs.Store
 	dataDir  string
-	guard    *egress.Guard
-	log      *slog.Logger
+	// placing serializes restores of checkpoints from the blob store (placeCheckpoint): two
+	// forks of one snapshot restore it once.
+	placing sync.Mutex
+	guard   *egress.Guard
+	log     *slog.Logger
 	// backstop is how long past a command's timeout the host waits for the agent to report it
 	// before it gives up on it.
 	backstop time.Duration

@@ -453,7 +453,10 @@ func (h *Local) Resume(ctx context.Context, req ResumeRequest) (Sandbox, error) 
 		return Sandbox{}, err
 	}
 	dir := h.pauseDir(req.ID)
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+	if err := h.placeCheckpoint(ctx, "paused "+req.ID, dir, req.Checkpoint); err != nil {
+		return Sandbox{}, err
+	}
+	if haveCheckpoint(dir) {
 		c, ok := h.checkpointer()
 		if !ok {
 			return Sandbox{}, NotSupported("runtime %q cannot restore checkpoints", h.driver.Name())

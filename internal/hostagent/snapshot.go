@@ -196,7 +196,7 @@ func (h *Local) Pause(ctx context.Context, id string) (Paused, error) {
 		return Paused{}, err
 	}
 	if mode == store.PauseCheckpoint {
-		return Paused{Mode: mode, Usage: u, Bytes: diskUsage(dir)}, nil
+		return Paused{Mode: mode, Usage: u, Bytes: diskUsage(dir), Archive: h.archiveDir(ctx, "paused "+id, dir)}, nil
 	}
 	os.RemoveAll(dir)
 	h.setRunning(s, l)
@@ -322,7 +322,8 @@ func (h *Local) Snapshot(ctx context.Context, id, snapshotID string) (SnapshotIn
 	h.log.Debug("sandbox snapshotted", "sandbox", id, "checkpoint_ms", ms(t1.Sub(t0)), "restore_ms", ms(time.Since(t1)), "commands_moved", carried)
 	h.setRunning(s, nl)
 	h.moved(ctx, s, nl, nil)
-	return SnapshotInfo{ID: snapshotID, Bytes: diskUsage(dir), Usage: u,
+	// The sandbox runs on meanwhile; the snapshot's files do not change.
+	return SnapshotInfo{ID: snapshotID, Bytes: diskUsage(dir), Usage: u, Archive: h.archiveDir(ctx, "snapshot "+snapshotID, dir),
 		Sandbox: Sandbox{ID: id, Runtime: h.info.Default, StartedAt: nl.startedAt}}, nil
 }
 
@@ -354,11 +355,15 @@ func (h *Local) Fork(ctx context.Context, req ForkRequest) (Sandbox, error) {
 		src.mu.Unlock()
 	}
 	maps.Copy(env, req.Env)
+	dir := h.snapshotDir(req.SnapshotID)
+	if err := h.placeCheckpoint(ctx, "snapshot "+req.SnapshotID, dir, req.Archive); err != nil {
+		return Sandbox{}, err
+	}
 	esb, err := h.newEgress(req.ID, req.Egress)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	l, err := h.restore(ctx, c, req.ID, h.snapshotDir(req.SnapshotID), req.Limits, true)
+	l, err := h.restore(ctx, c, req.ID, dir, req.Limits, true)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/diskarchive"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -76,10 +77,7 @@ func (h *Local) ArchiveWorkspace(ctx context.Context, id string) (Workspace, err
 		return Workspace{}, err
 	}
 	t0 := time.Now()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(diskarchive.Write(ctx, pw, disk)) }()
-	info, err := h.blobs.Put(ctx, pr, 0)
-	pr.CloseWithError(errors.New("the upload ended"))
+	info, err := h.putArchive(ctx, func(w io.Writer) error { return diskarchive.Write(ctx, w, disk) })
 	if err != nil {
 		return Workspace{}, fmt.Errorf("archiving sandbox %s's workspace: %w", id, err)
 	}
@@ -136,6 +134,15 @@ func (h *Local) placeWorkspace(ctx context.Context, spec runtime.Spec, ws *Works
 	}
 	h.log.Info("workspace restored", "sandbox", spec.ID, "sha256", ws.SHA256, "created", created, "ms", time.Since(t0).Milliseconds())
 	return created, nil
+}
+
+// putArchive streams what write writes into the blob store.
+func (h *Local) putArchive(ctx context.Context, write func(w io.Writer) error) (blobs.Info, error) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(write(pw)) }()
+	info, err := h.blobs.Put(ctx, pr, 0)
+	pr.CloseWithError(errors.New("the upload ended"))
+	return info, err
 }
 
 // undoCreate destroys a sandbox placeWorkspace created, joining what fails to err.

@@ -492,11 +492,16 @@ type Sandbox struct {
 	// Workspace is its disk archived in the blob store at its last stop; set only while it
 	// is stopped (a start makes it stale).
 	Workspace *WorkspaceArchive `json:"workspace,omitempty"`
+	// Checkpoint is the archive of its checkpoint (PauseCheckpoint) in the blob store, set
+	// while it is paused so: a resume on a host without the checkpoint restores it.
+	Checkpoint *WorkspaceArchive `json:"checkpoint,omitempty"`
 }
 
-// WorkspaceArchive is a stopped sandbox's disk in the blob store (internal/diskarchive).
+// WorkspaceArchive is a stopped sandbox's disk in the blob store (internal/diskarchive), or a
+// checkpoint's or snapshot's directory (a directory archive).
 type WorkspaceArchive struct {
-	// SHA256 and Bytes are the archive blob's; DiskBytes the size of the disk it holds.
+	// SHA256 and Bytes are the archive blob's; DiskBytes the size of the disk (or the bytes
+	// the directory takes on disk) it holds.
 	SHA256     string    `json:"sha256"`
 	Bytes      int64     `json:"bytes"`
 	DiskBytes  int64     `json:"disk_bytes"`
@@ -576,6 +581,9 @@ type Snapshot struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	DurationMs float64           `json:"duration_ms"`
 	Metadata   map[string]string `json:"metadata"`
+	// Archive is its directory archived in the blob store (nil when the host has none to
+	// archive to): a fork on a host without the snapshot's files restores it.
+	Archive *WorkspaceArchive `json:"archive,omitempty"`
 }
 
 // Command statuses. The breaches of a limit have their own.

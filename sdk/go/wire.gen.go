@@ -703,6 +703,9 @@ type Sandbox struct {
 	API  *APIGrant `json:"api,omitempty"`
 	Base string    `json:"base"`
 
+	// Checkpoint a stopped sandbox's disk, archived (zstd, data extents only) to the blob store at its stop; present only while it is stopped. Resume restores it where the host's own copy is gone
+	Checkpoint WorkspaceArchive `json:"checkpoint,omitempty"`
+
 	// CheckpointBytes the size of its checkpoint on disk while it is paused with one (gvisor)
 	CheckpointBytes int64     `json:"checkpoint_bytes,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
@@ -765,7 +768,9 @@ type Sandbox struct {
 
 // Snapshot a saved state of a running sandbox, its memory and processes with its disk, that forks start from; it goes with its sandbox
 type Snapshot struct {
-	CreatedAt time.Time `json:"created_at"`
+	// Archive a stopped sandbox's disk, archived (zstd, data extents only) to the blob store at its stop; present only while it is stopped. Resume restores it where the host's own copy is gone
+	Archive   WorkspaceArchive `json:"archive,omitempty"`
+	CreatedAt time.Time        `json:"created_at"`
 
 	// DurationMs how long taking it held the sandbox
 	DurationMs float64 `json:"duration_ms"`

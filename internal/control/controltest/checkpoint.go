@@ -132,6 +132,8 @@ func (d *Checkpointing) Restore(ctx context.Context, id, dir string) (runtime.Sa
 		if err := copyDir(filepath.Join(src, "workspace"), filepath.Join(target, "workspace")); err != nil {
 			return nil, err
 		}
+	} else if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
+		return nil, err // a host that made no sandbox yet
 	} else if err := copyDir(src, target); err != nil {
 		return nil, err
 	}

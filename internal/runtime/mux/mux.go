@@ -15,8 +15,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -42,7 +45,8 @@ type Driver struct {
 	mu    sync.Mutex
 	owner map[string]string // sandbox id → driver name
 	// made remembers which driver wrote a checkpoint directory, so that a fork restored from
-	// it under a new id goes to that driver.
+	// it under a new id goes to that driver. The directory says so too (its runtimeFile),
+	// for a fork after a restart or on another host (a checkpoint from the blob store).
 	made map[string]string
 }
 
@@ -199,8 +203,14 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	d.mu.Lock()
 	d.made[dir] = name
 	d.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(dir, runtimeFile), []byte(name+"\n"), 0o600); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	return nil
 }
+
+// runtimeFile, in a checkpoint directory, names the driver that wrote it.
+const runtimeFile = "lbb-runtime"
 
 // Restore starts sandbox id from the checkpoint in dir. A sandbox a driver holds is restored
 // by that driver; a new id (a fork) by the driver that wrote dir, or, when that is not known
@@ -235,6 +245,11 @@ func (d *Driver) restorer(dir string) (string, error) {
 	d.mu.Unlock()
 	if ok {
 		return name, nil
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, runtimeFile)); err == nil {
+		if name := strings.TrimSpace(string(b)); d.drivers[name] != nil {
+			return name, nil
+		}
 	}
 	var can []string
 	for _, n := range d.names {

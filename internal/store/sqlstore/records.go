@@ -132,7 +132,7 @@ func (q queries) RevokeKey(ctx context.Context, id string, at time.Time) error {
 const sandboxCols = `id, graph, status, one_call, base, image, template_id, template_name, template_version,
 	limits, env_names, metadata, origin, created_at, started_at, ended_at, expires_at, end_reason, error, vcpu_ms, gib_ms,
 	paused_at, pause_mode, forked_from, isolation, checkpoint_bytes, egress, egress_usage, api_grant, git, layer,
-	session, size, workspace, workspace_sha256, host`
+	session, size, workspace, workspace_sha256, host, checkpoint, checkpoint_sha256`
 
 func sandboxArgs(s store.Sandbox) []any {
 	var tid, tname any
@@ -146,10 +146,11 @@ func sandboxArgs(s store.Sandbox) []any {
 		s.Usage.VCPUMs, s.Usage.GiBMs,
 		msPtr(s.PausedAt), nullStr(s.PauseMode), forkedFromText(s.ForkedFrom), s.Isolation, s.CheckpointBytes,
 		jsonOpt(s.Egress), jsonOpt(s.Usage.Egress), jsonOpt(s.API), jsonOpt(s.Git), nullStr(s.Layer),
-		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace), nullStr(s.Host)}
+		nullStr(s.Session), nullStr(s.Size), jsonOpt(s.Workspace), workspaceDigest(s.Workspace), nullStr(s.Host),
+		jsonOpt(s.Checkpoint), workspaceDigest(s.Checkpoint)}
 }
 
-// workspaceDigest is the digest of a workspace archive, NULL when there is none.
+// workspaceDigest is the digest of a workspace (or checkpoint) archive, NULL when there is none.
 func workspaceDigest(w *store.WorkspaceArchive) any {
 	if w == nil {
 		return nil
@@ -188,18 +189,18 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 	var tver, started, ended, expires sql.NullInt64
 	var created int64
 	var paused sql.NullInt64
-	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA, host sql.NullString
+	var pauseMode, forkedFrom, egress, egressUsage, apiGrant, git, layer, session, size, workspace, workspaceSHA, host, checkpoint, checkpointSHA sql.NullString
 	err := sc.Scan(&s.ID, &s.Graph, &s.Status, &oneCall, &s.Base, &s.Image, &tid, &tname, &tver,
 		&limits, &env, &meta, &origin, &created, &started, &ended, &expires, &endReason, &errStr,
 		&s.Usage.VCPUMs, &s.Usage.GiBMs,
 		&paused, &pauseMode, &forkedFrom, &s.Isolation, &s.CheckpointBytes, &egress, &egressUsage, &apiGrant, &git, &layer,
-		&session, &size, &workspace, &workspaceSHA, &host)
+		&session, &size, &workspace, &workspaceSHA, &host, &checkpoint, &checkpointSHA)
 	if err != nil {
 		return s, err
 	}
 	s.Layer, s.Session, s.Size, s.Host = layer.String, session.String, size.String, host.String
 	if err := errors.Join(optFrom(egress, &s.Egress), optFrom(egressUsage, &s.Usage.Egress), optFrom(apiGrant, &s.API),
-		optFrom(git, &s.Git), optFrom(workspace, &s.Workspace)); err != nil {
+		optFrom(git, &s.Git), optFrom(workspace, &s.Workspace), optFrom(checkpoint, &s.Checkpoint)); err != nil {
 		return s, err
 	}
 	s.OneCall = oneCall != 0
@@ -248,7 +249,7 @@ func (q queries) UpdateSandbox(ctx context.Context, s store.Sandbox) error {
 		template_name = ?, template_version = ?, limits = ?, env_names = ?, metadata = ?, origin = ?, created_at = ?,
 		started_at = ?, ended_at = ?, expires_at = ?, end_reason = ?, error = ?, vcpu_ms = ?, gib_ms = ?,
 		paused_at = ?, pause_mode = ?, forked_from = ?, isolation = ?, checkpoint_bytes = ?, egress = ?, egress_usage = ?, api_grant = ?, git = ?, layer = ?,
-		session = ?, size = ?, workspace = ?, workspace_sha256 = ?, host = ?
+		session = ?, size = ?, workspace = ?, workspace_sha256 = ?, host = ?, checkpoint = ?, checkpoint_sha256 = ?
 		WHERE id = ? AND graph = ?`, append(args[2:], s.ID, s.Graph)...)
 	return mustAffect(res, err, "sandbox "+s.ID)
 }
@@ -724,9 +725,14 @@ func (q queries) BlobNamed(ctx context.Context, sha256 string) (bool, error) {
 	if err != nil || n > 0 {
 		return n > 0, err
 	}
-	// A stopped sandbox's workspace archive.
-	err = q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE workspace_sha256 = ? AND status NOT IN ('destroyed', 'failed')`,
-		sha256).Scan(&n)
+	// A stopped sandbox's workspace archive, a paused one's checkpoint.
+	err = q.queryRow(ctx, `SELECT COUNT(*) FROM sandboxes WHERE (workspace_sha256 = ? OR checkpoint_sha256 = ?)
+		AND status NOT IN ('destroyed', 'failed')`, sha256, sha256).Scan(&n)
+	if err != nil || n > 0 {
+		return n > 0, err
+	}
+	// A snapshot's archive.
+	err = q.queryRow(ctx, `SELECT COUNT(*) FROM snapshots WHERE archive_sha256 = ?`, sha256).Scan(&n)
 	return n > 0, err
 }
 

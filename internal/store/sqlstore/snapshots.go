@@ -9,23 +9,28 @@ import (
 
 // Snapshots.
 
-const snapshotCols = `id, graph, sandbox_id, isolation, memory, size_bytes, metadata, created_at, duration_ms`
+const snapshotCols = `id, graph, sandbox_id, isolation, memory, size_bytes, metadata, created_at, duration_ms, archive, archive_sha256`
 
 func scanSnapshot(sc row) (store.Snapshot, error) {
 	var s store.Snapshot
 	var memory int
-	var meta sql.NullString
+	var meta, archive, archiveSHA sql.NullString
 	var created int64
-	if err := sc.Scan(&s.ID, &s.Graph, &s.SandboxID, &s.Isolation, &memory, &s.SizeBytes, &meta, &created, &s.DurationMs); err != nil {
+	if err := sc.Scan(&s.ID, &s.Graph, &s.SandboxID, &s.Isolation, &memory, &s.SizeBytes, &meta, &created, &s.DurationMs,
+		&archive, &archiveSHA); err != nil {
 		return s, err
 	}
 	s.Memory, s.CreatedAt = memory != 0, fromMs(created)
+	if err := optFrom(archive, &s.Archive); err != nil {
+		return s, err
+	}
 	return s, fromJSON(meta, &s.Metadata)
 }
 
 func (q queries) CreateSnapshot(ctx context.Context, s store.Snapshot) error {
-	_, err := q.exec(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (`+inList(9)+`)`,
-		s.ID, s.Graph, s.SandboxID, s.Isolation, b2i(s.Memory), s.SizeBytes, jsonText(s.Metadata), ms(s.CreatedAt), s.DurationMs)
+	_, err := q.exec(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (`+inList(11)+`)`,
+		s.ID, s.Graph, s.SandboxID, s.Isolation, b2i(s.Memory), s.SizeBytes, jsonText(s.Metadata), ms(s.CreatedAt), s.DurationMs,
+		jsonOpt(s.Archive), workspaceDigest(s.Archive))
 	return err
 }
 

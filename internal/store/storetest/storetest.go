@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Egress", testEgress},
 		{"Budgets", testBudgets},
 		{"Sessions", testSessions},
+		{"CheckpointArchives", testCheckpointArchives},
 		{"Hosts", testHosts},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -934,6 +935,46 @@ func testSessions(t *testing.T, s store.Store) {
 	}
 	if got, _, err := s.ListSandboxes(ctx, "main", store.SandboxFilter{Session: "work-1", Labels: map[string]string{"team": "x"}}, store.Page{}); err != nil || len(got) != 1 || got[0].ID != a.ID {
 		t.Fatalf("the sandboxes of session work-1 labelled team=x: %v %v", got, err)
+	}
+}
+
+// testCheckpointArchives: a paused sandbox's checkpoint archive and a snapshot's are kept on
+// their records and name their blobs while the records do.
+func testCheckpointArchives(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := newSandbox("main")
+	a.OneCall, a.Status, a.PauseMode = false, store.SandboxPaused, store.PauseCheckpoint
+	cp := &store.WorkspaceArchive{SHA256: strings.Repeat("c1", 32), Bytes: 10, DiskBytes: 20, ArchivedAt: now()}
+	a.Checkpoint = cp
+	must(t, s.CreateSandbox(ctx, a))
+	got, err := s.GetSandbox(ctx, "main", a.ID)
+	must(t, err)
+	if got.Checkpoint == nil || *got.Checkpoint != *cp {
+		t.Fatalf("the checkpoint archive: %+v", got.Checkpoint)
+	}
+	if named, err := s.BlobNamed(ctx, cp.SHA256); err != nil || !named {
+		t.Fatalf("a paused sandbox's checkpoint: named %v %v", named, err)
+	}
+	a.Status, a.PauseMode, a.Checkpoint = store.SandboxRunning, "", nil
+	must(t, s.UpdateSandbox(ctx, a))
+	if named, err := s.BlobNamed(ctx, cp.SHA256); err != nil || named {
+		t.Fatalf("a resumed sandbox's checkpoint: named %v %v", named, err)
+	}
+
+	ar := &store.WorkspaceArchive{SHA256: strings.Repeat("5a", 32), Bytes: 30, DiskBytes: 40, ArchivedAt: now()}
+	sn := store.Snapshot{ID: ids.New(ids.Snapshot), Graph: "main", SandboxID: a.ID, Isolation: "gvisor", Memory: true, CreatedAt: now(), Archive: ar}
+	must(t, s.CreateSnapshot(ctx, sn))
+	gs, err := s.GetSnapshot(ctx, "main", sn.ID)
+	must(t, err)
+	if gs.Archive == nil || *gs.Archive != *ar {
+		t.Fatalf("the snapshot's archive: %+v", gs.Archive)
+	}
+	if named, err := s.BlobNamed(ctx, ar.SHA256); err != nil || !named {
+		t.Fatalf("a snapshot's archive: named %v %v", named, err)
+	}
+	must(t, s.DeleteSnapshot(ctx, "main", sn.ID))
+	if named, err := s.BlobNamed(ctx, ar.SHA256); err != nil || named {
+		t.Fatalf("a deleted snapshot's archive: named %v %v", named, err)
 	}
 }
 

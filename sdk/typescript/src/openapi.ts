@@ -223,6 +223,8 @@ export interface components {
             /** @description the named size its limits came from (standard-1 … standard-5; an alias is recorded as its size) */
             size?: string;
             workspace?: components["schemas"]["WorkspaceArchive"];
+            /** @description a sandbox paused with its memory: its checkpoint archived to the blob store (disk_bytes: the checkpoint's bytes on disk), so that resume works on a host without it; present only while it is paused */
+            checkpoint?: components["schemas"]["WorkspaceArchive"];
         };
         /** @description Env values and stdin are never stored: only env names and stdin size. */
         Command: {
@@ -598,6 +600,8 @@ export interface components {
             metadata: {
                 [key: string]: string;
             };
+            /** @description its files (memory image, disk, state) archived to the blob store when it was taken (disk_bytes: their bytes on disk), so that a fork works on a host without them; absent when the host has no blob store */
+            archive?: components["schemas"]["WorkspaceArchive"];
         };
         SnapshotList: {
             snapshots: components["schemas"]["Snapshot"][];
