@@ -386,8 +386,59 @@ func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		return err
 	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		return s.streamTemplateBuild(w, r, c, b)
+	}
 	writeJSON(w, http.StatusOK, b)
 	return nil
+}
+
+// streamTemplateBuild answers a build as server-sent events: `log` events with the log's new
+// bytes as they come ({"offset", "data"}; the event id is the offset after them, so that
+// Last-Event-ID resumes there), then one `end` event with the build (its log left out) once
+// it is ready or failed.
+func (s *Server) streamTemplateBuild(w http.ResponseWriter, r *http.Request, c *call, b control.TemplateBuild) error {
+	release, err := s.streams.acquire(c.caller.Key.ID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	sw := newSSE(w, r)
+	sent, _ := strconv.Atoi(r.Header.Get("Last-Event-ID"))
+	ping := time.Now()
+	for {
+		if len(b.Log) > sent && !strings.HasPrefix(b.Log, "…") {
+			data, _ := json.Marshal(struct {
+				Offset int    `json:"offset"`
+				Data   string `json:"data"`
+			}{sent, b.Log[sent:]})
+			sent = len(b.Log)
+			sw.event("log", strconv.Itoa(sent), data)
+		}
+		if b.Status != store.BuildBuilding {
+			b.Log = ""
+			data, _ := json.Marshal(b)
+			sw.event("end", strconv.Itoa(sent), data)
+			return nil
+		}
+		if time.Since(ping) > ssePing {
+			sw.comment("ping")
+			ping = time.Now()
+		}
+		if sw.err != nil {
+			return nil
+		}
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+		if b, err = s.svc.GetTemplateBuild(r.Context(), c.caller.Graph, r.PathValue("name")); err != nil {
+			data, _ := json.Marshal(map[string]string{"message": err.Error()})
+			sw.event("error", "", data)
+			return nil
+		}
+	}
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, c *call) error {

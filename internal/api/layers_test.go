@@ -45,6 +45,12 @@ func TestTemplateBuildAPI(t *testing.T) {
 	if r.status != 201 || r.json(t)["version"] != 2.0 {
 		t.Fatalf("retry: %d %s", r.status, r.body)
 	}
+	// As server-sent events: the log as it grows, then the build once it ended.
+	r = s.do("GET", "/v1/sandboxes/templates/pk@1/build?graph=main", s.admin, map[string]string{"Accept": "text/event-stream"}, "")
+	if body := string(r.body); r.status != 200 || !strings.Contains(body, "event: end\n") || !strings.Contains(body, `"status":"failed"`) ||
+		strings.Contains(body, "event: log") && !strings.Contains(body, `"offset":0`) {
+		t.Fatalf("build as events: %d %s", r.status, r.body)
+	}
 	for _, c := range []struct {
 		path, key string
 		status    int
