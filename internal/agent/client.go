@@ -17,11 +17,14 @@ import (
 	"time"
 )
 
-// Flow control of the host side. A stream's window is what the host buffers of one process's
-// output (or one file) when its reader is slow; the connection's is shared by all streams.
+// Flow control of the host side (MaxStreams). A stream's window is what the host buffers of
+// one process's output (or one file, one port connection) when its reader is slow; the
+// connection's is every stream's window, so that streams left unread (a preview's visitors
+// that stopped reading, a detached command's held output) never stall the others, and the
+// host buffers at most clientPerConn for a sandbox.
 const (
-	clientPerStream = 4 << 20
-	clientPerConn   = 64 << 20
+	clientPerStream = 64 << 10
+	clientPerConn   = MaxStreams * clientPerStream
 	clientFrameSize = 1 << 20
 )
 

@@ -189,12 +189,14 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Flow-control windows and frame size of the channel. Uploads (file writes, stdin) are
-// buffered by the agent up to these; they are sized for throughput on a local socket while
-// keeping the agent's memory small inside a sandbox's memory limit.
+// Flow-control windows and frame size of the channel (agent.MaxStreams). Uploads (file
+// writes, stdin, port connections) are buffered by the agent up to uploadPerStream each when
+// what inside reads them is slow; the connection's window is every stream's, so that uploads
+// left unread (a FIFO nobody opens, a process that never reads its stdin) never stall the
+// others. The agent buffers at most uploadPerConn, and only of what the sandbox refuses to read.
 const (
-	uploadPerStream = 4 << 20
-	uploadPerConn   = 16 << 20
+	uploadPerStream = 64 << 10
+	uploadPerConn   = agent.MaxStreams * uploadPerStream
 	readFrameSize   = 1 << 20
 )
 
@@ -215,7 +217,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:    func(net.Listener) context.Context { return context.WithValue(ctx, channelKey{}, &channel{}) },
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:          1000,
+			MaxConcurrentStreams:          agent.MaxStreams,
 			MaxReadFrameSize:              readFrameSize,
 			MaxReceiveBufferPerStream:     uploadPerStream,
 			MaxReceiveBufferPerConnection: uploadPerConn,
