@@ -192,10 +192,13 @@ func (s *Server) Handler() http.Handler {
 // Flow-control windows and frame size of the channel (agent.MaxStreams). Uploads (file
 // writes, stdin, port connections) are buffered by the agent up to uploadPerStream each when
 // what inside reads them is slow; the connection's window is every stream's, so that uploads
-// left unread (a FIFO nobody opens, a process that never reads its stdin) never stall the
-// others. The agent buffers at most uploadPerConn, and only of what the sandbox refuses to read.
+// left unread (a process that never reads its stdin, a port's server that never reads its
+// connection) never stall the others. The agent buffers at most uploadPerConn, and only of
+// what the sandbox refuses to read; of a preview's visitors (agent.MaxPortStreams) at most
+// 32 MiB. 128 KiB keeps one stream's throughput (stdin, a file write) that of 4 MiB windows on
+// a local socket; 64 KiB halved it.
 const (
-	uploadPerStream = 64 << 10
+	uploadPerStream = 128 << 10
 	uploadPerConn   = agent.MaxStreams * uploadPerStream
 	readFrameSize   = 1 << 20
 )
