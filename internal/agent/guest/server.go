@@ -200,7 +200,10 @@ func (s *Server) Handler() http.Handler {
 const (
 	uploadPerStream = 128 << 10
 	uploadPerConn   = agent.MaxStreams * uploadPerStream
-	readFrameSize   = 1 << 20
+	// The host's HTTP/2 client holds a buffer of the agent's frame size (up to 512 KiB) for
+	// each stream whose body it is sending, for the stream's life: 1 MiB frames cost the host
+	// 512 KiB a port connection. Frames larger than a stream's window never go out anyway.
+	readFrameSize = uploadPerStream
 )
 
 // ServeConn says Hello on conn, serves the protocol on it (HTTP/2 with prior knowledge)
