@@ -295,10 +295,11 @@ const (
 //
 // Flow control on a channel: HTTP/2 gives a connection's credit back only as a stream's data
 // is read, so a stream nobody reads keeps its whole window of the connection's. Each side's
-// connection window is therefore MaxStreams times its stream window (ClientStreamWindow,
-// the guest's upload window): however many streams are left unread, the others keep their
-// credit. The credit is not memory: a side buffers only what arrives and is not yet read,
-// at most MaxStreams times its stream window, which keeps the stream windows small.
+// connection window is therefore MaxStreams times its stream window (the host's
+// clientPerStream, the agent's uploadPerStream): however many streams are left unread, the
+// others keep their credit. The credit is not memory: a side buffers only what arrives and is
+// not yet read, at most MaxStreams times its stream window, which keeps the stream windows
+// small (128 KiB: 125 MiB at most a side).
 const MaxStreams = 1000
 
 // MaxPortStreams bounds the port connects (POST /v1/ports/{port}/connect) open at once; one
