@@ -17,11 +17,15 @@ import (
 	"time"
 )
 
-// Flow control of the host side. A stream's window is what the host buffers of one process's
-// output (or one file) when its reader is slow; the connection's is shared by all streams.
+// Flow control of the host side (MaxStreams). A stream's window is what the host buffers of
+// one process's output (or one file, one port connection) when its reader is slow; the
+// connection's is every stream's window, so that streams left unread (a preview's visitors
+// that stopped reading, a detached command's held output) never stall the others, and the
+// host buffers at most clientPerConn (125 MiB) for a sandbox. 128 KiB keeps one stream's
+// throughput (stdout, a file read) that of 4 MiB windows on a local socket; 64 KiB halved it.
 const (
-	clientPerStream = 4 << 20
-	clientPerConn   = 64 << 20
+	clientPerStream = 128 << 10
+	clientPerConn   = MaxStreams * clientPerStream
 	clientFrameSize = 1 << 20
 )
 

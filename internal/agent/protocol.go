@@ -290,9 +290,21 @@ const (
 	RefuseUnavailable = "egress_unavailable"
 )
 
+// MaxStreams is the most streams open at once on a channel: the agent's
+// SETTINGS_MAX_CONCURRENT_STREAMS (past it the host's next call waits for a stream to end).
+//
+// Flow control on a channel: HTTP/2 gives a connection's credit back only as a stream's data
+// is read, so a stream nobody reads keeps its whole window of the connection's. Each side's
+// connection window is therefore MaxStreams times its stream window (the host's
+// clientPerStream, the agent's uploadPerStream): however many streams are left unread, the
+// others keep their credit. The credit is not memory: a side buffers only what arrives and is
+// not yet read, at most MaxStreams times its stream window, which keeps the stream windows
+// small (128 KiB: 125 MiB at most a side).
+const MaxStreams = 1000
+
 // MaxPortStreams bounds the port connects (POST /v1/ports/{port}/connect) open at once; one
 // more is refused (port_refused). With the listeners' connections (at most 512) they leave
-// room on the channel (1000 concurrent streams) for the sandbox's commands and files.
+// room on the channel (MaxStreams) for the sandbox's commands and files.
 const MaxPortStreams = 256
 
 // ConnAnswerTimeout bounds how long an accepted connection waits for the host's answer.

@@ -189,13 +189,21 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Flow-control windows and frame size of the channel. Uploads (file writes, stdin) are
-// buffered by the agent up to these; they are sized for throughput on a local socket while
-// keeping the agent's memory small inside a sandbox's memory limit.
+// Flow-control windows and frame size of the channel (agent.MaxStreams). Uploads (file
+// writes, stdin, port connections) are buffered by the agent up to uploadPerStream each when
+// what inside reads them is slow; the connection's window is every stream's, so that uploads
+// left unread (a process that never reads its stdin, a port's server that never reads its
+// connection) never stall the others. The agent buffers at most uploadPerConn, and only of
+// what the sandbox refuses to read; of a preview's visitors (agent.MaxPortStreams) at most
+// 32 MiB. 128 KiB keeps one stream's throughput (stdin, a file write) that of 4 MiB windows on
+// a local socket; 64 KiB halved it.
 const (
-	uploadPerStream = 4 << 20
-	uploadPerConn   = 16 << 20
-	readFrameSize   = 1 << 20
+	uploadPerStream = 128 << 10
+	uploadPerConn   = agent.MaxStreams * uploadPerStream
+	// The host's HTTP/2 client holds a buffer of the agent's frame size (up to 512 KiB) for
+	// each stream whose body it is sending, for the stream's life: 1 MiB frames cost the host
+	// 512 KiB a port connection. Frames larger than a stream's window never go out anyway.
+	readFrameSize = uploadPerStream
 )
 
 // ServeConn says Hello on conn, serves the protocol on it (HTTP/2 with prior knowledge)
@@ -215,7 +223,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:    func(net.Listener) context.Context { return context.WithValue(ctx, channelKey{}, &channel{}) },
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:          1000,
+			MaxConcurrentStreams:          agent.MaxStreams,
 			MaxReadFrameSize:              readFrameSize,
 			MaxReceiveBufferPerStream:     uploadPerStream,
 			MaxReceiveBufferPerConnection: uploadPerConn,

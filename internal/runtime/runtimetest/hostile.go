@@ -80,6 +80,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("port connect never reaches the agent", e.known("port connect never reaches the agent", e.portConnectNotAgent))
 	t.Run("port streams unread", e.known("port streams unread", e.portBackpressure))
 	t.Run("port streams many", e.known("port streams many", e.portStreamsMany))
+	t.Run("streams unread", e.known("streams unread", e.streamsUnread))
 	t.Run("terminal output", e.known("terminal output", e.terminalOutput))
 	t.Run("terminal sizes", e.known("terminal sizes", e.terminalSizes))
 	t.Run("terminal jobs end with it", e.known("terminal jobs end with it", e.terminalJobs))

@@ -226,12 +226,14 @@ func heapWatch() (stop func() int64) {
 }
 
 // portBackpressure: a server inside that floods its connections and never reads them, behind
-// preview connections the host neither reads: each stream holds no more than its window on
-// either end, the host's heap stays small, and the channel's other streams (a command's
-// output, a file up and down, a ping) go on.
+// preview connections the host neither reads (slow visitors): each stream holds no more than
+// its window on either end, the host's heap stays small, and the channel's other streams (a
+// command's output, a file up and down, a ping) go on. HTTP/2 gives a connection's credit back
+// only as a stream is read: 40 such streams once took the whole connection window of both
+// ends and froze the channel (agent.MaxStreams).
 func (e *env) portBackpressure(t *testing.T) {
 	b := e.shared(t)
-	const port, streams = 18081, 3
+	const port, streams = 18081, 40
 	stop := b.serveInside(port, "flood")
 	defer stop()
 	heap := heapWatch()
@@ -264,43 +266,133 @@ func (e *env) portBackpressure(t *testing.T) {
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	start := time.Now()
-	if out := b.ok("echo alive"); out != "alive\n" {
-		t.Errorf("a command beside the stalled streams: %q", out)
-	}
-	payload := strings.Repeat("0123456789abcdef", 128<<10) // 2 MiB
-	if err := b.c.WriteFile(b.ctx, "beside-the-flood", 0, strings.NewReader(payload)); err != nil {
-		t.Errorf("a file upload beside the stalled streams: %v", err)
-	} else if got, err := b.readFile("beside-the-flood"); err != nil || got != payload {
-		t.Errorf("a file download beside the stalled streams: %d bytes, %v", len(got), err)
-	}
-	if err := b.ping(); err != nil {
-		t.Errorf("ping beside the stalled streams: %v", err)
-	}
-	t.Logf("a command, a 2 MiB file up and down and a ping beside %d stalled streams took %v", streams, time.Since(start))
+	b.besideUnread(t, fmt.Sprintf("%d unread port streams", streams))
 	grew := heap()
+	var total int64
 	for i := range streams {
 		// The agent's window for the stream, and the sockets' buffers inside: a few MiB.
-		if n := written[i].Load(); n > 48<<20 {
+		n := written[i].Load()
+		total += n
+		if n > 48<<20 {
 			t.Errorf("stream %d took %d MiB from the host toward a server that never reads", i, n>>20)
 		}
 	}
-	if grew > 96<<20 {
+	// A stream's window and the frame buffer of its body: a few hundred KiB a stream.
+	if grew > 64<<20 {
 		t.Errorf("the host heap grew by %d MiB for %d unread streams", grew>>20, streams)
 	}
-	t.Logf("host heap grew by at most %d MiB; written toward the server: %d, %d, %d KiB", grew>>20,
-		written[0].Load()>>10, written[1].Load()>>10, written[2].Load()>>10)
+	t.Logf("host heap grew by at most %d MiB; written toward the server: %d KiB in all, %d KiB a stream",
+		grew>>20, total>>10, total/streams>>10)
 	for _, st := range sts {
 		st.Close()
 	}
 	cancel()
 	wg.Wait()
 	stop()
-	b.c.Remove(b.ctx, "beside-the-flood", false)
 	if err := b.ping(); err != nil {
 		t.Fatalf("agent after the streams ended: %v", err)
 	}
 }
+
+// besideUnread checks that the channel still carries a command, a 2 MiB file up and down and
+// a ping, each within a minute (a frozen channel fails rather than hangs); what names the
+// streams left unread beside them.
+func (b *box) besideUnread(t *testing.T, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	p, err := b.c.Exec(ctx, agent.ExecRequest{ID: fmt.Sprintf("beside_%d", cmdSeq.Add(1)), Argv: []string{"echo", "alive"}}, nil)
+	if err != nil {
+		t.Fatalf("a command beside %s: %v", what, err)
+	}
+	var out strings.Builder
+	if ex, err := p.Wait(&out, nil); err != nil || ex.ExitCode != 0 || out.String() != "alive\n" {
+		t.Errorf("a command beside %s: %+v %v %q", what, ex, err, out.String())
+	}
+	const name = "beside-the-unread"
+	payload := strings.Repeat("0123456789abcdef", 128<<10) // 2 MiB
+	if err := b.c.WriteFile(ctx, name, 0, strings.NewReader(payload)); err != nil {
+		t.Errorf("a file upload beside %s: %v", what, err)
+	} else if r, err := b.c.ReadFile(ctx, name); err != nil {
+		t.Errorf("a file download beside %s: %v", what, err)
+	} else {
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(got) != payload {
+			t.Errorf("a file download beside %s: %d bytes, %v", what, len(got), err)
+		}
+		b.c.Remove(ctx, name, false)
+	}
+	if err := b.c.Ping(ctx); err != nil {
+		t.Errorf("ping beside %s: %v", what, err)
+	}
+	t.Logf("a command, a 2 MiB file up and down and a ping beside %s took %v", what, time.Since(start))
+}
+
+// streamsUnread: the streams of commands the host leaves unread on either end (stdin toward
+// processes that never read it; stdout nobody reads, as a detached command's held output
+// whose reader is away) never stall the channel's other streams, and the host's heap stays
+// small. Four unread uploads once took the agent's whole connection window and stalled every
+// file write and stdin.
+func (e *env) streamsUnread(t *testing.T) {
+	b := e.shared(t)
+	const uploads, outputs = 24, 24
+	heap := heapWatch()
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	var given [uploads]atomic.Int64
+	var ps []*agent.Process
+	defer func() {
+		cancel()
+		for _, p := range ps {
+			p.Wait(nil, nil)
+		}
+	}()
+	for i := range uploads {
+		in := readerFunc(func(p []byte) (int, error) {
+			if ctx.Err() != nil {
+				return 0, io.EOF
+			}
+			n := min(len(p), 32<<10)
+			clear(p[:n])
+			given[i].Add(int64(n))
+			return n, nil
+		})
+		p, err := b.c.Exec(ctx, agent.ExecRequest{ID: fmt.Sprintf("deaf_%d", cmdSeq.Add(1)), Argv: []string{"sleep", "600"}}, in)
+		if err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+		ps = append(ps, p)
+	}
+	for i := range outputs {
+		p, err := b.c.Exec(ctx, agent.ExecRequest{ID: fmt.Sprintf("loud_%d", cmdSeq.Add(1)), Argv: []string{"cat", "/dev/zero"}}, nil)
+		if err != nil {
+			t.Fatalf("output %d: %v", i, err)
+		}
+		ps = append(ps, p)
+	}
+	time.Sleep(2 * time.Second)
+	b.besideUnread(t, fmt.Sprintf("%d unread uploads and %d unread outputs", uploads, outputs))
+	grew := heap()
+	var total int64
+	for i := range uploads {
+		n := given[i].Load()
+		total += n
+		// The agent's window for the stream and the pipe's buffer: well under a few MiB.
+		if n > 8<<20 {
+			t.Errorf("upload %d took %d MiB toward a process that never reads", i, n>>20)
+		}
+	}
+	if grew > 96<<20 {
+		t.Errorf("the host heap grew by %d MiB for %d unread streams", grew>>20, uploads+outputs)
+	}
+	t.Logf("host heap grew by at most %d MiB; given to the uploads: %d KiB in all", grew>>20, total>>10)
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // portStreamsMany: a preview's visitors may open many connections to a port whose server
 // holds them, silent; past agent.MaxPortStreams the agent refuses them, so that they never
