@@ -26,7 +26,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,tti,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
