@@ -26,7 +26,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,tti,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -53,7 +53,7 @@ image, and prints p50, p90, p99 and p50 ratios:
     layers: one-call runs of a template whose image carries a layer (a run step), warm
       (the pool's slots of the layer) and cold, beside the same code in a template without
       one (python3 -c); alone, on servers of its own: --only layers
-    create + first exec of node -v, the TTI shape (chroot node -v)
+    create + first exec of node -v, the TTI shape (chroot node -v); alone: --only tti
     exec round trip of /bin/true through the API (bare fork/exec)
     a cell 1 + 1 in a warm Python context, and create lbb/code-interpreter + first cell (python3 -c)
     a burst of --burst concurrent one-call runs (records checked: none lost, none run twice)
@@ -73,7 +73,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,layers,gvisor", "which sections to run: runtime, service, layers (one-call runs of a template with an image layer, warm and cold, beside one without; alone, on servers of its own), gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
+	only := fs.String("only", "runtime,service,layers,gvisor", "which sections to run: runtime, service, tti (the service's create + first exec of node -v row alone, on a server of its own), layers (one-call runs of a template with an image layer, warm and cold, beside one without; alone, on servers of its own), gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -133,13 +133,14 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 
-	if sections["service"] || sections["layers"] {
+	if sections["service"] || sections["layers"] || sections["tti"] {
 		var cold *lbb.Client
 		if cf.url == "" && os.Getenv("LBB_URL") == "" {
 			capacity := max(*burst, *idle+20)
 			if !sections["service"] {
 				capacity = 20
 			}
+			coldOn := *coldServer && !(sections["tti"] && !sections["service"] && !sections["layers"])
 			// The service figures are the default driver's: no gvisor slots are kept warm
 			// beside it, whose builds the CPU figures would count.
 			done, err := cf.serveOwn(ctx, capacity, "--pool-gvisor-min", "0")
@@ -147,7 +148,7 @@ func runBench(ctx context.Context, args []string) error {
 				return err
 			}
 			defer done()
-			if *coldServer {
+			if coldOn {
 				var coldFlags clientFlags
 				cdone, err := coldFlags.serveOwn(ctx, capacity, "--pool=false")
 				if err != nil {
@@ -165,7 +166,8 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		rows, notes := benchService(ctx, serviceBench{c: c, cold: cold, url: cf.url, key: cf.apiKey, acct: cf.acct, rootfs: img.Rootfs, bwrap: bwrap,
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines,
-			layers: sections["layers"], layersOnly: !sections["service"]})
+			layers: sections["layers"], layersOnly: !sections["service"] && sections["layers"],
+			ttiOnly: !sections["service"] && !sections["layers"]})
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
@@ -203,6 +205,20 @@ func runBench(ctx context.Context, args []string) error {
 	return nil
 }
 
+// ttiRow is level 3's time to interactive: create (lbb/node) + the first exec of node -v,
+// waited for, beside chroot node -v. At idle with a bare slot ready (pool depth: the
+// server's --pool-min, 2 by default), as seed 002 measures it.
+func (b serviceBench) ttiRow(ctx context.Context, chroot func(string, ...string) bench.Sample, notes *[]string) bench.Row {
+	fmt.Fprintf(os.Stderr, "create + first exec of node -v (%d times)…\n", b.n)
+	idle := func() {
+		if !bench.WaitPoolReady(ctx, b.url, b.key, "bare", 1, 10*time.Second) {
+			*notes = append(*notes, "a create found no ready bare slot within 10 s")
+		}
+	}
+	return bench.Row{Metric: "create + first exec node -v (TTI)", LBB: bench.CreateAndExec(ctx, b.c, b.n, idle, "node", "-v"),
+		Baselines: []bench.Sample{chroot("node -v", "node", "-v")}}
+}
+
 // benchClient are the options of the benchmark's clients: 429s (the graph's cap of running
 // sandboxes) are retried.
 var benchClient = lbb.Options{MaxRetries: 1000, UserAgent: "lbb-bench"}
@@ -217,6 +233,8 @@ type serviceBench struct {
 	baselines      *bench.Baselines
 	// layers: the rows of a template with a layer (layersOnly: those and none other)
 	layers, layersOnly bool
+	// ttiOnly: the create + first exec of node -v row alone (--only tti)
+	ttiOnly bool
 }
 
 func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes []string) {
@@ -224,6 +242,9 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	n, c := b.n, b.c
 	chroot := func(name string, argv ...string) bench.Sample {
 		return b.baselines.Time("chroot "+name, n, bench.Chroot(b.rootfs, argv...))
+	}
+	if b.ttiOnly {
+		return []bench.Row{b.ttiRow(ctx, chroot, &notes)}, notes
 	}
 	// label names the baseline, and keys it in b.baselines: the same label must mean the
 	// same command.
@@ -275,16 +296,12 @@ func benchService(ctx context.Context, b serviceBench) (rows []bench.Row, notes 
 	})
 	rows = append(rows, row)
 
-	// At idle with a bare slot ready (pool depth: the server's --pool-min, 2 by default), as
-	// seed 002 measures it.
-	logf("create + first exec of node -v (%d times)…", n)
+	rows = append(rows, b.ttiRow(ctx, chroot, &notes))
 	idle := func() {
 		if !bench.WaitPoolReady(ctx, b.url, b.key, "bare", 1, 10*time.Second) {
 			notes = append(notes, "a create found no ready bare slot within 10 s")
 		}
 	}
-	rows = append(rows, bench.Row{Metric: "create + first exec node -v (TTI)", LBB: bench.CreateAndExec(ctx, c, n, idle, "node", "-v"),
-		Baselines: []bench.Sample{chroot("node -v", "node", "-v")}})
 
 	logf("exec round trip of /bin/true through the API (%d times)…", n*5)
 	if s, err := bench.ExecRoundTrip(ctx, c, n*5, "/bin/true"); err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sort"
@@ -176,6 +177,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv.RegisterOnShutdown(mcpHandler.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if cfg.PprofAddr != "" {
+		pmux := http.NewServeMux()
+		pmux.HandleFunc("/debug/pprof/", pprof.Index)
+		pmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		pmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pmux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		psrv := &http.Server{Addr: cfg.PprofAddr, Handler: pmux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := psrv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+				log.Warn("pprof is off", "err", err)
+			}
+		}()
+		defer psrv.Close()
+	}
 	if cfg.PreviewAddr != "" {
 		// Previews: their own listener and host names, so that every preview is its own web
 		// origin and none shares one with the API. No read timeout: a WebSocket lives long.

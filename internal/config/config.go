@@ -58,7 +58,10 @@ type Config struct {
 	Addr string
 	// PreviewAddr is the listener of port previews ("" serves none); PreviewDomain the
 	// domain whose subdomains name them (<token>.<domain>), each its own web origin.
-	PreviewAddr   string
+	PreviewAddr string
+	// PprofAddr, when set, serves net/http/pprof on a listener of its own (profiling only;
+	// it is unauthenticated: keep it on loopback).
+	PprofAddr     string
 	PreviewDomain string
 	DataDir       string
 	// Store is where records are kept: "" for SQLite in <data-dir>/lbb.db, or a PostgreSQL
@@ -233,6 +236,7 @@ func Default() Config {
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on")
 	fs.StringVar(&c.PreviewAddr, "preview-addr", c.PreviewAddr, "address of the port previews' listener (empty: none)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (empty: none; unauthenticated, keep it on loopback)")
 	fs.StringVar(&c.PreviewDomain, "preview-domain", c.PreviewDomain, "previews are served as <token>.<this domain>; *.localhost resolves locally in browsers and curl")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the store, workspaces and blobs")
 	fs.StringVar(&c.Store, "store", c.Store, "record store: empty for SQLite in <data-dir>/lbb.db, or a PostgreSQL URL (postgres://user@host/db?sslmode=…) that several control planes may share")

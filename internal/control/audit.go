@@ -34,6 +34,17 @@ func (p *PendingAudit) Take() (store.AuditEntry, bool) {
 	return p.entry, true
 }
 
+// Untake hands back an entry taken into a transaction that did not commit, for the API
+// edge to write. Harmless when it was not taken.
+func (p *PendingAudit) Untake() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.taken = false
+	p.mu.Unlock()
+}
+
 type pendingAuditKey struct{}
 
 // WithPendingAudit attaches p to the call's context.

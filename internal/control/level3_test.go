@@ -245,3 +245,45 @@ func TestLevel3Validation(t *testing.T) {
 		t.Fatalf("cross-graph stop: %v", err)
 	}
 }
+
+// TestCreateOneCommit: a create's record, its key's answer and its audit entry are written
+// together; the key replays the same sandbox, and the entry is there once, with the
+// sandbox as its target and the answer's status.
+func TestCreateOneCommit(t *testing.T) {
+	e := setup3(t, nil)
+	for i, key := range []string{"create-k", ""} {
+		pa := control.NewPendingAudit(store.AuditEntry{ID: ids.New(ids.Audit), Graph: e.caller.Graph, Method: "POST", Route: "POST /v1/sandboxes"})
+		actx := control.WithPendingAudit(ctx, pa)
+		resp, err := e.svc.CreateSandbox(actx, e.caller, control.CreateRequest{}, key, "h")
+		sb := created(t, "create", resp, err)
+		if _, ok := pa.Take(); ok {
+			t.Fatalf("create %d: the audit entry was left to the API edge", i)
+		}
+		if key != "" {
+			r, err := e.st.GetIdempotency(ctx, e.caller.Graph, key)
+			if err != nil || r.State != store.IdempotencyDone || r.ResponseStatus != 201 || !strings.Contains(string(r.ResponseBody), sb.ID) {
+				t.Fatalf("the key after create: %+v %v", r, err)
+			}
+			again, err := e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, key, "h")
+			if got := created(t, "create again", again, err); got.ID != sb.ID {
+				t.Fatalf("replay: %s, want %s", got.ID, sb.ID)
+			}
+		}
+		entries, _, err := e.st.ListAudit(ctx, e.caller.Graph, store.Page{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, a := range entries {
+			if a.Target == sb.ID {
+				n++
+				if a.Status != 201 || a.Route != "POST /v1/sandboxes" {
+					t.Fatalf("audit entry: %+v", a)
+				}
+			}
+		}
+		if n != 1 {
+			t.Fatalf("create %d: %d audit entries for %s, want 1", i, n, sb.ID)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // Long-lived sandboxes (Level 3): created without a run, they live until deleted or until
@@ -245,9 +246,11 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		if err := s.checkSpend(ctx, c.Key); err != nil {
 			return Response{}, err
 		}
+		endClaim := timing.Start(ctx, "claim")
 		started, err := s.host.Create(ctx, hostagent.CreateRequest{ID: sb.ID, Limits: runtimeLimits(sb.Limits),
 			Runtime: sb.Isolation, Layer: sb.Layer, Warm: true, Files: files, Env: env, Egress: hostEgress(sb), Git: sb.Git,
 			Kernel: warmKernel(sb.Base, env)})
+		endClaim()
 		if err != nil {
 			now := s.now()
 			sb.Status, sb.EndReason, sb.EndedAt, sb.Error = store.SandboxFailed, store.EndFailed, &now, err.Error()
@@ -268,7 +271,16 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 				return Response{}, err
 			}
 		}
-		if err := s.admit(ctx, &sb, started, exp); err != nil {
+		// The record, the key's answer and the call's audit entry are one commit: the answer
+		// waits for one durable write after the claim instead of three.
+		audit := pendingAudit(ctx)
+		endAdmit := timing.Start(ctx, "admit")
+		err = s.admit(ctx, &sb, started, exp, func(q store.Queries) error {
+			return s.finishCreate(ctx, q, c.Graph, idemKey, sb, audit)
+		})
+		endAdmit()
+		if err != nil {
+			audit.Untake() // its transaction did not commit: the API edge writes it
 			s.revokeGrant(ctx, sb)
 			return Response{}, s.sessionTaken(ctx, sb.Graph, sb.Session, err)
 		}
@@ -278,6 +290,30 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		}
 		return idempotency.JSON(idempotency.Created, sb)
 	})
+}
+
+// finishCreate, in the transaction q that inserts sb's record, keeps the create's answer
+// under its idempotency key (when it has one; idempotency.Keys.Do then finds the key
+// finished) and writes the call's audit entry, so that neither takes a commit of its own.
+// When that transaction fails, the caller hands the audit entry back (PendingAudit.Untake).
+func (s *Service) finishCreate(ctx context.Context, q store.Queries, graph, idemKey string, sb store.Sandbox, audit *PendingAudit) error {
+	resp, err := idempotency.JSON(idempotency.Created, sb)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	if idemKey != "" {
+		r, err := q.GetIdempotency(ctx, graph, idemKey)
+		if err != nil {
+			return err
+		}
+		return s.finishKey(ctx, q, r, resp, &now, audit, sb.ID)
+	}
+	if e, ok := audit.Take(); ok {
+		e.Status, e.Target, e.At = int(resp.Outcome), sb.ID, now
+		return q.AppendAudit(ctx, e)
+	}
+	return nil
 }
 
 // warmKernel is the code context interpreter a sandbox of base may take running from the warm
@@ -392,14 +428,22 @@ func (s *Service) planSandbox(ctx context.Context, c Caller, req CreateRequest) 
 
 // admit records a started sandbox as running, checking the graph's cap again in the same
 // transaction, holds it and arms its expiry. A sandbox that gets no record is destroyed.
-func (s *Service) admit(ctx context.Context, sb *store.Sandbox, started hostagent.Sandbox, exp time.Time) error {
+//
+// also, when not nil, runs in that transaction after the insert (finishCreate).
+func (s *Service) admit(ctx context.Context, sb *store.Sandbox, started hostagent.Sandbox, exp time.Time, also func(q store.Queries) error) error {
 	at := started.StartedAt.UTC().Truncate(time.Millisecond)
 	sb.Status, sb.StartedAt = store.SandboxRunning, &at
 	err := s.st.WithTx(ctx, func(q store.Queries) error {
 		if err := s.checkCap(ctx, q, sb.Graph, true, false); err != nil {
 			return err
 		}
-		return q.CreateSandbox(ctx, *sb)
+		if err := q.CreateSandbox(ctx, *sb); err != nil {
+			return err
+		}
+		if also != nil {
+			return also(q)
+		}
+		return nil
 	})
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

@@ -569,7 +569,7 @@ func (s *Service) fork(ctx context.Context, c Caller, from store.Sandbox, snap s
 			sb.API, sb.Error = nil, "the API grant could not be made: "+err.Error()
 		}
 	}
-	if err := s.admit(ctx, &sb, started, exp); err != nil {
+	if err := s.admit(ctx, &sb, started, exp, nil); err != nil {
 		s.revokeGrant(ctx, sb)
 		return Response{}, err
 	}

@@ -205,7 +205,8 @@ const workTimeout = 10 * time.Minute
 // up to MaxWait while the first is at work), one with another request the reused error. A
 // call that fails keeps nothing, so that a retry with its key does the work. Without a key
 // it just does it. do runs to its end even when the caller goes away, so that the key is
-// finished.
+// finished. do may finish the key itself, in the transaction that records its work (one
+// commit instead of two): a key do left finished is kept as it is.
 func (k Keys) Do(ctx context.Context, graph, key, route, hash string, do func(ctx context.Context) (Response, error)) (Response, error) {
 	work := func() (Response, error) {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workTimeout)
@@ -258,6 +259,9 @@ func (k Keys) doReserved(ctx context.Context, graph, key string, work func() (Re
 		return Response{}, err
 	}
 	r, err := k.Store.GetIdempotency(fctx, graph, key)
+	if err == nil && r.State == store.IdempotencyDone {
+		return resp, nil // the work finished the key in its own transaction
+	}
 	if err == nil {
 		now := k.Now()
 		Finish(&r, resp, &now)
