@@ -373,6 +373,10 @@ type bridge struct {
 	closed   bool
 }
 
+// bridgeWindow is each stream's flow-control window on both sides of a bridge, as the
+// agent's client and server have theirs (agent.MaxStreams).
+const bridgeWindow = 128 << 10
+
 func newBridge(conn net.Conn) (*bridge, error) {
 	hello := make([]byte, len(agent.Hello))
 	if _, err := io.ReadFull(conn, hello); err != nil || string(hello) != agent.Hello {
@@ -382,6 +386,7 @@ func newBridge(conn net.Conn) (*bridge, error) {
 	protos.SetUnencryptedHTTP2(true)
 	var once sync.Once
 	tr := &http.Transport{Protocols: &protos, DisableCompression: true,
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: bridgeWindow, MaxReceiveBufferPerConnection: agent.MaxStreams * bridgeWindow},
 		DialContext: func(context.Context, string, string) (net.Conn, error) {
 			var c net.Conn
 			once.Do(func() { c = conn })
@@ -447,9 +452,11 @@ func (b *bridge) session() (net.Conn, error) {
 		var protos http.Protocols
 		protos.SetUnencryptedHTTP2(true)
 		srv := &http.Server{Handler: b, Protocols: &protos,
-			// As many streams as the agent's own server takes (guest.Server), not HTTP/2's
-			// default 250: the hostile suite's "port streams many" opens more.
-			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000, MaxReadFrameSize: 1 << 20, MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 16 << 20}}
+			// The agent's own server's streams and windows (guest.Server): as many streams
+			// (not HTTP/2's default 250: "port streams many" opens more), and a connection
+			// window of every stream's, so that unread streams stall no other.
+			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: agent.MaxStreams, MaxReadFrameSize: bridgeWindow,
+				MaxReceiveBufferPerStream: bridgeWindow, MaxReceiveBufferPerConnection: agent.MaxStreams * bridgeWindow}}
 		srv.Serve(&oneConn{c: server, done: make(chan struct{})})
 	}()
 	return client, nil
