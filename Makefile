@@ -56,12 +56,17 @@ test: deps test-deps vet images ## Everything: vet, the image, both drivers thro
 
 FUZZTIME ?= 10s
 .PHONY: fuzz
-fuzz: build ## Run every Go fuzz target (func FuzzX in a _test.go) for FUZZTIME (10s) each.
+fuzz: build ## Run every Go fuzz target (func FuzzX in a _test.go) for FUZZTIME (10s) each (once more after Go 1.26's deadline race).
 	@set -e; for f in $$(git grep -l --untracked '^func Fuzz' -- '*_test.go'); do \
 	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 	    d=$$(dirname $$f); m=.; case $$d in sdk/go*) m=sdk/go; d=$${d#sdk/go}; d=$${d#/};; esac; \
 	    echo "fuzz $$m/$$d $$fn"; \
-	    (cd $$m && LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test ./$$d -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME)); \
+	    (cd $$m && for try in 1 2; do \
+	      if out=$$(LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test ./$$d -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) 2>&1); then echo "$$out"; exit 0; fi; \
+	      echo "$$out"; \
+	      if [ $$try = 1 ] && echo "$$out" | grep -qx '    context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
+	        echo "fuzz: $$fn found no failing input: Go 1.26's fuzz coordinator fails at its -fuzztime deadline by a race (golang/go#75804, fixed in Go 1.27); once more"; continue; fi; \
+	      exit 1; done); \
 	  done; done
 
 include sdk/sdk.mk
