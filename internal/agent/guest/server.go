@@ -286,12 +286,20 @@ func (s *Server) Forward(sig syscall.Signal) { table.signalAll(sig, nil) }
 var timeouts agent.Deadlines
 
 func (s *Server) handleTimeouts(w http.ResponseWriter, r *http.Request) {
-	var req agent.TimeoutsRequest
+	// hold must be said: a body of null or {} releases nothing and holds nothing (a
+	// missing field decoded as false would release timeouts the host holds while paused).
+	var req struct {
+		Hold *bool `json:"hold"`
+	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
 		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "timeouts request: " + err.Error()})
 		return
 	}
-	timeouts.Hold(req.Hold)
+	if req.Hold == nil {
+		writeError(w, &agent.Error{Code: agent.CodeInvalid, Message: "timeouts request: hold (true or false) is required"})
+		return
+	}
+	timeouts.Hold(*req.Hold)
 	w.WriteHeader(http.StatusNoContent)
 }
 

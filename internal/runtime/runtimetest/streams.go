@@ -763,7 +763,8 @@ func (e *env) terminalJobs(t *testing.T) {
 // terminalPaused: a terminal's program stops while its sandbox is frozen (a driver's
 // Freezer: what pause does), its timeout is held while the host holds the timeouts (as it
 // does while the sandbox is paused) and fires once they are released; the timeouts route
-// answers a body that is no request with an error and goes on.
+// answers a body that is no request (null and {} among them: hold must be said) with an
+// error and goes on, its timeouts still held.
 func (e *env) terminalPaused(t *testing.T) {
 	b := e.shared(t)
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
@@ -796,7 +797,7 @@ func (e *env) terminalPaused(t *testing.T) {
 			t.Error("the terminal's program did not go on after the thaw")
 		}
 	}
-	for _, body := range []string{"", "{", "[true]", `{"hold":"yes"}`, `{"hold":1}`, strings.Repeat("{", 8192)} {
+	for _, body := range []string{"", "{", "null", "{}", `{"hold":null}`, "[true]", `{"hold":"yes"}`, `{"hold":1}`, strings.Repeat("{", 8192)} {
 		if err := b.c.Do(ctx, http.MethodPost, agent.PathTimeouts, nil, strings.NewReader(body)); !isCode(err, agent.CodeInvalid) {
 			t.Errorf("timeouts with %q: %v, want %s", trim(body), err, agent.CodeInvalid)
 		}
