@@ -864,6 +864,8 @@ type FileOrigin struct {
 // size, even where graphs share bytes), snapshots and checkpoints.
 type GraphUsage struct {
 	// Running: starting or running sandboxes. Sandboxes: those and the paused and stopped.
+	// Both count long-lived sandboxes only, as the caps do: a one-call run's sandbox is a
+	// run slot of the host's (admission), never the graph's.
 	Running   int64 `json:"running"`
 	Sandboxes int64 `json:"sandboxes"`
 	// Stopped sandboxes, their disks each at its size limit (what it may fill once resumed).

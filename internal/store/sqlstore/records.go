@@ -317,9 +317,12 @@ func (q queries) CountLongLived(ctx context.Context, graph string) (running, hel
 
 func (q queries) GraphUsage(ctx context.Context, graph string) (store.GraphUsage, error) {
 	var u store.GraphUsage
+	// One-call runs' sandboxes are the host's run slots' (admission), not the graph's: the
+	// caps of running and held sandboxes count long-lived ones (CountLongLived), and so does
+	// what GET /v1/quotas shows against them.
 	rows, err := q.query(ctx, `SELECT status, pause_mode, COUNT(*), COALESCE(SUM(checkpoint_bytes), 0) FROM sandboxes
-		WHERE graph = ? AND status IN (?, ?, ?, ?) GROUP BY status, pause_mode`,
-		graph, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+		WHERE graph = ? AND one_call = ? AND status IN (?, ?, ?, ?) GROUP BY status, pause_mode`,
+		graph, false, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
 	if err != nil {
 		return u, err
 	}

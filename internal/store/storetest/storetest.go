@@ -663,6 +663,10 @@ func testGraphUsage(t *testing.T, s store.Store) {
 	mk("main", store.SandboxPaused, store.PauseFreeze, 1024, 0)
 	mk("main", store.SandboxDestroyed, "", 1024, 0)
 	mk("other", store.SandboxStopped, "", 1024, 0)
+	// A one-call run's sandbox counts toward no cap of the graph's.
+	oneCall := newSandbox("main")
+	oneCall.OneCall, oneCall.Status = true, store.SandboxRunning
+	must(t, s.CreateSandbox(ctx, oneCall))
 	for i, size := range []int64{10, 20} {
 		must(t, s.CreateFile(ctx, store.File{ID: ids.New(ids.File), Graph: "main", SHA256: fmt.Sprint("f", i), Size: size, CreatedAt: now()}))
 	}
@@ -674,8 +678,8 @@ func testGraphUsage(t *testing.T, s store.Store) {
 		Files: 2, FileBytes: 30, Snapshots: 1, SnapshotBytes: 7})
 	running, held, err := s.CountSandboxes(ctx, "main")
 	must(t, err)
-	if running != 2 || held != 6 {
-		t.Fatalf("CountSandboxes = %d running, %d held; want 2 and 6", running, held)
+	if running != 3 || held != 7 { // every sandbox, the one-call run's too
+		t.Fatalf("CountSandboxes = %d running, %d held; want 3 and 7", running, held)
 	}
 	if running, held, err := s.CountLongLived(ctx, "main"); err != nil || running != 2 || held != 6 {
 		t.Fatalf("CountLongLived = %d running, %d held (%v); want 2 and 6", running, held, err)

@@ -633,7 +633,7 @@ export interface components {
             /** @enum {string} */
             unit: "count" | "bytes";
         };
-        /** @description a graph's quotas by name, and the caps of one call. running_sandboxes: starting or running; sandboxes: those and the paused and stopped (each holds a disk); stopped_sandboxes and stopped_disk_bytes: stopped sandboxes and their disks, each at its size limit; checkpoints and checkpoint_bytes: sandboxes paused with their memory on disk; files and file_bytes: Files of the graph, each at its size; snapshots and snapshot_bytes. */
+        /** @description a graph's quotas by name, and the caps of one call. running_sandboxes: long-lived sandboxes starting or running; sandboxes: those and the paused and stopped (each holds a disk); one-call runs count toward neither (they wait for the host's run slots); stopped_sandboxes and stopped_disk_bytes: stopped sandboxes and their disks, each at its size limit; checkpoints and checkpoint_bytes: sandboxes paused with their memory on disk; files and file_bytes: Files of the graph, each at its size; snapshots and snapshot_bytes. */
         Quotas: {
             graph: string;
             quotas: {
