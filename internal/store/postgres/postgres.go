@@ -1,6 +1,7 @@
 // Package postgres opens lbb's store on PostgreSQL (github.com/jackc/pgx/v5 through
 // database/sql), for several control planes on one database. The queries are sqlstore's, the
-// same as SQLite's; the migrations are SQLite's, numbered alike, in PostgreSQL's dialect.
+// same as SQLite's; so are the migrations (sqlstore.Migrations), put into PostgreSQL's
+// dialect as they load (toPostgres).
 //
 // Several processes write one database, so what SQLite's one writer gives within a process
 // is made explicit: every transaction of WithTx takes one transaction-scoped advisory lock
@@ -13,10 +14,10 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,9 +26,6 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/store/sqlstore"
 )
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 // The advisory lock keys (any bigint; these spell "lbb" and a purpose).
 const (
@@ -53,17 +51,12 @@ func Open(ctx context.Context, dsn string) (*sqlstore.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: postgres: %w", err)
 	}
-	st, err := open(ctx, db, migrationsFS())
+	st, err := open(ctx, db, sqlstore.Migrations())
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	return st, nil
-}
-
-func migrationsFS() fs.FS {
-	sub, _ := fs.Sub(migrations, "migrations")
-	return sub
 }
 
 func open(ctx context.Context, db *sql.DB, migs fs.FS) (*sqlstore.DB, error) {
@@ -93,8 +86,41 @@ func dialect(migs fs.FS) sqlstore.Dialect {
 		Rebind:     rebind,
 		IsUnique:   isUnique,
 		Migrations: migs,
+		Rewrite:    toPostgres,
 		TxLock:     "SELECT pg_advisory_xact_lock(" + strconv.FormatInt(writeLock, 10) + ")",
 	}
+}
+
+// sqliteOnly are the words of SQLite's dialect that the migrations use and PostgreSQL spells
+// otherwise, as whole words outside string literals and comments: BLOB is BYTEA. The rest
+// of the migrations (TEXT, INTEGER, BIGINT, BOOLEAN, REAL, ALTER TABLE … ADD COLUMN,
+// CREATE INDEX) means the same in both. A migration that needs more than a word's rewrite
+// (an AUTOINCREMENT, a type PostgreSQL lacks) adds its rule here; TestMigrations applies
+// every migration to a real PostgreSQL.
+var sqliteOnly = map[string]string{"BLOB": "BYTEA"}
+
+var word = regexp.MustCompile(`(?i)\b[a-z_]+\b`)
+
+// toPostgres rewrites one migration from SQLite's dialect to PostgreSQL's.
+func toPostgres(sql string) string {
+	lines := strings.Split(sql, "\n")
+	for i, line := range lines {
+		code, comment, _ := strings.Cut(line, "--")
+		if strings.Contains(code, "'") {
+			continue // a literal: left as written (none of the migrations has one today)
+		}
+		code = word.ReplaceAllStringFunc(code, func(w string) string {
+			if r, ok := sqliteOnly[strings.ToUpper(w)]; ok {
+				return r
+			}
+			return w
+		})
+		if strings.Contains(line, "--") {
+			code += "--" + comment
+		}
+		lines[i] = code
+	}
+	return strings.Join(lines, "\n")
 }
 
 // rebind numbers the ? placeholders ($1, $2, …), leaving those inside string literals.

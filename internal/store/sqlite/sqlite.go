@@ -6,10 +6,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,9 +18,6 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/store/sqlstore"
 )
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 // Open opens (creating when missing) the store at path and migrates it.
 func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
@@ -66,8 +61,7 @@ func Open(ctx context.Context, path string) (*sqlstore.DB, error) {
 	n := max(4, runtime.GOMAXPROCS(0))
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
-	sub, _ := fs.Sub(migrations, "migrations")
-	db := sqlstore.New(w, r, sqlstore.Dialect{Name: "sqlite", IsUnique: isUnique, Migrations: sub})
+	db := sqlstore.New(w, r, sqlstore.Dialect{Name: "sqlite", IsUnique: isUnique, Migrations: sqlstore.Migrations()})
 	if err := db.Migrate(ctx); err != nil {
 		db.Close()
 		return nil, err

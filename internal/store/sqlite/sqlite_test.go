@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestMigrateBlobs(t *testing.T) {
 	}
 	upTo4 := fstest.MapFS{}
 	for _, name := range []string{"0001_init.sql", "0002_files.sql", "0003_isolation.sql", "0004_snapshots.sql"} {
-		b, err := migrations.ReadFile("migrations/" + name)
+		b, err := fs.ReadFile(sqlstore.Migrations(), name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,8 +26,12 @@ type Dialect struct {
 	Rebind func(query string) string
 	// IsUnique reports whether err is a unique or primary-key violation.
 	IsUnique func(err error) bool
-	// Migrations holds NNNN_name.sql files, applied in order, each once, each in a transaction.
+	// Migrations holds NNNN_name.sql files, applied in order, each once, each in a transaction
+	// (Migrations() for lbb's own).
 	Migrations fs.FS
+	// Rewrite puts a migration, written in SQLite's dialect, into this database's; nil
+	// keeps it.
+	Rewrite func(sql string) string
 	// TxLock, when set, is the first statement of every transaction WithTx runs: where
 	// several processes write one database, it makes their transactions take turns, as
 	// SQLite's one writer does within a process (a count and the insert it admits, above all).
@@ -86,6 +91,16 @@ func ignoreDone(err error) error {
 	return err
 }
 
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrations are lbb's schema, one set for every database: NNNN_name.sql files in SQLite's
+// dialect, which another database's Dialect.Rewrite puts into its own at load.
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
 // Migrate applies every migration not applied yet.
 func (db *DB) Migrate(ctx context.Context) error {
 	if _, err := db.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -133,7 +148,11 @@ func (db *DB) Migrate(ctx context.Context) error {
 			if n > 0 {
 				return nil
 			}
-			for _, stmt := range splitStatements(string(body)) {
+			text := string(body)
+			if db.d.Rewrite != nil {
+				text = db.d.Rewrite(text)
+			}
+			for _, stmt := range splitStatements(text) {
 				if _, err := tx.w.ExecContext(ctx, stmt); err != nil {
 					return fmt.Errorf("%w\n%s", err, stmt)
 				}
