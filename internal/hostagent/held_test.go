@@ -18,22 +18,22 @@ import (
 // heldSandbox starts a long-lived sandbox on the local driver (the real guest agent as a
 // plain subprocess) in a host agent whose holds wait idle, and runs argv in it with its
 // output held.
-func heldSandbox(t *testing.T, idle time.Duration, argv ...string) (*hostagent.Local, string) {
+func heldSandbox(t *testing.T, idle time.Duration, argv ...string) (h *hostagent.Local, sb, cmd string) {
 	t.Helper()
 	ctx := t.Context()
 	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir()})
-	h := hostagent.NewLocal(hostagent.Options{Driver: d, Rootfs: "/", DataDir: t.TempDir(), HoldIdle: idle})
-	sb := ids.New(ids.Sandbox)
+	h = hostagent.NewLocal(hostagent.Options{Driver: d, Rootfs: "/", DataDir: t.TempDir(), HoldIdle: idle})
+	sb = ids.New(ids.Sandbox)
 	if _, err := h.Create(ctx, hostagent.CreateRequest{ID: sb, Limits: runtime.Limits{MemoryMiB: 256, CPUs: 1, Pids: 64, DiskMiB: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Destroy(context.Background(), sb) })
-	cmd := ids.New(ids.Command)
+	cmd = ids.New(ids.Command)
 	if err := h.Exec(ctx, hostagent.ExecRequest{SandboxID: sb, CommandID: cmd, Argv: argv, Timeout: 2 * time.Minute,
 		HeadBytes: 1 << 10, TailBytes: 1 << 10, Hold: true}); err != nil {
 		t.Fatal(err)
 	}
-	return h, cmd
+	return h, sb, cmd
 }
 
 // readHeld reads a held command's output as the API does, pausing between reads, and
@@ -71,7 +71,7 @@ func TestHeldOutputIsWhole(t *testing.T) {
 	if err != nil {
 		t.Skipf("the host's seq: %v", err)
 	}
-	h, cmd := heldSandbox(t, time.Minute, "sh", "-c", "seq 1 "+n+"; echo done >&2")
+	h, _, cmd := heldSandbox(t, time.Minute, "sh", "-c", "seq 1 "+n+"; echo done >&2")
 
 	// Nobody reads yet: the process waits, it does not end.
 	wctx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -98,7 +98,7 @@ func TestHeldOutputIsWhole(t *testing.T) {
 // A hold nobody reads is let go after the idle time: the process goes on, and a reader that
 // comes back gets what was held, then Released.
 func TestHeldOutputNobodyReads(t *testing.T) {
-	h, cmd := heldSandbox(t, 300*time.Millisecond, "seq", "1", "1500000")
+	h, _, cmd := heldSandbox(t, 300*time.Millisecond, "seq", "1", "1500000")
 	out, err := h.Wait(t.Context(), cmd)
 	if err != nil || !out.OK {
 		t.Fatalf("the command did not go on once its hold was let go: %+v %v", out, err)
@@ -111,7 +111,7 @@ func TestHeldOutputNobodyReads(t *testing.T) {
 
 // The starter goes away: Release lets the process go on at once.
 func TestHeldOutputRelease(t *testing.T) {
-	h, cmd := heldSandbox(t, time.Hour, "seq", "1", "1500000")
+	h, _, cmd := heldSandbox(t, time.Hour, "seq", "1", "1500000")
 	time.Sleep(200 * time.Millisecond)
 	if _, err := h.ReadHeld(t.Context(), hostagent.HeldRead{CommandID: cmd, Release: true}); err != nil {
 		t.Fatal(err)
@@ -123,5 +123,28 @@ func TestHeldOutputRelease(t *testing.T) {
 	}
 	if r, err := h.ReadHeld(t.Context(), hostagent.HeldRead{CommandID: cmd}); err != nil || !r.Released || len(r.Pieces) != 0 {
 		t.Errorf("a read after Release: %+v %v", r, err)
+	}
+}
+
+// A sandbox stops while a held command's reader has stalled: the command ends with it, at
+// once rather than after the hold's idle time, and what was held stays readable.
+func TestHeldOutputStop(t *testing.T) {
+	h, sb, cmd := heldSandbox(t, time.Hour, "seq", "1", "1500000")
+	time.Sleep(300 * time.Millisecond) // the hold fills; the process waits in write(2)
+	start := time.Now()
+	if _, err := h.Stop(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the stop took %v: it waited for the held command", took)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := h.Wait(ctx, cmd); err != nil {
+		t.Fatalf("the held command did not end with its sandbox: %v", err)
+	}
+	stdout, _, end := readHeld(t, h, cmd, 0)
+	if !end.Released || !strings.HasPrefix(string(stdout), "1\n2\n3\n") {
+		t.Errorf("after the stop the reader got %d bytes, then %+v; want what was held, then Released", len(stdout), end)
 	}
 }

@@ -286,8 +286,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}
 	defer backstops.Stop(backstops.Start(e.timeout+h.backstop, cancel))
 	if e.hold != nil {
-		// A sandbox that stops, or a command past its backstop, waits for no reader.
-		defer context.AfterFunc(runCtx, e.hold.Release)()
+		// A sandbox that stops, or a command past its backstop, waits for no reader; what is
+		// held stays for the reader (LetGo, not Release: output is never lost).
+		defer context.AfterFunc(runCtx, e.hold.LetGo)()
 	}
 	out.Started = time.Now()
 	var p *agent.Process

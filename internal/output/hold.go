@@ -213,6 +213,20 @@ func (h *Hold) Release() {
 	}
 }
 
+// LetGo lets go of the hold as an idle wait does, keeping what it holds: writes no longer
+// wait nor are held, and a reader gets what is held, then Released (the rest from the
+// Capture). The host agent lets go of a command's hold when its sandbox stops or the command
+// passes its backstop, so that a command whose reader stalled ends then, not after the idle
+// time, and the reader still gets every byte that was held.
+func (h *Hold) LetGo() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.released && !h.closed {
+		h.released = true
+		h.signal()
+	}
+}
+
 // Close marks the end of the output: once a reader has taken everything it gets Ended.
 func (h *Hold) Close() {
 	h.mu.Lock()

@@ -158,6 +158,32 @@ func TestHoldRelease(t *testing.T) {
 	}
 }
 
+// LetGo frees a waiting writer as Release does, but what is held stays for the reader.
+func TestHoldLetGo(t *testing.T) {
+	h := NewHold(1, time.Hour)
+	wrote := make(chan struct{})
+	go func() {
+		h.Writer(Stderr).Write([]byte("xyz"))
+		close(wrote)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	h.LetGo()
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("LetGo did not free the waiting writer")
+	}
+	h.Writer(Stdout).Write([]byte("not held"))
+	r, err := h.Read(context.Background(), nil, 0)
+	if err != nil || len(r.Pieces) != 1 || string(r.Pieces[0].Data) != "xyz" || r.Pieces[0].Stream != Stderr {
+		t.Fatalf("after LetGo: %+v %v, want the held xyz", r, err)
+	}
+	r, err = h.Read(context.Background(), map[string]int64{Stderr: 3}, 0)
+	if err != nil || !r.Released || len(r.Pieces) != 0 || h.Idled() {
+		t.Errorf("after the held bytes: %+v %v idled %v", r, err, h.Idled())
+	}
+}
+
 func TestHoldReadWaitsUntilCtxEnds(t *testing.T) {
 	h := NewHold(10, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
