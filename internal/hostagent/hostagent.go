@@ -183,6 +183,11 @@ type Capacity struct {
 	// DiskFreeMiB is the free space of the data directory's filesystem (sandboxes' disks,
 	// checkpoints, snapshots).
 	DiskFreeMiB int64 `json:"disk_free_mib"`
+	// MemoryFreeMiB is the memory available for new work now (/proc/meminfo MemAvailable).
+	MemoryFreeMiB int64 `json:"memory_free_mib,omitempty"`
+	// Pool is the warm pool's state on a host agent of its own (lbb host): off, waiting (for
+	// the control plane's first reap) or on.
+	Pool string `json:"pool,omitempty"`
 }
 
 // Image is the base image of a machine.

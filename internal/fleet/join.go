@@ -1,0 +1,246 @@
+package fleet
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/store"
+)
+
+// Hosts that join (lbb serve --hosts remote, lbb host --control).
+//
+// Each host has one token, "lbbh_<id>.<mac>", where mac is the HMAC-SHA256 of the id under
+// the control planes' host secret (--host-secret, the same for every control plane on one
+// database). An admin gives it out once (POST /v1/hosts, lbb hosts add NAME); the store keeps
+// only its SHA-256, so that a host whose row is gone (DELETE /v1/hosts/{id}) joins no more and
+// the database holds no token. The host presents it when it registers (POST
+// /v1/hosts/register) and asks it of whoever calls its host agent; a control plane derives
+// it from the secret to call the host. One token per host: a host that leaks it exposes
+// itself only.
+
+// Error codes of a registration.
+const (
+	CodeHostToken = "host_token_invalid"
+)
+
+var hostIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// ValidHostID reports whether id may name a host that joins.
+func ValidHostID(id string) error {
+	if !hostIDPattern.MatchString(id) {
+		return errdefs.InvalidArgument("host name %q: want 1-63 lowercase letters, digits and dashes", id)
+	}
+	return nil
+}
+
+// HostToken is the token of host id under secret.
+func HostToken(secret, id string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("lbb host " + id))
+	return "lbbh_" + id + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// HostOfToken answers the host id a token names ("" when it names none).
+func HostOfToken(token string) string {
+	rest, ok := strings.CutPrefix(token, "lbbh_")
+	if !ok {
+		return ""
+	}
+	id, _, ok := strings.Cut(rest, ".")
+	if !ok || ValidHostID(id) != nil {
+		return ""
+	}
+	return id
+}
+
+// HashToken is what the store keeps of a host's token.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Registration is what a joining host says of itself (POST /v1/hosts/register).
+type Registration struct {
+	ID string `json:"id"`
+	// URL is where control planes call its host agent.
+	URL string `json:"url"`
+	// Boot changes when the host agent restarts.
+	Boot     string             `json:"boot,omitempty"`
+	Capacity hostagent.Capacity `json:"capacity"`
+	Offered  []string           `json:"offered,omitempty"`
+}
+
+// RegistrationAnswer is the control plane's answer: how often to register again.
+type RegistrationAnswer struct {
+	ID               string  `json:"id"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+}
+
+// Register checks a host's token against the store and records the host where it says it is
+// (joined hosts of other control planes on the database pick it up from there), then has it
+// join this fleet. A token that is not the recorded one of a host is errdefs Unauthorized,
+// code host_token_invalid.
+func (f *Fleet) Register(ctx context.Context, token string, r Registration) error {
+	id := HostOfToken(token)
+	bad := errdefs.New(errdefs.ClassUnauthorized, CodeHostToken, "not the token of a host added to this control plane (POST /v1/hosts)")
+	if id == "" || f.o.Store == nil {
+		return bad
+	}
+	if r.ID != "" && r.ID != id {
+		return errdefs.InvalidArgument("host %q registers with the token of host %q", r.ID, id)
+	}
+	if err := checkHostURL(r.URL); err != nil {
+		return err
+	}
+	hosts, err := f.o.Store.ListHosts(ctx)
+	if err != nil {
+		return err
+	}
+	var h *store.Host
+	for i := range hosts {
+		if hosts[i].ID == id {
+			h = &hosts[i]
+		}
+	}
+	if h == nil || h.TokenHash == "" || subtle.ConstantTimeCompare([]byte(h.TokenHash), []byte(HashToken(token))) != 1 {
+		return bad
+	}
+	if h.URL != r.URL {
+		capacity, _ := json.Marshal(r.Capacity)
+		h.URL, h.Capacity = r.URL, capacity
+		if err := f.o.Store.PutHost(ctx, *h); err != nil {
+			return fmt.Errorf("recording host %s: %w", id, err)
+		}
+	}
+	return f.Join(ctx, id, r.URL)
+}
+
+// checkHostURL accepts the URL of a host agent: http:// or https:// with a host and port.
+func checkHostURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Port() == "" {
+		return errdefs.InvalidArgument("host url %q: want http://host:port or https://host:port", raw)
+	}
+	return nil
+}
+
+// Join adds host id at url to the fleet, or moves it there when it was elsewhere; a host that
+// is a member at url already is left as it is (its heartbeats say how it is).
+func (f *Fleet) Join(ctx context.Context, id, url string) error {
+	if f.o.Dial == nil {
+		return errdefs.New(errdefs.ClassUnavailable, "hosts_listed", "this control plane's hosts are listed (--host-agent); start it with --hosts remote to let hosts join")
+	}
+	if old := f.member(id); old != nil {
+		f.mu.Lock()
+		same := old.URL == url
+		f.mu.Unlock()
+		if same {
+			return nil
+		}
+	}
+	h, err := f.o.Dial(id, url)
+	if err != nil {
+		return fmt.Errorf("host %s at %s: %w", id, url, err)
+	}
+	m := &member{Member: Member{ID: id, URL: url, Host: h}, state: stateDown, registered: f.o.Now().UTC(), lost: make(chan struct{})}
+	f.mu.Lock()
+	members := make([]*member, 0, len(f.members)+1)
+	var old *member
+	for _, o := range f.members {
+		if o.ID == id {
+			old = o
+			continue
+		}
+		members = append(members, o)
+	}
+	if old != nil {
+		// What the fleet knew of the host goes with it; calls under way to the old address
+		// end as they end.
+		m.boot, m.reconciled, m.orphans, m.lastBeat, m.registered = old.boot, old.reconciled, old.orphans, old.lastBeat, old.registered
+		old.orphans = nil
+	}
+	f.members = append(members, m)
+	sub := f.sub
+	f.mu.Unlock()
+	if old != nil {
+		f.log.Info("host moved", "host", id, "from", old.URL, "to", url)
+		if c, ok := old.Host.(io.Closer); ok {
+			c.Close()
+		}
+	} else {
+		f.log.Info("host joined", "host", id, "url", url)
+	}
+	if sub != nil {
+		go f.follow(sub, m)
+	}
+	// Its first heartbeat now, rather than at the next tick.
+	go func() {
+		info, err := f.probe(context.WithoutCancel(ctx), m)
+		if err == nil {
+			f.answered(context.WithoutCancel(ctx), m, info)
+		}
+	}()
+	return nil
+}
+
+// joinStored joins the hosts the store says joined (through another control plane too).
+func (f *Fleet) joinStored(ctx context.Context) {
+	hosts, err := f.o.Store.ListHosts(ctx)
+	if err != nil {
+		f.log.Warn("listing hosts", "err", err)
+		return
+	}
+	for _, h := range hosts {
+		if h.TokenHash == "" || h.URL == "" {
+			continue
+		}
+		if err := f.Join(ctx, h.ID, h.URL); err != nil {
+			f.log.Warn("joining a host", "host", h.ID, "err", err)
+		}
+	}
+}
+
+// RegisterHandler serves POST /v1/hosts/register: a host's registration, its token as the
+// bearer token.
+func (f *Fleet) RegisterHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		var reg Registration
+		err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&reg)
+		if err != nil {
+			err = errdefs.InvalidArgument("registration: %v", err)
+		} else {
+			err = f.Register(r.Context(), token, reg)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			status, code := http.StatusInternalServerError, errdefs.CodeOf(err)
+			switch errdefs.ClassOf(err) {
+			case errdefs.ClassUnauthorized:
+				status = http.StatusUnauthorized
+			case errdefs.ClassInvalidArgument:
+				status = http.StatusBadRequest
+			case errdefs.ClassUnavailable:
+				status = http.StatusServiceUnavailable
+			}
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
+			return
+		}
+		json.NewEncoder(w).Encode(RegistrationAnswer{ID: HostOfToken(token), HeartbeatSeconds: max(f.o.Poll, time.Second).Seconds()})
+	})
+}
