@@ -117,11 +117,11 @@ type Fleet struct {
 	mu sync.Mutex
 	// members is replaced, never changed in place, under mu (Join adds to it).
 	members []*member
-	where  map[string]placement // by sandbox or snapshot id
-	cmds   map[string]string    // command id → sandbox id
-	sub    *subscriber          // the caller of Events
-	reaped bool                 // the control plane's Reap (Recover) ran
-	next   int                  // round robin among equally loaded hosts
+	where   map[string]placement // by sandbox or snapshot id
+	cmds    map[string]string    // command id → sandbox id
+	sub     *subscriber          // the caller of Events
+	reaped  bool                 // the control plane's Reap (Recover) ran
+	next    int                  // round robin among equally loaded hosts
 
 	stop context.CancelFunc
 	done chan struct{}
