@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,12 +205,29 @@ func (f *Fleet) joinStored(ctx context.Context) {
 		f.log.Warn("listing hosts", "err", err)
 		return
 	}
+	known := map[string]bool{}
 	for _, h := range hosts {
+		known[h.ID] = true
 		if h.TokenHash == "" || h.URL == "" {
 			continue
 		}
 		if err := f.Join(ctx, h.ID, h.URL); err != nil {
 			f.log.Warn("joining a host", "host", h.ID, "err", err)
+		}
+	}
+	// A host whose row is gone was removed (lbb hosts rm): its token joins no more, and it
+	// leaves the fleet as a lost host does.
+	for _, m := range f.all() {
+		if known[m.ID] {
+			continue
+		}
+		f.lose(ctx, m, "removed from the control plane's hosts")
+		f.o.Store.DeleteHost(ctx, m.ID) // lose recorded it lost
+		f.mu.Lock()
+		f.members = slices.DeleteFunc(slices.Clone(f.members), func(x *member) bool { return x == m })
+		f.mu.Unlock()
+		if c, ok := m.Host.(io.Closer); ok {
+			c.Close()
 		}
 	}
 }
