@@ -173,6 +173,10 @@ func (f *Fleet) Join(ctx context.Context, id, url string) error {
 		// end as they end.
 		m.boot, m.reconciled, m.orphans, m.lastBeat, m.registered = old.boot, old.reconciled, old.orphans, old.lastBeat, old.registered
 		old.orphans = nil
+		if old.state == store.HostLost {
+			// Still lost until it answers at its new address, which reconciles it.
+			m.state, m.lost = store.HostLost, old.lost
+		}
 	}
 	f.members = append(members, m)
 	sub := f.sub
