@@ -342,7 +342,7 @@ func register(ctx context.Context, client *http.Client, h hostagent.Host, j join
 	if err != nil {
 		return 0, fmt.Errorf("this host agent's info: %w", err)
 	}
-	body, _ := json.Marshal(fleet.Registration{ID: j.id, URL: j.advertise, Boot: info.Boot, Capacity: info.Capacity, Offered: info.Offered})
+	body, _ := json.Marshal(hostagent.Registration{ID: j.id, URL: j.advertise, Boot: info.Boot, Capacity: info.Capacity, Offered: info.Offered})
 	req, err := http.NewRequestWithContext(ctx, "POST", j.control+"/v1/hosts/register", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -362,7 +362,7 @@ func register(ctx context.Context, client *http.Client, h hostagent.Host, j join
 		json.Unmarshal(b, &e)
 		return 0, fmt.Errorf("%s: %s (%s)", resp.Status, e.Error.Message, e.Error.Code)
 	}
-	var a fleet.RegistrationAnswer
+	var a hostagent.Registered
 	if err := json.Unmarshal(b, &a); err != nil {
 		return 0, fmt.Errorf("the control plane's answer: %w", err)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/egress"
-	"github.com/littlebigbrain/lbb/internal/fleet"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/layers"
@@ -183,9 +182,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	routes := http.NewServeMux()
 	routes.Handle("/mcp", mcpHandler)
 	routes.Handle("/", api.New(api.Options{Service: svc, Log: log, Registry: reg}))
-	if f, ok := hst.(*fleet.Fleet); ok && cfg.Hosts == "remote" {
-		routes.Handle("POST /v1/hosts/register", f.RegisterHandler())
-	}
 	front.set(routes)
 	srv.RegisterOnShutdown(mcpHandler.Close)
 	if cfg.Hosts != "remote" {

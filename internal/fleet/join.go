@@ -74,28 +74,20 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Registration is what a joining host says of itself (POST /v1/hosts/register).
-type Registration struct {
-	ID string `json:"id"`
-	// URL is where control planes call its host agent.
-	URL string `json:"url"`
-	// Boot changes when the host agent restarts.
-	Boot     string             `json:"boot,omitempty"`
-	Capacity hostagent.Capacity `json:"capacity"`
-	Offered  []string           `json:"offered,omitempty"`
-}
-
-// RegistrationAnswer is the control plane's answer: how often to register again.
-type RegistrationAnswer struct {
-	ID               string  `json:"id"`
-	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
-}
-
 // Register checks a host's token against the store and records the host where it says it is
 // (joined hosts of other control planes on the database pick it up from there), then has it
 // join this fleet. A token that is not the recorded one of a host is errdefs Unauthorized,
 // code host_token_invalid.
-func (f *Fleet) Register(ctx context.Context, token string, r Registration) error {
+func (f *Fleet) Register(ctx context.Context, token string, r hostagent.Registration) (hostagent.Registered, error) {
+	if err := f.register(ctx, token, r); err != nil {
+		return hostagent.Registered{}, err
+	}
+	return hostagent.Registered{ID: HostOfToken(token), HeartbeatSeconds: max(f.o.Poll, time.Second).Seconds()}, nil
+}
+
+var _ hostagent.Registrar = (*Fleet)(nil)
+
+func (f *Fleet) register(ctx context.Context, token string, r hostagent.Registration) error {
 	id := HostOfToken(token)
 	bad := errdefs.New(errdefs.ClassUnauthorized, CodeHostToken, "not the token of a host added to this control plane (POST /v1/hosts)")
 	if id == "" || f.o.Store == nil {
@@ -236,17 +228,18 @@ func (f *Fleet) joinStored(ctx context.Context) {
 	}
 }
 
-// RegisterHandler serves POST /v1/hosts/register: a host's registration, its token as the
-// bearer token.
+// RegisterHandler serves POST /v1/hosts/register (a host's registration, its token as the
+// bearer token) before the API is up: lbb serve --hosts remote waiting for its first host.
 func (f *Fleet) RegisterHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		var reg Registration
+		var reg hostagent.Registration
+		var answer hostagent.Registered
 		err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&reg)
 		if err != nil {
 			err = errdefs.InvalidArgument("registration: %v", err)
 		} else {
-			err = f.Register(r.Context(), token, reg)
+			answer, err = f.Register(r.Context(), token, reg)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
@@ -263,6 +256,6 @@ func (f *Fleet) RegisterHandler() http.Handler {
 			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
 			return
 		}
-		json.NewEncoder(w).Encode(RegistrationAnswer{ID: HostOfToken(token), HeartbeatSeconds: max(f.o.Poll, time.Second).Seconds()})
+		json.NewEncoder(w).Encode(answer)
 	})
 }

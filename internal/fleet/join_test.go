@@ -120,19 +120,18 @@ func TestJoin(t *testing.T) {
 	if HostOfToken(token) != "h1" {
 		t.Fatalf("token %s names %q", token, HostOfToken(token))
 	}
-	reg := Registration{ID: "h1", URL: "http://127.0.0.1:7702"}
 	// Not added yet, then added: a token of another secret is refused.
-	if err := f.Register(ctx, token, reg); errdefs.CodeOf(err) != CodeHostToken {
+	if err := register(f, token); errdefs.CodeOf(err) != CodeHostToken {
 		t.Fatalf("registering a host not added: %v, want %s", err, CodeHostToken)
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if err := st.PutHost(ctx, store.Host{ID: "h1", State: store.HostAdded, TokenHash: HashToken(token), RegisteredAt: now, LastHeartbeat: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Register(ctx, HostToken("other", "h1"), reg); errdefs.CodeOf(err) != CodeHostToken || errdefs.ClassOf(err) != errdefs.ClassUnauthorized {
+	if err := register(f, HostToken("other", "h1")); errdefs.CodeOf(err) != CodeHostToken || errdefs.ClassOf(err) != errdefs.ClassUnauthorized {
 		t.Fatalf("registering with a wrong token: %v, want %s", err, CodeHostToken)
 	}
-	if err := f.Register(ctx, token, reg); err != nil {
+	if err := register(f, token); err != nil {
 		t.Fatal(err)
 	}
 	waitUp := func(f *Fleet, id string) {
@@ -153,7 +152,7 @@ func TestJoin(t *testing.T) {
 		t.Fatalf("create on the joined host: %v", err)
 	}
 	// Registering again (a heartbeat) changes nothing.
-	if err := f.Register(ctx, token, reg); err != nil || len(f.Hosts()) != 1 {
+	if err := register(f, token); err != nil || len(f.Hosts()) != 1 {
 		t.Fatalf("registering again: %v, hosts %+v", err, f.Hosts())
 	}
 	// Another control plane on the database: the host is its member too, and calls for s1
@@ -167,4 +166,9 @@ func TestJoin(t *testing.T) {
 	if err := g.Exec(ctx, hostagent.ExecRequest{SandboxID: "s1", CommandID: "c1"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func register(f *Fleet, token string) error {
+	_, err := f.Register(context.Background(), token, hostagent.Registration{ID: "h1", URL: "http://127.0.0.1:7702"})
+	return err
 }

@@ -190,6 +190,30 @@ type Capacity struct {
 	Pool string `json:"pool,omitempty"`
 }
 
+// Registration is what a host that joins a control plane says of itself (POST
+// /v1/hosts/register, lbb host --control), with its token as the bearer token.
+type Registration struct {
+	ID string `json:"id"`
+	// URL is where control planes call its host agent.
+	URL string `json:"url"`
+	// Boot changes when the host agent restarts.
+	Boot     string   `json:"boot,omitempty"`
+	Capacity Capacity `json:"capacity"`
+	Offered  []string `json:"offered,omitempty"`
+}
+
+// Registered is a control plane's answer to a Registration: register again every
+// HeartbeatSeconds.
+type Registered struct {
+	ID               string  `json:"id"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+}
+
+// Registrar is a Host that hosts join (a fleet of lbb serve --hosts remote).
+type Registrar interface {
+	Register(ctx context.Context, token string, r Registration) (Registered, error)
+}
+
 // Image is the base image of a machine.
 type Image struct {
 	ID       string            `json:"id"`
