@@ -203,8 +203,15 @@ func (f *Fleet) joinStored(ctx context.Context) {
 	}
 	known := map[string]bool{}
 	for _, h := range hosts {
+		if h.TokenHash == "" {
+			// No token: a removed host's row that a heartbeat under way wrote back.
+			if f.member(h.ID) == nil {
+				f.o.Store.DeleteHost(ctx, h.ID)
+			}
+			continue
+		}
 		known[h.ID] = true
-		if h.TokenHash == "" || h.URL == "" {
+		if h.URL == "" {
 			continue
 		}
 		if err := f.Join(ctx, h.ID, h.URL); err != nil {

@@ -166,6 +166,34 @@ func TestJoin(t *testing.T) {
 	if err := g.Exec(ctx, hostagent.ExecRequest{SandboxID: "s1", CommandID: "c1"}); err != nil {
 		t.Fatal(err)
 	}
+	// Removed (lbb hosts rm): it leaves both fleets, its sandboxes reported host_lost, and its
+	// token joins no more.
+	events, err := f.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteHost(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		if e.Kind != hostagent.EventHostLost || e.Sandbox != "s1" {
+			t.Fatalf("event %+v, want s1 host_lost", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no host_lost for the removed host's sandbox")
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(f.Hosts())+len(g.Hosts()) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a removed host is still a member: %+v %+v", f.Hosts(), g.Hosts())
+		}
+	}
+	if err := register(f, token); errdefs.CodeOf(err) != CodeHostToken {
+		t.Fatalf("registering a removed host: %v, want %s", err, CodeHostToken)
+	}
+	if hosts, _ := st.ListHosts(ctx); len(hosts) != 0 {
+		t.Fatalf("hosts after rm: %+v", hosts)
+	}
 }
 
 func register(f *Fleet, token string) error {
