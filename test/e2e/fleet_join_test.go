@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"crypto/rand"
 	"net"
 	"net/http"
 	"os"
@@ -33,9 +34,9 @@ func TestFleetJoin(t *testing.T) {
 	}
 	log := &testkit.Buffer{}
 	s := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), stderr: log}
-	var storeArgs []string
+	storeArgs := []string{"--host-secret", rand.Text()}
 	if postgresStore {
-		storeArgs = []string{"--store", postgresSchema(t)}
+		storeArgs = append(storeArgs, "--store", postgresSchema(t))
 	}
 	// The hosts' tokens, from the control plane's store and host secret.
 	hosts := []*fleetHost{{name: "a"}, {name: "b"}}
@@ -141,6 +142,25 @@ func TestFleetJoin(t *testing.T) {
 	waitHosts(map[string]string{"a": "up", "b": "up"})
 	if got := hostStates(); got["a"][1] != hosts[0].url || got["b"][1] != hosts[1].url {
 		t.Fatalf("hosts' URLs %v, want %s and %s", got, hosts[0].url, hosts[1].url)
+	}
+	if postgresStore {
+		// A second control plane on the database, started before work arrives: the hosts
+		// that registered with the first are its hosts too.
+		s2 := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), stderr: log, key: s.key}
+		s2.proc, s2.url = launch(t, append([]string{"serve", "--hosts", "remote", "--addr", "127.0.0.1:0", "--data-dir", s2.dataDir,
+			"--images-dir", imagesDir, "--host-lost-after", "3s"}, storeArgs...), log, servingLine)
+		t.Cleanup(s2.stop)
+		r := s2.call("POST", "/v1/sandboxes?graph=main", "", nil, `{"expires_in_seconds": 600}`)
+		if r.status != 201 {
+			t.Fatalf("create through the second control plane: %d %s", r.status, r.body)
+		}
+		sb := r.obj(t)
+		if h := where(hosts, sb["id"].(string)); h == "" || h != sb["host"] {
+			t.Fatalf("a sandbox of the second control plane: host %v, on %q's disk", sb["host"], h)
+		}
+		if r := s2.call("DELETE", "/v1/sandboxes/"+sb["id"].(string)+"?graph=main", "", nil, ""); r.status != 200 && r.status != 204 {
+			t.Fatalf("delete through the second control plane: %d %s", r.status, r.body)
+		}
 	}
 
 	create := func() (id, host string) {
