@@ -26,7 +26,8 @@ var waitingLine = regexp.MustCompile(`lbb: (waiting) for a host to join`)
 // join on their own; a wrong token is refused with a stable code. Sandboxes land on both;
 // host a killed (SIGKILL): its sandboxes end host_lost and new ones go to b; a started again
 // (at another address) joins again, is reconciled (nothing of what ended is left on its
-// disk) and takes new sandboxes.
+// disk) and takes new sandboxes. The control plane restarted has both hosts back. With
+// PostgreSQL, a second control plane on the database takes the hosts that joined the first.
 func TestFleetJoin(t *testing.T) {
 	requireEnv(t)
 	if remoteHost {
@@ -248,5 +249,23 @@ func TestFleetJoin(t *testing.T) {
 	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_host_up{host="a",state="up"} 1`) || !strings.Contains(m, `lbb_host_up{host="b",state="up"} 1`) {
 		t.Fatalf("metrics per host:\n%s", grepLines(m, "lbb_host_"))
+	}
+	if _, m := s.run("run-1", `{"run": {"code": "def run(input, config):\n    return input + 1", "input": 41}, "wait_ms": 60000}`); m["status"] != "succeeded" || m["result"] != 42.0 {
+		t.Fatalf("a one-call run on the fleet: %v", m)
+	}
+
+	// The control plane restarted: it has its hosts back (the store's, and their next
+	// registration) and places on them.
+	s.stop()
+	s.proc, _ = launch(t, append([]string{"serve", "--hosts", "remote", "--addr", addr, "--data-dir", s.dataDir,
+		"--images-dir", imagesDir, "--host-lost-after", "3s"}, storeArgs...), log, servingLine)
+	waitHosts(map[string]string{"a": "up", "b": "up"})
+	seen := map[string]bool{}
+	for range 2 {
+		_, h := create()
+		seen[h] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("after the control plane restarted, sandboxes went to %v; want both hosts", seen)
 	}
 }
