@@ -123,6 +123,10 @@ type Fleet struct {
 	reaped  bool                 // the control plane's Reap (Recover) ran
 	next    int                  // round robin among equally loaded hosts
 
+	// joining orders registrations and polls of the store (Register, joinStored), so that a
+	// poll that read a host's old URL does not move it back after a registration moved it.
+	joining sync.Mutex
+
 	stop context.CancelFunc
 	done chan struct{}
 }

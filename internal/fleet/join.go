@@ -99,6 +99,8 @@ func (f *Fleet) register(ctx context.Context, token string, r hostagent.Registra
 	if err := checkHostURL(r.URL); err != nil {
 		return err
 	}
+	f.joining.Lock()
+	defer f.joining.Unlock()
 	hosts, err := f.o.Store.ListHosts(ctx)
 	if err != nil {
 		return err
@@ -196,6 +198,8 @@ func (f *Fleet) Join(ctx context.Context, id, url string) error {
 
 // joinStored joins the hosts the store says joined (through another control plane too).
 func (f *Fleet) joinStored(ctx context.Context) {
+	f.joining.Lock()
+	defer f.joining.Unlock()
 	hosts, err := f.o.Store.ListHosts(ctx)
 	if err != nil {
 		f.log.Warn("listing hosts", "err", err)

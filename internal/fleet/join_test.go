@@ -155,6 +155,20 @@ func TestJoin(t *testing.T) {
 	if err := register(f, token); err != nil || len(f.Hosts()) != 1 {
 		t.Fatalf("registering again: %v, hosts %+v", err, f.Hosts())
 	}
+	// At another address (restarted on another port): the member moves, its sandboxes with it.
+	if _, err := f.Register(ctx, token, hostagent.Registration{ID: "h1", URL: "http://127.0.0.1:7703"}); err != nil {
+		t.Fatal(err)
+	}
+	if hs := f.Hosts(); len(hs) != 1 || hs[0].URL != "http://127.0.0.1:7703" || f.HostOf("s1") != "h1" {
+		t.Fatalf("after moving: %+v, s1 on %q", hs, f.HostOf("s1"))
+	}
+	waitUp(f, "h1")
+	if err := f.Exec(ctx, hostagent.ExecRequest{SandboxID: "s1", CommandID: "c0"}); err != nil {
+		t.Fatal(err)
+	}
+	if hosts, _ := st.ListHosts(ctx); hosts[0].URL != "http://127.0.0.1:7703" {
+		t.Fatalf("recorded at %s", hosts[0].URL)
+	}
 	// Another control plane on the database: the host is its member too, and calls for s1
 	// go there.
 	g, err := New(ctx, opts)

@@ -39,8 +39,8 @@ func (f *Fleet) beat(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			info, err := f.probe(ctx, m)
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() != nil || !f.current(m) {
+				return // a host that moved (Join) or left meanwhile: its new member speaks for it
 			}
 			if err != nil {
 				f.missed(ctx, m, err)
@@ -184,11 +184,15 @@ func (f *Fleet) lose(ctx context.Context, m *member, why string) {
 
 // record writes m's row of the hosts table.
 func (f *Fleet) record(ctx context.Context, m *member, state string, beat time.Time, info hostagent.Info) {
-	if f.o.Store == nil {
+	if f.o.Store == nil || f.o.Dial != nil && !f.current(m) {
 		return
 	}
 	capacity, _ := json.Marshal(info.Capacity)
-	h := store.Host{ID: m.ID, URL: m.URL, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
+	url := m.URL
+	if f.o.Dial != nil {
+		url = "" // a joining host's registration alone says where it is
+	}
+	h := store.Host{ID: m.ID, URL: url, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
 	if err := f.o.Store.PutHost(ctx, h); err != nil {
 		f.log.Warn("recording a host", "host", m.ID, "err", err)
 	}

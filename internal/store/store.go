@@ -72,7 +72,8 @@ type Queries interface {
 	// DeleteExpiredPreviews removes the previews that expired before before.
 	DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error)
 
-	// PutHost records a host of a fleet (internal/fleet) as it is now, by its id.
+	// PutHost records a host of a fleet (internal/fleet) as it is now, by its id; an empty URL
+	// or TokenHash keeps the recorded one.
 	PutHost(ctx context.Context, h Host) error
 	ListHosts(ctx context.Context) ([]Host, error)
 	// DeleteHost forgets a host (its token no longer joins); an unknown id is no error.

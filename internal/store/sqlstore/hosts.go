@@ -29,7 +29,7 @@ func scanHost(sc row) (store.Host, error) {
 
 func (q queries) PutHost(ctx context.Context, h store.Host) error {
 	_, err := q.exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES (`+inList(7)+`)
-		ON CONFLICT (id) DO UPDATE SET url = excluded.url, state = excluded.state,
+		ON CONFLICT (id) DO UPDATE SET url = COALESCE(NULLIF(excluded.url, ''), hosts.url), state = excluded.state,
 		capacity = excluded.capacity, last_heartbeat = excluded.last_heartbeat,
 		token_hash = COALESCE(excluded.token_hash, hosts.token_hash)`,
 		h.ID, h.URL, h.State, nullJSON(h.Capacity), ms(h.LastHeartbeat), ms(h.RegisteredAt),

@@ -1001,6 +1001,7 @@ func testHosts(t *testing.T, s store.Store) {
 	// A joining host's token hash stays when the fleet records its state without it.
 	must(t, s.PutHost(ctx, store.Host{ID: "c", State: store.HostAdded, RegisteredAt: t0, LastHeartbeat: t0, TokenHash: "abc"}))
 	must(t, s.PutHost(ctx, store.Host{ID: "c", URL: "http://127.0.0.1:3", State: store.HostUp, RegisteredAt: t0, LastHeartbeat: t0}))
+	must(t, s.PutHost(ctx, store.Host{ID: "c", State: store.HostUp, RegisteredAt: t0, LastHeartbeat: t0})) // keeps the URL
 	hosts, err = s.ListHosts(ctx)
 	must(t, err)
 	if len(hosts) != 3 || hosts[2].TokenHash != "abc" || hosts[2].URL != "http://127.0.0.1:3" {
