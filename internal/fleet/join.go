@@ -26,9 +26,9 @@ import (
 //
 // Each host has one token, "lbbh_<id>.<mac>", where mac is the HMAC-SHA256 of the id under
 // the control planes' host secret (--host-secret, the same for every control plane on one
-// database). An admin gives it out once (POST /v1/hosts, lbb hosts add NAME); the store keeps
-// only its SHA-256, so that a host whose row is gone (DELETE /v1/hosts/{id}) joins no more and
-// the database holds no token. The host presents it when it registers (POST
+// database). An admin gives it out once (lbb hosts add NAME); the store keeps only its
+// SHA-256, so that a host whose row is gone (lbb hosts rm NAME) joins no more and the
+// database holds no token. The host presents it when it registers (POST
 // /v1/hosts/register) and asks it of whoever calls its host agent; a control plane derives
 // it from the secret to call the host. One token per host: a host that leaks it exposes
 // itself only.
@@ -89,15 +89,9 @@ var _ hostagent.Registrar = (*Fleet)(nil)
 
 func (f *Fleet) register(ctx context.Context, token string, r hostagent.Registration) error {
 	id := HostOfToken(token)
-	bad := errdefs.New(errdefs.ClassUnauthorized, CodeHostToken, "not the token of a host added to this control plane (POST /v1/hosts)")
+	bad := errdefs.New(errdefs.ClassUnauthorized, CodeHostToken, "not the token of a host added to this control plane (lbb hosts add NAME)")
 	if id == "" || f.o.Store == nil {
 		return bad
-	}
-	if r.ID != "" && r.ID != id {
-		return errdefs.InvalidArgument("host %q registers with the token of host %q", r.ID, id)
-	}
-	if err := checkHostURL(r.URL); err != nil {
-		return err
 	}
 	f.joining.Lock()
 	defer f.joining.Unlock()
@@ -113,6 +107,12 @@ func (f *Fleet) register(ctx context.Context, token string, r hostagent.Registra
 	}
 	if h == nil || h.TokenHash == "" || subtle.ConstantTimeCompare([]byte(h.TokenHash), []byte(HashToken(token))) != 1 {
 		return bad
+	}
+	if r.ID != "" && r.ID != id {
+		return errdefs.InvalidArgument("host %q registers with the token of host %q", r.ID, id)
+	}
+	if err := checkHostURL(r.URL); err != nil {
+		return err
 	}
 	if h.URL != r.URL {
 		capacity, _ := json.Marshal(r.Capacity)
