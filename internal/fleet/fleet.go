@@ -94,6 +94,8 @@ type member struct {
 	// probing says a heartbeat is under way (a host cut off by the network may not answer
 	// it for as long as the connection takes to give up).
 	probing bool
+	// beating is held while a heartbeat's answer is acted on (reconciling included).
+	beating sync.Mutex
 }
 
 // placement is where a sandbox or snapshot is held.
@@ -442,8 +444,14 @@ func (f *Fleet) letGo(ctx context.Context, m *member, id string) {
 		return
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The member for the host now: a host that moved (Join) has a new one.
+	for _, cur := range f.members {
+		if cur.ID == m.ID {
+			m = cur
+		}
+	}
 	m.orphans = append(m.orphans, id)
-	f.mu.Unlock()
 }
 
 // placedOn answers the placements on host id.

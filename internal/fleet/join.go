@@ -187,12 +187,7 @@ func (f *Fleet) Join(ctx context.Context, id, url string) error {
 		go f.follow(sub, m)
 	}
 	// Its first heartbeat now, rather than at the next tick.
-	go func() {
-		info, err := f.probe(context.WithoutCancel(ctx), m)
-		if err == nil {
-			f.answered(context.WithoutCancel(ctx), m, info)
-		}
-	}()
+	go f.heartbeat(context.WithoutCancel(ctx), m)
 	return nil
 }
 

@@ -38,18 +38,28 @@ func (f *Fleet) beat(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			info, err := f.probe(ctx, m)
-			if ctx.Err() != nil || !f.current(m) {
-				return // a host that moved (Join) or left meanwhile: its new member speaks for it
-			}
-			if err != nil {
-				f.missed(ctx, m, err)
-			} else {
-				f.answered(ctx, m, info)
-			}
+			f.heartbeat(ctx, m)
 		}()
 	}
 	wg.Wait()
+}
+
+// heartbeat asks m for its Info and acts on the answer, unless a heartbeat of m is under way
+// already (one that Join started).
+func (f *Fleet) heartbeat(ctx context.Context, m *member) {
+	if !m.beating.TryLock() {
+		return
+	}
+	defer m.beating.Unlock()
+	info, err := f.probe(ctx, m)
+	if ctx.Err() != nil || !f.current(m) {
+		return // a host that moved (Join) or left meanwhile: its new member speaks for it
+	}
+	if err != nil {
+		f.missed(ctx, m, err)
+	} else {
+		f.answered(ctx, m, info)
+	}
 }
 
 // probe asks m for its Info, answering within a heartbeat's time whatever the host does (a

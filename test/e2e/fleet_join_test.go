@@ -212,9 +212,11 @@ func TestFleetJoin(t *testing.T) {
 	t.Logf("host a's sandboxes ended host_lost %s after it died", time.Since(killed).Round(100*time.Millisecond))
 	waitHosts(map[string]string{"a": "lost", "b": "up"})
 	for range 2 {
-		if id, h := create(); h != "b" {
+		id, h := create()
+		if h != "b" {
 			t.Fatalf("sandbox %s went to %s with a lost", id, h)
 		}
+		on["b"] = append(on["b"], id)
 	}
 
 	// a again, on its data directory, at another port: it joins again and is reconciled.
@@ -246,6 +248,15 @@ func TestFleetJoin(t *testing.T) {
 		if id, h := create(); h != "a" {
 			t.Fatalf("sandbox %s went to %s; a runs none, b four", id, h)
 		}
+	}
+	// Stopped sandboxes are no load: with b's four stopped, b takes the next one.
+	for _, id := range on["b"] {
+		if r := s.call("POST", "/v1/sandboxes/"+id+"/stop?graph=main", "", nil, ""); r.status != 200 {
+			t.Fatalf("stop %s: %d %s", id, r.status, r.body)
+		}
+	}
+	if id, h := create(); h != "b" {
+		t.Fatalf("sandbox %s went to %s; a runs two, b none (four stopped)", id, h)
 	}
 	if m := s.metrics(t); !strings.Contains(m, `lbb_host_up{host="a",state="up"} 1`) || !strings.Contains(m, `lbb_host_up{host="b",state="up"} 1`) {
 		t.Fatalf("metrics per host:\n%s", grepLines(m, "lbb_host_"))
