@@ -26,7 +26,8 @@ var waitingLine = regexp.MustCompile(`lbb: (waiting) for a host to join`)
 // join on their own; a wrong token is refused with a stable code. Sandboxes land on both;
 // host a killed (SIGKILL): its sandboxes end host_lost and new ones go to b; a started again
 // (at another address) joins again, is reconciled (nothing of what ended is left on its
-// disk) and takes new sandboxes. The control plane restarted has both hosts back. With
+// disk) and takes new sandboxes; stopped sandboxes are no load; a one-call run succeeds. The
+// control plane restarted has both hosts back and places on both. With
 // PostgreSQL, a second control plane on the database takes the hosts that joined the first.
 func TestFleetJoin(t *testing.T) {
 	requireEnv(t)
