@@ -3,7 +3,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +17,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +36,7 @@ import (
 )
 
 func init() {
-	commands["host"] = command{summary: "Run this machine's host agent for an lbb serve --host-agent (on --listen, default 127.0.0.1:7702)", run: runHost}
+	commands["host"] = command{summary: "Run this machine's host agent for an lbb serve --host-agent, or one that joins lbb serve --hosts remote (--control URL)", run: runHost}
 }
 
 // runHost runs the host agent on its own: the drivers, warm pool and image of lbb serve,
@@ -39,7 +44,9 @@ func init() {
 func runHost(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
-	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
+	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required. With --control: the host's token (lbb hosts add NAME), which also names it")
+	control := fs.String("control", "", "URL of the control plane (lbb serve --hosts remote) to join: the host registers there, and again every few seconds (LBB_HOST_CONTROL)")
+	advertise := fs.String("advertise", "", "with --control: the URL control planes call this host agent at (default: http(s)://<--listen>, an unspecified address as 127.0.0.1) (LBB_HOST_ADVERTISE)")
 	var tlsFiles [2]string
 	fs.StringVar(&tlsFiles[0], "tls-cert", "", "certificate file: serve HTTP/2 over TLS (https://) instead of in clear text (LBB_HOST_TLS_CERT)")
 	fs.StringVar(&tlsFiles[1], "tls-key", "", "the key file of --tls-cert (LBB_HOST_TLS_KEY)")
@@ -48,7 +55,7 @@ func runHost(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	getenv := func(k string) string {
-		for _, name := range []string{"listen", "token", "tls-cert", "tls-key"} {
+		for _, name := range []string{"listen", "token", "tls-cert", "tls-key", "control", "advertise"} {
 			if k == config.EnvName(name) {
 				k = config.EnvName("host-" + name)
 			}
@@ -69,12 +76,30 @@ func runHost(ctx context.Context, args []string) error {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
-	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
+	var join *joinOptions
+	if *control != "" {
+		id := fleet.HostOfToken(*token)
+		if id == "" {
+			return errors.New("--token: with --control, the host's token from lbb hosts add NAME (lbbh_NAME.…)")
+		}
+		u, err := url.Parse(*control)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("--control %q: want http://host:port or https://host:port", *control)
+		}
+		join = &joinOptions{id: id, control: strings.TrimSuffix(*control, "/"), advertise: *advertise}
+	} else if *advertise != "" {
+		return errors.New("--advertise goes with --control")
+	}
+	return serveHost(ctx, cfg, *listen, *token, tlsFiles, join, log)
 }
+
+// joinOptions are lbb host --control's: the host's id (from its token), the control plane's
+// URL and the URL to give it.
+type joinOptions struct{ id, control, advertise string }
 
 // serveHost serves the host agent until ctx ends; over TLS when tlsFiles (certificate, key)
 // are set.
-func serveHost(ctx context.Context, cfg config.Config, listen, token string, tlsFiles [2]string, log *slog.Logger) error {
+func serveHost(ctx context.Context, cfg config.Config, listen, token string, tlsFiles [2]string, join *joinOptions, log *slog.Logger) error {
 	if err := prepareDataDir(cfg.DataDir, log); err != nil {
 		return err
 	}
@@ -120,6 +145,12 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	}
 	log.Info("serving the host agent", "addr", ln.Addr().String(), "tls", scheme == "https", "runtime", cfg.Runtime, "data_dir", cfg.DataDir)
 	fmt.Fprintf(os.Stderr, "lbb: host agent on %s://%s (runtime %s)\n", scheme, ln.Addr(), cfg.Runtime)
+	if join != nil {
+		if join.advertise == "" {
+			join.advertise = scheme + "://" + reachable(ln.Addr())
+		}
+		go registerLoop(ctx, h, *join, token, log)
+	}
 
 	select {
 	case err := <-served:
@@ -147,7 +178,10 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 
 // openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
 // is then that one's), a fleet of them when it names several, else its own (openHost).
-func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store, st store.Store) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, bs blobs.Store, st store.Store, front *frontHandler) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+	if cfg.Hosts == "remote" {
+		return openJoinedHosts(ctx, cfg, log, reg, st, front)
+	}
 	if cfg.HostAgent == "" {
 		return openHost(ctx, cfg, log, reg, bs)
 	}
@@ -220,23 +254,43 @@ func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg 
 		return nil, nil, err
 	}
 	if warm == nil {
-		return h, func() {}, nil
+		return poolOff{h}, func() {}, nil
 	}
 	return &poolAfterReap{Host: h, start: warm.Start}, func() { warm.Close() }, nil
+}
+
+// poolOff is a host agent without a warm pool, which its Info says.
+type poolOff struct{ hostagent.Host }
+
+func (h poolOff) Info(ctx context.Context) (hostagent.Info, error) {
+	info, err := h.Host.Info(ctx)
+	info.Capacity.Pool = "off"
+	return info, err
 }
 
 // poolAfterReap starts the warm pool once the control plane has reaped what an earlier life
 // left (lbb serve starts its own after Recover): a slot made before would be reaped with it.
 type poolAfterReap struct {
 	hostagent.Host
-	once  sync.Once
-	start func()
+	once    sync.Once
+	start   func()
+	started atomic.Bool
+}
+
+// Info says whether the warm pool is on yet.
+func (h *poolAfterReap) Info(ctx context.Context) (hostagent.Info, error) {
+	info, err := h.Host.Info(ctx)
+	info.Capacity.Pool = "waiting"
+	if h.started.Load() {
+		info.Capacity.Pool = "on"
+	}
+	return info, err
 }
 
 func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, error) {
 	ids, err := h.Host.Reap(ctx, keep)
 	if err == nil {
-		h.once.Do(h.start)
+		h.once.Do(func() { h.start(); h.started.Store(true) })
 	}
 	return ids, err
 }
@@ -248,4 +302,167 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// registerLoop registers the host with its control plane (POST /v1/hosts/register, the
+// host's token as bearer) until ctx ends: at once, then as often as the control plane's
+// answer asks, so that a control plane that restarted or forgot the host has it back within
+// a heartbeat. A refusal is logged when it first happens and when it changes.
+func registerLoop(ctx context.Context, h hostagent.Host, j joinOptions, token string, log *slog.Logger) {
+	if u, _ := url.Parse(j.control); u.Scheme == "http" && !loopback(u.Hostname()) {
+		log.Warn("joining a control plane in clear text off loopback: the host's token crosses the network readable; use https://", "control", j.control)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	every, last, joined := 2*time.Second, "", false
+	for {
+		next, err := register(ctx, client, h, j, token)
+		switch {
+		case err != nil && err.Error() != last:
+			log.Error("registering with the control plane", "control", j.control, "host", j.id, "err", err)
+			last, joined = err.Error(), false
+		case err == nil && !joined:
+			log.Info("registered with the control plane", "control", j.control, "host", j.id, "url", j.advertise)
+			fmt.Fprintf(os.Stderr, "lbb: host %s joined %s as %s\n", j.id, j.control, j.advertise)
+			last, joined = "", true
+		}
+		if err == nil && next > 0 {
+			every = next
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// register makes one registration; it answers how soon to register again.
+func register(ctx context.Context, client *http.Client, h hostagent.Host, j joinOptions, token string) (time.Duration, error) {
+	info, err := h.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("this host agent's info: %w", err)
+	}
+	body, _ := json.Marshal(hostagent.Registration{ID: j.id, URL: j.advertise, Boot: info.Boot, Capacity: info.Capacity, Offered: info.Offered})
+	req, err := http.NewRequestWithContext(ctx, "POST", j.control+"/v1/hosts/register", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		json.Unmarshal(b, &e)
+		return 0, fmt.Errorf("%s: %s (%s)", resp.Status, e.Error.Message, e.Error.Code)
+	}
+	var a hostagent.Registered
+	if err := json.Unmarshal(b, &a); err != nil {
+		return 0, fmt.Errorf("the control plane's answer: %w", err)
+	}
+	return time.Duration(a.HeartbeatSeconds * float64(time.Second)), nil
+}
+
+// openJoinedHosts is lbb serve --hosts remote's host agent: a fleet that hosts join (lbb host
+// --control), starting with those that joined before (the store's hosts). The API answers
+// 503 until one is up, and takes registrations meanwhile (front).
+func openJoinedHosts(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, st store.Store, front *frontHandler) (hostagent.Host, *pool.Pool, baseImage, control.Isolation, error) {
+	secret, err := hostSecret(cfg)
+	if err != nil {
+		return nil, nil, baseImage{}, control.Isolation{}, err
+	}
+	dial := func(id, raw string) (hostagent.Host, error) {
+		if u, _ := url.Parse(raw); u.Scheme == "http" && !loopback(u.Hostname()) {
+			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and advertise https://", "host", id, "url", raw)
+		}
+		return remote.NewClient(raw, fleet.HostToken(secret, id))
+	}
+	f, err := fleet.New(ctx, fleet.Options{Store: st, Dial: dial, Log: log.With("part", "fleet"),
+		LostAfter: cfg.HostLostAfter, Registerer: reg})
+	if err != nil {
+		return nil, nil, baseImage{}, control.Isolation{}, err
+	}
+	front.setRegister(f.RegisterHandler())
+	var info hostagent.Info
+	for waited := false; ; waited = true {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		info, err = f.Info(ictx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			f.Close()
+			return nil, nil, baseImage{}, control.Isolation{}, ctx.Err()
+		}
+		if !waited {
+			log.Info("waiting for a host to join (lbb hosts add NAME, then lbb host --control URL --token TOKEN on it)")
+			fmt.Fprintf(os.Stderr, "lbb: waiting for a host to join (lbb hosts add NAME; lbb host --control URL --token TOKEN)\n")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log.Info("hosts join", "hosts", len(f.Hosts()), "default", info.Default, "offered", info.Offered, "image", info.Image.ID)
+	iso := control.Isolation{Default: info.Default, Available: info.Offered, Unavailable: info.Unavailable}
+	return f, nil, baseImage{Image: info.Image}, iso, nil
+}
+
+// hostSecret is --host-secret, else the one in <data-dir>/host-secret, made when missing.
+func hostSecret(cfg config.Config) (string, error) {
+	if cfg.HostSecret != "" {
+		return cfg.HostSecret, nil
+	}
+	path := filepath.Join(cfg.DataDir, "host-secret")
+	b, err := os.ReadFile(path)
+	if err == nil && len(bytes.TrimSpace(b)) > 0 {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return "", err
+	}
+	secret := rand.Text() + rand.Text()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return hostSecret(cfg) // made meanwhile
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		return "", err
+	}
+	return secret, f.Sync()
+}
+
+// frontHandler serves the API once it is set (set), and before that (lbb serve --hosts
+// remote waiting for its first host) only hosts' registrations, answering 503 to the rest.
+type frontHandler struct {
+	api, register atomic.Pointer[http.Handler]
+}
+
+func (f *frontHandler) set(h http.Handler)         { f.api.Store(&h) }
+func (f *frontHandler) setRegister(h http.Handler) { f.register.Store(&h) }
+
+func (f *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := f.api.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	if h := f.register.Load(); h != nil && r.Method == "POST" && r.URL.Path == "/v1/hosts/register" {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write([]byte(`{"error":{"code":"no_host","message":"the control plane is waiting for a host to join"}}` + "\n"))
 }

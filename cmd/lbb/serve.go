@@ -124,8 +124,23 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.APIURL == "" {
 		cfg.APIURL = "http://" + reachable(ln.Addr())
 	}
+	// With --hosts remote the listener serves hosts' registrations while the control plane
+	// waits for its first host (front answers the API once it is up).
+	front := &frontHandler{}
+	srv := &http.Server{
+		Handler:           front,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	if cfg.Hosts == "remote" {
+		go func() { served <- srv.Serve(ln) }()
+		defer srv.Close()
+	}
 	reg := newRegistry()
-	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs, st)
+	hst, warm, image, iso, err := openHostAgent(ctx, cfg, log, reg, bs, st, front)
 	if err != nil {
 		return err
 	}
@@ -167,16 +182,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	routes := http.NewServeMux()
 	routes.Handle("/mcp", mcpHandler)
 	routes.Handle("/", api.New(api.Options{Service: svc, Log: log, Registry: reg}))
-	srv := &http.Server{
-		Handler:           routes,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	front.set(routes)
 	srv.RegisterOnShutdown(mcpHandler.Close)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	if cfg.Hosts != "remote" {
+		go func() { served <- srv.Serve(ln) }()
+	}
 	if cfg.PprofAddr != "" {
 		pmux := http.NewServeMux()
 		pmux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/idempotency"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -56,6 +57,8 @@ func (s *Server) routes() {
 	s.handle("DELETE", "/v1/keys/{id}", admin, !graph, audited, s.revokeKey)
 	s.handle("GET", "/v1/audit", admin, !graph, !audited, s.listAudit)
 	s.handle("GET", "/v1/hosts", admin, !graph, !audited, s.listHosts)
+	// A host's own token authenticates it (control.RegisterHost), not an API key.
+	s.handle("POST", "/v1/hosts/register", public, !graph, !audited, s.registerHost)
 
 	// Long-lived sandboxes, their commands and files, and Files of the graph (level3.go).
 	s.handle("POST", "/v1/sandboxes/{id}/stop", write, graph, audited, s.stopSandbox)
@@ -509,6 +512,16 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, c *call) erro
 	return writeList(w, r, func(p store.Page) ([]store.AuditEntry, string, error) {
 		return s.svc.ListAudit(r.Context(), c.caller.Key, c.caller.Graph, p)
 	})
+}
+
+func (s *Server) registerHost(w http.ResponseWriter, r *http.Request, c *call) error {
+	_, req, err := decodeBody[hostagent.Registration](s, w, r)
+	if err != nil {
+		return err
+	}
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	reg, err := s.svc.RegisterHost(r.Context(), strings.TrimSpace(token), req)
+	return answer(w, http.StatusOK, reg, err)
 }
 
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request, c *call) error {

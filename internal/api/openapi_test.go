@@ -381,6 +381,7 @@ func TestOpenAPIContract(t *testing.T) {
 	check("listHosts", "/v1/hosts", 200, "GET", "/v1/hosts", admin, nil, "")
 	check("listHosts", "/v1/hosts", 401, "GET", "/v1/hosts", "", nil, "")
 	check("listHosts", "/v1/hosts", 403, "GET", "/v1/hosts", reader, nil, "")
+	hostsContract(t, d, s, seen)
 
 	stopped := level3Contract(t, s, check, admin, reader, other, sbxID)
 	snapshotContract(t, s, check, admin, reader, other, sbxID, stopped)

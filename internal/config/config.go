@@ -158,6 +158,11 @@ type Config struct {
 	// HostLostAfter is how long a host of several (HostAgent names more than one: a fleet)
 	// may not answer its heartbeats before it is lost (internal/fleet).
 	HostLostAfter time.Duration
+	// Hosts is "remote" when hosts join the control plane (lbb host --control) instead of
+	// being listed by HostAgent; HostSecret is what the control planes derive each joining
+	// host's token from (default: <data-dir>/host-secret, made at first use).
+	Hosts      string
+	HostSecret string
 
 	// EgressQuota is a sandbox's egress quota (bytes, both ways) when a call names none;
 	// EgressMaxQuota the most a call may name.
@@ -295,6 +300,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
 	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://); several, comma-separated, each optionally named (name=URL), make a fleet that places sandboxes across them")
 	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent: one for all, or one per host, comma-separated in the same order")
+	fs.StringVar(&c.Hosts, "hosts", c.Hosts, "remote: hosts join this control plane (lbb hosts add NAME gives a host its token; lbb host --control URL --token TOKEN runs it) instead of being listed by --host-agent")
+	fs.StringVar(&c.HostSecret, "host-secret", c.HostSecret, "with --hosts remote: the secret every control plane on the database derives the hosts' tokens from (default: <data-dir>/host-secret, made at first use)")
 	fs.DurationVar(&c.HostLostAfter, "host-lost-after", c.HostLostAfter, "with several --host-agent: how long a host may miss its heartbeats (one a second) before it is lost and its running sandboxes end host_lost")
 	fs.Int64Var(&c.EgressQuota, "egress-quota", c.EgressQuota, "egress quota of a sandbox (bytes both ways) when a call names none")
 	fs.Int64Var(&c.EgressMaxQuota, "egress-max-quota", c.EgressMaxQuota, "largest egress quota a call may name")
@@ -391,6 +398,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Pool && (c.PoolMin < 0 || c.PoolMax < max(c.PoolMin, 1) || c.PoolRefill < 1) {
 		bad("--pool-min %d, --pool-max %d, --pool-refill %d: want 0 ≤ min ≤ max, max ≥ 1, refill ≥ 1", c.PoolMin, c.PoolMax, c.PoolRefill)
+	}
+	switch c.Hosts {
+	case "":
+	case "remote":
+		if c.HostAgent != "" {
+			bad("--hosts remote and --host-agent: hosts join, or are listed, not both")
+		}
+		if c.HostLostAfter < 2*time.Second {
+			bad("--host-lost-after %s: want at least 2s (a heartbeat is one a second)", c.HostLostAfter)
+		}
+	default:
+		bad("--hosts %q: want remote (or leave it out)", c.Hosts)
 	}
 	if c.HostAgent != "" {
 		hosts, err := c.HostAgents()

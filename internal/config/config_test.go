@@ -63,6 +63,13 @@ func TestLoad(t *testing.T) {
 		}},
 		{name: "host agent without token", args: []string{"--host-agent", "http://127.0.0.1:7702"}, wantErr: true},
 		{name: "host agent not a URL", args: []string{"--host-agent", "127.0.0.1:7702", "--host-agent-token", "t"}, wantErr: true},
+		{name: "hosts join", env: map[string]string{"LBB_HOSTS": "remote", "LBB_HOST_SECRET": "s"}, check: func(t *testing.T, c Config) {
+			if c.Hosts != "remote" || c.HostSecret != "s" {
+				t.Errorf("hosts %q, secret %q", c.Hosts, c.HostSecret)
+			}
+		}},
+		{name: "hosts join and listed", args: []string{"--hosts", "remote", "--host-agent", "http://127.0.0.1:7702", "--host-agent-token", "t"}, wantErr: true},
+		{name: "hosts unknown", args: []string{"--hosts", "static"}, wantErr: true},
 		{name: "quotas", args: []string{"--quota-file-bytes", "2048", "--max-result-bytes", "4096"}, env: map[string]string{"LBB_QUOTA_FILES": "3"}, check: func(t *testing.T, c Config) {
 			if c.Quotas.Files != 3 || c.Quotas.FileBytes != 2048 || c.MaxResultBytes != 4096 || c.Quotas.Snapshots != 100 || c.MaxSandboxesPerGraph != 100 {
 				t.Errorf("quotas: %+v, max result %d, sandboxes %d", c.Quotas, c.MaxResultBytes, c.MaxSandboxesPerGraph)

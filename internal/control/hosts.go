@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 
+	"github.com/littlebigbrain/lbb/internal/errdefs"
+
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
@@ -23,4 +25,14 @@ func (s *Service) hostOf(id string) string {
 		return l.HostOf(id)
 	}
 	return ""
+}
+
+// RegisterHost takes a joining host's registration (lbb host --control) when hosts join this
+// control plane (lbb serve --hosts remote); token is the host's.
+func (s *Service) RegisterHost(ctx context.Context, token string, r hostagent.Registration) (hostagent.Registered, error) {
+	reg, ok := s.host.(hostagent.Registrar)
+	if !ok {
+		return hostagent.Registered{}, errdefs.New(errdefs.ClassNotFound, "hosts_listed", "hosts do not join this control plane: start it with --hosts remote")
+	}
+	return reg.Register(ctx, token, r)
 }

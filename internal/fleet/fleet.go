@@ -14,6 +14,11 @@
 // no placement names (its warm pool starts after, as at a control plane's start); one that
 // only went silent has the sandboxes destroyed that the control plane ended meanwhile.
 //
+// Its hosts are listed (Options.Members: lbb serve --host-agent) or join at runtime
+// (Options.Dial: lbb serve --hosts remote, where lbb host --control registers itself and Join
+// adds it); a fleet that joins hosts also picks up, from the store's hosts table, those that
+// registered with another control plane on the same database.
+//
 // docs/architecture.md and docs/deploy.md show where it fits.
 package fleet
 
@@ -55,6 +60,13 @@ type Options struct {
 	Now                  func() time.Time
 	// Registerer receives the metrics per host (lbb_host_*); nil registers none.
 	Registerer prometheus.Registerer
+	// Dial, when set, lets hosts join at runtime (Join, and the store's joined hosts every
+	// Poll, default 2s): it makes the client of host id at url.
+	Dial func(id, url string) (hostagent.Host, error)
+	Poll time.Duration
+	// MinMemoryMiB and MinDiskMiB are the floors of free memory and free disk below which a
+	// host that reports them takes no new sandbox (defaults 256 and 1024; negative: none).
+	MinMemoryMiB, MinDiskMiB int64
 }
 
 // Host states beyond store.HostUp and store.HostLost: down is a host that failed a call or a
@@ -82,12 +94,17 @@ type member struct {
 	// probing says a heartbeat is under way (a host cut off by the network may not answer
 	// it for as long as the connection takes to give up).
 	probing bool
+	// beating is held while a heartbeat's answer is acted on (reconciling included).
+	beating sync.Mutex
 }
 
 // placement is where a sandbox or snapshot is held.
 type placement struct {
 	host string
 	kind string // store.PlacedSandbox, store.PlacedSnapshot, or kindRun
+	// running says the sandbox runs (placed, created, resumed here): only those load a host.
+	// A placement read from the store is taken as not running.
+	running bool
 }
 
 // kindRun is a one-call run's sandbox: kept in memory only (a restarted control plane ends
@@ -96,16 +113,21 @@ const kindRun = "run"
 
 // Fleet is a hostagent.Host over several hosts.
 type Fleet struct {
-	o       Options
-	log     *slog.Logger
-	members []*member
+	o   Options
+	log *slog.Logger
 
-	mu     sync.Mutex
-	where  map[string]placement // by sandbox or snapshot id
-	cmds   map[string]string    // command id → sandbox id
-	sub    *subscriber          // the caller of Events
-	reaped bool                 // the control plane's Reap (Recover) ran
-	next   int                  // round robin among equally loaded hosts
+	mu sync.Mutex
+	// members is replaced, never changed in place, under mu (Join adds to it).
+	members []*member
+	where   map[string]placement // by sandbox or snapshot id
+	cmds    map[string]string    // command id → sandbox id
+	sub     *subscriber          // the caller of Events
+	reaped  bool                 // the control plane's Reap (Recover) ran
+	next    int                  // round robin among equally loaded hosts
+
+	// joining orders registrations and polls of the store (Register, joinStored), so that a
+	// poll that read a host's old URL does not move it back after a registration moved it.
+	joining sync.Mutex
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -116,9 +138,12 @@ var _ hostagent.Host = (*Fleet)(nil)
 // New returns a fleet of o.Members and starts watching them (Close stops it). Hosts that do
 // not answer yet join when they do.
 func New(ctx context.Context, o Options) (*Fleet, error) {
-	if len(o.Members) == 0 {
+	if len(o.Members) == 0 && o.Dial == nil {
 		return nil, errors.New("fleet: no hosts")
 	}
+	o.Poll = cmp.Or(o.Poll, 2*time.Second)
+	o.MinMemoryMiB = cmp.Or(o.MinMemoryMiB, 256)
+	o.MinDiskMiB = cmp.Or(o.MinDiskMiB, 1024)
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Heartbeat = cmp.Or(o.Heartbeat, time.Second)
 	o.LostAfter = cmp.Or(o.LostAfter, 10*time.Second)
@@ -142,6 +167,9 @@ func New(ctx context.Context, o Options) (*Fleet, error) {
 		for _, p := range ps {
 			f.where[p.ID] = placement{host: p.Host, kind: p.Kind}
 		}
+		if o.Dial != nil {
+			f.joinStored(ctx)
+		}
 	}
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(collector{f}); err != nil {
@@ -161,6 +189,20 @@ func (f *Fleet) Close() error {
 	f.stop()
 	<-f.done
 	return nil
+}
+
+// all answers the members now.
+func (f *Fleet) all() []*member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.members
+}
+
+// current reports whether m is still the member for its id (Join replaces a host that moved).
+func (f *Fleet) current(m *member) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.members, m)
 }
 
 // Hosts answers each host's id, URL, state and last Info.
@@ -190,6 +232,8 @@ type HostState struct {
 }
 
 func (f *Fleet) member(id string) *member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, m := range f.members {
 		if m.ID == id {
 			return m
@@ -199,18 +243,19 @@ func (f *Fleet) member(id string) *member {
 }
 
 // place chooses a host for a new sandbox id: an up host offering runtime (and passing only,
-// if given), the least loaded for its CPUs (round robin among equals), and records the
-// placement.
+// if given) with free memory and disk above the floors, the best scored (round robin among
+// equals), and records the placement.
 func (f *Fleet) place(ctx context.Context, id, kind, runtime string, only ...func(*member) bool) (*member, error) {
 	f.mu.Lock()
 	load := map[string]int{}
 	for _, p := range f.where {
-		if p.kind != store.PlacedSnapshot {
+		if p.running {
 			load[p.host]++
 		}
 	}
 	var best *member
 	var bestScore float64
+	full := 0
 	n := len(f.members)
 	for i := range n {
 		m := f.members[(f.next+i)%n]
@@ -220,7 +265,11 @@ func (f *Fleet) place(ctx context.Context, id, kind, runtime string, only ...fun
 		if len(only) > 0 && !only[0](m) {
 			continue
 		}
-		score := float64(load[m.ID]) / float64(max(m.info.Capacity.CPUs, 1))
+		score, ok := f.score(m.info.Capacity, load[m.ID])
+		if !ok {
+			full++
+			continue
+		}
 		if best == nil || score < bestScore {
 			best, bestScore = m, score
 		}
@@ -228,12 +277,15 @@ func (f *Fleet) place(ctx context.Context, id, kind, runtime string, only ...fun
 	f.next++
 	if best == nil {
 		f.mu.Unlock()
+		if full > 0 {
+			return nil, errdefs.New(errdefs.ClassUnavailable, "no_host", "no host has room: %d up below the floors of free memory (%d MiB) or disk (%d MiB)", full, f.o.MinMemoryMiB, f.o.MinDiskMiB)
+		}
 		if runtime != "" {
 			return nil, errdefs.New(errdefs.ClassUnavailable, "no_host", "no host that offers runtime %s is up", runtime)
 		}
 		return nil, errdefs.New(errdefs.ClassUnavailable, "no_host", "no host is up")
 	}
-	f.where[id] = placement{host: best.ID, kind: kind}
+	f.where[id] = placement{host: best.ID, kind: kind, running: kind != store.PlacedSnapshot}
 	f.mu.Unlock()
 	if err := f.persist(ctx, id, best.ID, kind); err != nil {
 		f.unplace(ctx, id)
@@ -245,9 +297,41 @@ func (f *Fleet) place(ctx context.Context, id, kind, runtime string, only ...fun
 // placeOn records that m holds id.
 func (f *Fleet) placeOn(ctx context.Context, m *member, id, kind string) error {
 	f.mu.Lock()
-	f.where[id] = placement{host: m.ID, kind: kind}
+	f.where[id] = placement{host: m.ID, kind: kind, running: kind != store.PlacedSnapshot}
 	f.mu.Unlock()
 	return f.persist(ctx, id, m.ID, kind)
+}
+
+// setRunning records whether sandbox id runs (Stop and Pause end that, Resume starts it).
+func (f *Fleet) setRunning(id string, running bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.where[id]; ok {
+		p.running = running
+		f.where[id] = p
+	}
+}
+
+// score is how loaded a host with capacity c and running sandboxes running would be (lower
+// is better), and false when it has no room: free memory or disk it reports below the
+// floors. The load is the running sandboxes per CPU; the share of memory in use and a
+// disk term (0 with 64 GiB free or more, 1 with none) are added, so that of two hosts as
+// busy the one with more to spare gets the sandbox. Stopped sandboxes do not count: they
+// hold disk (which the disk term sees), not CPU or memory.
+func (f *Fleet) score(c hostagent.Capacity, running int) (float64, bool) {
+	if f.o.MinMemoryMiB > 0 && c.MemoryFreeMiB > 0 && c.MemoryFreeMiB < f.o.MinMemoryMiB ||
+		f.o.MinDiskMiB > 0 && c.DiskFreeMiB > 0 && c.DiskFreeMiB < f.o.MinDiskMiB {
+		return 0, false
+	}
+	score := float64(running) / float64(max(c.CPUs, 1))
+	if c.MemoryMiB > 0 && c.MemoryFreeMiB > 0 {
+		score += 1 - float64(min(c.MemoryFreeMiB, c.MemoryMiB))/float64(c.MemoryMiB)
+	}
+	if c.DiskFreeMiB > 0 {
+		const plenty = 64 << 10
+		score += 1 - float64(min(c.DiskFreeMiB, plenty))/plenty
+	}
+	return score, true
 }
 
 func (f *Fleet) persist(ctx context.Context, id, host, kind string) error {
@@ -360,8 +444,14 @@ func (f *Fleet) letGo(ctx context.Context, m *member, id string) {
 		return
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The member for the host now: a host that moved (Join) has a new one.
+	for _, cur := range f.members {
+		if cur.ID == m.ID {
+			m = cur
+		}
+	}
 	m.orphans = append(m.orphans, id)
-	f.mu.Unlock()
 }
 
 // placedOn answers the placements on host id.

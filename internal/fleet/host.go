@@ -20,6 +20,9 @@ func (f *Fleet) Info(ctx context.Context) (hostagent.Info, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out hostagent.Info
+	if len(f.members) == 0 {
+		return out, errdefs.New(errdefs.ClassUnavailable, "no_host", "no host has joined yet")
+	}
 	found := false
 	for _, m := range f.members {
 		if m.state != store.HostUp {
@@ -154,7 +157,11 @@ func (f *Fleet) Resume(ctx context.Context, req hostagent.ResumeRequest) (hostag
 		if err != nil {
 			return hostagent.Sandbox{}, err
 		}
-		return whileUp(f, m, func() (hostagent.Sandbox, error) { return m.Host.Resume(ctx, req) })
+		sb, err := whileUp(f, m, func() (hostagent.Sandbox, error) { return m.Host.Resume(ctx, req) })
+		if err == nil {
+			f.setRunning(req.ID, true)
+		}
+		return sb, err
 	}
 	n, err := f.placeSharing(ctx, m, req.ID, req.Runtime, err)
 	if err != nil {
@@ -190,7 +197,11 @@ func (f *Fleet) ArchiveWorkspace(ctx context.Context, id string) (hostagent.Work
 }
 
 func (f *Fleet) Stop(ctx context.Context, id string) (store.Usage, error) {
-	return routed(ctx, f, id, func(h hostagent.Host) (store.Usage, error) { return h.Stop(ctx, id) })
+	u, err := routed(ctx, f, id, func(h hostagent.Host) (store.Usage, error) { return h.Stop(ctx, id) })
+	if err == nil {
+		f.setRunning(id, false)
+	}
+	return u, err
 }
 
 // Destroy ends a sandbox on its host; one whose host is gone is forgotten here, and
@@ -219,7 +230,11 @@ func (f *Fleet) Destroy(ctx context.Context, id string) (store.Usage, error) {
 }
 
 func (f *Fleet) Pause(ctx context.Context, id string) (hostagent.Paused, error) {
-	return routed(ctx, f, id, func(h hostagent.Host) (hostagent.Paused, error) { return h.Pause(ctx, id) })
+	p, err := routed(ctx, f, id, func(h hostagent.Host) (hostagent.Paused, error) { return h.Pause(ctx, id) })
+	if err == nil {
+		f.setRunning(id, false)
+	}
+	return p, err
 }
 
 // Snapshot saves the sandbox on its host, where the snapshot's files then are.
@@ -409,7 +424,7 @@ func (f *Fleet) DialPort(ctx context.Context, sandboxID string, port int) (net.C
 func (f *Fleet) Sandboxes(ctx context.Context) ([]string, error) {
 	var all []string
 	var errs []error
-	for _, m := range f.members {
+	for _, m := range f.all() {
 		ids, err := m.Host.Sandboxes(ctx)
 		if err != nil {
 			errs = append(errs, f.check(m, err))
@@ -442,7 +457,7 @@ func (f *Fleet) Reap(ctx context.Context, keep []string) ([]string, error) {
 		f.unplace(ctx, id)
 	}
 	var reaped []string
-	for _, m := range f.members {
+	for _, m := range f.all() {
 		f.mu.Lock()
 		up := m.state == store.HostUp
 		f.mu.Unlock()

@@ -16,11 +16,16 @@ func (f *Fleet) watch(ctx context.Context) {
 	defer close(f.done)
 	t := time.NewTicker(f.o.Heartbeat)
 	defer t.Stop()
+	var polled time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if f.o.Dial != nil && f.o.Store != nil && time.Since(polled) >= f.o.Poll {
+			polled = time.Now()
+			f.joinStored(ctx)
 		}
 		f.beat(ctx)
 	}
@@ -29,22 +34,32 @@ func (f *Fleet) watch(ctx context.Context) {
 // beat asks every host at once and acts on what changed.
 func (f *Fleet) beat(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, m := range f.members {
+	for _, m := range f.all() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			info, err := f.probe(ctx, m)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				f.missed(ctx, m, err)
-			} else {
-				f.answered(ctx, m, info)
-			}
+			f.heartbeat(ctx, m)
 		}()
 	}
 	wg.Wait()
+}
+
+// heartbeat asks m for its Info and acts on the answer, unless a heartbeat of m is under way
+// already (one that Join started).
+func (f *Fleet) heartbeat(ctx context.Context, m *member) {
+	if !m.beating.TryLock() {
+		return
+	}
+	defer m.beating.Unlock()
+	info, err := f.probe(ctx, m)
+	if ctx.Err() != nil || !f.current(m) {
+		return // a host that moved (Join) or left meanwhile: its new member speaks for it
+	}
+	if err != nil {
+		f.missed(ctx, m, err)
+	} else {
+		f.answered(ctx, m, info)
+	}
 }
 
 // probe asks m for its Info, answering within a heartbeat's time whatever the host does (a
@@ -179,11 +194,15 @@ func (f *Fleet) lose(ctx context.Context, m *member, why string) {
 
 // record writes m's row of the hosts table.
 func (f *Fleet) record(ctx context.Context, m *member, state string, beat time.Time, info hostagent.Info) {
-	if f.o.Store == nil {
+	if f.o.Store == nil || f.o.Dial != nil && !f.current(m) {
 		return
 	}
 	capacity, _ := json.Marshal(info.Capacity)
-	h := store.Host{ID: m.ID, URL: m.URL, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
+	url := m.URL
+	if f.o.Dial != nil {
+		url = "" // a joining host's registration alone says where it is
+	}
+	h := store.Host{ID: m.ID, URL: url, State: state, Capacity: capacity, LastHeartbeat: beat.UTC(), RegisteredAt: m.registered}
 	if err := f.o.Store.PutHost(ctx, h); err != nil {
 		f.log.Warn("recording a host", "host", m.ID, "err", err)
 	}
@@ -212,66 +231,54 @@ func (f *Fleet) emit(ctx context.Context, e hostagent.Event) {
 	sub.mu.RLock()
 	defer sub.mu.RUnlock()
 	select {
+	case <-sub.done:
+		return // sub.ch may be closed
+	default:
+	}
+	select {
 	case sub.ch <- e:
 	case <-sub.done:
 	case <-ctx.Done():
 	}
 }
 
-// subscriber is the one caller of Events: ch is closed once done is and no emit holds mu.
+// subscriber is the one caller of Events: ch is closed once done is and no sender holds mu.
 type subscriber struct {
+	ctx  context.Context
 	ch   chan hostagent.Event
 	done chan struct{}
 	mu   sync.RWMutex
 }
 
-// Events merges the events of every host (following each again when it comes back) with
-// the fleet's own (EventHostLost) until ctx ends.
+// send gives e to the subscriber unless it is gone.
+func (sub *subscriber) send(e hostagent.Event) {
+	sub.mu.RLock()
+	defer sub.mu.RUnlock()
+	select {
+	case <-sub.done:
+		return
+	default:
+	}
+	select {
+	case sub.ch <- e:
+	case <-sub.done:
+	}
+}
+
+// Events merges the events of every host (following each again when it comes back, and each
+// that joins later) with the fleet's own (EventHostLost) until ctx ends.
 func (f *Fleet) Events(ctx context.Context) (<-chan hostagent.Event, error) {
-	sub := &subscriber{ch: make(chan hostagent.Event), done: make(chan struct{})}
+	sub := &subscriber{ctx: ctx, ch: make(chan hostagent.Event), done: make(chan struct{})}
 	f.mu.Lock()
 	f.sub = sub
+	members := f.members
 	f.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, m := range f.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				f.mu.Lock()
-				up := m.state == store.HostUp
-				f.mu.Unlock()
-				var ch <-chan hostagent.Event
-				var err error
-				if up {
-					ch, err = m.Host.Events(ctx)
-				}
-				if up && err == nil {
-					for e := range ch {
-						if f.elsewhere(m, e.Sandbox) {
-							// Its stale copy, on a host that was lost while the sandbox
-							// moved on (Resume): what happens to that copy is not the
-							// sandbox's.
-							f.log.Debug("an event of a sandbox placed on another host", "host", m.ID, "sandbox", e.Sandbox, "kind", e.Kind)
-							continue
-						}
-						select {
-						case sub.ch <- e:
-						case <-ctx.Done():
-						}
-					}
-				}
-				select {
-				case <-time.After(f.o.Heartbeat):
-				case <-ctx.Done():
-				}
-			}
-		}()
+	for _, m := range members {
+		go f.follow(sub, m)
 	}
 	go func() {
 		<-ctx.Done()
 		close(sub.done)
-		wg.Wait()
 		f.mu.Lock()
 		if f.sub == sub {
 			f.sub = nil
@@ -282,4 +289,34 @@ func (f *Fleet) Events(ctx context.Context) (<-chan hostagent.Event, error) {
 		sub.mu.Unlock()
 	}()
 	return sub.ch, nil
+}
+
+// follow passes m's events to sub while sub lasts and m is a member.
+func (f *Fleet) follow(sub *subscriber, m *member) {
+	ctx := sub.ctx
+	for ctx.Err() == nil && f.current(m) {
+		f.mu.Lock()
+		up := m.state == store.HostUp
+		f.mu.Unlock()
+		var ch <-chan hostagent.Event
+		var err error
+		if up {
+			ch, err = m.Host.Events(ctx)
+		}
+		if up && err == nil {
+			for e := range ch {
+				if f.elsewhere(m, e.Sandbox) {
+					// Its stale copy, on a host that was lost while the sandbox moved on
+					// (Resume): what happens to that copy is not the sandbox's.
+					f.log.Debug("an event of a sandbox placed on another host", "host", m.ID, "sandbox", e.Sandbox, "kind", e.Kind)
+					continue
+				}
+				sub.send(e)
+			}
+		}
+		select {
+		case <-time.After(f.o.Heartbeat):
+		case <-ctx.Done():
+		}
+	}
 }

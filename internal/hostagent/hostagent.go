@@ -183,6 +183,35 @@ type Capacity struct {
 	// DiskFreeMiB is the free space of the data directory's filesystem (sandboxes' disks,
 	// checkpoints, snapshots).
 	DiskFreeMiB int64 `json:"disk_free_mib"`
+	// MemoryFreeMiB is the memory available for new work now (/proc/meminfo MemAvailable).
+	MemoryFreeMiB int64 `json:"memory_free_mib,omitempty"`
+	// Pool is the warm pool's state on a host agent of its own (lbb host): off, waiting (for
+	// the control plane's first reap) or on.
+	Pool string `json:"pool,omitempty"`
+}
+
+// Registration is what a host that joins a control plane says of itself (POST
+// /v1/hosts/register, lbb host --control), with its token as the bearer token.
+type Registration struct {
+	ID string `json:"id"`
+	// URL is where control planes call its host agent.
+	URL string `json:"url"`
+	// Boot changes when the host agent restarts.
+	Boot     string   `json:"boot,omitempty"`
+	Capacity Capacity `json:"capacity"`
+	Offered  []string `json:"offered,omitempty"`
+}
+
+// Registered is a control plane's answer to a Registration: register again every
+// HeartbeatSeconds.
+type Registered struct {
+	ID               string  `json:"id"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+}
+
+// Registrar is a Host that hosts join (a fleet of lbb serve --hosts remote).
+type Registrar interface {
+	Register(ctx context.Context, token string, r Registration) (Registered, error)
 }
 
 // Image is the base image of a machine.

@@ -117,10 +117,13 @@ func NewLocal(o Options) *Local {
 }
 
 // memTotalMiB is the machine's memory (0 when /proc/meminfo says nothing).
-func memTotalMiB() int64 {
+func memTotalMiB() int64 { return meminfoMiB("MemTotal:") }
+
+// meminfoMiB answers a line of /proc/meminfo (name with its colon) in MiB; 0 when unknown.
+func meminfoMiB(name string) int64 {
 	b, _ := os.ReadFile("/proc/meminfo")
 	for line := range strings.Lines(string(b)) {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == name {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb >> 10
 		}
@@ -137,6 +140,7 @@ func (h *Local) Info(context.Context) (Info, error) {
 	h.mu.Lock()
 	info.Capacity.Sandboxes = len(h.runs) + len(h.sandboxes)
 	h.mu.Unlock()
+	info.Capacity.MemoryFreeMiB = meminfoMiB("MemAvailable:")
 	var fs syscall.Statfs_t
 	if h.dataDir != "" && syscall.Statfs(h.dataDir, &fs) == nil {
 		info.Capacity.DiskFreeMiB = int64(fs.Bavail) * int64(fs.Bsize) >> 20

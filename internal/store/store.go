@@ -72,9 +72,12 @@ type Queries interface {
 	// DeleteExpiredPreviews removes the previews that expired before before.
 	DeleteExpiredPreviews(ctx context.Context, before time.Time) (int, error)
 
-	// PutHost records a host of a fleet (internal/fleet) as it is now, by its id.
+	// PutHost records a host of a fleet (internal/fleet) as it is now, by its id; an empty URL
+	// or TokenHash keeps the recorded one.
 	PutHost(ctx context.Context, h Host) error
 	ListHosts(ctx context.Context) ([]Host, error)
+	// DeleteHost forgets a host (its token no longer joins); an unknown id is no error.
+	DeleteHost(ctx context.Context, id string) error
 	// PutPlacement records that host holds id (a sandbox's state or a snapshot's files);
 	// placing an id again moves it.
 	PutPlacement(ctx context.Context, p Placement) error
@@ -534,12 +537,17 @@ type Host struct {
 	Capacity      json.RawMessage `json:"capacity,omitempty"`
 	LastHeartbeat time.Time       `json:"last_heartbeat"`
 	RegisteredAt  time.Time       `json:"registered_at"`
+	// TokenHash is the SHA-256 (hex) of the token of a host that joins (lbb host --control);
+	// "" for a host listed by --host-agent. PutHost keeps the recorded one when it is "".
+	TokenHash string `json:"-"`
 }
 
 // Host states.
 const (
 	HostUp   = "up"
 	HostLost = "lost"
+	// HostAdded is a host given a token (POST /v1/hosts) that has not joined yet.
+	HostAdded = "added"
 )
 
 // Placement says which host holds a sandbox's state (Kind PlacedSandbox) or a snapshot's

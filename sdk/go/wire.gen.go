@@ -405,35 +405,78 @@ type GrantRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
-// Host a host agent of a fleet
+// Host a host agent of a fleet: listed by --host-agent, or joined (lbb serve --hosts remote, lbb host --control)
 type Host struct {
 	// Capacity what the host said at its last heartbeat
 	Capacity struct {
 		Cpus int64 `json:"cpus,omitempty"`
 
-		// DiskFreeMib free space of its data directory's filesystem
+		// DiskFreeMib free space of its data directory's filesystem; placement passes over a host below 1 GiB
 		DiskFreeMib int64 `json:"disk_free_mib,omitempty"`
-		MemoryMib   int64 `json:"memory_mib,omitempty"`
 
-		// Sandboxes sandboxes it ran then
+		// MemoryFreeMib memory available for new work (MemAvailable); placement passes over a host below 256 MiB
+		MemoryFreeMib int64 `json:"memory_free_mib,omitempty"`
+		MemoryMib     int64 `json:"memory_mib,omitempty"`
+
+		// Pool its warm pool (lbb host): off, waiting for the control plane's first reap, or on
+		Pool string `json:"pool,omitempty"`
+
+		// Sandboxes sandboxes it held then (running, and stopped or paused ones it keeps)
 		Sandboxes int64 `json:"sandboxes,omitempty"`
 	} `json:"capacity,omitempty"`
 
-	// ID its name in --host-agent (name=URL), else its address
+	// ID its name in --host-agent (name=URL), else its address; for a host that joins, its name in lbb hosts add NAME
 	ID            string    `json:"id"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 
 	// RegisteredAt when this control plane first saw it
 	RegisteredAt time.Time `json:"registered_at"`
 
-	// State up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+	// State up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost; added: given a token (lbb hosts add) and not joined yet
 	State string `json:"state"`
-	URL   string `json:"url"`
+
+	// URL where the control plane calls its host agent (a joining host's --advertise); empty for a host added that has not joined yet
+	URL string `json:"url"`
+}
+
+// HostCapacity defines model for HostCapacity.
+type HostCapacity struct {
+	Cpus          int64 `json:"cpus,omitempty"`
+	DiskFreeMib   int64 `json:"disk_free_mib,omitempty"`
+	MemoryFreeMib int64 `json:"memory_free_mib,omitempty"`
+	MemoryMib     int64 `json:"memory_mib,omitempty"`
+
+	// Pool off, waiting (for the control plane's first reap) or on
+	Pool      string `json:"pool,omitempty"`
+	Sandboxes int64  `json:"sandboxes,omitempty"`
 }
 
 // HostList defines model for HostList.
 type HostList struct {
 	Data []Host `json:"data"`
+}
+
+// HostRegistered defines model for HostRegistered.
+type HostRegistered struct {
+	// HeartbeatSeconds register again this often: the registration is the host's heartbeat to a control plane that restarted or forgot it
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+	ID               string  `json:"id"`
+}
+
+// HostRegistration what a joining host (lbb host --control) says of itself, every heartbeat_seconds
+type HostRegistration struct {
+	// Boot changes when its host agent restarts
+	Boot     string       `json:"boot,omitempty"`
+	Capacity HostCapacity `json:"capacity,omitempty"`
+
+	// ID the host's name; the one its token names
+	ID string `json:"id"`
+
+	// Offered the isolation drivers it runs
+	Offered []string `json:"offered,omitempty"`
+
+	// URL where control planes call its host agent: http://host:port or https://host:port (--advertise)
+	URL string `json:"url"`
 }
 
 // ImageRecipe what a template version installs over its base, in a build sandbox of the base (as root, egress only to the package sources this server's operator allows): Debian packages, Python packages, global npm packages, Files of the graph copied to absolute paths, then shell steps. The result is a read-only layer shared by every version with the same base image and recipe.

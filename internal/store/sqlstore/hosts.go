@@ -10,15 +10,16 @@ import (
 
 // Hosts and placements of a fleet.
 
-const hostCols = `id, url, state, capacity, last_heartbeat, registered_at`
+const hostCols = `id, url, state, capacity, last_heartbeat, registered_at, token_hash`
 
 func scanHost(sc row) (store.Host, error) {
 	var h store.Host
-	var capacity sql.NullString
+	var capacity, token sql.NullString
 	var beat, reg int64
-	if err := sc.Scan(&h.ID, &h.URL, &h.State, &capacity, &beat, &reg); err != nil {
+	if err := sc.Scan(&h.ID, &h.URL, &h.State, &capacity, &beat, &reg, &token); err != nil {
 		return h, err
 	}
+	h.TokenHash = token.String
 	h.LastHeartbeat, h.RegisteredAt = fromMs(beat), fromMs(reg)
 	if capacity.String != "" {
 		h.Capacity = json.RawMessage(capacity.String)
@@ -27,10 +28,17 @@ func scanHost(sc row) (store.Host, error) {
 }
 
 func (q queries) PutHost(ctx context.Context, h store.Host) error {
-	_, err := q.exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES (`+inList(6)+`)
-		ON CONFLICT (id) DO UPDATE SET url = excluded.url, state = excluded.state,
-		capacity = excluded.capacity, last_heartbeat = excluded.last_heartbeat`,
-		h.ID, h.URL, h.State, nullJSON(h.Capacity), ms(h.LastHeartbeat), ms(h.RegisteredAt))
+	_, err := q.exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES (`+inList(7)+`)
+		ON CONFLICT (id) DO UPDATE SET url = COALESCE(NULLIF(excluded.url, ''), hosts.url), state = excluded.state,
+		capacity = excluded.capacity, last_heartbeat = excluded.last_heartbeat,
+		token_hash = COALESCE(excluded.token_hash, hosts.token_hash)`,
+		h.ID, h.URL, h.State, nullJSON(h.Capacity), ms(h.LastHeartbeat), ms(h.RegisteredAt),
+		sql.NullString{String: h.TokenHash, Valid: h.TokenHash != ""})
+	return err
+}
+
+func (q queries) DeleteHost(ctx context.Context, id string) error {
+	_, err := q.exec(ctx, `DELETE FROM hosts WHERE id = ?`, id)
 	return err
 }
 

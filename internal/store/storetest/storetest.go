@@ -1002,6 +1002,17 @@ func testHosts(t *testing.T, s store.Store) {
 		t.Fatalf("hosts = %+v, want 2", hosts)
 	}
 	equal(t, hosts[0], h)
+	// A joining host's token hash stays when the fleet records its state without it.
+	must(t, s.PutHost(ctx, store.Host{ID: "c", State: store.HostAdded, RegisteredAt: t0, LastHeartbeat: t0, TokenHash: "abc"}))
+	must(t, s.PutHost(ctx, store.Host{ID: "c", URL: "http://127.0.0.1:3", State: store.HostUp, RegisteredAt: t0, LastHeartbeat: t0}))
+	must(t, s.PutHost(ctx, store.Host{ID: "c", State: store.HostUp, RegisteredAt: t0, LastHeartbeat: t0})) // keeps the URL
+	hosts, err = s.ListHosts(ctx)
+	must(t, err)
+	if len(hosts) != 3 || hosts[2].TokenHash != "abc" || hosts[2].URL != "http://127.0.0.1:3" {
+		t.Fatalf("host c = %+v, want its token hash kept", hosts[2:])
+	}
+	must(t, s.DeleteHost(ctx, "c"))
+	must(t, s.DeleteHost(ctx, "c"))
 
 	must(t, s.PutPlacement(ctx, store.Placement{ID: "sb1", Host: "a", Kind: store.PlacedSandbox, PlacedAt: t0}))
 	must(t, s.PutPlacement(ctx, store.Placement{ID: "sn1", Host: "a", Kind: store.PlacedSnapshot, PlacedAt: t0}))

@@ -445,28 +445,36 @@ export interface components {
         HostList: {
             data: components["schemas"]["Host"][];
         };
-        /** @description a host agent of a fleet */
+        /** @description a host agent of a fleet: listed by --host-agent, or joined (lbb serve --hosts remote, lbb host --control) */
         Host: {
-            /** @description its name in --host-agent (name=URL), else its address */
+            /** @description its name in --host-agent (name=URL), else its address; for a host that joins, its name in lbb hosts add NAME */
             id: string;
+            /** @description where the control plane calls its host agent (a joining host's --advertise); empty for a host added that has not joined yet */
             url: string;
             /**
-             * @description up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost
+             * @description up: it answers its heartbeats; lost: it stopped answering (or restarted), and what ran there ended host_lost; added: given a token (lbb hosts add) and not joined yet
              * @enum {string}
              */
-            state: "up" | "lost";
+            state: "up" | "lost" | "added";
             /** @description what the host said at its last heartbeat */
             capacity?: {
                 cpus?: number;
                 /** Format: int64 */
                 memory_mib?: number;
-                /** @description sandboxes it ran then */
+                /** @description sandboxes it held then (running, and stopped or paused ones it keeps) */
                 sandboxes?: number;
                 /**
                  * Format: int64
-                 * @description free space of its data directory's filesystem
+                 * @description free space of its data directory's filesystem; placement passes over a host below 1 GiB
                  */
                 disk_free_mib?: number;
+                /**
+                 * Format: int64
+                 * @description memory available for new work (MemAvailable); placement passes over a host below 256 MiB
+                 */
+                memory_free_mib?: number;
+                /** @description its warm pool (lbb host): off, waiting for the control plane's first reap, or on */
+                pool?: string;
             };
             /** Format: date-time */
             last_heartbeat: string;
@@ -475,6 +483,35 @@ export interface components {
              * @description when this control plane first saw it
              */
             registered_at: string;
+        };
+        /** @description what a joining host (lbb host --control) says of itself, every heartbeat_seconds */
+        HostRegistration: {
+            /** @description the host's name; the one its token names */
+            id: string;
+            /** @description where control planes call its host agent: http://host:port or https://host:port (--advertise) */
+            url: string;
+            /** @description changes when its host agent restarts */
+            boot?: string;
+            capacity?: components["schemas"]["HostCapacity"];
+            /** @description the isolation drivers it runs */
+            offered?: string[];
+        };
+        HostCapacity: {
+            cpus?: number;
+            /** Format: int64 */
+            memory_mib?: number;
+            /** Format: int64 */
+            memory_free_mib?: number;
+            sandboxes?: number;
+            /** Format: int64 */
+            disk_free_mib?: number;
+            /** @description off, waiting (for the control plane's first reap) or on */
+            pool?: string;
+        };
+        HostRegistered: {
+            id: string;
+            /** @description register again this often: the registration is the host's heartbeat to a control plane that restarted or forgot it */
+            heartbeat_seconds: number;
         };
         ExecRequest: {
             /** @description the program and its arguments; argv[0] is looked up in PATH */
