@@ -1,3 +1,3 @@
 -- Hosts that join a control plane (lbb host --control): the SHA-256 of each host's token,
--- given out once by POST /v1/hosts (lbb hosts add); NULL for hosts listed by --host-agent.
+-- printed once by lbb hosts add; NULL for hosts listed by --host-agent.
 ALTER TABLE hosts ADD COLUMN token_hash TEXT;
