@@ -56,7 +56,13 @@ func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
 		Protocols:       &p,
 		TLSClientConfig: tlsConfig,
 		// Pings find a host that went away under a long call (a follower, events).
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second},
+		// Windows as the server's (maxStreams).
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize:              frameSize,
+			MaxReceiveBufferPerStream:     streamWindow,
+			MaxReceiveBufferPerConnection: connWindow,
+			SendPingTimeout:               30 * time.Second,
+		},
 	}
 	return &Client{base: strings.TrimSuffix(u.String(), "/") + "/v1/", token: token, hc: &http.Client{Transport: tr}}, nil
 }

@@ -155,6 +155,28 @@ type (
 	}
 )
 
+// Flow control of the link. HTTP/2 gives a connection's credit back only as a stream's data
+// is read, so a stream nobody reads keeps its whole window of the connection's: with Go's
+// defaults (a stream 1 MiB of a connection's 256 MiB on the server, 4 MiB of 1 GiB on the
+// client) some 256 streams left unread across every sandbox of a host (a preview's visitors
+// that stopped reading, a command that never reads its stdin) stalled every call of that
+// host. As on the guest agent's channel (agent.MaxStreams), each side's connection window is
+// therefore maxStreams times its stream window: however many streams are left unread, the
+// others keep their credit. The credit is not memory: a side buffers only what arrives and is
+// not yet read, at most streamWindow a stream.
+//
+// streamWindow bounds one stream's throughput by window/RTT; 256 KiB kept a stream over
+// loopback at the rate of 1 MiB windows (docs/architecture.md has the figures). Frames no
+// larger than the window: the sending client holds a buffer of the server's frame size (up
+// to 512 KiB) for each stream whose body it sends (every open port connection), for the
+// stream's life.
+const (
+	maxStreams   = 1000
+	streamWindow = 256 << 10
+	connWindow   = maxStreams * streamWindow
+	frameSize    = streamWindow
+)
+
 // NewHTTPServer is the http.Server for a host agent's handler: HTTP/2 in clear text (and
 // HTTP/1 for a curl), over TLS when served so, with no read or write timeout since output
 // follows and events last as long as their caller wants.
@@ -166,11 +188,13 @@ func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:   h,
 		Protocols: &p,
-		// A stream whose handler reads no more (a command that reads no stdin) holds its
-		// window of the connection's; a large connection window keeps it from stalling the
-		// other calls (each stream's stays at 1 MiB, what it may hold in memory).
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000, MaxReceiveBufferPerConnection: 256 << 20,
-			SendPingTimeout: 30 * time.Second},
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          maxStreams,
+			MaxReadFrameSize:              frameSize,
+			MaxReceiveBufferPerStream:     streamWindow,
+			MaxReceiveBufferPerConnection: connWindow,
+			SendPingTimeout:               30 * time.Second,
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

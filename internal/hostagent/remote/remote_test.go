@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	goruntime "runtime"
 	"strings"
@@ -42,7 +43,14 @@ type fake struct {
 	// stall makes WriteStdin read nothing until its context ends.
 	stall bool
 	// echo makes DialPort answer a connection that sends back what it gets.
-	echo   bool
+	echo bool
+	// flood makes DialPort answer a connection that sends without end and reads nothing (a
+	// port's server that floods its visitors and never reads them); flooded counts what it
+	// sent.
+	flood   bool
+	flooded atomic.Int64
+	// stdout makes ReadHeld answer a stdout of that many bytes.
+	stdout int64
 	events []hostagent.Event
 }
 
@@ -180,7 +188,44 @@ func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, err
 		}()
 		return a, nil
 	}
+	if f.flood {
+		return &floodConn{sent: &f.flooded, closed: make(chan struct{})}, nil
+	}
 	return nil, f.rec("DialPort", id, port)
+}
+
+// floodConn is a connection whose far end sends without end and never reads.
+type floodConn struct {
+	net.Conn
+	sent   *atomic.Int64
+	closed chan struct{}
+	once   sync.Once
+}
+
+var (
+	floodChunk  = make([]byte, 32<<10)
+	floodChunk8 = make([]byte, 8<<20)
+)
+
+func (c *floodConn) Read(p []byte) (int, error) {
+	select {
+	case <-c.closed:
+		return 0, net.ErrClosed
+	default:
+	}
+	n := copy(p, floodChunk)
+	c.sent.Add(int64(n))
+	return n, nil
+}
+
+func (c *floodConn) Write(p []byte) (int, error) {
+	<-c.closed
+	return 0, net.ErrClosed
+}
+
+func (c *floodConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
 }
 
 // TestDialPort: a connection to a port through the remote host agent carries bytes both ways
@@ -233,8 +278,16 @@ func (f *fake) ReadOutput(ctx context.Context, id, stream string, off int64, mos
 	return start, data, nil
 }
 
-// ReadHeld answers held, pieces of bytes that are not all text.
+// ReadHeld answers held, pieces of bytes that are not all text; with stdout set, up to
+// req.Max bytes of a stdout of that many bytes.
 func (f *fake) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	if f.stdout > 0 {
+		if req.Stdout >= f.stdout {
+			return hostagent.HeldOutput{Ended: true}, nil
+		}
+		n := min(int64(req.Max), f.stdout-req.Stdout)
+		return hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: req.Stdout, Data: floodChunk8[:n]}}}, nil
+	}
 	return held, f.rec("ReadHeld", req)
 }
 func (f *fake) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
@@ -816,4 +869,137 @@ func TestDialPortRefused(t *testing.T) {
 	if _, err := c.DialPort(ctx, "sbx_1", 8000); errdefs.ClassOf(err) != errdefs.ClassUnavailable {
 		t.Fatalf("DialPort: %v, want unavailable", err)
 	}
+}
+
+// TestUnreadStreams: port connections left unread on both ends (a port's server that floods
+// its visitors and never reads them, behind visitors that stopped reading) hold no more than
+// their windows, and the link's other calls of every sandbox (a command, a file up and down,
+// a ping) go on beside them. With Go's default windows 256 such streams took a whole
+// connection window and stalled the host's link (maxStreams).
+func TestUnreadStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: opens 300 streams")
+	}
+	const streams = 300
+	f := &fake{flood: true, open: func() io.ReadCloser { return io.NopCloser(&pattern{size: 2 << 20}) }}
+	c, _ := serve(t, f)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	heap := peakHeap()
+	var uploaded atomic.Int64
+	var writers sync.WaitGroup
+	var conns []net.Conn
+	defer func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+		writers.Wait()
+	}()
+	for i := range streams {
+		conn, err := c.DialPort(ctx, "sbx_1", 8000)
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		conns = append(conns, conn)
+		writers.Go(func() {
+			chunk := make([]byte, 32<<10)
+			for uploaded.Load() < streams*(2<<20) {
+				if _, err := conn.Write(chunk); err != nil {
+					return
+				}
+				uploaded.Add(int64(len(chunk)))
+			}
+		})
+	}
+	// Until the windows are full: nothing moves for half a second.
+	last := int64(-1)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		n := uploaded.Load() + f.flooded.Load()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	peak := heap()
+	t.Logf("%d unread streams: %d KiB up and %d KiB down a stream; the heap (both ends) rose by %d MiB at most",
+		streams, uploaded.Load()/streams>>10, f.flooded.Load()/streams>>10, peak>>20)
+	// A stream's windows, the client's frame buffer of its body and the copies' buffers.
+	if most := int64(streams) * (4*streamWindow + 256<<10); uploaded.Load()+f.flooded.Load() > most {
+		t.Errorf("%d unread streams took %d MiB, want at most %d", streams, (uploaded.Load()+f.flooded.Load())>>20, most>>20)
+	}
+
+	bctx, bcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer bcancel()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Exec(bctx, execReq); err != nil {
+			t.Errorf("a command beside the unread streams: %v", err)
+		} else if got, err := c.Wait(bctx, execReq.CommandID); err != nil || !reflect.DeepEqual(got, end) {
+			t.Errorf("a command's Wait beside the unread streams: %+v %v", got, err)
+		}
+		want, _, _ := digest(&pattern{size: 2 << 20})
+		if fe, err := c.WriteFile(bctx, "sbx_2", "f", &pattern{size: 2 << 20}); err != nil || fe.Size != 2<<20 {
+			t.Errorf("a file upload beside the unread streams: %+v %v", fe, err)
+		}
+		if _, rc, err := c.OpenFile(bctx, "sbx_2", "f"); err != nil {
+			t.Errorf("a file download beside the unread streams: %v", err)
+		} else {
+			sum, n, err := digest(rc)
+			rc.Close()
+			if err != nil || n != 2<<20 || sum != want {
+				t.Errorf("a file download beside the unread streams: %d bytes, %v", n, err)
+			}
+		}
+		if _, err := c.Info(bctx); err != nil {
+			t.Errorf("a ping (Info) beside the unread streams: %v", err)
+		}
+	}()
+	<-done
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the calls beside the unread streams took %v", took)
+	}
+	t.Logf("a command, a 2 MiB file up and down and a ping beside %d unread streams took %v", streams, time.Since(start))
+}
+
+// TestLinkThroughput measures one stream through the link (LBB_MEASURE_LINK=1): 1 GiB of
+// stdout read as the API's SSE reads it (ReadHeld, 256 KiB a call) and a 1 GiB file down and up.
+func TestLinkThroughput(t *testing.T) {
+	if os.Getenv("LBB_MEASURE_LINK") == "" {
+		t.Skip("LBB_MEASURE_LINK=1 measures the link's throughput")
+	}
+	const size = 1 << 30
+	f := &fake{stdout: size, open: func() io.ReadCloser { return io.NopCloser(&pattern{size: size}) }}
+	c, _ := serve(t, f)
+	start := time.Now()
+	var off int64
+	for {
+		h, err := c.ReadHeld(t.Context(), hostagent.HeldRead{CommandID: "cmd_1", Stdout: off, Max: 256 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Ended {
+			break
+		}
+		off += int64(len(h.Pieces[0].Data))
+	}
+	rate := func(d time.Duration) string { return fmt.Sprintf("%.0f MiB/s", float64(size>>20)/d.Seconds()) }
+	t.Logf("window %d KiB: stdout (ReadHeld) %s", streamWindow>>10, rate(time.Since(start)))
+	start = time.Now()
+	_, rc, err := c.OpenFile(t.Context(), "sbx_1", "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || n != size {
+		t.Fatal(n, err)
+	}
+	t.Logf("window %d KiB: file down %s", streamWindow>>10, rate(time.Since(start)))
+	start = time.Now()
+	if _, err := c.WriteFile(t.Context(), "sbx_1", "big", &pattern{size: size}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("window %d KiB: file up %s", streamWindow>>10, rate(time.Since(start)))
 }
