@@ -88,11 +88,16 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 		body = src
 	}
 	// The request outlives ctx by up to cancelGrace: ctx's end is sent as a Cancel, and the
-	// call answers what the Host then answered.
+	// call answers what the Host then answered. A Cancel the server did not take (the host
+	// unreachable, the link stalled) resets the stream at once, which ends the server's call
+	// too.
 	id := rand.Text()
 	rctx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
-		c.cancel(id)
+		if c.cancel(id) != nil {
+			abort()
+			return
+		}
 		time.AfterFunc(cancelGrace, abort)
 	})
 	end := sync.OnceFunc(func() { stop(); abort() })
@@ -123,19 +128,26 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 	return nil, we.err(ctx)
 }
 
-// cancel asks the server to end the context of call id.
-func (c *Client) cancel(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// cancel asks the server to end the context of call id, and answers whether it took it
+// within cancelAnswer.
+func (c *Client) cancel(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelAnswer)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"Cancel", jsonReader(idArgs{id}))
 	if err != nil {
-		return
+		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	if resp, err := c.hc.Do(req); err == nil {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
 	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("host agent Cancel: %s", resp.Status)
+	}
+	return nil
 }
 
 // callBody ends its call when closed.

@@ -21,8 +21,9 @@
 // A call's context ends as a message, not as a broken stream: every call carries an id
 // (Lbb-Call), and when its context ends the client posts /v1/Cancel with it, which ends the
 // context of the Host's call on the server; the call then answers what the Host answered
-// (Run a killed run, Wait the context's error), as it would in process. A server that does
-// not answer within cancelGrace has the stream reset.
+// (Run a killed run, Wait the context's error), as it would in process. A Cancel the server
+// does not take within cancelAnswer, or a call it does not answer within cancelGrace after,
+// has its stream reset: the caller's call ends within seconds whatever the host does.
 //
 // docs/architecture.md shows where a remote host fits.
 package remote
@@ -49,9 +50,14 @@ const (
 	headerEOF   = "Lbb-EOF"
 )
 
-// cancelGrace is how long a client waits, after its call's context ended, for the server
-// to answer the call.
-const cancelGrace = 30 * time.Second
+// cancelGrace is how long a client waits, after the server took the Cancel of a call, for
+// the server to answer the call (a Host's call answers at once when its context ends; a
+// killed Run has its sandbox's usage to tell); cancelAnswer how long it waits for the Cancel
+// to be taken. Past them the call's stream is reset, which ends the server's call as well.
+const (
+	cancelGrace  = 3 * time.Second
+	cancelAnswer = 2 * time.Second
+)
 
 // wireError is an error on the wire. Context says the Host's call ended for its context
 // ("canceled", "deadline"), so that errors.Is finds the context's error on the client too.

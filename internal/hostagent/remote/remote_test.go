@@ -40,6 +40,13 @@ type fake struct {
 	open func() io.ReadCloser
 	// entered makes Wait and Run wait for their context to end, then report it on canceled.
 	entered, canceled chan struct{}
+	// deaf makes Wait, with entered, answer only once deaf closes (a Host's call that does
+	// not heed its context), still reporting the context's end on canceled.
+	deaf chan struct{}
+	// dialed gets the host's end of each connection DialPort answers, with quiet set (a port
+	// that sends nothing).
+	quiet  bool
+	dialed chan net.Conn
 	// stall makes WriteStdin read nothing until its context ends.
 	stall bool
 	// echo makes DialPort answer a connection that sends back what it gets.
@@ -165,6 +172,12 @@ func (f *fake) SetGrant(ctx context.Context, id string, g *egress.Grant) error {
 }
 func (f *fake) Exec(ctx context.Context, req hostagent.ExecRequest) error { return f.rec("Exec", req) }
 func (f *fake) Wait(ctx context.Context, id string) (hostagent.CommandEnd, error) {
+	if f.deaf != nil {
+		close(f.entered)
+		context.AfterFunc(ctx, func() { close(f.canceled) })
+		<-f.deaf
+		return end, nil
+	}
 	if f.entered != nil {
 		close(f.entered)
 		<-ctx.Done()
@@ -186,6 +199,11 @@ func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, err
 			io.Copy(b, b)
 			b.Close()
 		}()
+		return a, nil
+	}
+	if f.quiet {
+		a, b := net.Pipe()
+		f.dialed <- b
 		return a, nil
 	}
 	if f.flood {
@@ -1002,4 +1020,91 @@ func TestLinkThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("window %d KiB: file up %s", streamWindow>>10, rate(time.Since(start)))
+}
+
+// TestCancelPrompt: a call ends within seconds of its context whatever the host does: a Host
+// that does not heed the context gets the stream reset after cancelGrace, a Cancel that
+// cannot reach the server (a stalled link) resets it after cancelAnswer; either way the
+// server's call sees its context end.
+func TestCancelPrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		deaf  bool
+		stall bool
+		most  time.Duration
+	}{
+		{"a deaf host", true, false, cancelAnswer + cancelGrace + 2*time.Second},
+		{"a stalled Cancel", false, true, cancelAnswer + 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
+			if tc.deaf {
+				f.deaf = make(chan struct{})
+				defer close(f.deaf)
+			}
+			h := NewServer(f, token, slog.New(slog.DiscardHandler))
+			stalled := make(chan struct{})
+			defer close(stalled)
+			ts := httptest.NewUnstartedServer(nil)
+			ts.Config = NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.stall && r.URL.Path == "/v1/Cancel" {
+					select {
+					case <-stalled:
+					case <-r.Context().Done():
+					}
+					return
+				}
+				h.ServeHTTP(w, r)
+			}), slog.New(slog.DiscardHandler))
+			ts.Start()
+			defer ts.Close()
+			c, err := NewClient(ts.URL, token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { _, err := c.Wait(ctx, "cmd_1"); done <- err }()
+			await(t, f.entered, "Wait did not reach the server")
+			start := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Wait answered %v, want context.Canceled", err)
+				}
+				t.Logf("Wait ended %v after its context", time.Since(start))
+			case <-time.After(tc.most):
+				t.Fatalf("Wait went on for %v after its context ended", tc.most)
+			}
+			await(t, f.canceled, "the server's Wait went on after the client's call ended")
+		})
+	}
+}
+
+// TestDialPortClose: closing a port connection ends the host's connection to the port, also
+// when the port sends nothing and the client had closed its writing side.
+func TestDialPortClose(t *testing.T) {
+	f := &fake{quiet: true, dialed: make(chan net.Conn, 1)}
+	c, _ := serve(t, f)
+	conn, err := c.DialPort(t.Context(), "sbx_1", 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := <-f.dialed
+	conn.(interface{ CloseWrite() error }).CloseWrite()
+	time.Sleep(100 * time.Millisecond)
+	conn.Close()
+	read := make(chan error, 1)
+	go func() { _, err := port.Read(make([]byte, 1)); read <- err }()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("the port read a byte")
+		}
+	case <-time.After(5 * time.Second):
+		port.Close()
+		t.Fatal("the host kept the port's connection after the client closed it")
+	}
 }
