@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,7 +37,7 @@ func init() {
 // served over HTTP/2 to a control plane elsewhere (docs/architecture.md).
 func runHost(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
+	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text on loopback only; any other address needs --tls-cert)")
 	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required")
 	var tlsFiles [2]string
 	fs.StringVar(&tlsFiles[0], "tls-cert", "", "certificate file: serve HTTP/2 over TLS (https://) instead of in clear text (LBB_HOST_TLS_CERT)")
@@ -67,6 +66,10 @@ func runHost(ctx context.Context, args []string) error {
 	}
 	if (tlsFiles[0] == "") != (tlsFiles[1] == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	// Whoever reads the token runs code here, and sandboxes' bytes cross the link.
+	if tlsFiles[0] == "" && !loopbackListen(*listen) {
+		return fmt.Errorf("--listen %s is not loopback: serve the host agent over TLS there (--tls-cert and --tls-key), or listen on 127.0.0.1 behind a tunnel of your own", *listen)
 	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
 	return serveHost(ctx, cfg, *listen, *token, tlsFiles, log)
@@ -155,12 +158,7 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
-	for _, s := range specs {
-		// Whoever reads the token runs code on that host: in clear text only on loopback.
-		if u, _ := url.Parse(s.URL); u.Scheme == "http" && !loopback(u.Hostname()) {
-			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and name it https://", "host", s.Name, "url", s.URL)
-		}
-	}
+	// remote.NewClient refuses a URL in clear text off loopback.
 	var h hostagent.Host
 	if len(specs) == 1 {
 		c, err := remote.NewClient(specs[0].URL, specs[0].Token)
@@ -241,11 +239,9 @@ func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, erro
 	return ids, err
 }
 
-// loopback reports whether host (a name or address) is this machine's loopback.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+// loopbackListen reports whether a listen address (host:port) serves loopback only: not an
+// empty host or a wildcard, which serve every interface.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && remote.Loopback(host)
 }

@@ -34,8 +34,9 @@ type Client struct {
 
 var _ hostagent.Host = (*Client)(nil)
 
-// NewClient reaches the host agent at baseURL (http://host:port for cleartext HTTP/2, https
-// for TLS with the system's roots) with token.
+// NewClient reaches the host agent at baseURL (http://host:port for cleartext HTTP/2, on
+// loopback only; https for TLS, verified with the system's roots, which SSL_CERT_FILE or
+// SSL_CERT_DIR extend with a private CA) with token.
 func NewClient(baseURL, token string) (*Client, error) { return newClient(baseURL, token, nil) }
 
 func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
@@ -45,6 +46,11 @@ func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("host agent URL %q: want http://host:port or https://host:port", baseURL)
+	}
+	// Whoever reads the token runs code on that host: in clear text only on loopback (lbb
+	// host serves no other address without TLS).
+	if u.Scheme == "http" && !Loopback(u.Hostname()) {
+		return nil, fmt.Errorf("host agent URL %q: clear text off loopback; serve the host agent with --tls-cert and name it https://", baseURL)
 	}
 	if token == "" {
 		return nil, errors.New("host agent: no token")
@@ -520,4 +526,13 @@ func (c *Client) Events(ctx context.Context) (<-chan hostagent.Event, error) {
 func jsonReader(v any) io.Reader {
 	b, _ := json.Marshal(v) // the argument structs always marshal
 	return bytes.NewReader(b)
+}
+
+// Loopback reports whether host (a name or address) is this machine's loopback.
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -2,13 +2,20 @@ package remote
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1106,5 +1113,89 @@ func TestDialPortClose(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		port.Close()
 		t.Fatal("the host kept the port's connection after the client closed it")
+	}
+}
+
+// selfSigned makes a certificate for names (DNS names or IP addresses), signed by itself.
+func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lbb host"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
+}
+
+// TestTLSVerify: over TLS the client checks the host's certificate: one its roots sign, for
+// the host's name, or the call fails Unavailable and sends no token; a URL in clear text
+// off loopback is refused.
+func TestTLSVerify(t *testing.T) {
+	serveCert := func(cert tls.Certificate) string {
+		ts := httptest.NewUnstartedServer(nil)
+		ts.Config = NewHTTPServer(NewServer(&fake{}, token, slog.New(slog.DiscardHandler)), slog.New(slog.DiscardHandler))
+		ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+		ts.StartTLS()
+		t.Cleanup(ts.Close)
+		return ts.URL
+	}
+	good, pool := selfSigned(t, "127.0.0.1")
+	url := serveCert(good)
+	c, err := newClient(url, token, &tls.Config{RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.Info(t.Context()); err != nil || !reflect.DeepEqual(got, info) {
+		t.Errorf("Info over TLS with the host's CA: %+v %v", got, err)
+	}
+	// The system's roots do not know a self-signed certificate.
+	c2, err := NewClient(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Info(t.Context()); errdefs.ClassOf(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Info over TLS with an unknown certificate: %v, want Unavailable for the certificate", err)
+	}
+	// A certificate the client trusts, for another name.
+	other, otherPool := selfSigned(t, "host-b.example.org")
+	c3, err := newClient(serveCert(other), token, &tls.Config{RootCAs: otherPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := c3.Info(t.Context()); errdefs.ClassOf(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Info over TLS with a certificate for another name: %v, want Unavailable for the certificate", err)
+	}
+	for _, u := range []string{"http://10.0.0.11:7702", "http://host-a.example.org:7702", "http://[::]:7702"} {
+		if _, err := NewClient(u, token); err == nil {
+			t.Errorf("NewClient(%q) took a URL in clear text off loopback", u)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:7702", "http://localhost:7702", "http://[::1]:7702", "https://10.0.0.11:7702"} {
+		if _, err := NewClient(u, token); err != nil {
+			t.Errorf("NewClient(%q): %v", u, err)
+		}
 	}
 }
