@@ -26,6 +26,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
 	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -95,7 +96,7 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 
 	// /metrics is the warm pool's and the process's, as lbb serve's is.
 	reg := newRegistry()
-	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
+	h, driver, cleanup, err := newHostAgent(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -144,8 +145,39 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
 	}
+	<-poolClosed
+	stopSandboxes(driver, log)
 	log.Info("stopped")
 	return nil
+}
+
+// stopSandboxes stops every sandbox the driver holds, as lbb serve stops its own when it
+// stops: their processes end (frozen ones thawed first), their mounts, cgroups and loop
+// devices go; their disks and checkpoints stay for a control plane to resume or reap. A
+// SIGKILLed lbb host leaves them running instead, until the next one's Reap.
+func stopSandboxes(d runtime.Driver, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids, err := d.List(ctx)
+	if err != nil {
+		log.Warn("listing sandboxes to stop", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if f, ok := d.(runtime.Freezer); ok {
+				f.Thaw(ctx, id)
+			}
+			if err := d.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				log.Warn("stopping a sandbox", "sandbox", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(ids) > 0 {
+		log.Info("sandboxes stopped", "sandboxes", len(ids))
+	}
 }
 
 // openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
@@ -207,20 +239,20 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 }
 
 // newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
-// its host agent; cleanup closes them.
-func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, func(), error) {
+// its host agent; cleanup closes the warm pool.
+func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, runtime.Driver, func(), error) {
 	bs, err := openBlobs(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	h, warm, _, _, err := openHost(ctx, cfg, log, reg, bs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if warm == nil {
-		return h, func() {}, nil
+		return h, h.Driver(), func() {}, nil
 	}
-	return &poolAfterReap{Host: h, start: warm.Start}, func() { warm.Close() }, nil
+	return &poolAfterReap{Host: h, start: warm.Start}, h.Driver(), func() { warm.Close() }, nil
 }
 
 // poolAfterReap starts the warm pool once the control plane has reaped what an earlier life
