@@ -74,12 +74,71 @@ func TestHostKillAndTerm(t *testing.T) {
 		t.Errorf("after the restart's reap, sandbox %s left: %s", sb1, strings.Join(left, "; "))
 	}
 
+	cancelledRun(t, c, parent)
+
 	sb2, pid2 := sleepIn(t, c)
 	if held := p.end(syscall.SIGTERM); len(held) > 0 {
 		t.Errorf("after SIGTERM, processes hold lbb host's output: %s", strings.Join(held, "; "))
 	}
 	if left := waitLeftovers(dir, parent, sb2, pid2); len(left) > 0 {
 		t.Errorf("after SIGTERM, sandbox %s left: %s", sb2, strings.Join(left, "; "))
+	}
+}
+
+// cancelledRun: a one-call run whose caller's context ends answers killed within seconds,
+// and its process is gone from the sandbox: a cancelled call ends its work on the host too.
+func cancelledRun(t *testing.T, c *remote.Client, parent string) {
+	t.Helper()
+	id, cmd := "sbx_"+strings.ToLower(rand.Text()[:12]), "cmd_"+strings.ToLower(rand.Text()[:12])
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type answer struct {
+		res hostagent.RunResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.Run(ctx, hostagent.RunRequest{SandboxID: id, CommandID: cmd, Runtime: "ns", Language: "python",
+			Limits: runtime.Limits{MemoryMiB: 256, CPUs: 1, Pids: 64, DiskMiB: 64}, Timeout: 5 * time.Minute,
+			Code: "def run(input, config):\n    import time\n    time.sleep(1000)\n    return 1\n"})
+		done <- answer{res, err}
+	}()
+	running := func() []string {
+		var out []string
+		b, _ := os.ReadFile("/sys/fs/cgroup/pids/" + parent + "/" + id + "/cgroup.procs")
+		for _, p := range strings.Fields(string(b)) {
+			if cmdline, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.Contains(string(cmdline), "python") {
+				out = append(out, p+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(time.Minute); len(running()) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run's python never ran in sandbox %s", id)
+		}
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case a := <-done:
+		if a.err != nil || a.res.Status != "killed" {
+			t.Errorf("a cancelled Run answered %+v %v, want killed", a.res.CommandEnd, a.err)
+		}
+		t.Logf("a cancelled Run answered %s after %v", a.res.Status, time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled Run went on for 10 s")
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(running()) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("a cancelled Run's process stayed: %v", running())
+			break
+		}
+	}
+	rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
+	defer rcancel()
+	if _, err := c.Release(rctx, id); err != nil {
+		t.Errorf("release: %v", err)
 	}
 }
 
