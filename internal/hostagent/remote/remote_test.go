@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"reflect"
 	goruntime "runtime"
 	"strings"
@@ -948,6 +949,11 @@ func TestUnreadStreams(t *testing.T) {
 	peak := heap()
 	t.Logf("%d unread streams: %d KiB up and %d KiB down a stream; the heap (both ends) rose by %d MiB at most",
 		streams, uploaded.Load()/streams>>10, f.flooded.Load()/streams>>10, peak>>20)
+	// A stream's windows on both ends, the client's frame buffer of its body and the
+	// copies' buffers (Go's defaults grew it past 1 GiB).
+	if most := uint64(streams) * 6 * streamWindow; peak > most {
+		t.Errorf("%d unread streams grew the heap by %d MiB, want at most %d", streams, peak>>20, most>>20)
+	}
 	// A stream's windows, the client's frame buffer of its body and the copies' buffers.
 	if most := int64(streams) * (4*streamWindow + 256<<10); uploaded.Load()+f.flooded.Load() > most {
 		t.Errorf("%d unread streams took %d MiB, want at most %d", streams, (uploaded.Load()+f.flooded.Load())>>20, most>>20)
@@ -1198,4 +1204,86 @@ func TestTLSVerify(t *testing.T) {
 			t.Errorf("NewClient(%q): %v", u, err)
 		}
 	}
+}
+
+// TestUnreadStreamsHostHeap: the host's own heap beside 200 port connections a control plane
+// in another process leaves unread both ways: each holds about its window of what the
+// control plane sent, and the copies' buffers.
+func TestUnreadStreamsHostHeap(t *testing.T) {
+	if url := os.Getenv("LBB_TEST_UNREAD_CLIENT"); url != "" {
+		unreadClient(t, url)
+		return
+	}
+	if testing.Short() {
+		t.Skip("-short: opens 200 streams from a second process")
+	}
+	const streams = 200
+	f := &fake{flood: true}
+	url, _ := start(t, f, token)
+	heap := peakHeap()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnreadStreamsHostHeap$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "LBB_TEST_UNREAD_CLIENT="+url, fmt.Sprintf("LBB_TEST_UNREAD_STREAMS=%d", streams))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the client process: %v\n%s", err, out.String())
+		}
+	}()
+	// Until the windows are full: nothing moves for half a second.
+	last := int64(-1)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if n := f.flooded.Load(); n == last && n > 0 {
+			break
+		} else {
+			last = n
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	peak := heap()
+	t.Logf("%d unread streams: the host's heap rose by %d MiB at most (%d KiB a stream)", streams, peak>>20, peak/streams>>10)
+	if most := uint64(streams) * (streamWindow + 256<<10); peak > most {
+		t.Errorf("%d unread streams grew the host's heap by %d MiB, want at most %d", streams, peak>>20, most>>20)
+	}
+}
+
+// unreadClient opens LBB_TEST_UNREAD_STREAMS port connections to the host at url, sends on
+// each until it blocks, reads none, and holds them until its stdin closes.
+func unreadClient(t *testing.T, url string) {
+	var streams int
+	fmt.Sscan(os.Getenv("LBB_TEST_UNREAD_STREAMS"), &streams)
+	c, err := NewClient(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writers sync.WaitGroup
+	var conns []net.Conn
+	for i := range streams {
+		conn, err := c.DialPort(t.Context(), "sbx_1", 8000)
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		conns = append(conns, conn)
+		writers.Go(func() {
+			chunk := make([]byte, 32<<10)
+			for {
+				if _, err := conn.Write(chunk); err != nil {
+					return
+				}
+			}
+		})
+	}
+	io.Copy(io.Discard, os.Stdin)
+	for _, conn := range conns {
+		conn.Close()
+	}
+	writers.Wait()
 }
