@@ -16,7 +16,8 @@
 //     not keep up slows the process across the wire too;
 //   - Events answers one JSON event a line for as long as the call lasts.
 //
-// Cleartext HTTP/2 (h2c) serves loopback and private networks; an https URL uses TLS.
+// Cleartext HTTP/2 (h2c) serves loopback only (NewClient refuses an http URL elsewhere, lbb
+// host an address elsewhere without TLS); an https URL uses TLS, its certificate verified.
 //
 // A call's context ends as a message, not as a broken stream: every call carries an id
 // (Lbb-Call), and when its context ends the client posts /v1/Cancel with it, which ends the
