@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,8 +113,19 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		metrics = remote.Authorize(token, metrics)
 	}
 	routes.Handle("GET /metrics", metrics)
-	routes.Handle("/", remote.NewServer(h, token, log))
-	srv := remote.NewHTTPServer(routes, log)
+	// The event stream a control plane holds open would hold a stopping host for the whole
+	// grace: it ends once the other calls have (busy).
+	eventsCtx, endEvents := context.WithCancel(context.Background())
+	defer endEvents()
+	routes.Handle("/", remote.NewServer(eventsUntil{h, eventsCtx}, token, log))
+	var busy atomic.Int64
+	srv := remote.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/Events" {
+			busy.Add(1)
+			defer busy.Add(-1)
+		}
+		routes.ServeHTTP(w, r)
+	}), log)
 	served := make(chan error, 1)
 	scheme := "http"
 	if tlsFiles[0] != "" {
@@ -138,11 +150,17 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		cleanup()
 	}()
 	defer func() { <-poolClosed }()
-	// The control plane ends its runs before it goes; calls still open here (events,
-	// followers) get the grace, then end.
+	// The control plane ends its runs before it goes; calls still open here (followers,
+	// runs) get the grace, then end; the event stream ends once they have.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	for busy.Load() > 0 && sctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	endEvents()
+	if err := <-shut; err != nil {
 		srv.Close()
 	}
 	<-poolClosed
@@ -253,6 +271,23 @@ func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg 
 		return h, h.Driver(), func() {}, nil
 	}
 	return &poolAfterReap{Host: h, start: warm.Start}, h.Driver(), func() { warm.Close() }, nil
+}
+
+// eventsUntil ends every event stream when end does, as well as when its caller's does.
+type eventsUntil struct {
+	hostagent.Host
+	end context.Context
+}
+
+func (h eventsUntil) Events(ctx context.Context) (<-chan hostagent.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.end, cancel)
+	context.AfterFunc(ctx, func() { stop() })
+	ch, err := h.Host.Events(ctx)
+	if err != nil {
+		cancel()
+	}
+	return ch, err
 }
 
 // poolAfterReap starts the warm pool once the control plane has reaped what an earlier life

@@ -77,8 +77,22 @@ func TestHostKillAndTerm(t *testing.T) {
 	cancelledRun(t, c, parent)
 
 	sb2, pid2 := sleepIn(t, c)
+	// A control plane holds the event stream open: the host stops without waiting out its
+	// grace (30 s) for it.
+	events, err := c.Events(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
 	if held := p.end(syscall.SIGTERM); len(held) > 0 {
 		t.Errorf("after SIGTERM, processes hold lbb host's output: %s", strings.Join(held, "; "))
+	}
+	if took := time.Since(t0); took > 15*time.Second {
+		t.Errorf("lbb host took %v to stop beside a control plane's event stream", took)
+	} else {
+		t.Logf("SIGTERM: lbb host stopped in %v", took)
+	}
+	for range events {
 	}
 	if left := waitLeftovers(dir, parent, sb2, pid2); len(left) > 0 {
 		t.Errorf("after SIGTERM, sandbox %s left: %s", sb2, strings.Join(left, "; "))
