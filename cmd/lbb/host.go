@@ -102,6 +102,10 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		return err
 	}
 	defer cleanup()
+	// A SIGKILLed or crashed earlier life left its sandboxes' mounts, cgroups and loop devices
+	// (their processes died with it): they go now; their disks stay for the control plane's
+	// Reap, or a resume.
+	stopSandboxes(driver, log)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -172,7 +176,7 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 // stopSandboxes stops every sandbox the driver holds, as lbb serve stops its own when it
 // stops: their processes end (frozen ones thawed first), their mounts, cgroups and loop
 // devices go; their disks and checkpoints stay for a control plane to resume or reap. A
-// SIGKILLed lbb host leaves them running instead, until the next one's Reap.
+// stopped one costs a look.
 func stopSandboxes(d runtime.Driver, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -182,8 +186,11 @@ func stopSandboxes(d runtime.Driver, log *slog.Logger) {
 		return
 	}
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
 	for _, id := range ids {
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			if f, ok := d.(runtime.Freezer); ok {
 				f.Thaw(ctx, id)
 			}

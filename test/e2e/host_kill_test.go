@@ -20,10 +20,11 @@ import (
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-// TestHostKillAndTerm: an `lbb host` killed with SIGKILL leaves its ns sandbox running (a
-// `sleep` in it); restarted on the same data directory, the Reap a control plane sends on
-// its start ends it and leaves nothing (process, mount, cgroup, loop device). An `lbb host`
-// ended with SIGTERM stops its sandboxes itself and leaves nothing either.
+// TestHostKillAndTerm: an `lbb host` killed with SIGKILL holding an ns sandbox (a `sleep` in
+// it) leaves its mounts, cgroups and loop device; restarted on the same data directory it
+// stops them before it serves, keeping the disk, which the Reap a control plane sends on its
+// start removes. An `lbb host` ended with SIGTERM stops its sandboxes itself and leaves
+// nothing (process, mount, cgroup, loop device).
 func TestHostKillAndTerm(t *testing.T) {
 	requireEnv(t)
 	dir := filepath.Join(newDataDir(t), "data")
@@ -59,7 +60,14 @@ func TestHostKillAndTerm(t *testing.T) {
 		t.Logf("after SIGKILL, sandbox %s left: %s", sb1, strings.Join(left, "; "))
 	}
 
+	// The restart stops what the earlier life left; its disk stays for the Reap.
 	p, c = start()
+	if left := hostLeftovers(dir, parent, sb1, pid1); len(left) > 0 {
+		t.Errorf("after the restart, sandbox %s left: %s", sb1, strings.Join(left, "; "))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sandboxes", sb1, "disk.img")); err != nil {
+		t.Errorf("the restart lost the disk of sandbox %s: %v", sb1, err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	ids, err := c.Sandboxes(ctx)
