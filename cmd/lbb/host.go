@@ -104,8 +104,14 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	defer cleanup()
 	// A SIGKILLed or crashed earlier life left its sandboxes' mounts, cgroups and loop devices
 	// (their processes died with it): they go now; their disks stay for the control plane's
-	// Reap, or a resume.
-	stopSandboxes(driver, log)
+	// Reap, or a resume. Not while an lbb serve holds the data directory: one without
+	// --host-agent runs sandboxes of its own there (its Reap is then the one to clean up).
+	if unlockServe, err := lockDataDir(cfg.DataDir); err == nil {
+		unlockServe()
+		stopSandboxes(driver, log)
+	} else {
+		log.Info("an lbb serve holds the data directory: what an earlier life left waits for the control plane's Reap", "data_dir", cfg.DataDir)
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err

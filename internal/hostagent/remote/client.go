@@ -61,8 +61,8 @@ func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
 	tr := &http.Transport{
 		Protocols:       &p,
 		TLSClientConfig: tlsConfig,
-		// Pings find a host that went away under a long call (a follower, events).
-		// Windows as the server's (maxStreams).
+		// Windows as the server's (maxStreams); pings find a host that went away under a long
+		// call (a follower, events).
 		HTTP2: &http.HTTP2Config{
 			MaxReadFrameSize:              frameSize,
 			MaxReceiveBufferPerStream:     streamWindow,
