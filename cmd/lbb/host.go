@@ -32,6 +32,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
 	"github.com/littlebigbrain/lbb/internal/pool"
+	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/store"
 )
 
@@ -43,7 +44,7 @@ func init() {
 // served over HTTP/2 to a control plane elsewhere (docs/architecture.md).
 func runHost(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text: keep it on loopback or a private network)")
+	listen := fs.String("listen", "127.0.0.1:7702", "address to serve the host agent on (HTTP/2 in clear text on loopback only; any other address needs --tls-cert)")
 	token := fs.String("token", "", "token a control plane must present (LBB_HOST_TOKEN); required. With --control: the host's token (lbb hosts add NAME), which also names it")
 	control := fs.String("control", "", "URL of the control plane (lbb serve --hosts remote) to join: the host registers there, and again every few seconds (LBB_HOST_CONTROL)")
 	advertise := fs.String("advertise", "", "with --control: the URL control planes call this host agent at (default: http(s)://<--listen>, an unspecified address as 127.0.0.1) (LBB_HOST_ADVERTISE)")
@@ -74,6 +75,10 @@ func runHost(ctx context.Context, args []string) error {
 	}
 	if (tlsFiles[0] == "") != (tlsFiles[1] == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	// Whoever reads the token runs code here, and sandboxes' bytes cross the link.
+	if tlsFiles[0] == "" && !loopbackListen(*listen) {
+		return fmt.Errorf("--listen %s is not loopback: serve the host agent over TLS there (--tls-cert and --tls-key), or listen on 127.0.0.1 behind a tunnel of your own", *listen)
 	}
 	log := newLogger(cfg.LogLevel).With("part", "host")
 	var join *joinOptions
@@ -117,11 +122,21 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 
 	// /metrics is the warm pool's and the process's, as lbb serve's is.
 	reg := newRegistry()
-	h, cleanup, err := newHostAgent(ctx, cfg, log, reg)
+	h, driver, cleanup, err := newHostAgent(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
+	// A SIGKILLed or crashed earlier life left its sandboxes' mounts, cgroups and loop devices
+	// (their processes died with it): they go now; their disks stay for the control plane's
+	// Reap, or a resume. Not while an lbb serve holds the data directory: one without
+	// --host-agent runs sandboxes of its own there (its Reap is then the one to clean up).
+	if unlockServe, err := lockDataDir(cfg.DataDir); err == nil {
+		unlockServe()
+		stopSandboxes(driver, log)
+	} else {
+		log.Info("an lbb serve holds the data directory: what an earlier life left waits for the control plane's Reap", "data_dir", cfg.DataDir)
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -133,8 +148,19 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		metrics = remote.Authorize(token, metrics)
 	}
 	routes.Handle("GET /metrics", metrics)
-	routes.Handle("/", remote.NewServer(h, token, log))
-	srv := remote.NewHTTPServer(routes, log)
+	// The event stream a control plane holds open would hold a stopping host for the whole
+	// grace: it ends once the other calls have (busy).
+	eventsCtx, endEvents := context.WithCancel(context.Background())
+	defer endEvents()
+	routes.Handle("/", remote.NewServer(eventsUntil{h, eventsCtx}, token, log))
+	var busy atomic.Int64
+	srv := remote.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/Events" {
+			busy.Add(1)
+			defer busy.Add(-1)
+		}
+		routes.ServeHTTP(w, r)
+	}), log)
 	served := make(chan error, 1)
 	scheme := "http"
 	if tlsFiles[0] != "" {
@@ -165,15 +191,55 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 		cleanup()
 	}()
 	defer func() { <-poolClosed }()
-	// The control plane ends its runs before it goes; calls still open here (events,
-	// followers) get the grace, then end.
+	// The control plane ends its runs before it goes; calls still open here (followers,
+	// runs) get the grace, then end; the event stream ends once they have.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	for busy.Load() > 0 && sctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	endEvents()
+	if err := <-shut; err != nil {
 		srv.Close()
 	}
+	<-poolClosed
+	stopSandboxes(driver, log)
 	log.Info("stopped")
 	return nil
+}
+
+// stopSandboxes stops every sandbox the driver holds, as lbb serve stops its own when it
+// stops: their processes end (frozen ones thawed first), their mounts, cgroups and loop
+// devices go; their disks and checkpoints stay for a control plane to resume or reap. A
+// stopped one costs a look.
+func stopSandboxes(d runtime.Driver, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids, err := d.List(ctx)
+	if err != nil {
+		log.Warn("listing sandboxes to stop", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if f, ok := d.(runtime.Freezer); ok {
+				f.Thaw(ctx, id)
+			}
+			if err := d.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				log.Warn("stopping a sandbox", "sandbox", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(ids) > 0 {
+		log.Info("sandboxes stopped", "sandboxes", len(ids))
+	}
 }
 
 // openHostAgent is lbb serve's host agent: the one of --host-agent when set (the warm pool
@@ -189,12 +255,7 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 	if err != nil {
 		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
-	for _, s := range specs {
-		// Whoever reads the token runs code on that host: in clear text only on loopback.
-		if u, _ := url.Parse(s.URL); u.Scheme == "http" && !loopback(u.Hostname()) {
-			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and name it https://", "host", s.Name, "url", s.URL)
-		}
-	}
+	// remote.NewClient refuses a URL in clear text off loopback.
 	var h hostagent.Host
 	if len(specs) == 1 {
 		c, err := remote.NewClient(specs[0].URL, specs[0].Token)
@@ -243,20 +304,37 @@ func openHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg
 }
 
 // newHostAgent opens this machine's drivers, warm pool and image as lbb serve does and makes
-// its host agent; cleanup closes them.
-func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, func(), error) {
+// its host agent; cleanup closes the warm pool.
+func newHostAgent(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (hostagent.Host, runtime.Driver, func(), error) {
 	bs, err := openBlobs(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	h, warm, _, _, err := openHost(ctx, cfg, log, reg, bs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if warm == nil {
-		return poolOff{h}, func() {}, nil
+		return poolOff{h}, h.Driver(), func() {}, nil
 	}
-	return &poolAfterReap{Host: h, start: warm.Start}, func() { warm.Close() }, nil
+	return &poolAfterReap{Host: h, start: warm.Start}, h.Driver(), func() { warm.Close() }, nil
+}
+
+// eventsUntil ends every event stream when end does, as well as when its caller's does.
+type eventsUntil struct {
+	hostagent.Host
+	end context.Context
+}
+
+func (h eventsUntil) Events(ctx context.Context) (<-chan hostagent.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.end, cancel)
+	context.AfterFunc(ctx, func() { stop() })
+	ch, err := h.Host.Events(ctx)
+	if err != nil {
+		cancel()
+	}
+	return ch, err
 }
 
 // poolOff is a host agent without a warm pool, which its Info says.
@@ -295,13 +373,11 @@ func (h *poolAfterReap) Reap(ctx context.Context, keep []string) ([]string, erro
 	return ids, err
 }
 
-// loopback reports whether host (a name or address) is this machine's loopback.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+// loopbackListen reports whether a listen address (host:port) serves loopback only: not an
+// empty host or a wildcard, which serve every interface.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && remote.Loopback(host)
 }
 
 // registerLoop registers the host with its control plane (POST /v1/hosts/register, the
@@ -309,7 +385,7 @@ func loopback(host string) bool {
 // answer asks, so that a control plane that restarted or forgot the host has it back within
 // a heartbeat. A refusal is logged when it first happens and when it changes.
 func registerLoop(ctx context.Context, h hostagent.Host, j joinOptions, token string, log *slog.Logger) {
-	if u, _ := url.Parse(j.control); u.Scheme == "http" && !loopback(u.Hostname()) {
+	if u, _ := url.Parse(j.control); u.Scheme == "http" && !remote.Loopback(u.Hostname()) {
 		log.Warn("joining a control plane in clear text off loopback: the host's token crosses the network readable; use https://", "control", j.control)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -378,7 +454,7 @@ func openJoinedHosts(ctx context.Context, cfg config.Config, log *slog.Logger, r
 		return nil, nil, baseImage{}, control.Isolation{}, err
 	}
 	dial := func(id, raw string) (hostagent.Host, error) {
-		if u, _ := url.Parse(raw); u.Scheme == "http" && !loopback(u.Hostname()) {
+		if u, _ := url.Parse(raw); u.Scheme == "http" && !remote.Loopback(u.Hostname()) {
 			log.Warn("host agent in clear text off loopback: its token and sandboxes' bytes cross the network readable; serve it with --tls-cert and advertise https://", "host", id, "url", raw)
 		}
 		return remote.NewClient(raw, fleet.HostToken(secret, id))

@@ -34,8 +34,9 @@ type Client struct {
 
 var _ hostagent.Host = (*Client)(nil)
 
-// NewClient reaches the host agent at baseURL (http://host:port for cleartext HTTP/2, https
-// for TLS with the system's roots) with token.
+// NewClient reaches the host agent at baseURL (http://host:port for cleartext HTTP/2, on
+// loopback only; https for TLS, verified with the system's roots, which SSL_CERT_FILE or
+// SSL_CERT_DIR extend with a private CA) with token.
 func NewClient(baseURL, token string) (*Client, error) { return newClient(baseURL, token, nil) }
 
 func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
@@ -46,6 +47,11 @@ func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("host agent URL %q: want http://host:port or https://host:port", baseURL)
 	}
+	// Whoever reads the token runs code on that host: in clear text only on loopback (lbb
+	// host serves no other address without TLS).
+	if u.Scheme == "http" && !Loopback(u.Hostname()) {
+		return nil, fmt.Errorf("host agent URL %q: clear text off loopback; serve the host agent with --tls-cert and name it https://", baseURL)
+	}
 	if token == "" {
 		return nil, errors.New("host agent: no token")
 	}
@@ -55,8 +61,14 @@ func newClient(baseURL, token string, tlsConfig *tls.Config) (*Client, error) {
 	tr := &http.Transport{
 		Protocols:       &p,
 		TLSClientConfig: tlsConfig,
-		// Pings find a host that went away under a long call (a follower, events).
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second},
+		// Windows as the server's (maxStreams); pings find a host that went away under a long
+		// call (a follower, events).
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize:              frameSize,
+			MaxReceiveBufferPerStream:     streamWindow,
+			MaxReceiveBufferPerConnection: connWindow,
+			SendPingTimeout:               30 * time.Second,
+		},
 	}
 	return &Client{base: strings.TrimSuffix(u.String(), "/") + "/v1/", token: token, hc: &http.Client{Transport: tr}}, nil
 }
@@ -82,11 +94,16 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 		body = src
 	}
 	// The request outlives ctx by up to cancelGrace: ctx's end is sent as a Cancel, and the
-	// call answers what the Host then answered.
+	// call answers what the Host then answered. A Cancel the server did not take (the host
+	// unreachable, the link stalled) resets the stream at once, which ends the server's call
+	// too.
 	id := rand.Text()
 	rctx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
-		c.cancel(id)
+		if c.cancel(id) != nil {
+			abort()
+			return
+		}
 		time.AfterFunc(cancelGrace, abort)
 	})
 	end := sync.OnceFunc(func() { stop(); abort() })
@@ -117,19 +134,26 @@ func (c *Client) post(ctx context.Context, method string, query url.Values, body
 	return nil, we.err(ctx)
 }
 
-// cancel asks the server to end the context of call id.
-func (c *Client) cancel(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// cancel asks the server to end the context of call id, and answers whether it took it
+// within cancelAnswer.
+func (c *Client) cancel(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelAnswer)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"Cancel", jsonReader(idArgs{id}))
 	if err != nil {
-		return
+		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	if resp, err := c.hc.Do(req); err == nil {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
 	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("host agent Cancel: %s", resp.Status)
+	}
+	return nil
 }
 
 // callBody ends its call when closed.
@@ -502,4 +526,13 @@ func (c *Client) Events(ctx context.Context) (<-chan hostagent.Event, error) {
 func jsonReader(v any) io.Reader {
 	b, _ := json.Marshal(v) // the argument structs always marshal
 	return bytes.NewReader(b)
+}
+
+// Loopback reports whether host (a name or address) is this machine's loopback.
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

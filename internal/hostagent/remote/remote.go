@@ -16,13 +16,15 @@
 //     not keep up slows the process across the wire too;
 //   - Events answers one JSON event a line for as long as the call lasts.
 //
-// Cleartext HTTP/2 (h2c) serves loopback and private networks; an https URL uses TLS.
+// Cleartext HTTP/2 (h2c) serves loopback only (NewClient refuses an http URL elsewhere, lbb
+// host an address elsewhere without TLS); an https URL uses TLS, its certificate verified.
 //
 // A call's context ends as a message, not as a broken stream: every call carries an id
 // (Lbb-Call), and when its context ends the client posts /v1/Cancel with it, which ends the
 // context of the Host's call on the server; the call then answers what the Host answered
-// (Run a killed run, Wait the context's error), as it would in process. A server that does
-// not answer within cancelGrace has the stream reset.
+// (Run a killed run, Wait the context's error), as it would in process. A Cancel the server
+// does not take within cancelAnswer, or a call it does not answer within cancelGrace after,
+// has its stream reset: the caller's call ends within seconds whatever the host does.
 //
 // docs/architecture.md shows where a remote host fits.
 package remote
@@ -49,9 +51,14 @@ const (
 	headerEOF   = "Lbb-EOF"
 )
 
-// cancelGrace is how long a client waits, after its call's context ended, for the server
-// to answer the call.
-const cancelGrace = 30 * time.Second
+// cancelGrace is how long a client waits, after the server took the Cancel of a call, for
+// the server to answer the call (a Host's call answers at once when its context ends; a
+// killed Run has its sandbox's usage to tell); cancelAnswer how long it waits for the Cancel
+// to be taken. Past them the call's stream is reset, which ends the server's call as well.
+const (
+	cancelGrace  = 3 * time.Second
+	cancelAnswer = 2 * time.Second
+)
 
 // wireError is an error on the wire. Context says the Host's call ended for its context
 // ("canceled", "deadline"), so that errors.Is finds the context's error on the client too.
@@ -155,6 +162,32 @@ type (
 	}
 )
 
+// Flow control of the link. HTTP/2 gives a connection's credit back only as a stream's data
+// is read, so a stream nobody reads keeps its whole window of the connection's: with Go's
+// defaults (a stream 1 MiB of a connection's 256 MiB on the server, 4 MiB of 1 GiB on the
+// client) some 256 streams left unread across every sandbox of a host (a preview's visitors
+// that stopped reading, a command that never reads its stdin) stalled every call of that
+// host. As on the guest agent's channel (agent.MaxStreams), each side's connection window is
+// therefore maxStreams times its stream window: however many streams are left unread, the
+// others keep their credit. The credit is not memory: a side buffers only what arrives and is
+// not yet read, at most streamWindow a stream.
+//
+// streamWindow bounds one stream's throughput by window/RTT. Over loopback (a 2-core machine
+// under load) one stream moved the same at 128 KiB, 256 KiB and 1 MiB windows: 1 GiB of
+// stdout as the API reads it (ReadHeld, JSON) 31-48 MiB/s, a file down 111-207 MiB/s and up
+// 165-350 MiB/s, the spread the load's, not the window's; at a datacenter's 0.5 ms, 128 KiB
+// still carries 250 MiB/s. It is also what a side buffers of each unread stream: 200 unread
+// port connections grew the heap of both ends together by 92 MiB at 128 KiB, 167 MiB at
+// 256 KiB. Frames no larger than the window: the sending client holds a buffer of the
+// server's frame size (up to 512 KiB) for each stream whose body it sends (every open port
+// connection), for the stream's life.
+const (
+	maxStreams   = 1000
+	streamWindow = 128 << 10
+	connWindow   = maxStreams * streamWindow
+	frameSize    = streamWindow
+)
+
 // NewHTTPServer is the http.Server for a host agent's handler: HTTP/2 in clear text (and
 // HTTP/1 for a curl), over TLS when served so, with no read or write timeout since output
 // follows and events last as long as their caller wants.
@@ -166,11 +199,13 @@ func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:   h,
 		Protocols: &p,
-		// A stream whose handler reads no more (a command that reads no stdin) holds its
-		// window of the connection's; a large connection window keeps it from stalling the
-		// other calls (each stream's stays at 1 MiB, what it may hold in memory).
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000, MaxReceiveBufferPerConnection: 256 << 20,
-			SendPingTimeout: 30 * time.Second},
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          maxStreams,
+			MaxReadFrameSize:              frameSize,
+			MaxReceiveBufferPerStream:     streamWindow,
+			MaxReceiveBufferPerConnection: connWindow,
+			SendPingTimeout:               30 * time.Second,
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -2,16 +2,25 @@ package remote
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"reflect"
 	goruntime "runtime"
 	"strings"
@@ -39,10 +48,24 @@ type fake struct {
 	open func() io.ReadCloser
 	// entered makes Wait and Run wait for their context to end, then report it on canceled.
 	entered, canceled chan struct{}
+	// deaf makes Wait, with entered, answer only once deaf closes (a Host's call that does
+	// not heed its context), still reporting the context's end on canceled.
+	deaf chan struct{}
+	// dialed gets the host's end of each connection DialPort answers, with quiet set (a port
+	// that sends nothing).
+	quiet  bool
+	dialed chan net.Conn
 	// stall makes WriteStdin read nothing until its context ends.
 	stall bool
 	// echo makes DialPort answer a connection that sends back what it gets.
-	echo   bool
+	echo bool
+	// flood makes DialPort answer a connection that sends without end and reads nothing (a
+	// port's server that floods its visitors and never reads them); flooded counts what it
+	// sent.
+	flood   bool
+	flooded atomic.Int64
+	// stdout makes ReadHeld answer a stdout of that many bytes.
+	stdout int64
 	events []hostagent.Event
 }
 
@@ -157,6 +180,12 @@ func (f *fake) SetGrant(ctx context.Context, id string, g *egress.Grant) error {
 }
 func (f *fake) Exec(ctx context.Context, req hostagent.ExecRequest) error { return f.rec("Exec", req) }
 func (f *fake) Wait(ctx context.Context, id string) (hostagent.CommandEnd, error) {
+	if f.deaf != nil {
+		close(f.entered)
+		context.AfterFunc(ctx, func() { close(f.canceled) })
+		<-f.deaf
+		return end, nil
+	}
 	if f.entered != nil {
 		close(f.entered)
 		<-ctx.Done()
@@ -180,7 +209,49 @@ func (f *fake) DialPort(ctx context.Context, id string, port int) (net.Conn, err
 		}()
 		return a, nil
 	}
+	if f.quiet {
+		a, b := net.Pipe()
+		f.dialed <- b
+		return a, nil
+	}
+	if f.flood {
+		return &floodConn{sent: &f.flooded, closed: make(chan struct{})}, nil
+	}
 	return nil, f.rec("DialPort", id, port)
+}
+
+// floodConn is a connection whose far end sends without end and never reads.
+type floodConn struct {
+	net.Conn
+	sent   *atomic.Int64
+	closed chan struct{}
+	once   sync.Once
+}
+
+var (
+	floodChunk  = make([]byte, 32<<10)
+	floodChunk8 = make([]byte, 8<<20)
+)
+
+func (c *floodConn) Read(p []byte) (int, error) {
+	select {
+	case <-c.closed:
+		return 0, net.ErrClosed
+	default:
+	}
+	n := copy(p, floodChunk)
+	c.sent.Add(int64(n))
+	return n, nil
+}
+
+func (c *floodConn) Write(p []byte) (int, error) {
+	<-c.closed
+	return 0, net.ErrClosed
+}
+
+func (c *floodConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
 }
 
 // TestDialPort: a connection to a port through the remote host agent carries bytes both ways
@@ -233,8 +304,16 @@ func (f *fake) ReadOutput(ctx context.Context, id, stream string, off int64, mos
 	return start, data, nil
 }
 
-// ReadHeld answers held, pieces of bytes that are not all text.
+// ReadHeld answers held, pieces of bytes that are not all text; with stdout set, up to
+// req.Max bytes of a stdout of that many bytes.
 func (f *fake) ReadHeld(ctx context.Context, req hostagent.HeldRead) (hostagent.HeldOutput, error) {
+	if f.stdout > 0 {
+		if req.Stdout >= f.stdout {
+			return hostagent.HeldOutput{Ended: true}, nil
+		}
+		n := min(int64(req.Max), f.stdout-req.Stdout)
+		return hostagent.HeldOutput{Pieces: []hostagent.OutputPiece{{Stream: "stdout", Offset: req.Stdout, Data: floodChunk8[:n]}}}, nil
+	}
 	return held, f.rec("ReadHeld", req)
 }
 func (f *fake) WriteFile(ctx context.Context, sandboxID, path string, r io.Reader) (hostagent.FileEntry, error) {
@@ -816,4 +895,395 @@ func TestDialPortRefused(t *testing.T) {
 	if _, err := c.DialPort(ctx, "sbx_1", 8000); errdefs.ClassOf(err) != errdefs.ClassUnavailable {
 		t.Fatalf("DialPort: %v, want unavailable", err)
 	}
+}
+
+// TestUnreadStreams: port connections left unread on both ends (a port's server that floods
+// its visitors and never reads them, behind visitors that stopped reading) hold no more than
+// their windows, and the link's other calls of every sandbox (a command, a file up and down,
+// a ping) go on beside them. With Go's default windows 256 such streams took a whole
+// connection window and stalled the host's link (maxStreams).
+func TestUnreadStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: opens 300 streams")
+	}
+	const streams = 300
+	f := &fake{flood: true, open: func() io.ReadCloser { return io.NopCloser(&pattern{size: 2 << 20}) }}
+	c, _ := serve(t, f)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	heap := peakHeap()
+	var uploaded atomic.Int64
+	var writers sync.WaitGroup
+	var conns []net.Conn
+	defer func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+		writers.Wait()
+	}()
+	for i := range streams {
+		conn, err := c.DialPort(ctx, "sbx_1", 8000)
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		conns = append(conns, conn)
+		writers.Go(func() {
+			chunk := make([]byte, 32<<10)
+			for uploaded.Load() < streams*(2<<20) {
+				if _, err := conn.Write(chunk); err != nil {
+					return
+				}
+				uploaded.Add(int64(len(chunk)))
+			}
+		})
+	}
+	// Until the windows are full: nothing moves for half a second.
+	last := int64(-1)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		n := uploaded.Load() + f.flooded.Load()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	peak := heap()
+	t.Logf("%d unread streams: %d KiB up and %d KiB down a stream; the heap (both ends) rose by %d MiB at most",
+		streams, uploaded.Load()/streams>>10, f.flooded.Load()/streams>>10, peak>>20)
+	// A stream's windows on both ends, the client's frame buffer of its body and the
+	// copies' buffers (Go's defaults grew it past 1 GiB).
+	if most := uint64(streams) * 6 * streamWindow; peak > most {
+		t.Errorf("%d unread streams grew the heap by %d MiB, want at most %d", streams, peak>>20, most>>20)
+	}
+	// A stream's windows, the client's frame buffer of its body and the copies' buffers.
+	if most := int64(streams) * (4*streamWindow + 256<<10); uploaded.Load()+f.flooded.Load() > most {
+		t.Errorf("%d unread streams took %d MiB, want at most %d", streams, (uploaded.Load()+f.flooded.Load())>>20, most>>20)
+	}
+
+	bctx, bcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer bcancel()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Exec(bctx, execReq); err != nil {
+			t.Errorf("a command beside the unread streams: %v", err)
+		} else if got, err := c.Wait(bctx, execReq.CommandID); err != nil || !reflect.DeepEqual(got, end) {
+			t.Errorf("a command's Wait beside the unread streams: %+v %v", got, err)
+		}
+		want, _, _ := digest(&pattern{size: 2 << 20})
+		if fe, err := c.WriteFile(bctx, "sbx_2", "f", &pattern{size: 2 << 20}); err != nil || fe.Size != 2<<20 {
+			t.Errorf("a file upload beside the unread streams: %+v %v", fe, err)
+		}
+		if _, rc, err := c.OpenFile(bctx, "sbx_2", "f"); err != nil {
+			t.Errorf("a file download beside the unread streams: %v", err)
+		} else {
+			sum, n, err := digest(rc)
+			rc.Close()
+			if err != nil || n != 2<<20 || sum != want {
+				t.Errorf("a file download beside the unread streams: %d bytes, %v", n, err)
+			}
+		}
+		if _, err := c.Info(bctx); err != nil {
+			t.Errorf("a ping (Info) beside the unread streams: %v", err)
+		}
+	}()
+	<-done
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the calls beside the unread streams took %v", took)
+	}
+	t.Logf("a command, a 2 MiB file up and down and a ping beside %d unread streams took %v", streams, time.Since(start))
+}
+
+// TestLinkThroughput measures one stream through the link (LBB_MEASURE_LINK=1): 1 GiB of
+// stdout read as the API's SSE reads it (ReadHeld, 256 KiB a call) and a 1 GiB file down and up.
+func TestLinkThroughput(t *testing.T) {
+	if os.Getenv("LBB_MEASURE_LINK") == "" {
+		t.Skip("LBB_MEASURE_LINK=1 measures the link's throughput")
+	}
+	const size = 1 << 30
+	f := &fake{stdout: size, open: func() io.ReadCloser { return io.NopCloser(&pattern{size: size}) }}
+	c, _ := serve(t, f)
+	start := time.Now()
+	var off int64
+	for {
+		h, err := c.ReadHeld(t.Context(), hostagent.HeldRead{CommandID: "cmd_1", Stdout: off, Max: 256 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Ended {
+			break
+		}
+		off += int64(len(h.Pieces[0].Data))
+	}
+	rate := func(d time.Duration) string { return fmt.Sprintf("%.0f MiB/s", float64(size>>20)/d.Seconds()) }
+	t.Logf("window %d KiB: stdout (ReadHeld) %s", streamWindow>>10, rate(time.Since(start)))
+	start = time.Now()
+	_, rc, err := c.OpenFile(t.Context(), "sbx_1", "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || n != size {
+		t.Fatal(n, err)
+	}
+	t.Logf("window %d KiB: file down %s", streamWindow>>10, rate(time.Since(start)))
+	start = time.Now()
+	if _, err := c.WriteFile(t.Context(), "sbx_1", "big", &pattern{size: size}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("window %d KiB: file up %s", streamWindow>>10, rate(time.Since(start)))
+}
+
+// TestCancelPrompt: a call ends within seconds of its context whatever the host does: a Host
+// that does not heed the context gets the stream reset after cancelGrace, a Cancel that
+// cannot reach the server (a stalled link) resets it after cancelAnswer; either way the
+// server's call sees its context end.
+func TestCancelPrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		deaf  bool
+		stall bool
+		most  time.Duration
+	}{
+		{"a deaf host", true, false, cancelAnswer + cancelGrace + 2*time.Second},
+		{"a stalled Cancel", false, true, cancelAnswer + 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{entered: make(chan struct{}), canceled: make(chan struct{})}
+			if tc.deaf {
+				f.deaf = make(chan struct{})
+				defer close(f.deaf)
+			}
+			h := NewServer(f, token, slog.New(slog.DiscardHandler))
+			stalled := make(chan struct{})
+			defer close(stalled)
+			ts := httptest.NewUnstartedServer(nil)
+			ts.Config = NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.stall && r.URL.Path == "/v1/Cancel" {
+					select {
+					case <-stalled:
+					case <-r.Context().Done():
+					}
+					return
+				}
+				h.ServeHTTP(w, r)
+			}), slog.New(slog.DiscardHandler))
+			ts.Start()
+			defer ts.Close()
+			c, err := NewClient(ts.URL, token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { _, err := c.Wait(ctx, "cmd_1"); done <- err }()
+			await(t, f.entered, "Wait did not reach the server")
+			start := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Wait answered %v, want context.Canceled", err)
+				}
+				t.Logf("Wait ended %v after its context", time.Since(start))
+			case <-time.After(tc.most):
+				t.Fatalf("Wait went on for %v after its context ended", tc.most)
+			}
+			await(t, f.canceled, "the server's Wait went on after the client's call ended")
+		})
+	}
+}
+
+// TestDialPortClose: closing a port connection ends the host's connection to the port, also
+// when the port sends nothing and the client had closed its writing side.
+func TestDialPortClose(t *testing.T) {
+	f := &fake{quiet: true, dialed: make(chan net.Conn, 1)}
+	c, _ := serve(t, f)
+	conn, err := c.DialPort(t.Context(), "sbx_1", 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := <-f.dialed
+	conn.(interface{ CloseWrite() error }).CloseWrite()
+	time.Sleep(100 * time.Millisecond)
+	conn.Close()
+	read := make(chan error, 1)
+	go func() { _, err := port.Read(make([]byte, 1)); read <- err }()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("the port read a byte")
+		}
+	case <-time.After(5 * time.Second):
+		port.Close()
+		t.Fatal("the host kept the port's connection after the client closed it")
+	}
+}
+
+// selfSigned makes a certificate for names (DNS names or IP addresses), signed by itself.
+func selfSigned(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lbb host"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
+}
+
+// TestTLSVerify: over TLS the client checks the host's certificate: one its roots sign, for
+// the host's name, or the call fails Unavailable and sends no token; a URL in clear text
+// off loopback is refused.
+func TestTLSVerify(t *testing.T) {
+	serveCert := func(cert tls.Certificate) string {
+		ts := httptest.NewUnstartedServer(nil)
+		ts.Config = NewHTTPServer(NewServer(&fake{}, token, slog.New(slog.DiscardHandler)), slog.New(slog.DiscardHandler))
+		ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+		ts.StartTLS()
+		t.Cleanup(ts.Close)
+		return ts.URL
+	}
+	good, pool := selfSigned(t, "127.0.0.1")
+	url := serveCert(good)
+	c, err := newClient(url, token, &tls.Config{RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.Info(t.Context()); err != nil || !reflect.DeepEqual(got, info) {
+		t.Errorf("Info over TLS with the host's CA: %+v %v", got, err)
+	}
+	// The system's roots do not know a self-signed certificate.
+	c2, err := NewClient(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Info(t.Context()); errdefs.ClassOf(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Info over TLS with an unknown certificate: %v, want Unavailable for the certificate", err)
+	}
+	// A certificate the client trusts, for another name.
+	other, otherPool := selfSigned(t, "host-b.example.org")
+	c3, err := newClient(serveCert(other), token, &tls.Config{RootCAs: otherPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := c3.Info(t.Context()); errdefs.ClassOf(err) != errdefs.ClassUnavailable || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Info over TLS with a certificate for another name: %v, want Unavailable for the certificate", err)
+	}
+	for _, u := range []string{"http://10.0.0.11:7702", "http://host-a.example.org:7702", "http://[::]:7702"} {
+		if _, err := NewClient(u, token); err == nil {
+			t.Errorf("NewClient(%q) took a URL in clear text off loopback", u)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:7702", "http://localhost:7702", "http://[::1]:7702", "https://10.0.0.11:7702"} {
+		if _, err := NewClient(u, token); err != nil {
+			t.Errorf("NewClient(%q): %v", u, err)
+		}
+	}
+}
+
+// TestUnreadStreamsHostHeap: the host's own heap beside 200 port connections a control plane
+// in another process leaves unread both ways: each holds about its window of what the
+// control plane sent, and the copies' buffers.
+func TestUnreadStreamsHostHeap(t *testing.T) {
+	if url := os.Getenv("LBB_TEST_UNREAD_CLIENT"); url != "" {
+		unreadClient(t, url)
+		return
+	}
+	if testing.Short() {
+		t.Skip("-short: opens 200 streams from a second process")
+	}
+	const streams = 200
+	f := &fake{flood: true}
+	url, _ := start(t, f, token)
+	heap := peakHeap()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnreadStreamsHostHeap$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "LBB_TEST_UNREAD_CLIENT="+url, fmt.Sprintf("LBB_TEST_UNREAD_STREAMS=%d", streams))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the client process: %v\n%s", err, out.String())
+		}
+	}()
+	// Until the windows are full: nothing moves for half a second.
+	last := int64(-1)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if n := f.flooded.Load(); n == last && n > 0 {
+			break
+		} else {
+			last = n
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	peak := heap()
+	t.Logf("%d unread streams: the host's heap rose by %d MiB at most (%d KiB a stream)", streams, peak>>20, peak/streams>>10)
+	if most := uint64(streams) * (streamWindow + 256<<10); peak > most {
+		t.Errorf("%d unread streams grew the host's heap by %d MiB, want at most %d", streams, peak>>20, most>>20)
+	}
+}
+
+// unreadClient opens LBB_TEST_UNREAD_STREAMS port connections to the host at url, sends on
+// each until it blocks, reads none, and holds them until its stdin closes.
+func unreadClient(t *testing.T, url string) {
+	var streams int
+	fmt.Sscan(os.Getenv("LBB_TEST_UNREAD_STREAMS"), &streams)
+	c, err := NewClient(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writers sync.WaitGroup
+	var conns []net.Conn
+	for i := range streams {
+		conn, err := c.DialPort(t.Context(), "sbx_1", 8000)
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		conns = append(conns, conn)
+		writers.Go(func() {
+			chunk := make([]byte, 32<<10)
+			for {
+				if _, err := conn.Write(chunk); err != nil {
+					return
+				}
+			}
+		})
+	}
+	io.Copy(io.Discard, os.Stdin)
+	for _, conn := range conns {
+		conn.Close()
+	}
+	writers.Wait()
 }

@@ -213,6 +213,10 @@ func (s *server) dialPort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
+	// The client's Close resets the stream: the connection in the sandbox ends with it, even
+	// when nothing comes from the port to find out by.
+	stop := context.AfterFunc(r.Context(), func() { conn.Close() })
+	defer stop()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	if rc.Flush() != nil {
@@ -264,6 +268,8 @@ func (s *server) openFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rc.Close()
+	stop := context.AfterFunc(r.Context(), func() { rc.Close() })
+	defer stop()
 	entry, _ := json.Marshal(fe)
 	w.Header().Set(headerFile, string(entry))
 	w.Header().Set("Trailer", headerError)
