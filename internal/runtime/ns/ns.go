@@ -25,7 +25,8 @@
 // makes no idmapped mounts; the namespace owned by the range's first id: see
 // driverkit.SpawnAs), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
 // read-only under a writable overlay; the agent as PID 1 with no capabilities, no_new_privs,
-// Landlock and a seccomp filter. See init.go for the sandbox side.
+// Landlock and a seccomp filter. See nsinit for the sandbox side (the init, which is the agent
+// binary started with nsinit.Arg).
 package ns
 
 import (
