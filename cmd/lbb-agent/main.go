@@ -28,9 +28,13 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/agent/guest"
 	"github.com/littlebigbrain/lbb/internal/agent/vmguest"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
 )
 
 func main() {
+	// Started by the ns driver as a sandbox's init (argv[1] nsinit.Arg): build the sandbox's
+	// root, drop every privilege and exec this binary again as the agent. Never returns then.
+	nsinit.MaybeInit()
 	// In a microvm guest this process is its supervisor or the sandbox's init first.
 	vmguest.Main()
 	if err := run(); err != nil {

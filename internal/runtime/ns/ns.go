@@ -25,7 +25,8 @@
 // makes no idmapped mounts; the namespace owned by the range's first id: see
 // driverkit.SpawnAs), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
 // read-only under a writable overlay; the agent as PID 1 with no capabilities, no_new_privs,
-// Landlock and a seccomp filter. See init.go for the sandbox side.
+// Landlock and a seccomp filter. See nsinit for the sandbox side (the init, which is the agent
+// binary started with nsinit.Arg).
 package ns
 
 import (
@@ -54,6 +55,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -255,9 +257,13 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		return nil, errors.Join(err, u.Undo())
 	}
 	defer p.closeAll()
+	// The init is the small agent binary (nsinit), not this process's own: its start costs a
+	// few milliseconds of CPU less per sandbox than the server's (its Go runtime and package
+	// initialisation, its page faults). The sandbox's ids may execute the copy (see
+	// agentBinary).
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{"lbb-sandbox-init", initArg},
+		Path:       agentBin,
+		Args:       []string{"lbb-sandbox-init", nsinit.Arg},
 		Env:        []string{}, // nothing of the host's environment
 		Stdout:     p.logW,
 		Stderr:     p.logW,
@@ -298,7 +304,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	// The init builds the sandbox's file system while the host moves it into the cgroups
 	// (a v1 cgroup move waits for an RCU grace period per hierarchy: milliseconds). It execs
 	// nothing of the sandbox's before the go signal.
-	icfg := initConfig{
+	icfg := nsinit.Config{
 		Hostname:     spec.Hostname,
 		Image:        views.Rootfs,
 		Layer:        views.Template,
@@ -365,6 +371,14 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	return sb, nil
 }
 
+// MaybeInit runs the sandbox init when this process was started as one (nsinit.MaybeInit).
+// The driver starts the agent binary as the init; test binaries that stand in for it, and
+// older callers, call this first thing.
+func MaybeInit() { nsinit.MaybeInit() }
+
+// AgentChannelFD is where the agent finds its end of the channel.
+const AgentChannelFD = nsinit.FDChannel
+
 // idMap maps the sandbox's ids 0..65535 onto its range on the host.
 func idMap(ident driverkit.Identity) []syscall.SysProcIDMap {
 	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ident.Mapped.Base), Size: int(ident.Mapped.Count)}}
@@ -377,7 +391,7 @@ func agentEnv(spec runtime.Spec) []string {
 		"HOME=/root",
 		"LANG=C.UTF-8",
 		"HOSTNAME=" + spec.Hostname,
-		fmt.Sprintf("LBB_CHANNEL_FD=%d", AgentChannelFD),
+		fmt.Sprintf("LBB_CHANNEL_FD=%d", nsinit.FDChannel),
 		"LBB_SANDBOX_ID=" + spec.ID,
 	}
 }
@@ -463,7 +477,7 @@ func (p *initPipes) takeLogR() *os.File {
 }
 
 // sendConfig hands the init its config, one JSON line.
-func (p *initPipes) sendConfig(cfg initConfig) error {
+func (p *initPipes) sendConfig(cfg nsinit.Config) error {
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return err

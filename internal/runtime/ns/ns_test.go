@@ -18,7 +18,8 @@ import (
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
-// TestMain lets this test binary be the sandbox init, as cmd/lbb is in production.
+// TestMain lets this test binary be the sandbox init, as lbb-agent is in production (the
+// driver starts the agent binary as the init; this keeps the hook for older callers).
 func TestMain(m *testing.M) {
 	ns.MaybeInit()
 	testkit.Main(m, nil)

@@ -178,6 +178,10 @@ def _lbb_dumps(res):
         return json.dumps(res, ensure_ascii=True, **kw).encode()
 
 
+# The conversion of results json.dumps cannot take as they are (numpy and pandas values,
+# dates, sets, dataclasses…) is compiled only when a run returns one: it is a third of this
+# harness, and compiling it cost every interpreter's start 1–2 ms of CPU for nothing.
+_CONV = r'''
 _INF = float("inf")
 
 
@@ -303,6 +307,14 @@ def _other(o):
     if dc is not None and dc.is_dataclass(o) and not isinstance(o, type):
         return _conv(dc.asdict(o))
     raise _NotJSON("a value of type " + _tname(o))
+'''
+
+
+def _conv(o):
+    g = globals()
+    if "_other" not in g:
+        exec(compile(_CONV, "<string>", "exec"), g)  # defines the real _conv over this one
+    return g["_conv"](o)
 
 
 def _lbb_flush_files(gc):

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ns
+package nsinit
 
 import (
 	"errors"
