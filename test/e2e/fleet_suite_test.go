@@ -97,6 +97,20 @@ func startFleetServer(t *testing.T, f *shared, store string, extra ...string) *s
 	return s
 }
 
+// postgresFleet starts two `lbb host` processes (sharedFleet's, with hostArgs) and n control
+// planes on one PostgreSQL schema and the hosts' bucket, with serveArgs.
+func postgresFleet(t *testing.T, n int, hostArgs, serveArgs []string) (*shared, []*server) {
+	t.Helper()
+	store := postgresSchema(t)
+	f := sharedFleet(t, hostArgs...)
+	f.s.proc.end(syscall.SIGTERM) // sharedFleet's control plane, on SQLite: its hosts are wanted
+	var cps []*server
+	for range n {
+		cps = append(cps, startFleetServer(t, f, store, serveArgs...))
+	}
+	return f, cps
+}
+
 // TestFleetTwoControlPlanes: two control planes (lbb serve, each with its own data directory)
 // on one PostgreSQL database and one SeaweedFS bucket, and two `lbb host` processes that both
 // route to. What is written through one is read through the other: a sandbox's files (and a
@@ -109,11 +123,7 @@ func TestFleetTwoControlPlanes(t *testing.T) {
 	if remoteHost || fleetMode {
 		t.Skip("runs its own host agents; once is enough")
 	}
-	store := postgresSchema(t)
-	f := sharedFleet(t)
-	one := f.s // sharedFleet's control plane, on its own SQLite: not used but for its hosts
-	one.proc.end(syscall.SIGTERM)
-	cps := []*server{startFleetServer(t, f, store), startFleetServer(t, f, store)}
+	f, cps := postgresFleet(t, 2, nil, nil)
 	c1, c2 := cps[0].client(t, "main"), cps[1].client(t, "main")
 
 	// A long-lived sandbox is held by the control plane that made it (docs/deploy.md): its
