@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -118,27 +117,9 @@ func startBenchHost(ctx context.Context, name string) (url, token string, done f
 		cmd.Wait()
 		os.RemoveAll(dir)
 	}
-	found := make(chan string, 1)
-	var tail []string
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			if m := hostAgentAddr.FindStringSubmatch(line); m != nil {
-				found <- m[1]
-			} else if len(tail) < 20 {
-				tail = append(tail, line)
-			}
-		}
-	}()
-	select {
-	case url = <-found:
-	case <-time.After(5 * time.Minute):
+	if url, err = awaitLine(ctx, stderr, hostAgentAddr, 5*time.Minute, "lbb host "+name); err != nil {
 		done()
-		return "", "", nil, fmt.Errorf("lbb host %s did not start:\n%s", name, strings.Join(tail, "\n"))
-	case <-ctx.Done():
-		done()
-		return "", "", nil, ctx.Err()
+		return "", "", nil, err
 	}
 	fmt.Fprintf(os.Stderr, "fleet: host %s on %s from %s\n", name, url, dir)
 	return url, token, done, nil
