@@ -25,8 +25,7 @@ const fleetClients = 16
 // with its own data directory, and sustained one-call sum(input) runs for d with
 // fleetClients clients through a control plane of one host (a), then through one of both
 // (a and b): runs/s with two hosts ÷ with one. Both hosts are this machine, so they share its
-// CPUs: the ratio says what routing through the fleet costs or gains here, not what a second
-// machine adds.
+// CPUs: the ratio is not what a second machine adds.
 func benchFleet(ctx context.Context, d time.Duration) (rows []bench.Row, notes []string) {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 	if d <= 0 {
@@ -77,8 +76,8 @@ func benchFleet(ctx context.Context, d time.Duration) (rows []bench.Row, notes [
 		rows = append(rows, row)
 	}
 	notes = append(notes, fmt.Sprintf("fleet: both hosts are lbb host processes on this machine's loopback, sharing its %d CPUs: "+
-		"two hosts ÷ one near 1× is what to expect here (it shows what routing through the fleet costs, not what a second machine adds)",
-		goruntime.NumCPU()))
+		"the ratio is not what a second machine adds; what it gains here is the second host's run slots (--run-slots, four per CPU "+
+		"each by default) and warm pool, not CPU, and it is near 1× once the CPUs are the limit", goruntime.NumCPU()))
 	return rows, notes
 }
 
