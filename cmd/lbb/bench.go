@@ -67,8 +67,8 @@ image, and prints p50, p90, p99 and p50 ratios:
     --idle idle sandboxes held: their memory, and one-call latency meanwhile
   fleet (only when asked: --only fleet): two lbb host processes of its own on loopback and
     sustained one-call sum(input) runs for --sustain with 16 clients through a control plane
-    of one host, then of both: runs/s with two hosts ÷ with one (both share this machine's
-    CPUs: near 1× on one machine)
+    of one host and through one of both (one, two, two, one: half of --sustain each): runs/s
+    with two hosts ÷ with one (both share this machine's CPUs: near 1× on one machine)
 Needs root (the ns and gvisor drivers).
 `
 
