@@ -109,8 +109,9 @@ func startBenchHost(ctx context.Context, name string) (url, token string, done f
 	}
 	os.Chmod(dir, 0o711)
 	token = rand.Text()
+	parent := fmt.Sprintf("lbb-bench-%d-host-%s", os.Getpid(), name)
 	cmd := exec.Command(exe, "host", "--listen", "127.0.0.1:0", "--token", token, "--data-dir", filepath.Join(dir, "data"),
-		"--images-dir", imagesDirFromEnv(), "--cgroup-parent", fmt.Sprintf("lbb-bench-%d-host-%s", os.Getpid(), name),
+		"--images-dir", imagesDirFromEnv(), "--cgroup-parent", parent,
 		"--pool-gvisor-min", "0", "--log-level", "warn")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -124,6 +125,13 @@ func startBenchHost(ctx context.Context, name string) (url, token string, done f
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		os.RemoveAll(dir)
+		// The host's cgroup parents (its sandboxes' are gone with it): empty ones only.
+		for _, pat := range []string{parent, parent + "-*"} {
+			dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", pat))
+			for _, d := range dirs {
+				os.Remove(d)
+			}
+		}
 	}
 	if url, err = awaitLine(ctx, stderr, hostAgentAddr, 5*time.Minute, "lbb host "+name); err != nil {
 		done()

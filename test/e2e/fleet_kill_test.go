@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 // told the test twice, also well after the end); a succeeded run told it once and answers
 // its input; a lost run's sandbox was on a and ended host_lost; every retry of a key answers
 // its one record; the graph holds exactly 50 command records and 50 sandboxes, all ended.
+// Host a started again on its data directory leaves nothing of its runs on the machine.
 func TestFleetKillDuringRuns(t *testing.T) {
 	requireEnv(t)
 	if remoteHost || fleetMode {
@@ -180,6 +182,26 @@ func TestFleetKillDuringRuns(t *testing.T) {
 		if v != 1 {
 			t.Errorf("run %s started %d times", k, v)
 		}
+	}
+	// a comes back on its data directory: what it ran when it died goes (processes, mounts,
+	// cgroups, disks).
+	var onA []string
+	for i, id := range sbs {
+		if s.call("GET", "/v1/sandboxes/"+id+"?graph=main", "", nil, "").obj(t)["host"] == "a" {
+			onA = append(onA, sbs[i])
+		}
+	}
+	u, _ := url.Parse(hosts[0].url)
+	f.startHost(hosts[0], u.Host)
+	for deadline, i := time.Now().Add(60*time.Second), 0; i < len(onA); {
+		if left := sandboxTraces(onA[i]); len(left) > 0 || where(hosts, onA[i]) != "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("left of %s after host a came back: %v %q", onA[i], left, where(hosts, onA[i]))
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		i++
 	}
 	t.Logf("50 runs: %v (by host %v); %d had started when a was killed %s after they were sent; all settled %s after",
 		status, byHost, startedAtKill, killed.Sub(submitted).Round(100*time.Millisecond), settled.Round(100*time.Millisecond))
