@@ -113,11 +113,13 @@ func postgresFleet(t *testing.T, n int, hostArgs, serveArgs []string) (*shared, 
 
 // TestFleetTwoControlPlanes: two control planes (lbb serve, each with its own data directory)
 // on one PostgreSQL database and one SeaweedFS bucket, and two `lbb host` processes that both
-// route to. What is written through one is read through the other: a sandbox's files (and a
-// command of the other sees them), a File of the graph kept from a sandbox and one uploaded,
-// a stopped sandbox's workspace (resumed through the other), a memory snapshot on gvisor
-// (forked through the other, on whichever host), and a one-call run's record (its key's retry
-// through the other answers it).
+// route to. What is written through one is read through the other: Files of the graph (one
+// kept from a sandbox through one, one uploaded through two; each read, and imported into a
+// sandbox, through the other), a memory snapshot on gvisor taken through one (its record, and
+// the list of its sandbox's snapshots, through two), and a one-call run's record (its key's
+// retry through the other answers it). A long-lived sandbox stays held by the control plane
+// that made it (docs/deploy.md): its files, its resume after a stop and a fork of its snapshot
+// go through that one, and the other answers 409 "not held by this server".
 func TestFleetTwoControlPlanes(t *testing.T) {
 	requireGvisor(t)
 	if remoteHost || fleetMode {
