@@ -181,7 +181,7 @@ func (t *ticket) release() {
 
 // grant gives free slots to waiting runs: graphs in turn, and keys in turn within each.
 func (a *admission) grant() {
-	for a.busy < a.limit() && len(a.graphs) > 0 {
+	for limit := a.limit(); a.busy < limit && len(a.graphs) > 0; {
 		gi := a.next % len(a.graphs)
 		g := a.graphs[gi]
 		ki := g.next % len(g.keys)
