@@ -51,8 +51,15 @@ test: deps test-deps vet images ## Everything: vet, the image, both drivers thro
 	cd test/dbos && LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 ./...
 	cd test/temporal && LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent $(GO) test -count=1 ./...
 	LBB_E2E_REMOTE_HOST=1 LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 40m ./test/e2e/
+	LBB_E2E_FLEET=1 LBB_AGENT=$(CURDIR)/$(BIN)/lbb-agent LBB_BIN=$(CURDIR)/$(BIN)/lbb $(GO) test -count=1 -timeout 20m -run '$(FLEET_E2E)' ./test/e2e/
 	LBB_BIN=$(CURDIR)/$(BIN)/lbb bash sdk/test.sh all
 	$(MAKE) --no-print-directory fuzz
+
+# The e2e cases run again on a fleet (LBB_E2E_FLEET=1: PostgreSQL, SeaweedFS, two lbb host):
+# one-call runs, templates, idempotency, limits and the CLI (TestService); sandboxes, commands,
+# files, stop and resume with the Go SDK and plain HTTP (TestLevel3Seed000); the Python SDK's
+# seed samples (TestFleetSDKSeedSamples). The fleet's own tests run in the first pass.
+FLEET_E2E = ^(TestService|TestLevel3Seed000|TestFleetSDKSeedSamples)$$
 
 FUZZTIME ?= 10s
 .PHONY: fuzz

@@ -26,7 +26,7 @@ func init() {
 	commands["bench"] = command{summary: "Benchmarks beside bare-process and bwrap baselines (--json for tracking)", run: runBench}
 }
 
-const benchUsage = `Usage: lbb bench [--only runtime,service,tti,layers,gvisor,microvm] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
+const benchUsage = `Usage: lbb bench [--only runtime,service,tti,layers,gvisor,microvm,fleet] [--n 20] [--burst 100] [--sustain 60s] [--idle 500] [--json-out FILE]
        lbb bench load [flags]   (the load check alone: see lbb load --help)
 
 Measures, in one invocation, each figure beside baselines doing the same work on the same
@@ -65,6 +65,10 @@ image, and prints p50, p90, p99 and p50 ratios:
       (its sandboxes' cgroups below it: lbb serve --cgroup-parent); bwrap's from wait4
     --server-binary runs another build's server beside this build's baselines
     --idle idle sandboxes held: their memory, and one-call latency meanwhile
+  fleet (only when asked: --only fleet): two lbb host processes of its own on loopback and
+    sustained one-call sum(input) runs for --sustain with 16 clients through a control plane
+    of one host and through one of both (one, two, two, one: half of --sustain each): runs/s
+    with two hosts ÷ with one (both share this machine's CPUs: near 1× on one machine)
 Needs root (the ns and gvisor drivers).
 `
 
@@ -73,7 +77,7 @@ func runBench(ctx context.Context, args []string) error {
 		return runLoad(ctx, args[1:])
 	}
 	fs, cf := clientFlagSet("bench", benchUsage)
-	only := fs.String("only", "runtime,service,layers,gvisor", "which sections to run: runtime, service, tti (the service's create + first exec of node -v row alone, on a server of its own), layers (one-call runs of a template with an image layer, warm and cold, beside one without; alone, on servers of its own), gvisor (skipped, saying why, when runsc is not installed), microvm, pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
+	only := fs.String("only", "runtime,service,layers,gvisor", "which sections to run: runtime, service, tti (the service's create + first exec of node -v row alone, on a server of its own), layers (one-call runs of a template with an image layer, warm and cold, beside one without; alone, on servers of its own), gvisor (skipped, saying why, when runsc is not installed), microvm, fleet (two lbb host processes: sustained runs/s with two hosts ÷ with one), pause (pause + resume, and on gvisor snapshot and fork, idle and with a command running, on ns and gvisor)")
 	idleMemory := fs.Int("idle-memory", 10, "idle sandboxes held per driver to measure what one costs in memory (0 skips it)")
 	cpN := fs.Int("checkpoint-n", 5, "gvisor (and microvm) checkpoints and restores timed (0 skips them)")
 	cpMiB := fs.Int("checkpoint-mib", 100, "memory a process holds in the sandbox a checkpoint saves")
@@ -168,6 +172,12 @@ func runBench(ctx context.Context, args []string) error {
 			n: *n, burst: *burst, sustain: *sustain, idle: *idle, baselines: baselines,
 			layers: sections["layers"], layersOnly: !sections["service"] && sections["layers"],
 			ttiOnly: !sections["service"] && !sections["layers"]})
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
+
+	if sections["fleet"] {
+		rows, notes := benchFleet(ctx, *sustain)
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -152,27 +153,9 @@ func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string,
 			}
 		}
 	}
-	found := make(chan string, 1)
-	var tail []string
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			if m := serveAddr.FindStringSubmatch(line); m != nil {
-				found <- m[1]
-			} else if len(tail) < 20 {
-				tail = append(tail, line)
-			}
-		}
-	}()
-	select {
-	case url = <-found:
-	case <-time.After(10 * time.Minute):
+	if url, err = awaitLine(ctx, stderr, serveAddr, 10*time.Minute, "lbb serve"); err != nil {
 		done()
-		return "", "", nil, nil, fmt.Errorf("lbb serve did not start:\n%s", strings.Join(tail, "\n"))
-	case <-ctx.Done():
-		done()
-		return "", "", nil, nil, ctx.Err()
+		return "", "", nil, nil, err
 	}
 	b, err := os.ReadFile(filepath.Join(data, "admin.key"))
 	if err != nil {
@@ -181,6 +164,42 @@ func serveForLoad(ctx context.Context, n int, extra ...string) (url, key string,
 	}
 	fmt.Fprintf(os.Stderr, "load: serving on %s from %s\n", url, data)
 	return url, strings.TrimSpace(string(b)), acct, done, nil
+}
+
+// awaitLine reads r (a process's stderr, read to its end after) until a line matches re, and
+// answers the line's first group; after timeout or ctx's end, an error with what name wrote.
+func awaitLine(ctx context.Context, r io.Reader, re *regexp.Regexp, timeout time.Duration, name string) (string, error) {
+	found := make(chan string, 1)
+	var mu sync.Mutex
+	var tail []string
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := re.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+				continue
+			}
+			mu.Lock()
+			if len(tail) < 20 {
+				tail = append(tail, line)
+			}
+			mu.Unlock()
+		}
+	}()
+	select {
+	case m := <-found:
+		return m, nil
+	case <-time.After(timeout):
+		mu.Lock()
+		defer mu.Unlock()
+		return "", fmt.Errorf("%s did not start:\n%s", name, strings.Join(tail, "\n"))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func imagesDirFromEnv() string {

@@ -267,7 +267,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxWait, "max-wait", c.MaxWait, "longest wait_ms a call may ask for")
 	fs.IntVar(&c.MaxRunningPerGraph, "max-running-per-graph", c.MaxRunningPerGraph, "running long-lived sandboxes per graph (one-call runs wait for --run-slots instead)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "the cgroup under which sandboxes get theirs (default: lbb; gvisor's and microvm's get -gvisor and -microvm after it)")
-	fs.IntVar(&c.RunSlots, "run-slots", c.RunSlots, "one-call runs executed at once on this host (0: four per CPU, bounded by memory at the default memory limit)")
+	fs.IntVar(&c.RunSlots, "run-slots", c.RunSlots, "one-call runs executed at once on this host (0: four per CPU, bounded by memory at the default memory limit; with --host-agent naming several, that of each host that is up, summed)")
 	fs.IntVar(&c.RunQueue, "run-queue", c.RunQueue, "one-call runs that may wait for a run slot (fair per graph, then per key) before one is refused with 429 too_many_runs")
 	fs.IntVar(&c.MaxSandboxesPerGraph, "max-sandboxes-per-graph", c.MaxSandboxesPerGraph, "sandboxes per graph that hold a disk: running, paused and stopped (at least --max-running-per-graph)")
 	fs.Float64Var(&c.Prices.VCPUMs, "price-vcpu-ms", c.Prices.VCPUMs, "the cost of a millisecond of CPU (0: none); sets cost on records, usage and spend caps")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/fleet"
+	"github.com/littlebigbrain/lbb/internal/store"
 )
 
 // Admission decides when a one-call run executes. The host runs at most Slots of them at
@@ -24,11 +26,14 @@ import (
 // that a call's wait_ms, its 202 and its replays are those of any run, and a restart marks a
 // queued run lost like a running one.
 type admission struct {
-	mu     sync.Mutex
-	slots  int // the most that run at once
-	bound  int // the most that wait
-	busy   int
-	queued int
+	mu    sync.Mutex
+	slots int // the most that run at once
+	// capacity, when set, answers the most that run at once now instead of slots: a fleet's,
+	// from its hosts that are up (fleetRunSlots).
+	capacity func() int
+	bound    int // the most that wait
+	busy     int
+	queued   int
 	// graphs are the graphs with runs waiting, served in turn from next.
 	graphs []*graphQueue
 	next   int
@@ -61,15 +66,43 @@ type ticket struct {
 // four 12.5, at the same CPU per run), and no more than the host's memory holds at the
 // default memory limit.
 func defaultRunSlots(memoryMiB int64) int {
-	n := 4 * goruntime.NumCPU()
-	if total := hostMemoryMiB(); total > 0 && memoryMiB > 0 {
-		n = min(n, int(total/memoryMiB))
+	return runSlotsFor(goruntime.NumCPU(), hostMemoryMiB(), memoryMiB)
+}
+
+// runSlotsFor is defaultRunSlots for a machine of cpus and totalMiB of memory (0: unknown).
+func runSlotsFor(cpus int, totalMiB, memoryMiB int64) int {
+	n := 4 * cpus
+	if totalMiB > 0 && memoryMiB > 0 {
+		n = min(n, int(totalMiB/memoryMiB))
 	}
 	return max(n, 1)
 }
 
+// hostFleet is a Host of several machines (internal/fleet).
+type hostFleet interface{ Hosts() []fleet.HostState }
+
+// fleetRunSlots is the default run slots of a fleet: those of each host that is up, by its
+// CPUs and memory, summed (the hosts run the sandboxes, not the control plane's machine).
+func fleetRunSlots(hosts []fleet.HostState, memoryMiB int64) int {
+	n := 0
+	for _, h := range hosts {
+		if h.State == store.HostUp {
+			n += runSlotsFor(h.Info.Capacity.CPUs, h.Info.Capacity.MemoryMiB, memoryMiB)
+		}
+	}
+	return n
+}
+
 func newAdmission(slots, bound int) *admission {
 	return &admission{slots: max(slots, 1), bound: max(bound, 0)}
+}
+
+// limit is the most runs that may run at once now.
+func (a *admission) limit() int {
+	if a.capacity != nil {
+		return max(a.capacity(), 1)
+	}
+	return a.slots
 }
 
 // enter takes a slot at once when one is free and no run waits for one, or a place in the
@@ -78,7 +111,7 @@ func (a *admission) enter(graph, key string) (*ticket, error) {
 	t := &ticket{a: a, granted: make(chan struct{}), since: time.Now()}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.busy < a.slots && a.queued == 0 {
+	if a.busy < a.limit() && a.queued == 0 {
 		a.busy++
 		t.held = true
 		close(t.granted)
@@ -148,7 +181,7 @@ func (t *ticket) release() {
 
 // grant gives free slots to waiting runs: graphs in turn, and keys in turn within each.
 func (a *admission) grant() {
-	for a.busy < a.slots && len(a.graphs) > 0 {
+	for limit := a.limit(); a.busy < limit && len(a.graphs) > 0; {
 		gi := a.next % len(a.graphs)
 		g := a.graphs[gi]
 		ki := g.next % len(g.keys)

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
+	"github.com/littlebigbrain/lbb/internal/fleet"
+	"github.com/littlebigbrain/lbb/internal/hostagent"
+	"github.com/littlebigbrain/lbb/internal/store"
 )
 
 // TestAdmissionFair: a freed slot goes to graphs in turn, and to keys in turn within a
@@ -81,5 +84,34 @@ func TestAdmissionFair(t *testing.T) {
 	case <-tk.granted:
 	case <-time.After(time.Second):
 		t.Fatal("a run on an idle host waits")
+	}
+}
+
+// TestAdmissionFleet: a fleet's run slots are its up hosts' (four per CPU each, bounded by
+// memory at the default limit), not the control plane's machine's, and follow its hosts.
+func TestAdmissionFleet(t *testing.T) {
+	host := func(state string, cpus int, mib int64) fleet.HostState {
+		return fleet.HostState{State: state, Info: hostagent.Info{Capacity: hostagent.Capacity{CPUs: cpus, MemoryMiB: mib}}}
+	}
+	hosts := []fleet.HostState{host(store.HostUp, 2, 64<<10), host(store.HostUp, 4, 64<<10), host(store.HostLost, 8, 64<<10)}
+	if got := fleetRunSlots(hosts, 512); got != 8+16 {
+		t.Fatalf("slots of hosts of 2 and 4 CPUs up and one lost: %d, want 24", got)
+	}
+	if got := fleetRunSlots([]fleet.HostState{host(store.HostUp, 8, 2048)}, 512); got != 4 {
+		t.Fatalf("slots of a host whose memory holds 4 sandboxes: %d, want 4", got)
+	}
+	a := newAdmission(1, 10)
+	a.capacity = func() int { return fleetRunSlots(hosts, 512) }
+	for i := range 24 {
+		if tk, err := a.enter("g", "k"); err != nil || !tk.Granted() {
+			t.Fatalf("run %d of 24 not granted at once: %v", i, err)
+		}
+	}
+	if tk, err := a.enter("g", "k"); err != nil || tk.Granted() {
+		t.Fatalf("the 25th run: %v, granted %v; want it queued", err, tk != nil && tk.Granted())
+	}
+	hosts = nil // every host lost: still one at a time, which fails to place
+	if a.limit() != 1 {
+		t.Fatalf("no host up: limit %d, want 1", a.limit())
 	}
 }

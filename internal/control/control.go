@@ -127,6 +127,9 @@ func New(o Options) *Service {
 		slots = defaultRunSlots(o.Config.Defaults.MemoryMiB)
 	}
 	s.slots = newAdmission(slots, o.Config.RunQueue)
+	if f, ok := o.Host.(hostFleet); ok && o.Config.RunSlots == 0 {
+		s.slots.capacity = func() int { return fleetRunSlots(f.Hosts(), o.Config.Defaults.MemoryMiB) }
+	}
 	s.metrics.watchAdmission(s.slots)
 	s.watchEvents()
 	return s

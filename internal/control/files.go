@@ -39,8 +39,12 @@ func (s *Service) workspace(ctx context.Context, graph, id string) error {
 	if sb.OneCall {
 		return errdefs.Conflict("sandbox %s is a one-call run's; its workspace ended with its run", id)
 	}
-	if hs == nil || sb.Status != store.SandboxRunning {
+	if sb.Status != store.SandboxRunning {
 		return errdefs.Conflict("sandbox %s is %s; its files are reachable while it runs (resume a stopped one)", id, sb.Status)
+	}
+	if hs == nil {
+		// Running, held by another control plane on the same database (docs/deploy.md).
+		return errdefs.Conflict("sandbox %s is %s and not held by this server", id, sb.Status)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (m *metrics) watchAdmission(a *admission) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbb_run_queue_depth", Help: "One-call runs waiting for a run slot."},
 			func() float64 { _, q := a.depth(); return float64(q) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lbb_run_slots", Help: "One-call runs the host executes at once (--run-slots)."},
-			func() float64 { return float64(a.slots) }),
+			func() float64 { return float64(a.limit()) }),
 	)
 }
 

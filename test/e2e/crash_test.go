@@ -22,10 +22,11 @@ func sandboxTraces(id string) []string {
 			}
 		}
 	}
-	if cgs, _ := filepath.Glob("/sys/fs/cgroup/*/lbb/" + id); len(cgs) > 0 {
+	// lbb*: the default parent's, gvisor's (lbb-gvisor) and a fleet host's own (--cgroup-parent).
+	if cgs, _ := filepath.Glob("/sys/fs/cgroup/*/lbb*/" + id); len(cgs) > 0 {
 		left = append(left, cgs...)
 	}
-	if cgs, _ := filepath.Glob("/sys/fs/cgroup/lbb/" + id); len(cgs) > 0 {
+	if cgs, _ := filepath.Glob("/sys/fs/cgroup/lbb*/" + id); len(cgs) > 0 {
 		left = append(left, cgs...)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")

@@ -78,6 +78,8 @@ type server struct {
 	key                string
 	// stderr is the output of both processes.
 	stderr *testkit.Buffer
+	// fleet is the two `lbb host` processes of LBB_E2E_FLEET=1 (fleet_suite_test.go).
+	fleet *testFleet
 }
 
 // remoteHost runs every server's sandboxes in a host agent of its own process (lbb host),
@@ -148,7 +150,7 @@ func postgresSchema(t *testing.T) string {
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	requireEnv(t)
-	if postgresStore && !slices.Contains(args, "--store") {
+	if (postgresStore || fleetMode) && !slices.Contains(args, "--store") {
 		args = append(args, "--store", postgresSchema(t))
 	}
 	s := &server{t: t, dataDir: filepath.Join(newDataDir(t), "data"), args: args}
@@ -173,6 +175,8 @@ func (s *server) start() {
 		s.host, s.hostURL = launch(s.t, append(append([]string{"host", "--listen", "127.0.0.1:0", "--token", token}, common...), s.args...),
 			s.stderr, hostLine)
 		args = append(args, "--host-agent", s.hostURL, "--host-agent-token", token)
+	} else if fleetMode {
+		args = append(args, s.startFleet(common)...)
 	}
 	s.proc, s.url = launch(s.t, args, s.stderr, servingLine)
 	b, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
@@ -224,7 +228,7 @@ func launch(t *testing.T, args []string, log *testkit.Buffer, ready *regexp.Rege
 // stop ends the server with SIGTERM and waits for it, then its host agent. A process either
 // started that outlives it holding its output fails the test, named.
 func (s *server) stop() {
-	for _, p := range []*proc{s.proc, s.host} {
+	for _, p := range append([]*proc{s.proc, s.host}, s.fleet.procs()...) {
 		if held := p.end(syscall.SIGTERM); len(held) > 0 {
 			s.t.Errorf("%s exited, but processes it started still hold its output: %s", p.cmd.Args[1], strings.Join(held, "; "))
 		}
@@ -238,6 +242,9 @@ func (s *server) stop() {
 func (s *server) kill9() {
 	s.proc.end(syscall.SIGKILL)
 	s.host.end(syscall.SIGKILL)
+	for _, p := range s.fleet.procs() {
+		p.end(syscall.SIGKILL)
+	}
 }
 
 // end signals the process and waits for it (killing it after 2 minutes), then up to 5 s for
