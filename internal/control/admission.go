@@ -225,6 +225,32 @@ func (a *admission) remove(t *ticket) {
 	}
 }
 
+// regrant gives slots to waiting runs when the capacity grew (a fleet's host came up):
+// nothing else grants them but a run that enters or ends.
+func (a *admission) regrant() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.grant()
+}
+
+// follow regrants every interval until ctx ends: a capacity that changes by itself (a
+// fleet's) is looked at again, so that waiting runs start once hosts come up.
+func (a *admission) follow(ctx context.Context, interval time.Duration) {
+	if a.capacity == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.regrant()
+		}
+	}
+}
+
 // depth answers how many runs hold a slot and how many wait.
 func (a *admission) depth() (busy, queued int) {
 	a.mu.Lock()

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,5 +114,25 @@ func TestAdmissionFleet(t *testing.T) {
 	hosts = nil // every host lost: still one at a time, which fails to place
 	if a.limit() != 1 {
 		t.Fatalf("no host up: limit %d, want 1", a.limit())
+	}
+
+	// A host comes up while runs wait and none enters or ends: follow grants them.
+	var up atomic.Pointer[[]fleet.HostState]
+	up.Store(&hosts)
+	b := newAdmission(1, 10)
+	b.capacity = func() int { return fleetRunSlots(*up.Load(), 512) }
+	first, _ := b.enter("g", "k")
+	waiting, _ := b.enter("g", "k")
+	if !first.Granted() || waiting.Granted() {
+		t.Fatalf("no host up: first granted %v, second %v; want only the first", first.Granted(), waiting.Granted())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go b.follow(ctx, 10*time.Millisecond)
+	up.Store(&[]fleet.HostState{host(store.HostUp, 2, 64<<10)})
+	wctx, wcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer wcancel()
+	if err := waiting.wait(wctx); err != nil {
+		t.Fatalf("a run waiting when a host came up: %v, want it granted", err)
 	}
 }

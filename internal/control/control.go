@@ -129,6 +129,7 @@ func New(o Options) *Service {
 	s.slots = newAdmission(slots, o.Config.RunQueue)
 	if f, ok := o.Host.(hostFleet); ok && o.Config.RunSlots == 0 {
 		s.slots.capacity = func() int { return fleetRunSlots(f.Hosts(), o.Config.Defaults.MemoryMiB) }
+		go s.slots.follow(ctx, time.Second)
 	}
 	s.metrics.watchAdmission(s.slots)
 	s.watchEvents()
