@@ -5,6 +5,7 @@
 package hostdisk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -236,17 +236,98 @@ func Unmount(ctx context.Context, target string) error {
 	}
 }
 
-// MountsUnder lists the mount points at or below dir in this mount namespace.
+// MountsUnder lists the mount points at or below dir in this mount namespace. It runs on
+// every start and stop: it reads the mount table with plain system calls and decodes only
+// the mount points that match (what mountinfo.PrefixFilter keeps).
 func MountsUnder(dir string) ([]string, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(filepath.Clean(dir)))
+	b, err := readSmall("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(infos))
-	for _, mi := range infos {
-		out = append(out, mi.Mountpoint)
+	prefix := escapeMountpoint(filepath.Clean(dir)) + "/"
+	var out []string
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		// ID parent major:minor root mountpoint ...
+		f := line
+		for range 4 {
+			if _, f, _ = bytes.Cut(f, []byte{' '}); len(f) == 0 {
+				break
+			}
+		}
+		mp, _, _ := bytes.Cut(f, []byte{' '})
+		if len(mp) == 0 || len(mp)+1 < len(prefix) ||
+			string(mp[:len(prefix)-1]) != prefix[:len(prefix)-1] ||
+			len(mp) >= len(prefix) && mp[len(prefix)-1] != '/' {
+			continue
+		}
+		out = append(out, unescapeMountpoint(mp))
 	}
 	return out, nil
+}
+
+// escapeMountpoint writes p as the kernel does in mountinfo: space, tab, newline and
+// backslash as \ooo.
+func escapeMountpoint(p string) string {
+	if !strings.ContainsAny(p, " \t\n\\") {
+		return p
+	}
+	var sb strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case ' ', '\t', '\n', '\\':
+			fmt.Fprintf(&sb, "\\%03o", c)
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+func unescapeMountpoint(b []byte) string {
+	if bytes.IndexByte(b, '\\') < 0 {
+		return string(b)
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] == '\\' && i+3 < len(b) && isOctal(b[i+1]) && isOctal(b[i+2]) && isOctal(b[i+3]) {
+			out = append(out, (b[i+1]-'0')<<6|(b[i+2]-'0')<<3|(b[i+3]-'0'))
+			i += 3
+			continue
+		}
+		out = append(out, b[i])
+	}
+	return string(out)
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// readSmall reads a file of /proc or /sys, or a small one, with plain system calls: os.Open
+// would register it with the poller and stat it, a cost that counts on every start and stop.
+func readSmall(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 4096)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
 }
 
 // WaitDetached waits until no loop device is backed by img. The kernel detaches an
@@ -258,7 +339,7 @@ func MountsUnder(dir string) ([]string, error) {
 // It watches the device Mount last attached to img (named in img's ".loop" file): an img
 // Mount never attached has nothing to wait for.
 func WaitDetached(ctx context.Context, img string) error {
-	b, err := os.ReadFile(img + deviceSuffix)
+	b, err := readSmall(img + deviceSuffix)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	} else if err != nil {
@@ -298,7 +379,7 @@ func writeDeviceFile(img string, major, minor uint32) error {
 // backedBy says whether block device dev ("major:minor") is a loop device backed by img.
 // A detached loop device has no loop/ directory in sysfs.
 func backedBy(dev, img string) bool {
-	b, err := os.ReadFile("/sys/dev/block/" + dev + "/loop/backing_file")
+	b, err := readSmall("/sys/dev/block/" + dev + "/loop/backing_file")
 	if err != nil {
 		return false
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/testkit"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,5 +83,50 @@ func TestMountWaitDetached(t *testing.T) {
 	}
 	if devs := LoopDevicesFor(img); len(devs) != 0 {
 		t.Fatalf("WaitDetached returned while %v hold %s", devs, img)
+	}
+}
+
+// MountsUnder answers what mountinfo.PrefixFilter keeps, names with spaces and
+// backslashes included, and no sibling that merely shares the prefix.
+func TestMountsUnder(t *testing.T) {
+	testkit.RequiresRoot(t)
+	dir := filepath.Join(t.TempDir(), `a b\c`)
+	for _, p := range []string{"m", "m/n", "../" + filepath.Base(dir) + "d"} {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Unmount(p, unix.MNT_DETACH)
+		if err := os.MkdirAll(filepath.Join(p, "n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := MountsUnder(dir + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "m"), filepath.Join(dir, "m/n")}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("MountsUnder(%q) = %q, want %q", dir, got, want)
+	}
+	for _, d := range []string{"/", "/proc", "/sys", dir, filepath.Join(dir, "m/n")} {
+		infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, mi := range infos {
+			want = append(want, mi.Mountpoint)
+		}
+		got, err := MountsUnder(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("MountsUnder(%q) = %q, mountinfo has %q", d, got, want)
+		}
 	}
 }

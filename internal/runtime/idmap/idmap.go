@@ -19,36 +19,67 @@ import (
 
 // Userns answers a user namespace that maps count ids from (inside it) onto host ids from to:
 // the mapping an idmapped mount applies. It is held by the returned file alone.
+//
+// A user namespace needs a process: unshare needs a single thread, and a fork of the server
+// copies its page tables (milliseconds, on every sandbox start). So a child shares the
+// server's memory and files (clone with CLONE_VM|CLONE_FILES, no copy), runs a few
+// instructions of its own that only wait, with every signal blocked, and is killed once its
+// namespace is mapped and opened (see waiter). Where there is no waiter (other architectures),
+// a traced child stops at its exec, before its first instruction.
 func Userns(from, to, count uint32) (*os.File, error) {
-	m := []syscall.SysProcIDMap{{ContainerID: int(from), HostID: int(to), Size: int(count)}}
-	// A process that never runs: traced, it stops at its exec, before its first
-	// instruction; its namespace is opened and it is killed. (No other way of making a user
-	// namespace suits a multithreaded program: unshare needs a single thread.)
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	pid, wait, err := waiter()
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
+	}
+	defer wait()
+	m := fmt.Appendf(nil, "%d %d %d\n", from, to, count)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := writeProc(fmt.Sprintf("/proc/%d/%s", pid, f), m); err != nil {
+			return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
+		}
+	}
+	p := fmt.Sprintf("/proc/%d/ns/user", pid)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for an idmapped mount: open %s: %w", p, err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+func writeProc(path string, b []byte) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, b); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// tracedChild is waiter without a waiter of our own: a child of this program in a new user
+// namespace, traced so that it stops at its exec and never runs; wait kills and reaps it. The
+// calling thread is locked (the trace and Pdeathsig belong to it).
+func tracedChild() (pid int, wait func(), err error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"lbb-idmap-userns"}
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: m,
-		GidMappings: m,
-		Ptrace:      true,
-		// Should this thread end before the kill below, the process must not run on.
+		Cloneflags: syscall.CLONE_NEWUSER,
+		Ptrace:     true,
+		// Should this thread end before the kill, the process must not run on.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
+		return 0, nil, err
 	}
-	defer func() {
+	return cmd.Process.Pid, func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-	}()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
-	if err != nil {
-		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
-	}
-	return f, nil
+	}, nil
 }
 
 // Attrs are what else an idmapped mount is: MOUNT_ATTR_RDONLY, _NOSUID, _NODEV, _NOEXEC.

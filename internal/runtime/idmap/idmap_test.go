@@ -3,6 +3,7 @@
 package idmap
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -61,5 +62,25 @@ func TestMount(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 5003 {
 		t.Errorf("stored as %d, want 5003", st.Uid)
+	}
+}
+
+// Each namespace's process is gone once Userns answers: none is left running or unreaped,
+// and the namespace lives on in its file alone.
+func TestUsernsLeavesNoProcess(t *testing.T) {
+	testkit.RequiresRoot(t)
+	for i := range 20 {
+		ns, err := Userns(5000, 70000+uint32(i)*10, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(ns.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		ns.Close()
+	}
+	if _, err := unix.Wait4(-1, nil, unix.WNOHANG|unix.WALL, nil); !errors.Is(err, unix.ECHILD) {
+		t.Errorf("a child is left: wait4: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -45,6 +46,62 @@ type DB struct {
 	w, r *sql.DB
 }
 
+// stmts keeps each query text prepared on one pool, so that a query is parsed (and, on
+// PostgreSQL, planned) once per connection rather than on every call.
+type stmts struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+// maxStmts bounds a pool's prepared statements: the texts are lbb's queries, but those with
+// an IN list differ by its length; past the bound a text runs unprepared.
+const maxStmts = 256
+
+// get answers query prepared on the pool, preparing it first (nil when it could not be, or
+// the cache is full: the caller runs the text itself). No lock is held while preparing,
+// which waits for a connection.
+func (c *stmts) get(ctx context.Context, query string) *sql.Stmt {
+	if s := c.lookup(query); s != nil {
+		return s
+	}
+	c.mu.Lock()
+	full := len(c.m) >= maxStmts
+	c.mu.Unlock()
+	if full {
+		return nil
+	}
+	s, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.m[query]; cur != nil {
+		_ = s.Close()
+		return cur
+	}
+	c.m[query] = s
+	return s
+}
+
+func (c *stmts) lookup(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[query]
+}
+
+func (c *stmts) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for q, s := range c.m {
+		errs = append(errs, s.Close())
+		delete(c.m, q)
+	}
+	return errors.Join(errs...)
+}
+
 var _ store.Store = (*DB)(nil)
 
 // New returns a store writing through w and reading through r.
@@ -52,12 +109,21 @@ func New(w, r *sql.DB, d Dialect) *DB {
 	if d.Rebind == nil {
 		d.Rebind = func(q string) string { return q }
 	}
-	return &DB{queries: queries{w: w, r: r, d: &d}, w: w, r: r}
+	ws := &stmts{db: w, m: map[string]*sql.Stmt{}}
+	rs := ws
+	if r != w {
+		rs = &stmts{db: r, m: map[string]*sql.Stmt{}}
+	}
+	return &DB{queries: queries{w: w, r: r, d: &d, ws: ws, rs: rs}, w: w, r: r}
 }
 
 // Close closes both pools.
 func (db *DB) Close() error {
-	err := db.w.Close()
+	err := db.ws.close()
+	if db.rs != db.ws {
+		err = errors.Join(err, db.rs.close())
+	}
+	err = errors.Join(err, db.w.Close())
 	if db.r != db.w {
 		err = errors.Join(err, db.r.Close())
 	}
@@ -75,7 +141,15 @@ func (db *DB) WithTx(ctx context.Context, fn func(q store.Queries) error) error 
 			return errors.Join(fmt.Errorf("store: lock: %w", err), ignoreDone(tx.Rollback()))
 		}
 	}
-	if err := fn(queries{w: tx, r: tx, d: db.d, inTx: true}); err != nil {
+	// A transaction holds a connection of the writer, which may be its only one: a query
+	// not prepared yet runs as text in it, and is prepared on the pool once it is over.
+	var unprepared []string
+	defer func() {
+		for _, q := range unprepared {
+			db.ws.get(ctx, q)
+		}
+	}()
+	if err := fn(queries{w: tx, r: tx, d: db.d, ws: db.ws, rs: db.ws, tx: tx, unprepared: &unprepared}); err != nil {
 		return errors.Join(err, ignoreDone(tx.Rollback()))
 	}
 	if err := tx.Commit(); err != nil {
@@ -235,15 +309,47 @@ type execer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// queries runs the statements on a pool or in a transaction.
+// queries runs the statements on a pool or in a transaction, prepared where it can (ws, rs:
+// the statements of the writer and of the reader).
 type queries struct {
-	w, r execer
-	d    *Dialect
-	inTx bool
+	w, r   execer
+	d      *Dialect
+	ws, rs *stmts
+	// In a transaction: tx, and the texts it ran unprepared.
+	tx         *sql.Tx
+	unprepared *[]string
 }
 
-func (q queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := q.w.ExecContext(ctx, q.d.Rebind(query), plain(args)...)
+// stmt answers query prepared for the writer (reader: false, the reader), or nil: run the text.
+func (q queries) stmt(ctx context.Context, query string, writer bool) *sql.Stmt {
+	c := q.rs
+	if writer {
+		c = q.ws
+	}
+	if c == nil {
+		return nil
+	}
+	if q.tx == nil {
+		return c.get(ctx, query)
+	}
+	s := c.lookup(query)
+	if s == nil {
+		if len(*q.unprepared) < maxStmts {
+			*q.unprepared = append(*q.unprepared, query)
+		}
+		return nil
+	}
+	// On the transaction's connection, where the statement is prepared once.
+	return q.tx.StmtContext(ctx, s)
+}
+
+func (q queries) exec(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
+	query = q.d.Rebind(query)
+	if s := q.stmt(ctx, query, true); s != nil {
+		res, err = s.ExecContext(ctx, plain(args)...)
+	} else {
+		res, err = q.w.ExecContext(ctx, query, plain(args)...)
+	}
 	if err != nil && q.d.IsUnique != nil && q.d.IsUnique(err) {
 		return nil, errdefs.Wrap(errdefs.ClassConflict, "", err)
 	}
@@ -251,11 +357,19 @@ func (q queries) exec(ctx context.Context, query string, args ...any) (sql.Resul
 }
 
 func (q queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return q.r.QueryContext(ctx, q.d.Rebind(query), plain(args)...)
+	query = q.d.Rebind(query)
+	if s := q.stmt(ctx, query, false); s != nil {
+		return s.QueryContext(ctx, plain(args)...)
+	}
+	return q.r.QueryContext(ctx, query, plain(args)...)
 }
 
 func (q queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return q.r.QueryRowContext(ctx, q.d.Rebind(query), plain(args)...)
+	query = q.d.Rebind(query)
+	if s := q.stmt(ctx, query, false); s != nil {
+		return s.QueryRowContext(ctx, plain(args)...)
+	}
+	return q.r.QueryRowContext(ctx, query, plain(args)...)
 }
 
 // plain passes booleans as the integers the flag columns hold: SQLite stores them so anyway,
