@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/api/errhttp"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -249,17 +250,9 @@ func (f *Fleet) RegisterHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			status, code := http.StatusInternalServerError, errdefs.CodeOf(err)
-			switch errdefs.ClassOf(err) {
-			case errdefs.ClassUnauthorized:
-				status = http.StatusUnauthorized
-			case errdefs.ClassInvalidArgument:
-				status = http.StatusBadRequest
-			case errdefs.ClassUnavailable:
-				status = http.StatusServiceUnavailable
-			}
-			w.WriteHeader(status)
-			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
+			// The statuses are the API's (errhttp), as the route's once the API is up.
+			w.WriteHeader(errhttp.Status(err))
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": errdefs.CodeOf(err), "message": err.Error()}})
 			return
 		}
 		json.NewEncoder(w).Encode(answer)
