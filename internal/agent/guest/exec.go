@@ -437,6 +437,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sp *procSpec) {
 	}
 	ex.DiskFull = s.diskFull()
 	s.syncWorkspace()
+	table.forget(p)
 	fw.writeJSON(agent.FrameExit, ex)
 }
 

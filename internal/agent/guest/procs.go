@@ -154,6 +154,16 @@ func (t *procTable) adopt(p *proc, id string) error {
 	return nil
 }
 
+// forget drops p's id once its exit is known, before the exit frame is sent: a caller that
+// has read the exit and then signals the id gets not_found, not a signal to a dead group.
+func (t *procTable) forget(p *proc) {
+	t.mu.Lock()
+	if p.id != "" && t.byID[p.id] == p {
+		delete(t.byID, p.id)
+	}
+	t.mu.Unlock()
+}
+
 // release forgets p once its stream has ended.
 func (t *procTable) release(p *proc) {
 	t.mu.Lock()
