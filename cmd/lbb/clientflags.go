@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -23,10 +24,25 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "url", "", "server URL (default $LBB_URL or "+lbb.DefaultURL+")")
+	fs.Var((*urlFlag)(&f.url), "url", "server `URL` (default $LBB_URL or "+lbb.DefaultURL+")")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $LBB_API_KEY or the local server's saved admin key)")
 	fs.StringVar(&f.graph, "graph", "", "graph (default $LBB_GRAPH or main)")
 	fs.BoolVar(&f.json, "json", false, "print JSON, for scripts")
+}
+
+// urlFlag is a server URL flag: http or https with a host. A value that is not one is refused
+// when the flags are parsed, so that `--url "$EMPTY" --n 5` does not take "--n" for the URL.
+type urlFlag string
+
+func (u *urlFlag) String() string { return string(*u) }
+
+func (u *urlFlag) Set(v string) error {
+	p, err := url.Parse(v)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("want a URL such as %s, got %q", lbb.DefaultURL, v)
+	}
+	*u = urlFlag(v)
+	return nil
 }
 
 func (f *clientFlags) client() (*lbb.Client, error) {

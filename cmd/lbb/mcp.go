@@ -32,7 +32,8 @@ func runMCP(ctx context.Context, args []string) error {
 		fmt.Fprint(os.Stderr, mcpUsage)
 		fs.PrintDefaults()
 	}
-	url := fs.String("url", "", "server URL (default $LBB_URL or "+lbb.DefaultURL+")")
+	var url urlFlag
+	fs.Var(&url, "url", "server `URL` (default $LBB_URL or "+lbb.DefaultURL+")")
 	apiKey := fs.String("api-key", "", "API key (default $LBB_API_KEY or the local server's saved admin key)")
 	graph := fs.String("graph", "", "graph (default $LBB_GRAPH or main)")
 	level := fs.String("log-level", "warn", "log level on stderr: debug, info, warn, error")
@@ -51,5 +52,5 @@ func runMCP(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	// stdout is the protocol: nothing else may write to it.
-	return mcp.ServeStdio(ctx, mcp.StdioOptions{BaseURL: *url, APIKey: *apiKey, Graph: *graph, Log: log})
+	return mcp.ServeStdio(ctx, mcp.StdioOptions{BaseURL: string(url), APIKey: *apiKey, Graph: *graph, Log: log})
 }
