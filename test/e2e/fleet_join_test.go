@@ -197,20 +197,7 @@ func TestFleetJoin(t *testing.T) {
 
 	hosts[0].proc.end(syscall.SIGKILL)
 	killed := time.Now()
-	for _, id := range on["a"] {
-		var sb map[string]any
-		for {
-			sb = s.call("GET", "/v1/sandboxes/"+id+"?graph=main", "", nil, "").obj(t)
-			if sb["status"] != "running" || time.Since(killed) > 30*time.Second {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if sb["status"] != "destroyed" || sb["end_reason"] != "host_lost" {
-			t.Fatalf("sandbox %s on host a after it died: %v", id, sb)
-		}
-	}
-	t.Logf("host a's sandboxes ended host_lost %s after it died", time.Since(killed).Round(100*time.Millisecond))
+	waitHostLost(t, s, on["a"], killed)
 	waitHosts(map[string]string{"a": "lost", "b": "up"})
 	for range 2 {
 		id, h := create()

@@ -231,20 +231,7 @@ func TestFleetTwoHosts(t *testing.T) {
 	t.Logf("runs when host a died: %v", status)
 
 	// a's sandboxes end host_lost, its command lost; b's go on.
-	for _, id := range on["a"] {
-		var sb map[string]any
-		for {
-			sb = s.call("GET", "/v1/sandboxes/"+id+"?graph=main", "", nil, "").obj(t)
-			if sb["status"] != "running" || time.Since(killed) > 30*time.Second {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if sb["status"] != "destroyed" || sb["end_reason"] != "host_lost" {
-			t.Fatalf("sandbox %s on host a after it died: %v", id, sb)
-		}
-	}
-	t.Logf("host a's sandboxes ended host_lost %s after it died", time.Since(killed).Round(100*time.Millisecond))
+	waitHostLost(t, s, on["a"], killed)
 	if c := s.call("GET", "/v1/commands/"+lostCmd+"?graph=main&wait_ms=20000", "", nil, "").obj(t); c["status"] != "lost" {
 		t.Fatalf("the command running on host a: %v", c)
 	}
@@ -344,4 +331,24 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return b.String()
+}
+
+// waitHostLost waits (30 s at most after killed) until each of ids, host a's sandboxes, is no
+// longer running, and fails unless each ended destroyed with end_reason host_lost.
+func waitHostLost(t *testing.T, s *server, ids []string, killed time.Time) {
+	t.Helper()
+	for _, id := range ids {
+		var sb map[string]any
+		for {
+			sb = s.call("GET", "/v1/sandboxes/"+id+"?graph=main", "", nil, "").obj(t)
+			if sb["status"] != "running" || time.Since(killed) > 30*time.Second {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if sb["status"] != "destroyed" || sb["end_reason"] != "host_lost" {
+			t.Fatalf("sandbox %s on host a after it died: %v", id, sb)
+		}
+	}
+	t.Logf("host a's sandboxes ended host_lost %s after it died", time.Since(killed).Round(100*time.Millisecond))
 }
