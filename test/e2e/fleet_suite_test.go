@@ -57,8 +57,13 @@ func (s *server) startFleet(common []string) []string {
 			t.Setenv(k, v)
 		}
 		s.fleet = &testFleet{bucket: s3.NewBucket(t)}
+		// The hosts' data directories sit beside the server's, in the directory newDataDir
+		// made before startServer registered the stop: removed after the hosts have ended. A
+		// directory of their own, registered after the stop, was removed first, and the hosts
+		// made parts of it again as they stopped.
 		for _, name := range []string{"a", "b"} {
-			s.fleet.hosts = append(s.fleet.hosts, &fleetHost{name: name, dir: filepath.Join(newDataDir(t), "data"), token: rand.Text()})
+			dir := filepath.Join(filepath.Dir(s.dataDir), "host-"+name)
+			s.fleet.hosts = append(s.fleet.hosts, &fleetHost{name: name, dir: dir, token: rand.Text()})
 		}
 	}
 	var urls, tokens []string
