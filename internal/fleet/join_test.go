@@ -214,3 +214,47 @@ func register(f *Fleet, token string) error {
 	_, err := f.Register(context.Background(), token, hostagent.Registration{ID: "h1", URL: "http://127.0.0.1:7702"})
 	return err
 }
+
+// TestReconcileSparesOthers: a host that two control planes share, found again by the second
+// after it was reaped (a host picked up from the store, or one that did not answer at its
+// Recover), is reaped of leftovers only: what the first placed there after the second started
+// (recorded in the store) and the sandboxes of runs still live in the records stay.
+func TestReconcileSparesOthers(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lbb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h := newFake("h1")
+	h.set(func(h *fakeHost) { h.down = true })
+	opts := Options{Members: []Member{{ID: "h1", Host: h}}, Store: st, Heartbeat: 20 * time.Millisecond, LostAfter: time.Hour}
+	g, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := g.Reap(ctx, nil); err != nil { // g's Recover: h1 does not answer, so it is not reconciled
+		t.Fatal(err)
+	}
+	// Meanwhile another control plane placed a long-lived sandbox there, and a one-call run's
+	// sandbox (in its memory only, but live in the records); and junk is left from before.
+	if err := st.PutPlacement(ctx, store.Placement{ID: "long", Host: "h1", Kind: store.PlacedSandbox, PlacedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateSandbox(ctx, store.Sandbox{ID: "run", Graph: "main", Status: store.SandboxRunning, OneCall: true, Host: "h1", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	h.set(func(h *fakeHost) {
+		h.held["long"], h.held["run"], h.held["junk"] = true, true, true
+		h.down = false
+	})
+	for deadline := time.Now().Add(5 * time.Second); h.holds("junk"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("h1 was not reconciled")
+		}
+	}
+	if !h.holds("long") || !h.holds("run") {
+		t.Fatalf("the reconcile destroyed another control plane's sandboxes: long %v, run %v", h.holds("long"), h.holds("run"))
+	}
+}

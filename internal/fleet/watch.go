@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,8 +137,11 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 		// A new life of the host agent (or one this fleet never reaped): everything no
 		// placement names goes (its warm pool starts after this Reap). A host that only
 		// went silent keeps its warm pool: just what was let go of meanwhile goes.
-		_, keep := f.placedOn(m.ID)
-		ids, err := m.Host.Reap(ctx, keep)
+		keep, err := f.keepOn(ctx, m.ID)
+		var ids []string
+		if err == nil {
+			ids, err = m.Host.Reap(ctx, keep)
+		}
 		if err != nil {
 			f.log.Warn("reconciling a host", "host", m.ID, "err", err)
 			f.mu.Lock()
@@ -319,4 +323,32 @@ func (f *Fleet) follow(sub *subscriber, m *member) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// keepOn answers what a reap of host must spare: what this fleet placed there and, with a
+// store, what every control plane on it holds — the placements recorded there (long-lived
+// sandboxes, snapshots) and every sandbox record not ended (one-call runs' sandboxes are placed
+// in their control plane's memory only). A host shared by several control planes is reaped by
+// each of them; sparing only its own placements, one destroyed the others' work.
+func (f *Fleet) keepOn(ctx context.Context, host string) ([]string, error) {
+	_, keep := f.placedOn(host)
+	if f.o.Store == nil {
+		return keep, nil
+	}
+	ps, err := f.o.Store.ListPlacements(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		keep = append(keep, p.ID)
+	}
+	live, err := f.o.Store.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range live {
+		keep = append(keep, sb.ID)
+	}
+	slices.Sort(keep)
+	return slices.Compact(keep), nil
 }

@@ -163,8 +163,9 @@ func (h *Local) Sandboxes(ctx context.Context) ([]string, error) {
 	return slices.Compact(held), nil
 }
 
-// Reap destroys every sandbox the driver holds that keep does not name, and removes the
-// checkpoints and snapshots keep does not name (snapshot ids go in keep beside sandbox ids).
+// Reap destroys every sandbox the driver holds that keep does not name, but for the warm
+// pool's slots, and removes the checkpoints and snapshots keep does not name (snapshot ids go
+// in keep beside sandbox ids).
 func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 	held, err := h.driver.List(ctx)
 	if err != nil {
@@ -177,7 +178,10 @@ func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 	var reaped []string
 	var errs []error
 	for _, id := range held {
-		if kept[id] {
+		// The warm pool's slots are the host's own: no control plane's record names them.
+		// lbb serve reaps before its pool starts; an lbb host serving several control planes
+		// is reaped by each while its pool runs.
+		if kept[id] || h.pool != nil && h.pool.Owns(id) {
 			continue
 		}
 		if err := h.driver.Destroy(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {

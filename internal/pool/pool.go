@@ -130,8 +130,12 @@ type Pool struct {
 	ctx    context.Context // cancelled by Close: ends builds
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	keys     []*keyState
+	mu   sync.Mutex
+	keys []*keyState
+	// owned are the ids of the slots the pool holds, from their build's first step until a
+	// claim takes them or they are destroyed: sandboxes no record names, which a host's Reap
+	// must spare (Owns).
+	owned    map[string]bool
 	started  bool
 	closed   bool
 	building int
@@ -226,7 +230,7 @@ func New(o Options) (*Pool, error) {
 	if o.NewID == nil {
 		o.NewID = func() string { return ids.New(ids.Sandbox) }
 	}
-	p := &Pool{o: o, log: o.Log, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &Pool{o: o, log: o.Log, wake: make(chan struct{}, 1), stop: make(chan struct{}), owned: map[string]bool{}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if f, ok := o.Driver.(runtime.Freezer); ok && !o.NoFreeze {
 		p.freezer = f
@@ -598,6 +602,7 @@ func (p *Pool) pop(ks *keyState) *slot {
 	s := ks.ready[0]
 	ks.ready = ks.ready[1:]
 	s.state = claimed
+	delete(p.owned, s.id)
 	p.m.ready.WithLabelValues(ks.key.Name).Set(float64(len(ks.ready)))
 	return s
 }
@@ -687,7 +692,19 @@ func (p *Pool) destroy(ctx context.Context, s *slot) error {
 	if err := p.o.Driver.Destroy(ctx, s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("destroying slot %s: %w", s.id, err))
 	}
+	p.mu.Lock()
+	delete(p.owned, s.id)
+	p.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// Owns reports whether id is a slot of the pool's (being built or parked): a sandbox of the
+// pool's own, which no record names. A host agent serving several control planes reaps what
+// their records do not name, while its pool runs: it must spare these.
+func (p *Pool) Owns(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned[id]
 }
 
 func (p *Pool) destroyAsync(s *slot) {
@@ -853,6 +870,9 @@ func (p *Pool) build(ks *keyState) {
 func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	k := ks.key
 	s := &slot{id: p.o.NewID(), ks: ks}
+	p.mu.Lock()
+	p.owned[s.id] = true
+	p.mu.Unlock()
 	defer func() {
 		if err != nil {
 			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -217,6 +217,34 @@ func TestClaimWarm(t *testing.T) {
 	}
 }
 
+// TestOwns: the pool owns its slots, parked or being built, and no longer a claimed one (a
+// host's Reap spares what the pool owns).
+func TestOwns(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, nil)
+	e.fill(t)
+	held, err := e.d.List(ctxT(t))
+	if err != nil || len(held) != 2 {
+		t.Fatalf("slots %v %v, want 2", held, err)
+	}
+	for _, id := range held {
+		if !e.p.Owns(id) {
+			t.Errorf("the parked slot %s is not owned", id)
+		}
+	}
+	if e.p.Owns(ids.New(ids.Sandbox)) {
+		t.Error("owns a sandbox it never made")
+	}
+	l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctxT(t))
+	if e.p.Owns(l.Sandbox.ID()) {
+		t.Errorf("the claimed slot %s is still owned", l.Sandbox.ID())
+	}
+}
+
 func TestEmptyPoolGoesCold(t *testing.T) {
 	requirePython(t)
 	e := newPool(t, nil) // never started: empty
