@@ -24,8 +24,9 @@
 // record's id.
 //
 // Refill runs in the background, one or two slots at a time, and starts no new slot while a
-// claim is in flight or while BusyLeases leases are held, so that it never competes with
-// running work for CPU. Each key's target follows demand: an exponentially weighted average
+// claim is in flight or while BusyLeases leases are held, nor, for a key that still has a
+// ready slot, for claimQuiet after a claim, so that it never competes with running work for
+// CPU. Each key's target follows demand: an exponentially weighted average
 // of its claims per second (warm and missed) times the time a slot takes to build, bounded by
 // the key's Min and Max.
 //
@@ -137,8 +138,11 @@ type Pool struct {
 	closed   bool
 	building int
 	claiming int // Acquire calls in flight
-	leases   int // leases handed out and not released
-	lastTick time.Time
+	// quietUntil: refill of a key that has a ready slot waits until then (claimQuiet after
+	// the last claim), so that the work a claimed sandbox starts with has the CPU.
+	quietUntil time.Time
+	leases     int // leases handed out and not released
+	lastTick   time.Time
 
 	wake chan struct{}
 	stop chan struct{}
@@ -499,12 +503,14 @@ func (p *Pool) claimStarted() func() {
 	return func() {
 		p.mu.Lock()
 		p.claiming--
+		p.quietUntil = time.Now().Add(claimQuiet)
 		p.mu.Unlock()
+		time.AfterFunc(claimQuiet, p.kick)
 		p.kick()
 	}
 }
 
-// take claims a ready slot for spec (thawed, its identity bound), trying the next when one
+// take claims a ready slot for spec (thawed, renamed if asked), trying the next when one
 // fails its claim; nil when none is ready, and the claim counts as cold. Either way the
 // claim is counted in its key's demand and in the metrics (a warm claim's latency from t0;
 // a cold one's is the caller's to observe).
@@ -755,7 +761,7 @@ func (p *Pool) schedule() {
 		bestDeficit := 0.0
 		for _, ks := range p.keys {
 			have := len(ks.ready) + ks.building
-			if have >= ks.target || now.Before(ks.retryAt) {
+			if have >= ks.target || now.Before(ks.retryAt) || (len(ks.ready) > 0 && now.Before(p.quietUntil)) {
 				continue
 			}
 			// The emptiest key relative to its target first.
@@ -809,6 +815,12 @@ func (p *Pool) tick(now time.Time) {
 		}
 	}
 }
+
+// claimQuiet is how long after a claim no slot is built for a key that still has a ready
+// one: a sandbox just claimed is about to run its first command (a create's first exec, a
+// run's code), and building a slot (a sandbox's start: mounts, namespaces, the agent) takes
+// the CPU that command needs. A key left with no ready slot is refilled at once.
+const claimQuiet = 100 * time.Millisecond
 
 // idleRate is the demand (claims per second: one in ten minutes) under which a key Ensure
 // added keeps no slot.
