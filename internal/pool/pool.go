@@ -25,8 +25,8 @@
 //
 // Refill runs in the background, one or two slots at a time, and starts no new slot while a
 // claim is in flight or while BusyLeases leases are held, nor, for a key that still has a
-// ready slot, for claimQuiet after a claim, so that it never competes with running work for
-// CPU. Each key's target follows demand: an exponentially weighted average
+// ready slot, for claimQuiet after a Handover, so that it never competes with running work
+// for CPU. Each key's target follows demand: an exponentially weighted average
 // of its claims per second (warm and missed) times the time a slot takes to build, bounded by
 // the key's Min and Max.
 //
@@ -139,7 +139,7 @@ type Pool struct {
 	building int
 	claiming int // Acquire calls in flight
 	// quietUntil: refill of a key that has a ready slot waits until then (claimQuiet after
-	// the last claim), so that the work a claimed sandbox starts with has the CPU.
+	// the last Handover), so that the first command of a sandbox just created has the CPU.
 	quietUntil time.Time
 	leases     int // leases handed out and not released
 	lastTick   time.Time
@@ -464,7 +464,7 @@ func (p *Pool) kick() {
 // Acquire hands out a ready slot for req, or a cold sandbox when the pool has none.
 func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	t0 := time.Now()
-	defer p.claimStarted()() // refill waits while this claim, cold or warm, is in flight
+	defer p.claimStarted(false)() // refill waits while this claim, cold or warm, is in flight
 	s, err := p.take(ctx, req, t0)
 	if err != nil {
 		return nil, err
@@ -495,17 +495,19 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 }
 
 // claimStarted counts a claim in flight (refill starts no slot meanwhile); calling what it
-// answers ends it.
-func (p *Pool) claimStarted() func() {
+// answers ends it, and with quiet starts the quiet period after it (claimQuiet).
+func (p *Pool) claimStarted(quiet bool) func() {
 	p.mu.Lock()
 	p.claiming++
 	p.mu.Unlock()
 	return func() {
 		p.mu.Lock()
 		p.claiming--
-		p.quietUntil = time.Now().Add(claimQuiet)
+		if quiet {
+			p.quietUntil = time.Now().Add(claimQuiet)
+			time.AfterFunc(claimQuiet, p.kick)
+		}
 		p.mu.Unlock()
-		time.AfterFunc(claimQuiet, p.kick)
 		p.kick()
 	}
 }
@@ -670,7 +672,7 @@ func bindIdentity(ctx context.Context, c *agent.Client) error {
 // Handover answers nil, nil at once: the caller creates the sandbox itself, under an id of
 // its own (the claim counts as cold).
 func (p *Pool) Handover(ctx context.Context, req Request) (*Lease, error) {
-	defer p.claimStarted()()
+	defer p.claimStarted(true)()
 	s, err := p.take(ctx, req, time.Now())
 	if s == nil || err != nil {
 		return nil, err
@@ -816,10 +818,11 @@ func (p *Pool) tick(now time.Time) {
 	}
 }
 
-// claimQuiet is how long after a claim no slot is built for a key that still has a ready
-// one: a sandbox just claimed is about to run its first command (a create's first exec, a
-// run's code), and building a slot (a sandbox's start: mounts, namespaces, the agent) takes
-// the CPU that command needs. A key left with no ready slot is refilled at once.
+// claimQuiet is how long after a Handover no slot is built for a key that still has a ready
+// one: a long-lived sandbox just created is about to run its first command, and building a
+// slot (a sandbox's start: mounts, namespaces, the agent) takes the CPU that command needs. A
+// key left with no ready slot is refilled at once. (A one-call run's claim holds a lease
+// while its code runs, which BusyLeases weighs.)
 const claimQuiet = 100 * time.Millisecond
 
 // idleRate is the demand (claims per second: one in ten minutes) under which a key Ensure

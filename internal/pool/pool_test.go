@@ -407,17 +407,17 @@ func TestBusyPausesRefill(t *testing.T) {
 	}
 }
 
-// TestQuietAfterClaim: for claimQuiet after a claim no slot is built for a key that still
-// has a ready one (the claimed sandbox's first work has the CPU); a key left with none is
-// refilled without waiting.
-func TestQuietAfterClaim(t *testing.T) {
+// TestQuietAfterHandover: for claimQuiet after a Handover no slot is built for a key that
+// still has a ready one (the new sandbox's first command has the CPU); a key left with none
+// is refilled without waiting.
+func TestQuietAfterHandover(t *testing.T) {
 	requirePython(t)
-	e := newPool(t, func(o *Options) { o.BusyLeases = 4 })
+	e := newPool(t, nil)
 	e.fill(t)
 	claim := func() *Lease {
-		l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
-		if err != nil {
-			t.Fatal(err)
+		l, err := e.p.Handover(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
+		if err != nil || l == nil {
+			t.Fatalf("handover: %v %v", l, err)
 		}
 		return l
 	}
