@@ -238,11 +238,14 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	endRun := timing.Start(rctx, "run")
 	// Answer once the process runs, so that a kill or stdin that follows reaches it.
 	var end *hostagent.CommandEnd
-	// What the sandbox had used when the command started: the command's usage is what it
-	// used while the command ran.
-	base, err := s.host.Usage(ctx, sandboxID)
-	if err != nil {
-		base = store.Usage{}
+	// What the sandbox had used when the command started, for a budget's watch: the
+	// command's usage is what it used while the command ran (the host measures that,
+	// CommandEnd.VCPUMs, and this is read only for a budget).
+	var base store.Usage
+	if allow.limited() {
+		if base, err = s.host.Usage(ctx, sandboxID); err != nil {
+			base = store.Usage{}
+		}
 	}
 	if err := s.host.Exec(ctx, spec); err != nil {
 		t := time.Now()
@@ -330,8 +333,12 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	// CPU time from the sandbox's cgroup while the command ran; memory reserved over its
 	// duration (below, once the sandbox's limits are read).
 	used := store.Usage{}
-	if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
-		used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
+	if out.VCPUMs != nil {
+		used.VCPUMs = *out.VCPUMs
+	} else if m.allow.limited() {
+		if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
+			used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
+		}
 	}
 	endRun()
 	s.metrics.running.Dec()
