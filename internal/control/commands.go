@@ -247,7 +247,10 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 			base = store.Usage{}
 		}
 	}
-	if err := s.host.Exec(ctx, spec); err != nil {
+	endStart := timing.Start(rctx, "start")
+	err = s.host.Exec(ctx, spec)
+	endStart()
+	if err != nil {
 		t := time.Now()
 		end = &hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
 	}
