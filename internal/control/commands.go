@@ -256,7 +256,7 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	}
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow, base})
+		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow: allow, base: base, memoryMiB: sb.Limits.MemoryMiB})
 	}()
 	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
 }
@@ -369,9 +369,12 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID)
-	if err != nil {
-		sb = store.Sandbox{ID: cmd.SandboxID}
+	// A run's answer renders its sandbox's record; a process's needs only the memory limit.
+	sb := store.Sandbox{ID: cmd.SandboxID, Limits: store.Limits{MemoryMiB: m.memoryMiB}}
+	if cmd.Kind == store.KindRun || m.memoryMiB == 0 {
+		if got, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID); err == nil {
+			sb = got
+		}
 	}
 	used.GiBMs = float64(sb.Limits.MemoryMiB) / 1024 * float64(cmd.DurationMs)
 	large := s.stageResult(wctx, &cmd)
@@ -388,7 +391,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	var resp Response
 	endRecord := timing.Start(ctx, "record")
-	err = s.st.WithTx(wctx, func(q store.Queries) error {
+	err := s.st.WithTx(wctx, func(q store.Queries) error {
 		s.keepResult(wctx, q, &cmd, large)
 		if err := s.meter(wctx, q, &cmd, used); err != nil {
 			return err
@@ -532,4 +535,7 @@ func (s *Service) ReleaseHeld(commandID string) {
 type meterFrom struct {
 	allow allowance
 	base  store.Usage
+	// memoryMiB is its sandbox's memory limit (which does not change while the sandbox
+	// runs), read when the command started; 0: read the sandbox's record at its end.
+	memoryMiB int64
 }
