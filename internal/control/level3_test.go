@@ -19,6 +19,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -293,7 +294,16 @@ func TestCreateOneCommit(t *testing.T) {
 // key is written with the record (no reservation before the start): a call whose commit
 // loses destroys the sandbox it started and answers the winner's, as a replay.
 func TestCreateSameKeyConcurrent(t *testing.T) {
-	e := setup3(t, nil)
+	t.Run("SQLite", func(t *testing.T) { testCreateSameKey(t, setup3(t, nil)) })
+	t.Run("PostgreSQL", func(t *testing.T) {
+		srv := pgtest.Start(t)
+		dir := t.TempDir()
+		drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+		testCreateSameKey(t, setup3On(t, dir, openPostgres(t, srv.NewSchema(t)), drv, nil))
+	})
+}
+
+func testCreateSameKey(t *testing.T, e *env3) {
 	const n = 4
 	var wg sync.WaitGroup
 	resps := make([]control.Response, n)
