@@ -238,19 +238,25 @@ func (s *Service) startCommand(ctx context.Context, c Caller, sandboxID string, 
 	endRun := timing.Start(rctx, "run")
 	// Answer once the process runs, so that a kill or stdin that follows reaches it.
 	var end *hostagent.CommandEnd
-	// What the sandbox had used when the command started: the command's usage is what it
-	// used while the command ran.
-	base, err := s.host.Usage(ctx, sandboxID)
-	if err != nil {
-		base = store.Usage{}
+	// What the sandbox had used when the command started, for a budget's watch: the
+	// command's usage is what it used while the command ran (the host measures that,
+	// CommandEnd.VCPUMs, and this is read only for a budget).
+	var base store.Usage
+	if allow.limited() {
+		if base, err = s.host.Usage(ctx, sandboxID); err != nil {
+			base = store.Usage{}
+		}
 	}
-	if err := s.host.Exec(ctx, spec); err != nil {
+	endStart := timing.Start(rctx, "start")
+	err = s.host.Exec(ctx, spec)
+	endStart()
+	if err != nil {
 		t := time.Now()
 		end = &hostagent.CommandEnd{Status: store.CommandFailed, Error: err.Error(), Infrastructure: err.Error(), Started: t, Ended: t}
 	}
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow, base})
+		s.runCommand(rctx, cmd, end, inf, audit, endRun, meterFrom{allow: allow, base: base, memoryMiB: sb.Limits.MemoryMiB})
 	}()
 	return s.await(ctx, c.Graph, cmd.ID, wait, inf)
 }
@@ -330,8 +336,12 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	// CPU time from the sandbox's cgroup while the command ran; memory reserved over its
 	// duration (below, once the sandbox's limits are read).
 	used := store.Usage{}
-	if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
-		used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
+	if out.VCPUMs != nil {
+		used.VCPUMs = *out.VCPUMs
+	} else if m.allow.limited() {
+		if u, err := s.host.Usage(context.Background(), cmd.SandboxID); err == nil {
+			used.VCPUMs = max(0, u.VCPUMs-m.base.VCPUMs)
+		}
 	}
 	endRun()
 	s.metrics.running.Dec()
@@ -359,9 +369,12 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID)
-	if err != nil {
-		sb = store.Sandbox{ID: cmd.SandboxID}
+	// A run's answer renders its sandbox's record; a process's needs only the memory limit.
+	sb := store.Sandbox{ID: cmd.SandboxID, Limits: store.Limits{MemoryMiB: m.memoryMiB}}
+	if cmd.Kind == store.KindRun || m.memoryMiB == 0 {
+		if got, err := s.st.GetSandbox(wctx, cmd.Graph, cmd.SandboxID); err == nil {
+			sb = got
+		}
 	}
 	used.GiBMs = float64(sb.Limits.MemoryMiB) / 1024 * float64(cmd.DurationMs)
 	large := s.stageResult(wctx, &cmd)
@@ -378,7 +391,7 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 	}
 	var resp Response
 	endRecord := timing.Start(ctx, "record")
-	err = s.st.WithTx(wctx, func(q store.Queries) error {
+	err := s.st.WithTx(wctx, func(q store.Queries) error {
 		s.keepResult(wctx, q, &cmd, large)
 		if err := s.meter(wctx, q, &cmd, used); err != nil {
 			return err
@@ -522,4 +535,7 @@ func (s *Service) ReleaseHeld(commandID string) {
 type meterFrom struct {
 	allow allowance
 	base  store.Usage
+	// memoryMiB is its sandbox's memory limit (which does not change while the sandbox
+	// runs), read when the command started; 0: read the sandbox's record at its end.
+	memoryMiB int64
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -285,5 +287,57 @@ func TestCreateOneCommit(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("create %d: %d audit entries for %s, want 1", i, n, sb.ID)
 		}
+	}
+}
+
+// TestCreateSameKeyConcurrent: creates with one key at the same time make one sandbox. The
+// key is written with the record (no reservation before the start): a call whose commit
+// loses destroys the sandbox it started and answers the winner's, as a replay.
+func TestCreateSameKeyConcurrent(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) { testCreateSameKey(t, setup3(t, nil)) })
+	t.Run("PostgreSQL", func(t *testing.T) {
+		srv := pgtest.Start(t)
+		dir := t.TempDir()
+		drv := local.New(local.Options{AgentPath: agentBin, StateDir: filepath.Join(dir, "sandboxes")})
+		testCreateSameKey(t, setup3On(t, dir, openPostgres(t, srv.NewSchema(t)), drv, nil))
+	})
+}
+
+func testCreateSameKey(t *testing.T, e *env3) {
+	const n = 4
+	var wg sync.WaitGroup
+	resps := make([]control.Response, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			resps[i], errs[i] = e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, "same-create", "h")
+		})
+	}
+	wg.Wait()
+	var id string
+	replayed := 0
+	for i := range n {
+		sb := created(t, "create", resps[i], errs[i])
+		if id == "" {
+			id = sb.ID
+		} else if sb.ID != id {
+			t.Fatalf("two sandboxes for one key: %s and %s", id, sb.ID)
+		}
+		if resps[i].Replayed {
+			replayed++
+		}
+	}
+	if replayed != n-1 {
+		t.Errorf("%d of %d answers were replays, want %d", replayed, n, n-1)
+	}
+	if list, _, err := e.st.ListSandboxes(ctx, "main", store.SandboxFilter{}, store.Page{}); err != nil || len(list) != 1 {
+		t.Fatalf("records: %d %v", len(list), err)
+	}
+	if live, err := e.drv.List(ctx); err != nil || len(live) != 1 || live[0] != id {
+		t.Fatalf("the driver holds %v (%v), want only %s", live, err, id)
+	}
+	// Another request under the same key is refused, as before.
+	if _, err := e.svc.CreateSandbox(ctx, e.caller, control.CreateRequest{}, "same-create", "other"); errdefs.CodeOf(err) != errdefs.CodeIdempotencyKeyReused {
+		t.Fatalf("another request under the key: %v", err)
 	}
 }

@@ -214,7 +214,17 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 	if err != nil {
 		return Response{}, err
 	}
-	return s.keys().Do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context) (Response, error) {
+	// The key is written with the sandbox's record, in one commit (keys().DoUnreserved): a
+	// concurrent call with the same key that commits first makes this one destroy the
+	// sandbox it started and answer as a replay. A session's create reserves it first, since
+	// its answer may be another sandbox's record (openSession).
+	do := s.keys().DoUnreserved
+	if req.Session != "" {
+		do = func(ctx context.Context, graph, key, route, hash string, work func(context.Context, bool) (Response, error)) (Response, error) {
+			return s.keys().Do(ctx, graph, key, route, hash, func(ctx context.Context) (Response, error) { return work(ctx, key != "") })
+		}
+	}
+	return do(ctx, c.Graph, idemKey, RouteCreateSandbox, reqHash, func(ctx context.Context, reserved bool) (Response, error) {
 		if req.Session != "" {
 			defer s.sessions.Lock(c.Graph + "\x00" + req.Session)()
 			if resp, ok, err := s.openSession(ctx, req, sb); ok || err != nil {
@@ -276,7 +286,7 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 		audit := pendingAudit(ctx)
 		endAdmit := timing.Start(ctx, "admit")
 		err = s.admit(ctx, &sb, started, exp, func(q store.Queries) error {
-			return s.finishCreate(ctx, q, c.Graph, idemKey, sb, audit)
+			return s.finishCreate(ctx, q, c.Graph, idemKey, reqHash, reserved, sb, audit)
 		})
 		endAdmit()
 		if err != nil {
@@ -293,24 +303,37 @@ func (s *Service) CreateSandbox(ctx context.Context, c Caller, req CreateRequest
 }
 
 // finishCreate, in the transaction q that inserts sb's record, keeps the create's answer
-// under its idempotency key (when it has one; idempotency.Keys.Do then finds the key
-// finished) and writes the call's audit entry, so that neither takes a commit of its own.
-// When that transaction fails, the caller hands the audit entry back (PendingAudit.Untake).
-func (s *Service) finishCreate(ctx context.Context, q store.Queries, graph, idemKey string, sb store.Sandbox, audit *PendingAudit) error {
+// under its idempotency key (when it has one): it finishes the key idempotency.Keys.Do
+// reserved, or writes it finished when it was not reserved (Keys.DoUnreserved; a
+// concurrent call's key makes the insert, and so the transaction, fail with a Conflict). It writes the
+// call's audit entry too, so that none takes a commit of its own. When that transaction
+// fails, the caller hands the audit entry back (PendingAudit.Untake).
+func (s *Service) finishCreate(ctx context.Context, q store.Queries, graph, idemKey, reqHash string, reserved bool, sb store.Sandbox, audit *PendingAudit) error {
 	resp, err := idempotency.JSON(idempotency.Created, sb)
 	if err != nil {
 		return err
 	}
 	now := s.now()
-	if idemKey != "" {
+	switch {
+	case idemKey != "" && reserved:
 		r, err := q.GetIdempotency(ctx, graph, idemKey)
 		if err != nil {
 			return err
 		}
 		return s.finishKey(ctx, q, r, resp, &now, audit, sb.ID)
+	case idemKey != "":
+		// The insert fails with a Conflict when the key is taken (a unique key).
+		if err := q.CreateIdempotency(ctx, idempotency.Finished(graph, idemKey, RouteCreateSandbox, reqHash, resp, now)); err != nil {
+			return err
+		}
 	}
+	return s.auditCreate(ctx, q, audit, resp, sb.ID, now)
+}
+
+// auditCreate writes a create's pending audit entry in q.
+func (s *Service) auditCreate(ctx context.Context, q store.Queries, audit *PendingAudit, resp Response, target string, now time.Time) error {
 	if e, ok := audit.Take(); ok {
-		e.Status, e.Target, e.At = int(resp.Outcome), sb.ID, now
+		e.Status, e.Target, e.At = int(resp.Outcome), target, now
 		return q.AppendAudit(ctx, e)
 	}
 	return nil

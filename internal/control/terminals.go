@@ -135,7 +135,7 @@ func (s *Service) OpenTerminal(ctx context.Context, c Caller, sandboxID string, 
 	}
 	go func() {
 		defer s.runs.Done()
-		s.runCommand(context.Background(), cmd, end, inf, nil, func() {}, meterFrom{allow, base})
+		s.runCommand(context.Background(), cmd, end, inf, nil, func() {}, meterFrom{allow: allow, base: base})
 		s.terms.mu.Lock()
 		if t.grace != nil {
 			t.grace.Stop()

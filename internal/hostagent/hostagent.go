@@ -472,9 +472,12 @@ type CommandEnd struct {
 	// StdinBytes is how many bytes its stdin got.
 	StdinBytes int64 `json:"stdin_bytes"`
 	// Egress is what the sandbox's egress carried while the command ran.
-	Egress  *store.EgressUsage `json:"egress,omitempty"`
-	Started time.Time          `json:"started"`
-	Ended   time.Time          `json:"ended"`
+	Egress *store.EgressUsage `json:"egress,omitempty"`
+	// VCPUMs is the CPU time the sandbox used while the command ran (its cgroup's, read just
+	// before the start and after the end); nil when it could not be read.
+	VCPUMs  *float64  `json:"vcpu_ms,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
 	// Infrastructure is a failure of the machine (the sandbox did not start, the agent broke
 	// off), already folded into Status and Error, for the log.
 	Infrastructure string `json:"infrastructure,omitempty"`

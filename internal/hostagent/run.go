@@ -265,9 +265,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 			out.Infrastructure = MaskString(out.err.Error(), secrets)
 		}
 	}()
-	before, err := sb.Stats(ctx)
-	if err != nil {
-		log.Warn("reading sandbox stats", "err", err)
+	before, berr := sb.Stats(ctx)
+	if berr != nil {
+		log.Warn("reading sandbox stats", "err", berr)
 	}
 	var outW, errW io.Writer = stdoutCap, stderrCap
 	if e.hold != nil {
@@ -292,6 +292,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}
 	out.Started = time.Now()
 	var p *agent.Process
+	var err error
 	switch {
 	case e.kernel != nil:
 	case e.attachTo != "":
@@ -342,6 +343,10 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	out.cpuNanos = after.CPUNanos
 	if serr == nil && after.CPUNanos >= before.CPUNanos {
 		out.cmdCPUNanos = after.CPUNanos - before.CPUNanos
+		if berr == nil {
+			cpu := float64(out.cmdCPUNanos) / 1e6
+			out.VCPUMs = &cpu
+		}
 	}
 	oom := serr == nil && after.OOMKills > before.OOMKills
 	killed := e.killed != nil && e.killed()

@@ -246,6 +246,48 @@ func (k Keys) Do(ctx context.Context, graph, key, route, hash string, do func(ct
 	}
 }
 
+// DoUnreserved is Do for work that writes its key itself, finished (Finished), in the
+// transaction that records the work, without reserving it first: one durable write instead
+// of two. It suits work whose effect before that commit is undone when the commit fails and
+// is found after a crash (a started sandbox that no record names is destroyed, and reaped by
+// recovery). A key taken before the work, or by a concurrent call whose commit won (the work
+// then fails with a Conflict), is answered as Do answers it: the stored answer, waiting for a
+// call at work; a call that took it and failed meanwhile released it, and Do does the work.
+//
+// do is told whether the key was reserved for it (by Do): when not, it writes the key with
+// Finished, and must fail with a Conflict when it finds the key taken.
+func (k Keys) DoUnreserved(ctx context.Context, graph, key, route, hash string, do func(ctx context.Context, reserved bool) (Response, error)) (Response, error) {
+	reserved := func(ctx context.Context) (Response, error) { return do(ctx, key != "") }
+	if key == "" {
+		return k.Do(ctx, graph, key, route, hash, reserved)
+	}
+	if err := Check(key); err != nil {
+		return Response{}, err
+	}
+	if _, err := k.Store.GetIdempotency(ctx, graph, key); err == nil {
+		return k.Do(ctx, graph, key, route, hash, reserved)
+	} else if !errdefs.IsNotFound(err) {
+		return Response{}, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workTimeout)
+	defer cancel()
+	resp, err := do(wctx, false)
+	if errdefs.IsConflict(err) {
+		if _, gerr := k.Store.GetIdempotency(ctx, graph, key); gerr == nil {
+			return k.Do(ctx, graph, key, route, hash, reserved)
+		}
+	}
+	return resp, err
+}
+
+// Finished is the record of key, finished with answer resp at, for work that writes it in
+// its own transaction without a reservation (DoUnreserved).
+func Finished(graph, key, route, hash string, resp Response, at time.Time) store.Idempotency {
+	r := Reservation(graph, key, route, hash, at)
+	Finish(&r, resp, &at)
+	return r
+}
+
 // doReserved does the work of a reserved key and finishes the key, or releases it when the
 // work fails.
 func (k Keys) doReserved(ctx context.Context, graph, key string, work func() (Response, error)) (Response, error) {

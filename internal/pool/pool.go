@@ -5,9 +5,10 @@
 // and the common imports loaded (agent.PrestartRequest), then parked with the driver's
 // runtime.Freezer when it has one.
 //
-// A claim pops a ready slot, thaws it, binds fresh entropy (and the spec's hostname, when it
-// asks for another one) and returns it as a Lease whose Release destroys it: a slot serves
-// exactly one sandbox and is never reused, so no state crosses between claims. A spec the
+// Each slot gets fresh entropy and a machine id of its own when it is built (bindIdentity). A
+// claim pops a ready slot, thaws it, binds the spec's hostname when it asks for another one,
+// and returns it as a Lease whose Release destroys it: a slot serves exactly one sandbox and
+// is never reused, so no state crosses between claims. A spec the
 // pool has no ready slot for (another image, language or limits, or an empty pool) goes to
 // the cold provider at once, without waiting for a refill.
 //
@@ -23,8 +24,9 @@
 // record's id.
 //
 // Refill runs in the background, one or two slots at a time, and starts no new slot while a
-// claim is in flight or while BusyLeases leases are held, so that it never competes with
-// running work for CPU. Each key's target follows demand: an exponentially weighted average
+// claim is in flight or while BusyLeases leases are held, nor, for a key that still has a
+// ready slot, for claimQuiet after a Handover, so that it never competes with running work
+// for CPU. Each key's target follows demand: an exponentially weighted average
 // of its claims per second (warm and missed) times the time a slot takes to build, bounded by
 // the key's Min and Max.
 //
@@ -107,7 +109,7 @@ type Options struct {
 	// Tick is how often demand is measured and targets set (default 1 s); HalfLife is the
 	// half-life of the demand average (default 30 s).
 	Tick, HalfLife time.Duration
-	// ClaimTimeout bounds thawing and binding a claimed slot (default 5 s).
+	// ClaimTimeout bounds thawing and renaming a claimed slot (default 5 s).
 	ClaimTimeout time.Duration
 	// BuildTimeout bounds building one slot (default 2 min).
 	BuildTimeout time.Duration
@@ -140,8 +142,11 @@ type Pool struct {
 	closed   bool
 	building int
 	claiming int // Acquire calls in flight
-	leases   int // leases handed out and not released
-	lastTick time.Time
+	// quietUntil: refill of a key that has a ready slot waits until then (claimQuiet after
+	// the last Handover), so that the first command of a sandbox just created has the CPU.
+	quietUntil time.Time
+	leases     int // leases handed out and not released
+	lastTick   time.Time
 
 	wake chan struct{}
 	stop chan struct{}
@@ -463,7 +468,7 @@ func (p *Pool) kick() {
 // Acquire hands out a ready slot for req, or a cold sandbox when the pool has none.
 func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	t0 := time.Now()
-	defer p.claimStarted()() // refill waits while this claim, cold or warm, is in flight
+	defer p.claimStarted(false)() // refill waits while this claim, cold or warm, is in flight
 	s, err := p.take(ctx, req, t0)
 	if err != nil {
 		return nil, err
@@ -494,20 +499,24 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 }
 
 // claimStarted counts a claim in flight (refill starts no slot meanwhile); calling what it
-// answers ends it.
-func (p *Pool) claimStarted() func() {
+// answers ends it, and with quiet starts the quiet period after it (claimQuiet).
+func (p *Pool) claimStarted(quiet bool) func() {
 	p.mu.Lock()
 	p.claiming++
 	p.mu.Unlock()
 	return func() {
 		p.mu.Lock()
 		p.claiming--
+		if quiet {
+			p.quietUntil = time.Now().Add(claimQuiet)
+			time.AfterFunc(claimQuiet, p.kick)
+		}
 		p.mu.Unlock()
 		p.kick()
 	}
 }
 
-// take claims a ready slot for spec (thawed, its identity bound), trying the next when one
+// take claims a ready slot for spec (thawed, renamed if asked), trying the next when one
 // fails its claim; nil when none is ready, and the claim counts as cold. Either way the
 // claim is counted in its key's demand and in the metrics (a warm claim's latency from t0;
 // a cold one's is the caller's to observe).
@@ -607,7 +616,8 @@ func (p *Pool) pop(ks *keyState) *slot {
 	return s
 }
 
-// bind wakes a popped slot and gives it the claim's identity: hostname, entropy, machine id.
+// bind wakes a popped slot and gives it the claim's hostname, when it asks for another one
+// (its entropy and machine id were bound when it was built: bindIdentity).
 func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
 	defer cancel()
@@ -637,14 +647,23 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 			return fmt.Errorf("hostname: %w", err)
 		}
 	}
-	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
-	// interpreter reseeds from it when its run arrives. A fresh machine id too (the drivers
-	// make /etc/machine-id the sandbox's to write); an agent or driver that cannot write it
-	// answers not_supported, and the slot keeps the id it booted with, which is no failure.
+	return nil
+}
+
+// bindIdentity gives a slot fresh entropy, mixed into the kernel pool the sandbox reads (the
+// pre-started interpreter reseeds from it when its run arrives), and a fresh machine id (the
+// drivers make /etc/machine-id the sandbox's to write); an agent or driver that cannot write
+// it answers not_supported, and the slot keeps the id it booted with, which is no failure.
+//
+// It runs when the slot is built, not at its claim: a slot is a sandbox of its own from its
+// start (no state is copied from one slot to another after that), so entropy and an id bound
+// then are as much the claimant's alone as ones bound at the claim, which saves the claim an
+// agent round trip and a write to the sandbox's disk.
+func bindIdentity(ctx context.Context, c *agent.Client) error {
 	seed := make([]byte, 48)
 	rand.Read(seed)
 	id := agent.Identity{Seed: seed[:32], MachineID: hex.EncodeToString(seed[32:])}
-	if err := s.client.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
+	if err := c.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
 		return fmt.Errorf("binding identity: %w", err)
 	}
 	return nil
@@ -658,7 +677,7 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 // Handover answers nil, nil at once: the caller creates the sandbox itself, under an id of
 // its own (the claim counts as cold).
 func (p *Pool) Handover(ctx context.Context, req Request) (*Lease, error) {
-	defer p.claimStarted()()
+	defer p.claimStarted(true)()
 	s, err := p.take(ctx, req, time.Now())
 	if s == nil || err != nil {
 		return nil, err
@@ -761,7 +780,7 @@ func (p *Pool) schedule() {
 		bestDeficit := 0.0
 		for _, ks := range p.keys {
 			have := len(ks.ready) + ks.building
-			if have >= ks.target || now.Before(ks.retryAt) {
+			if have >= ks.target || now.Before(ks.retryAt) || (len(ks.ready) > 0 && now.Before(p.quietUntil)) {
 				continue
 			}
 			// The emptiest key relative to its target first.
@@ -815,6 +834,13 @@ func (p *Pool) tick(now time.Time) {
 		}
 	}
 }
+
+// claimQuiet is how long after a Handover no slot is built for a key that still has a ready
+// one: a long-lived sandbox just created is about to run its first command, and building a
+// slot (a sandbox's start: mounts, namespaces, the agent) takes the CPU that command needs. A
+// key left with no ready slot is refilled at once. (A one-call run's claim holds a lease
+// while its code runs, which BusyLeases weighs.)
+const claimQuiet = 100 * time.Millisecond
 
 // idleRate is the demand (claims per second: one in ten minutes) under which a key Ensure
 // added keeps no slot.
@@ -911,6 +937,9 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 		if s.kernel, err = startKernel(ctx, s.client, k.Kernel); err != nil {
 			return nil, err
 		}
+	}
+	if err := bindIdentity(ctx, s.client); err != nil {
+		return nil, err
 	}
 	if p.freezer != nil {
 		if err := p.freezer.Freeze(ctx, s.id); err != nil {

@@ -435,6 +435,39 @@ func TestBusyPausesRefill(t *testing.T) {
 	}
 }
 
+// TestQuietAfterHandover: for claimQuiet after a Handover no slot is built for a key that
+// still has a ready one (the new sandbox's first command has the CPU); a key left with none
+// is refilled without waiting.
+func TestQuietAfterHandover(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, nil)
+	e.fill(t)
+	claim := func() *Lease {
+		l, err := e.p.Handover(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
+		if err != nil || l == nil {
+			t.Fatalf("handover: %v %v", l, err)
+		}
+		return l
+	}
+	l1 := claim()
+	if st := e.p.Stats()[0]; st.Ready != 1 || st.Building != 0 {
+		t.Fatalf("just after a claim that left a ready slot: %+v, want 1 ready and none building", st)
+	}
+	l1.Release(ctxT(t))
+	l2 := claim()
+	defer l2.Release(ctxT(t))
+	deadline := time.Now().Add(10 * time.Second)
+	for e.p.Stats()[0].Building == 0 && e.p.Stats()[0].Ready == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key with no ready slot was not refilled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestEndedSlotIsReplaced(t *testing.T) {
 	requirePython(t)
 	e := newPool(t, func(o *Options) { o.Min = 1 })

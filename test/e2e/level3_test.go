@@ -488,6 +488,11 @@ func TestLevel3ConcurrentCommands(t *testing.T) {
 	if d := time.Since(t0); d > 15*time.Second {
 		t.Fatalf("20 commands of 2 s took %s: they did not run at once", d)
 	}
+	// A command's record has the CPU its sandbox used while it ran (the host measures it).
+	busy := execOK(t, c, sb.ID, "sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	if busy.Usage.VCPUMs < 20 || busy.Usage.VCPUMs > 60_000 {
+		t.Errorf("a busy loop's record says %v ms of CPU", busy.Usage.VCPUMs)
+	}
 }
 
 // TestLevel3PathEscapes: .., absolute paths elsewhere, a symlink to /etc, a symlink loop and
