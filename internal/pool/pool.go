@@ -116,6 +116,11 @@ type Options struct {
 	Log        *slog.Logger
 	// NewID names slots; default ids.New(ids.Sandbox).
 	NewID func() string
+	// Zygote forks the python interpreter of a slot with the default imports (numpy and
+	// pandas) from the driver's fork server when the driver has one
+	// (runtime.InterpreterForker), instead of the sandbox's agent starting and importing
+	// one; a failure falls back to the agent's start (lbb_pool_zygote_total counts both).
+	Zygote bool
 }
 
 // Pool is a warm pool. It is safe for concurrent use.
@@ -881,7 +886,7 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 		return nil, fmt.Errorf("connecting to the agent: %w", err)
 	}
 	if k.Language != "" {
-		if err := s.client.Prestart(ctx, agent.PrestartRequest{Language: k.Language, Imports: k.Imports}); err != nil {
+		if err := p.prestart(ctx, s, agent.PrestartRequest{Language: k.Language, Imports: k.Imports}); err != nil {
 			return nil, fmt.Errorf("pre-starting %s: %w", k.Language, err)
 		}
 	} else if err := s.client.Ping(ctx); err != nil {
@@ -904,6 +909,53 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	}
 	s.builtAt = time.Now()
 	return s, nil
+}
+
+// prestart pre-starts the slot's interpreter: forked from the driver's zygote when it can be,
+// else started by the agent.
+func (p *Pool) prestart(ctx context.Context, s *slot, req agent.PrestartRequest) error {
+	f, ok := p.o.Driver.(runtime.InterpreterForker)
+	if !ok || !p.o.Zygote || req.Language != agent.LangPython || req.Imports != nil {
+		return s.client.Prestart(ctx, req)
+	}
+	err := p.forkPrestart(ctx, s, f, req)
+	if err == nil {
+		p.m.zygote.WithLabelValues("forked").Inc()
+		return nil
+	}
+	p.m.zygote.WithLabelValues("fallback").Inc()
+	p.log.Warn("pool: the zygote did not give the slot its interpreter; starting one in the sandbox", "slot", s.id, "err", err)
+	for range 50 {
+		// The agent may not have noticed the abandoned adoption yet.
+		if err = s.client.Prestart(ctx, req); !agent.IsCode(err, agent.CodeExists) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// forkPrestart asks the agent to adopt an interpreter on a fresh socket name and the driver
+// to fork it there, at the same time.
+func (p *Pool) forkPrestart(ctx context.Context, s *slot, f runtime.InterpreterForker, req agent.PrestartRequest) error {
+	var b [12]byte
+	rand.Read(b[:])
+	req.ZygoteSocket = "lbb-zygote-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	forked := make(chan error, 1)
+	go func() {
+		err := f.ForkInterpreter(ctx, s.id, runtime.ForkRequest{Language: req.Language, Socket: req.ZygoteSocket})
+		if err != nil {
+			cancel() // the agent waits for nothing then
+		}
+		forked <- err
+	}()
+	err := s.client.Prestart(ctx, req)
+	if ferr := <-forked; ferr != nil {
+		return ferr
+	}
+	return err
 }
 
 // watch discards a parked slot whose sandbox ends (killed from outside, out of memory).
