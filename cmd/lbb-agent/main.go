@@ -29,15 +29,14 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent/guest"
 	"github.com/littlebigbrain/lbb/internal/agent/vmguest"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/zygote/zinit"
 )
 
 func main() {
 	// Started by the ns driver as a sandbox's init (argv[1] nsinit.Arg): build the sandbox's
 	// root, drop every privilege and exec this binary again as the agent. Never returns then.
 	nsinit.MaybeInit()
-	// Started by the ns driver as an image's zygote (argv[1] zinit.Arg): exec python as it.
-	zinit.MaybeInit(guest.PythonHarness())
+	// Started by the ns driver as an image's zygote (argv[1] nsinit.ZygoteArg): exec python as it.
+	nsinit.MaybeZygote(guest.PythonHarness())
 	// In a microvm guest this process is its supervisor or the sandbox's init first.
 	vmguest.Main()
 	if err := run(); err != nil {

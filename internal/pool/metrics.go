@@ -39,7 +39,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 16, 32},
 		}, []string{"key"}),
 		zygote: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lbb_pool_zygote_total", Help: "Slot interpreters asked of the driver's zygote, by outcome: forked, or fallback (started by the agent instead).",
+			Name: "lbb_pool_zygote_total", Help: "Slot interpreters asked of the driver's zygote, by outcome: forked; fallback (it failed: the agent started one); unsupported (the key's sandboxes cannot have one: its slots stop asking).",
 		}, []string{"outcome"}),
 	}
 }

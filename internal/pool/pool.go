@@ -43,6 +43,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -162,10 +163,12 @@ type keyState struct {
 	claims    int
 	rate      float64
 	buildTime time.Duration // average time to build a slot
-	failures  int
-	retryAt   time.Time
-	warm      uint64
-	cold      uint64
+	// noZygote: the driver said this key's sandboxes cannot have a forked interpreter
+	noZygote atomic.Bool
+	failures int
+	retryAt  time.Time
+	warm     uint64
+	cold     uint64
 }
 
 type slotState int
@@ -915,15 +918,23 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 // else started by the agent.
 func (p *Pool) prestart(ctx context.Context, s *slot, req agent.PrestartRequest) error {
 	f, ok := p.o.Driver.(runtime.InterpreterForker)
-	if !ok || !p.o.Zygote || req.Language != agent.LangPython || req.Imports != nil {
+	if !ok || !p.o.Zygote || req.Language != agent.LangPython || req.Imports != nil || s.ks.noZygote.Load() {
 		return s.client.Prestart(ctx, req)
 	}
 	err := p.forkPrestart(ctx, s, f, req)
-	if err == nil {
+	switch {
+	case ctx.Err() != nil:
+		return err // the build was given up: not the zygote's failure
+	case err == nil:
 		p.m.zygote.WithLabelValues("forked").Inc()
 		return nil
+	case errdefs.CodeOf(err) == errdefs.CodeNotSupported:
+		// Another runtime (gvisor, microvm) or a template layer: never for this key.
+		s.ks.noZygote.Store(true)
+		p.m.zygote.WithLabelValues("unsupported").Inc()
+	default:
+		p.m.zygote.WithLabelValues("fallback").Inc()
 	}
-	p.m.zygote.WithLabelValues("fallback").Inc()
 	p.log.Warn("pool: the zygote did not give the slot its interpreter; starting one in the sandbox", "slot", s.id, "err", err)
 	for range 50 {
 		// The agent may not have noticed the abandoned adoption yet.

@@ -118,5 +118,5 @@ func (s *Server) adoptWarm(ctx context.Context, lang, socket string) (*warmProc,
 }
 
 // PythonHarness is the python run() harness's source: the host's zygote loads the same one
-// (cmd/lbb-agent passes it to zinit).
+// (cmd/lbb-agent passes it to nsinit.MaybeZygote).
 func PythonHarness() string { return pythonHarness }

@@ -3,7 +3,7 @@
 // Package zygote is the ns driver's fork server for python: one interpreter per image (Z)
 // that imported the run() harness, numpy and pandas once, from which each sandbox's
 // pre-started interpreter is forked copy-on-write into the sandbox's namespaces, cgroups and
-// privileges. Z runs the agent binary's zygote init (zinit), then the image's python3; it is
+// privileges. Z runs the agent binary's zygote init (nsinit.MaybeZygote), then the image's python3; it is
 // reachable only through the socketpair this package holds. See docs/architecture.md,
 // "Zygote", for the design and why nothing of one sandbox reaches another.
 package zygote
@@ -27,7 +27,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
-	"github.com/littlebigbrain/lbb/internal/runtime/ns/zygote/zinit"
 )
 
 // Config says which zygote to run.
@@ -227,7 +226,7 @@ func (z *Zygote) start(ctx context.Context) (_ *zproc, err error) {
 	}
 	cmd := &exec.Cmd{
 		Path:       z.cfg.Agent,
-		Args:       []string{"lbb-zygote", zinit.Arg},
+		Args:       []string{"lbb-zygote", nsinit.ZygoteArg},
 		Env:        []string{},
 		Stdout:     outW,
 		Stderr:     outW,
@@ -258,7 +257,7 @@ func (z *Zygote) start(ctx context.Context) (_ *zproc, err error) {
 			ours.Close()
 		}
 	}()
-	cfg := zinit.Config{
+	cfg := nsinit.ZygoteConfig{
 		Image:   z.cfg.Image,
 		Imports: z.cfg.Imports,
 		Env:     []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},

@@ -1,12 +1,12 @@
 //go:build linux
 
-// Package zinit is the zygote's init: the mode of the lbb-agent binary that the ns driver's
-// zygote (package zygote) starts as its fork server. It builds a private, read-only view of
-// one image, drops every capability but CAP_SYS_ADMIN and execs the image's python3 with the
-// zygote program (zygote.py), which imports the harness and the default modules once and
-// forks interpreters into sandboxes on the server's request. Like nsinit it imports nothing
-// of the server, so that the small static agent binary can be it.
-package zinit
+package nsinit
+
+// The zygote's init: the mode of the lbb-agent binary that the ns driver's zygote (package
+// zygote) starts as its fork server. It builds a private, read-only view of one image, drops
+// every capability but CAP_SYS_ADMIN and execs the image's python3 with the zygote program
+// (zygote.py), which imports the harness and the default modules once and forks interpreters
+// into sandboxes on the server's request.
 
 import (
 	_ "embed"
@@ -17,27 +17,25 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// Arg is argv[1] of the zygote init.
-const Arg = "__lbb_zygote_init__"
+// ZygoteArg is argv[1] of the zygote init.
+const ZygoteArg = "__lbb_zygote_init__"
 
 // File descriptors of the zygote init, as the server passes them.
 const (
-	FDSocket = 3 // the server's SOCK_SEQPACKET socketpair end: spawn requests, answers
-	FDConfig = 4 // Config as JSON, then EOF
+	ZygoteFDSocket = 3 // the server's SOCK_SEQPACKET socketpair end: spawn requests, answers
+	ZygoteFDConfig = 4 // ZygoteConfig as JSON, then EOF
 )
 
 //go:embed zygote.py
-var program string
+var zygoteProgram string
 
-// Config is what the server tells the zygote init.
-type Config struct {
+// ZygoteConfig is what the server tells the zygote init.
+type ZygoteConfig struct {
 	// Image is the image's root file system on the host, bound read-only as the zygote's root.
 	Image string `json:"image"`
 	// Imports are imported once, before any fork.
@@ -49,10 +47,10 @@ type Config struct {
 // capSysAdmin is the one capability the zygote keeps: setns into a sandbox's user namespace.
 const capSysAdmin = 21
 
-// MaybeInit runs the zygote init when this process was started as one, and never returns
+// MaybeZygote runs the zygote init when this process was started as one, and never returns
 // then. harness is the python run() harness source (the agent's).
-func MaybeInit(harness string) {
-	if len(os.Args) < 2 || os.Args[1] != Arg {
+func MaybeZygote(harness string) {
+	if len(os.Args) < 2 || os.Args[1] != ZygoteArg {
 		return
 	}
 	runtime.LockOSThread()
@@ -62,8 +60,8 @@ func MaybeInit(harness string) {
 }
 
 func zygoteInit(harness string) error {
-	cfgFile := os.NewFile(FDConfig, "config")
-	var cfg Config
+	cfgFile := os.NewFile(ZygoteFDConfig, "config")
+	var cfg ZygoteConfig
 	if err := json.NewDecoder(io.LimitReader(cfgFile, 1<<20)).Decode(&cfg); err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
@@ -99,16 +97,7 @@ func zygoteInit(harness string) error {
 		return err
 	}
 	// pivot_root, not chroot: setns(CLONE_NEWUSER) refuses a chrooted caller.
-	if err := unix.Chdir(root); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach old root: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
+	if err := pivot(root); err != nil {
 		return err
 	}
 	if err := unix.Setgroups(nil); err != nil {
@@ -130,7 +119,7 @@ func zygoteInit(harness string) error {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	// Every descriptor but 0-2 and the socket closes at exec.
-	if err := unix.CloseRange(FDSocket+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := unix.CloseRange(ZygoteFDSocket+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("close_range: %w", err)
 	}
 	py := ""
@@ -144,25 +133,6 @@ func zygoteInit(harness string) error {
 		return errors.New("the image has no python3")
 	}
 	imports, _ := json.Marshal(cfg.Imports)
-	argv := []string{"python3", "-c", program, harness, string(imports)}
+	argv := []string{"python3", "-c", zygoteProgram, harness, string(imports)}
 	return fmt.Errorf("exec %s: %w", py, syscall.Exec(py, argv, cfg.Env))
-}
-
-func mount(src, dst, fstype string, flags uintptr, data string) error {
-	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
-		return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
-	}
-	return nil
-}
-
-func lastCap() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return unix.CAP_LAST_CAP
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return unix.CAP_LAST_CAP
-	}
-	return n
 }

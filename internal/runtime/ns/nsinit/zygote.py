@@ -1,4 +1,4 @@
-# lbb zygote: run as `python3 -c ZYGOTE HARNESS IMPORTS_JSON` by the zygote init (zinit.go),
+# lbb zygote: run as `python3 -c ZYGOTE HARNESS IMPORTS_JSON` by the zygote init (zygote.go),
 # host uid 0 holding CAP_SYS_ADMIN alone, pivoted into the image's root (read-only).
 #
 # Z (this process) loads the run() harness and the default imports once, then serves spawn
@@ -23,7 +23,7 @@ _IMPORTS = json.loads(sys.argv[2])
 _h = {"__name__": "__lbb_harness__", "__builtins__": __builtins__}
 exec(compile(_HARNESS, "<string>", "exec"), _h)
 
-import importlib, random, tempfile, resource, gc
+import importlib, random, tempfile, resource, gc  # random: _lbb_reseed's
 
 for _m in _IMPORTS:
     try:
@@ -191,13 +191,7 @@ def _interpreter(req, ctl):
     os.environ.update(setup.get("env") or {})
     os.chdir(setup.get("cwd") or "/")
     # Fresh PRNG state (the harness reseeds again at the claim); str hashes keep Z's seed.
-    random.seed(os.urandom(32))
-    np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            np.random.seed(np.frombuffer(os.urandom(32), dtype=np.uint32))
-        except Exception:
-            pass
+    _h["_lbb_reseed"]()
     tempfile._name_sequence = None
     sys.argv = ["-c", "--lbb-prestart"] + _IMPORTS
     _h["_lbb_exit"](_h["_lbb_main"]())
