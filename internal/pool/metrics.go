@@ -39,8 +39,8 @@ func newMetrics() *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 16, 32},
 		}, []string{"key"}),
 		zygote: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lbb_pool_zygote_total", Help: "Slot interpreters asked of the driver's zygote, by outcome: forked; fallback (it failed: the agent started one); unsupported (the key's sandboxes cannot have one: its slots stop asking).",
-		}, []string{"outcome"}),
+			Name: "lbb_pool_zygote_total", Help: "Slot interpreters asked of the driver's zygote, by path (warm: a slot's; cold: a claim's the pool could not serve) and outcome: forked; fallback (it failed: the agent starts one); unsupported (such sandboxes cannot have one: the pool stops asking for them).",
+		}, []string{"path", "outcome"}),
 	}
 }
 

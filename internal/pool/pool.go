@@ -132,6 +132,9 @@ type Pool struct {
 	// weigher builds slots at a low CPU weight when the driver can (runtime.Prioritizer)
 	weigher runtime.Prioritizer
 	m       *metrics
+	// coldNoZygote: the runtimes (Spec.Runtime) whose cold sandboxes cannot have a forked
+	// interpreter
+	coldNoZygote sync.Map
 
 	ctx    context.Context // cancelled by Close: ends builds
 	cancel context.CancelFunc
@@ -484,6 +487,13 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}), nil
 	}
 	lease, err := p.o.Cold.Acquire(ctx, req)
+	if _, no := p.coldNoZygote.Load(req.Spec.Runtime); err == nil && req.Language == agent.LangPython && req.Flavour == FlavourFull && !no {
+		// A run of the scientific stack in a cold sandbox: its interpreter forked with numpy
+		// and pandas imported costs a fraction of the CPU of the run importing them.
+		if _, unsupported := p.fork(ctx, "cold", lease.Sandbox.ID(), lease.Agent); unsupported {
+			p.coldNoZygote.Store(req.Spec.Runtime, true)
+		}
+	}
 	p.m.claimSeconds.WithLabelValues("cold").Observe(time.Since(t0).Seconds())
 	if err != nil {
 		return nil, err
@@ -917,56 +927,50 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 // prestart pre-starts the slot's interpreter: forked from the driver's zygote when it can be,
 // else started by the agent.
 func (p *Pool) prestart(ctx context.Context, s *slot, req agent.PrestartRequest) error {
-	f, ok := p.o.Driver.(runtime.InterpreterForker)
-	if !ok || !p.o.Zygote || req.Language != agent.LangPython || req.Imports != nil || s.ks.noZygote.Load() {
-		return s.client.Prestart(ctx, req)
-	}
-	err := p.forkPrestart(ctx, s, f, req)
-	switch {
-	case ctx.Err() != nil:
-		return err // the build was given up: not the zygote's failure
-	case err == nil:
-		p.m.zygote.WithLabelValues("forked").Inc()
-		return nil
-	case errdefs.CodeOf(err) == errdefs.CodeNotSupported:
-		// Another runtime (gvisor, microvm) or a template layer: never for this key.
-		s.ks.noZygote.Store(true)
-		p.m.zygote.WithLabelValues("unsupported").Inc()
-	default:
-		p.m.zygote.WithLabelValues("fallback").Inc()
-	}
-	p.log.Warn("pool: the zygote did not give the slot its interpreter; starting one in the sandbox", "slot", s.id, "err", err)
-	for range 50 {
-		// The agent may not have noticed the abandoned adoption yet.
-		if err = s.client.Prestart(ctx, req); !agent.IsCode(err, agent.CodeExists) {
-			return err
+	if req.Language == agent.LangPython && req.Imports == nil && !s.ks.noZygote.Load() {
+		forked, unsupported := p.fork(ctx, "warm", s.sb.ID(), s.client)
+		if forked {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		if unsupported {
+			s.ks.noZygote.Store(true)
+		}
 	}
-	return err
+	return s.client.Prestart(ctx, req)
 }
 
-// forkPrestart asks the agent to adopt an interpreter on a fresh socket name and the driver
-// to fork it there, at the same time.
-func (p *Pool) forkPrestart(ctx context.Context, s *slot, f runtime.InterpreterForker, req agent.PrestartRequest) error {
+// fork asks the driver's zygote for a python interpreter with the default imports in sandbox
+// id, and its agent to adopt it. Not forked, it says whether the sandbox cannot have one
+// (unsupported: ask no more for its kind); a failure is logged and counted. path is warm (a
+// slot) or cold (a claim the pool could not serve).
+func (p *Pool) fork(ctx context.Context, path, id string, c *agent.Client) (forked, unsupported bool) {
+	f, ok := p.o.Driver.(runtime.InterpreterForker)
+	if !ok || !p.o.Zygote {
+		return false, true
+	}
 	var b [12]byte
 	rand.Read(b[:])
-	req.ZygoteSocket = "lbb-zygote-" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	forked := make(chan error, 1)
-	go func() {
-		err := f.ForkInterpreter(ctx, s.id, runtime.ForkRequest{Language: req.Language, Socket: req.ZygoteSocket})
-		if err != nil {
-			cancel() // the agent waits for nothing then
-		}
-		forked <- err
-	}()
-	err := s.client.Prestart(ctx, req)
-	if ferr := <-forked; ferr != nil {
-		return ferr
+	req := agent.PrestartRequest{Language: agent.LangPython, ZygoteSocket: "lbb-zygote-" + hex.EncodeToString(b[:])}
+	// The fork first: a driver without a zygote for this sandbox says so at once, and the
+	// forked interpreter waits (~2 s) for the agent to listen.
+	err := f.ForkInterpreter(ctx, id, runtime.ForkRequest{Language: req.Language, Socket: req.ZygoteSocket})
+	if err == nil {
+		err = c.Prestart(ctx, req)
 	}
-	return err
+	switch {
+	case err == nil:
+		p.m.zygote.WithLabelValues(path, "forked").Inc()
+		return true, false
+	case ctx.Err() != nil:
+		return false, false // given up: not the zygote's failure
+	case errdefs.CodeOf(err) == errdefs.CodeNotSupported:
+		// Another runtime (gvisor, microvm) or a template layer.
+		p.m.zygote.WithLabelValues(path, "unsupported").Inc()
+		return false, true
+	}
+	p.m.zygote.WithLabelValues(path, "fallback").Inc()
+	p.log.Warn("pool: the zygote did not give the sandbox its interpreter; the agent starts one", "sandbox", id, "path", path, "err", err)
+	return false, false
 }
 
 // watch discards a parked slot whose sandbox ends (killed from outside, out of memory).

@@ -196,11 +196,14 @@ func zygoteCounts(p *Pool) (forked, fallback float64) {
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
+				if l.GetName() != "outcome" {
+					continue
+				}
 				switch l.GetValue() {
 				case "forked":
-					forked = m.GetCounter().GetValue()
+					forked += m.GetCounter().GetValue()
 				case "fallback":
-					fallback = m.GetCounter().GetValue()
+					fallback += m.GetCounter().GetValue()
 				}
 			}
 		}
