@@ -51,7 +51,14 @@ type Zygote struct {
 	proc *zproc
 	// Starts counts Z's starts (tests check a restart).
 	starts int
+	// failed is the last start's failure and when: no new start is tried for retryAfter, so
+	// that a broken image does not hold up every slot's build (each falls back at once).
+	failed   error
+	failedAt time.Time
 }
+
+// retryAfter is how long a failed start is not tried again.
+const retryAfter = 30 * time.Second
 
 type zproc struct {
 	cmd  *exec.Cmd
@@ -196,10 +203,17 @@ func (z *Zygote) running(ctx context.Context) (*zproc, error) {
 			return z.proc, nil
 		}
 	}
+	if z.failed != nil && time.Since(z.failedAt) < retryAfter {
+		return nil, z.failed
+	}
 	zp, err := z.start(ctx)
 	if err != nil {
+		if ctx.Err() == nil {
+			z.failed, z.failedAt = err, time.Now()
+		}
 		return nil, err
 	}
+	z.failed = nil
 	z.proc = zp
 	z.starts++
 	return zp, nil
