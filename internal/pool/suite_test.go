@@ -29,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
@@ -186,31 +185,6 @@ func runSuitesWith(t *testing.T, o suiteOptions) {
 			}
 		})
 	}
-}
-
-// zygoteCounts reads lbb_pool_zygote_total, both paths.
-func zygoteCounts(p *Pool) (forked, fallback float64) {
-	return zygoteCount(p, "", "forked"), zygoteCount(p, "", "fallback")
-}
-
-// zygoteCount reads lbb_pool_zygote_total{path, outcome}; path "" sums both.
-func zygoteCount(p *Pool, path, outcome string) float64 {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.m.zygote)
-	mfs, _ := reg.Gather()
-	n := 0.0
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["outcome"] == outcome && (path == "" || labels["path"] == path) {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
 }
 
 // isForkedPy is isWarmPy for an interpreter forked from the zygote: its command line is the
