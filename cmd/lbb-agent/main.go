@@ -35,6 +35,8 @@ func main() {
 	// Started by the ns driver as a sandbox's init (argv[1] nsinit.Arg): build the sandbox's
 	// root, drop every privilege and exec this binary again as the agent. Never returns then.
 	nsinit.MaybeInit()
+	// Started by the ns driver as an image's zygote (argv[1] nsinit.ZygoteArg): exec python as it.
+	nsinit.MaybeZygote(guest.PythonHarness())
 	// In a microvm guest this process is its supervisor or the sandbox's init first.
 	vmguest.Main()
 	if err := run(); err != nil {

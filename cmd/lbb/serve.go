@@ -280,6 +280,7 @@ func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prom
 			Keys:   keys,
 			Min:    cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
 			NoFreeze:   !canFreeze(driver, keys),
+			Zygote:     cfg.Zygote,
 			Registerer: reg, Log: log.With("part", "pool"),
 		})
 		if err != nil {

@@ -227,6 +227,12 @@ type PrestartRequest struct {
 	// nothing for node. A module that fails to import is skipped: the run that imports it
 	// sees the error itself.
 	Imports []string `json:"imports"`
+	// ZygoteSocket, when set (python only), adopts an interpreter forked by the host's zygote
+	// instead of starting one: the agent listens on this abstract unix socket name (in the
+	// sandbox's network namespace), accepts one connection from uid 0 of the sandbox, takes
+	// the interpreter's pipe ends passed over it (SCM_RIGHTS) and waits for its "ready" as
+	// for one it started. See docs/architecture.md, "Zygote".
+	ZygoteSocket string `json:"zygote_socket,omitempty"`
 }
 
 // ListenRequest opens the listeners a sandbox's egress and API need, on the sandbox's

@@ -150,6 +150,10 @@ type Config struct {
 	// PoolGvisorMin is how many warm sandboxes per language are kept on gvisor when the
 	// server offers it beside another default (0: none; gvisor runs then start cold).
 	PoolGvisorMin int
+	// Zygote forks the pool's python-with-numpy-and-pandas interpreters on the ns driver from
+	// a per-image fork server instead of starting each in its sandbox (see docs/architecture.md,
+	// "Zygote"); a failure falls back to the start.
+	Zygote bool
 
 	// HostAgent is the URL of a host agent in another process (`lbb host`) that runs the
 	// sandboxes instead of one in the server's own process; HostAgentToken is its token.
@@ -232,6 +236,7 @@ func Default() Config {
 		PoolMax:          8,
 		PoolRefill:       1,
 		PoolGvisorMin:    1,
+		Zygote:           true,
 		EgressQuota:      1 << 30,
 		EgressMaxQuota:   10 << 30,
 	}
@@ -297,6 +302,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")
 	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
 	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
+	fs.BoolVar(&c.Zygote, "zygote", c.Zygote, "fork the warm pool's python interpreters (numpy and pandas imported) from a fork server per image on the ns driver, instead of importing in each sandbox (--zygote=false: import in each)")
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
 	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://); several, comma-separated, each optionally named (name=URL), make a fleet that places sandboxes across them")
 	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent: one for all, or one per host, comma-separated in the same order")

@@ -10,6 +10,7 @@ type metrics struct {
 	refillErrors *prometheus.CounterVec
 	discarded    *prometheus.CounterVec
 	build        *prometheus.HistogramVec
+	zygote       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -37,11 +38,14 @@ func newMetrics() *metrics {
 			Name: "lbb_pool_slot_build_seconds", Help: "Time to build one slot (create, start, pre-start, park), by pool key.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 16, 32},
 		}, []string{"key"}),
+		zygote: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lbb_pool_zygote_total", Help: "Slot interpreters asked of the driver's zygote, by path (warm: a slot's; cold: a claim's the pool could not serve) and outcome: forked; fallback (it failed: the agent starts one); unsupported (such sandboxes cannot have one: the pool stops asking for them).",
+		}, []string{"path", "outcome"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ready, m.target, m.claims, m.claimSeconds, m.refillErrors, m.discarded, m.build}
+	return []prometheus.Collector{m.ready, m.target, m.claims, m.claimSeconds, m.refillErrors, m.discarded, m.build, m.zygote}
 }
 
 // Collectors are the pool's metrics, for a registry of the caller's (Options.Registerer

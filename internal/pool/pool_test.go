@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/littlebigbrain/lbb/internal/agent"
+	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
@@ -804,4 +807,79 @@ func TestEnsureOnDemand(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d keys after Drop, want the default one", n)
 	}
+}
+
+// forking is the local driver with a runtime.InterpreterForker that fails with err.
+type forking struct {
+	*local.Driver
+	err   error
+	calls atomic.Int32
+}
+
+func (f *forking) ForkInterpreter(context.Context, string, runtime.ForkRequest) error {
+	f.calls.Add(1)
+	return f.err
+}
+
+// A zygote that fails leaves the slot's interpreter to the agent (counted as a fallback); one
+// that cannot serve the key's sandboxes is asked once, then no more.
+func TestZygoteFallback(t *testing.T) {
+	requirePython(t)
+	for _, tc := range []struct {
+		name, outcome string
+		err           error
+		maxCalls      int32
+	}{
+		{"fails", "fallback", errors.New("boom"), 100},
+		{"unsupported", "unsupported", errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported, "no zygote"), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f *forking
+			e := newPool(t, func(o *Options) {
+				f = &forking{Driver: o.Driver.(*local.Driver), err: tc.err}
+				o.Driver, o.Zygote = f, true
+				o.Keys[0].Imports = nil // python's default imports: the zygote's
+			})
+			e.fill(t)
+			l, err := e.p.Acquire(ctxT(t), Request{Spec: runtime.Spec{ID: "sbx_zygote_fallback", Image: testImage, Limits: testLimits}, Language: agent.LangPython})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !runWarm(t, l) {
+				t.Error("the run did not go to a pre-started interpreter")
+			}
+			l.Release(ctxT(t))
+			if n := f.calls.Load(); n < 1 || n > tc.maxCalls {
+				t.Errorf("%d forks asked, want 1..%d", n, tc.maxCalls)
+			}
+			if n := zygoteCount(e.p, "warm", tc.outcome); n < 1 {
+				t.Errorf("lbb_pool_zygote_total{outcome=%q} = %v", tc.outcome, n)
+			}
+		})
+	}
+}
+
+// zygoteCounts reads lbb_pool_zygote_total, both paths.
+func zygoteCounts(p *Pool) (forked, fallback float64) {
+	return zygoteCount(p, "", "forked"), zygoteCount(p, "", "fallback")
+}
+
+// zygoteCount reads lbb_pool_zygote_total{path, outcome}; path "" sums both.
+func zygoteCount(p *Pool, path, outcome string) float64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.m.zygote)
+	mfs, _ := reg.Gather()
+	n := 0.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["outcome"] == outcome && (path == "" || labels["path"] == path) {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }

@@ -68,7 +68,30 @@ func TestSuitePrestarted(t *testing.T) {
 	})
 }
 
+// TestSuiteZygote runs the suites on slots whose python interpreter (numpy and pandas
+// imported) was forked from the ns driver's zygote: the hostile suite's python programs run
+// in interpreters forked into their sandboxes. The known failures are TestSuitePrestarted's.
+func TestSuiteZygote(t *testing.T) {
+	const why = "a pre-started interpreter is a process of the sandbox by design; TestSuiteBare runs this test on bare slots"
+	runSuitesWith(t, suiteOptions{lang: agent.LangPython, zygote: true, known: map[string]string{
+		"host invisible": why, "timeout kills the group": why, "timeout kills what left the group": why,
+		"terminal jobs end with it": why, "terminal timeout held": why,
+	}})
+}
+
+type suiteOptions struct {
+	lang string
+	// zygote: the first key's slots take python with the default imports from the zygote.
+	zygote bool
+	known  map[string]string
+}
+
 func runSuites(t *testing.T, lang string, known map[string]string) {
+	runSuitesWith(t, suiteOptions{lang: lang, known: known})
+}
+
+func runSuitesWith(t *testing.T, o suiteOptions) {
+	lang, known := o.lang, o.known
 	rootfs, state := nsState(t)
 	cfg := ns.Config{StateDir: state, AgentPath: agentBin, CgroupParent: "lbb-pool-suite", Logger: testLogger(t)}
 	var keys []Key
@@ -76,13 +99,16 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 		k := Key{Name: fmt.Sprintf("suite-%d", i), Image: rootfs, Limits: l, Min: 1, Max: 4}
 		if i == 0 {
 			k.Language, k.Imports, k.Min, k.Max = lang, []string{}, 3, 8
+			if o.zygote {
+				k.Imports = nil
+			}
 		}
 		keys = append(keys, k)
 	}
 	// The pool's driver is the suites' first (a server's host and pool share one); a
 	// driver made later stands for a restarted server's.
 	d0 := &bridgedDriver{ns.New(cfg)}
-	p, err := New(Options{Driver: d0, Keys: keys, BusyLeases: 1000, Log: testLogger(t)})
+	p, err := New(Options{Driver: d0, Keys: keys, BusyLeases: 1000, Log: testLogger(t), Zygote: o.zygote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +119,14 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 			t.Errorf("close: %v", err)
 		}
 		destroyLeftovers(t, ns.New(cfg))
+		d0.Close()
+		if o.zygote {
+			forked, fallback := zygoteCounts(p)
+			t.Logf("zygote: %v interpreters forked, %v fallbacks", forked, fallback)
+			if forked == 0 || fallback != 0 {
+				t.Errorf("zygote: %v interpreters forked, %v fallbacks; want every slot's from the zygote", forked, fallback)
+			}
+		}
 		if st.warm == 0 {
 			t.Error("no sandbox came from the pool")
 		}
@@ -133,7 +167,11 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			pr, err := c.Run(ctx, agent.RunRequest{Language: agent.LangPython, Code: isWarmPy, Input: []byte("[1,2,3]")})
+			code := isWarmPy
+			if o.zygote {
+				code = isForkedPy
+			}
+			pr, err := c.Run(ctx, agent.RunRequest{Language: agent.LangPython, Code: code, Input: []byte("[1,2,3]")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,6 +186,10 @@ func runSuites(t *testing.T, lang string, known map[string]string) {
 		})
 	}
 }
+
+// isForkedPy is isWarmPy for an interpreter forked from the zygote: its command line is the
+// zygote's.
+const isForkedPy = "import sys\ndef run(input, config):\n    return {'warm': b'# lbb zygote' in open('/proc/self/cmdline', 'rb').read(), 'sum': sum(input)}"
 
 // suiteState is what the adapters of one suite run share, as a server's records would:
 // the specs created, and the slot each started sandbox is.

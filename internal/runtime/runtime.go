@@ -216,6 +216,23 @@ const (
 // overlay's upper layer, whiteouts and opaque directories included, ids as disks store them)
 // into dst, a directory that must not exist. A template build seals it as a read-only image
 // layer (internal/images.Layers).
+// InterpreterForker is a driver that can fork a pre-started interpreter into a started
+// sandbox from a fork server holding the interpreter already loaded (the ns driver's zygote),
+// instead of the sandbox's agent starting one. The caller asks the sandbox's agent to adopt
+// it (agent.PrestartRequest.ZygoteSocket = req.Socket) at the same time. A Conflict with
+// code not_supported says this sandbox cannot have one (a template layer, another language).
+type InterpreterForker interface {
+	ForkInterpreter(ctx context.Context, id string, req ForkRequest) error
+}
+
+// ForkRequest says which interpreter to fork and where the sandbox's agent waits for it.
+type ForkRequest struct {
+	// Language is the harness's language (python).
+	Language string
+	// Socket is the abstract unix socket name the agent listens on in the sandbox.
+	Socket string
+}
+
 type LayerExporter interface {
 	ExportLayer(ctx context.Context, id, dst string) error
 }

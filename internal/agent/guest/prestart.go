@@ -115,7 +115,13 @@ func (s *Server) handlePrestart(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), prestartTimeout)
 	defer cancel()
-	wp, err := s.startWarm(ctx, lang, imports)
+	var wp *warmProc
+	var err error
+	if req.ZygoteSocket != "" {
+		wp, err = s.adoptWarm(ctx, lang, req.ZygoteSocket)
+	} else {
+		wp, err = s.startWarm(ctx, lang, imports)
+	}
 
 	ws.mu.Lock()
 	delete(ws.starting, lang)
@@ -179,13 +185,19 @@ func (s *Server) startWarm(ctx context.Context, lang string, imports []string) (
 	if err != nil {
 		return nil, &agent.Error{Code: agent.CodeInternal, Message: fmt.Sprintf("exec %q: %v", argv[0], err)}
 	}
-	wp := &warmProc{lang: lang, p: p, reqW: reqW, resR: resR, outR: outR, errR: errR}
+	return s.awaitReady(ctx, &warmProc{lang: lang, p: p, reqW: reqW, resR: resR, outR: outR, errR: errR})
+}
+
+// awaitReady discards wp's output until its run and waits for its "ready"; a failure kills it.
+func (s *Server) awaitReady(ctx context.Context, wp *warmProc) (*warmProc, error) {
+	lang, p := wp.lang, wp.p
+	var err error
 	wp.discard.Add(2)
-	go wp.discardOutput(outR)
-	go wp.discardOutput(errR)
+	go wp.discardOutput(wp.outR)
+	go wp.discardOutput(wp.errR)
 
 	ready := make(chan error, 1)
-	go func() { ready <- readReady(resR) }()
+	go func() { ready <- readReady(wp.resR) }()
 	var ex *exitStatus
 	select {
 	case err = <-ready:

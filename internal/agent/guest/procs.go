@@ -1,6 +1,8 @@
 package guest
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
@@ -32,10 +34,20 @@ type proc struct {
 	othersAtStart bool
 	// pty is the terminal's master side of a process started on one (nil otherwise).
 	pty *os.File
+	// ctl is a foreign process's parent's socket (see foreign): signals go through it.
+	ctl *os.File
 }
 
 // signal signals the process group; a group that is already gone is not an error.
 func (p *proc) signal(sig syscall.Signal) error {
+	if p.ctl != nil {
+		// Its Landlock domain is not below the agent's: the kernel refuses the agent's
+		// signals to it (scoping), and its parent, outside the sandbox's pid namespace,
+		// relays them. The direct kill below still serves kernels without scoping.
+		p.ctl.Write([]byte{byte(sig)})
+		syscall.Kill(-p.pid, sig)
+		return nil
+	}
 	err := syscall.Kill(-p.pid, sig)
 	if err == syscall.ESRCH {
 		return nil
@@ -138,6 +150,42 @@ func (t *procTable) start(sp startSpec) (*proc, error) {
 	return p, nil
 }
 
+// foreign registers a process the agent did not start and whose parent is not the agent: an
+// interpreter forked into the sandbox by the host's zygote (zygote.go). The reaper never sees
+// its exit (only orphans of its own descendants); its parent, outside the sandbox's pid
+// namespace, waits for it and writes its wait status and rusage on ctl as one JSON line, and
+// relays the signal numbers written to ctl.
+func (t *procTable) foreign(pid int, ctl *os.File) *proc {
+	p := &proc{pid: pid, done: make(chan exitStatus, 1), ctl: ctl}
+	t.mu.Lock()
+	t.seq++
+	p.seq, p.othersAtStart = t.seq, len(t.live) > 0
+	t.live[p] = struct{}{}
+	t.mu.Unlock()
+	go func() { p.done <- readForeignStatus(ctl) }()
+	return p
+}
+
+// readForeignStatus reads a foreign process's exit from its parent; a parent gone without
+// saying it reads as a kill.
+func readForeignStatus(ctl *os.File) exitStatus {
+	var line struct {
+		Status  int   `json:"status"`
+		UtimeUS int64 `json:"utime_us"`
+		StimeUS int64 `json:"stime_us"`
+		MaxRSS  int64 `json:"maxrss"`
+	}
+	st := exitStatus{ws: syscall.WaitStatus(syscall.SIGKILL)}
+	b, err := bufio.NewReaderSize(ctl, 512).ReadBytes('\n')
+	if err == nil && json.Unmarshal(b, &line) == nil {
+		st.ws = syscall.WaitStatus(line.Status)
+		st.ru.Utime = syscall.NsecToTimeval(line.UtimeUS * 1000)
+		st.ru.Stime = syscall.NsecToTimeval(line.StimeUS * 1000)
+		st.ru.Maxrss = line.MaxRSS
+	}
+	return st
+}
+
 // adopt gives a process started without an id (a pre-started interpreter) the id of the
 // command it now runs.
 func (t *procTable) adopt(p *proc, id string) error {
@@ -172,6 +220,9 @@ func (t *procTable) release(p *proc) {
 	}
 	delete(t.live, p)
 	t.mu.Unlock()
+	if p.ctl != nil {
+		p.ctl.Close()
+	}
 }
 
 // lookup finds the running process id; nil while it is not started yet.

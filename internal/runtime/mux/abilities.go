@@ -59,3 +59,14 @@ func (d *Driver) SetHostname(ctx context.Context, id, name string) error {
 	}
 	return r.SetHostname(ctx, id, name)
 }
+
+// ForkInterpreter forks a pre-started interpreter into the sandbox from its driver's fork
+// server, when its driver has one (runtime.InterpreterForker); else an errdefs
+// not_supported error.
+func (d *Driver) ForkInterpreter(ctx context.Context, id string, req runtime.ForkRequest) error {
+	_, f, err := ability[runtime.InterpreterForker](ctx, d, id, "forking an interpreter into")
+	if err != nil {
+		return err
+	}
+	return f.ForkInterpreter(ctx, id, req)
+}

@@ -51,11 +51,12 @@ type Driver struct {
 }
 
 var (
-	_ runtime.Driver       = (*Driver)(nil)
-	_ runtime.Freezer      = (*Driver)(nil)
-	_ runtime.Checkpointer = (*Driver)(nil)
-	_ runtime.Prioritizer  = (*Driver)(nil)
-	_ runtime.Renamer      = (*Driver)(nil)
+	_ runtime.Driver            = (*Driver)(nil)
+	_ runtime.Freezer           = (*Driver)(nil)
+	_ runtime.Checkpointer      = (*Driver)(nil)
+	_ runtime.Prioritizer       = (*Driver)(nil)
+	_ runtime.Renamer           = (*Driver)(nil)
+	_ runtime.InterpreterForker = (*Driver)(nil)
 )
 
 // New returns a Driver over o.Drivers.

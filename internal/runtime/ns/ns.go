@@ -56,6 +56,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
+	"github.com/littlebigbrain/lbb/internal/runtime/ns/zygote"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -113,15 +114,20 @@ type Driver struct {
 	agent driverkit.AgentCopy
 
 	sbs driverkit.Sandboxes[*sandbox]
+
+	zmu     sync.Mutex
+	zygotes map[string]*zygote.Zygote // by image
+	zclosed bool
 }
 
 var (
-	_ runtime.Driver       = (*Driver)(nil)
-	_ runtime.Freezer      = (*Driver)(nil)
-	_ runtime.Prioritizer  = (*Driver)(nil)
-	_ runtime.Renamer      = (*Driver)(nil)
-	_ runtime.LayerStacker = (*Driver)(nil)
-	_ runtime.InitPIDer    = (*sandbox)(nil)
+	_ runtime.Driver            = (*Driver)(nil)
+	_ runtime.Freezer           = (*Driver)(nil)
+	_ runtime.Prioritizer       = (*Driver)(nil)
+	_ runtime.Renamer           = (*Driver)(nil)
+	_ runtime.LayerStacker      = (*Driver)(nil)
+	_ runtime.InterpreterForker = (*Driver)(nil)
+	_ runtime.InitPIDer         = (*sandbox)(nil)
 )
 
 // New returns a driver for cfg. It checks nothing: runtime.CheckRequirements does.

@@ -376,4 +376,7 @@ def _lbb_exit(code):
     os._exit(code if isinstance(code, int) else 1)
 
 
-_lbb_exit(_lbb_main())
+# The host's zygote (internal/runtime/ns/zygote) loads this source under another name and
+# calls _lbb_main itself in each interpreter it forks.
+if __name__ == "__main__":
+    _lbb_exit(_lbb_main())

@@ -333,17 +333,7 @@ func execAgent(cfg *Config) error {
 	if _, err := unix.FcntlInt(FDChannel, unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("channel fd: %w", err)
 	}
-	h := hardening{
-		NoFile:        cfg.NoFile,
-		FileSizeBytes: uint64(cfg.DiskMiB) << 20,
-		// /etc/machine-id is the sandbox's own (the agent gives it a fresh one at boot and at a
-		// warm pool's claim); written in place, it is copied up to the sandbox's writable
-		// layer, so it lasts as long as the disk. The rest of /etc stays the image's.
-		Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc", "/etc/machine-id"},
-	}
-	if cfg.WritableRoot {
-		h.Writable = []string{"/"}
-	}
+	h := newHardening(cfg.NoFile, cfg.DiskMiB, cfg.WritableRoot)
 	if err := h.apply(); err != nil {
 		return err
 	}
@@ -353,6 +343,21 @@ func execAgent(cfg *Config) error {
 	}
 	argv := []string{agentPath}
 	return fmt.Errorf("exec %s: %w", agentPath, syscall.Exec(agentPath, argv, cfg.Env))
+}
+
+func newHardening(noFile uint64, diskMiB int64, writableRoot bool) hardening {
+	h := hardening{
+		NoFile:        noFile,
+		FileSizeBytes: uint64(diskMiB) << 20,
+		// /etc/machine-id is the sandbox's own (the agent gives it a fresh one at boot and at a
+		// warm pool's claim); written in place, it is copied up to the sandbox's writable
+		// layer, so it lasts as long as the disk. The rest of /etc stays the image's.
+		Writable: []string{"/workspace", "/tmp", "/dev", "/root", "/var/tmp", "/run", "/proc", "/etc/machine-id"},
+	}
+	if writableRoot {
+		h.Writable = []string{"/"}
+	}
+	return h
 }
 
 // hardening is what the calling thread gives up before it execs the agent. The thread must
@@ -387,21 +392,22 @@ func (h hardening) apply() error {
 	return seccomp.Load()
 }
 
-func (h hardening) setRlimits() error {
-	lims := []struct {
-		res int
-		v   uint64
-	}{
-		{unix.RLIMIT_CORE, 0},
-		{unix.RLIMIT_NOFILE, h.NoFile},
-		{unix.RLIMIT_FSIZE, h.FileSizeBytes},
+// rlimits are the limits set, as (resource, value) pairs.
+func (h hardening) rlimits() [][2]uint64 {
+	lims := [][2]uint64{{unix.RLIMIT_CORE, 0}}
+	if h.NoFile != 0 {
+		lims = append(lims, [2]uint64{unix.RLIMIT_NOFILE, h.NoFile})
 	}
-	for _, l := range lims {
-		if l.v == 0 && l.res != unix.RLIMIT_CORE {
-			continue
-		}
-		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
-			return fmt.Errorf("setrlimit %d: %w", l.res, err)
+	if h.FileSizeBytes != 0 {
+		lims = append(lims, [2]uint64{unix.RLIMIT_FSIZE, h.FileSizeBytes})
+	}
+	return lims
+}
+
+func (h hardening) setRlimits() error {
+	for _, l := range h.rlimits() {
+		if err := unix.Setrlimit(int(l[0]), &unix.Rlimit{Cur: l[1], Max: l[1]}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l[0], err)
 		}
 	}
 	return nil
@@ -428,13 +434,14 @@ func lastCap() int {
 	return n
 }
 
+const secbits = 1<<0 | 1<<1 | // SECBIT_NOROOT(_LOCKED): root gets no capabilities at exec
+	1<<2 | 1<<3 | // SECBIT_NO_SETUID_FIXUP(_LOCKED)
+	1<<5 | // SECBIT_KEEP_CAPS_LOCKED
+	1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE(_LOCKED)
+
 // dropCapabilityBounds empties the bounding and ambient sets and locks root's special
 // treatment away, so that no execve can hand a capability back.
 func dropCapabilityBounds() error {
-	const secbits = 1<<0 | 1<<1 | // SECBIT_NOROOT(_LOCKED): root gets no capabilities at exec
-		1<<2 | 1<<3 | // SECBIT_NO_SETUID_FIXUP(_LOCKED)
-		1<<5 | // SECBIT_KEEP_CAPS_LOCKED
-		1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE(_LOCKED)
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
 		return fmt.Errorf("securebits: %w", err)
 	}

@@ -30,6 +30,18 @@ const (
 	llV9 = llV5 | unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
 )
 
+// llFileAccess are the rights a rule on a file may hold.
+const llFileAccess = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+	unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+
+// landlockScoped: signals and abstract unix sockets stay within the sandbox's Landlock domain.
+func landlockScoped(abi int) uint64 {
+	if abi >= 6 {
+		return unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+	}
+	return 0
+}
+
 // landlockPolicy says which paths keep which rights; everything else is read and exec only.
 type landlockPolicy struct {
 	// Writable trees get every right the ABI handles.
@@ -71,10 +83,7 @@ func (p landlockPolicy) restrictThread() (int, error) {
 	}
 	handled := handledFS(abi)
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: handled}
-	if abi >= 6 {
-		// Signals and abstract unix sockets stay within the sandbox's Landlock domain.
-		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
-	}
+	attr.Scoped = landlockScoped(abi)
 	// The kernel takes a longer struct than it knows when the extra fields are zero.
 	rfd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if errno != 0 {
@@ -103,8 +112,7 @@ func (p landlockPolicy) restrictThread() (int, error) {
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			// Directory-only rights on a file are refused by the kernel.
-			access &= unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
-				unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+			access &= llFileAccess
 		}
 		rule := unix.LandlockPathBeneathAttr{Allowed_access: access & handled, Parent_fd: int32(pfd)}
 		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(fd), unix.LANDLOCK_RULE_PATH_BENEATH,
