@@ -265,7 +265,11 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 			out.Infrastructure = MaskString(out.err.Error(), secrets)
 		}
 	}()
-	before, err := sb.Stats(ctx)
+	// Usage, not Stats: the process count is not metered, and on gvisor it costs a runsc
+	// process on each side of the run.
+	endStats := timing.Start(ctx, "stats")
+	before, err := runtime.UsageOf(ctx, sb)
+	endStats()
 	if err != nil {
 		log.Warn("reading sandbox stats", "err", err)
 	}
@@ -334,7 +338,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	flush(stderr)
 
 	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
-	after, serr := sb.Stats(statsCtx)
+	endStats = timing.Start(ctx, "stats")
+	after, serr := runtime.UsageOf(statsCtx, sb)
+	endStats()
 	cancelStats()
 	if serr != nil {
 		log.Warn("reading sandbox stats", "err", serr)

@@ -5,9 +5,10 @@
 // and the common imports loaded (agent.PrestartRequest), then parked with the driver's
 // runtime.Freezer when it has one.
 //
-// A claim pops a ready slot, thaws it, binds fresh entropy (and the spec's hostname, when it
-// asks for another one) and returns it as a Lease whose Release destroys it: a slot serves
-// exactly one sandbox and is never reused, so no state crosses between claims. A spec the
+// A slot is given fresh entropy and a machine id of its own as it is built. A claim pops a
+// ready slot, thaws it, binds the spec's hostname when it asks for another one, and returns
+// it as a Lease whose Release destroys it: a slot serves exactly one sandbox and is never
+// reused, so no state crosses between claims. A spec the
 // pool has no ready slot for (another image, language or limits, or an empty pool) goes to
 // the cold provider at once, without waiting for a refill.
 //
@@ -51,6 +52,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // Key is one kind of slot the pool keeps ready.
@@ -104,6 +106,11 @@ type Options struct {
 	Hostname string
 	// NoFreeze keeps slots running instead of parking them with the driver's Freezer.
 	NoFreeze bool
+	// NoFreezeOn lists runtimes (Key.Runtime) whose slots are parked running rather than
+	// frozen: where a thaw costs the claim more than an idle slot costs the host (gvisor: a
+	// runsc process, 15–40 ms of the claim, against ~0.05 ms of CPU a second for an idle
+	// Sentry and its waiting interpreter).
+	NoFreezeOn []string
 	// Tick is how often demand is measured and targets set (default 1 s); HalfLife is the
 	// half-life of the demand average (default 30 s).
 	Tick, HalfLife time.Duration
@@ -602,12 +609,16 @@ func (p *Pool) pop(ks *keyState) *slot {
 	return s
 }
 
-// bind wakes a popped slot and gives it the claim's identity: hostname, entropy, machine id.
+// bind wakes a popped slot and gives it the claim's hostname when it asks for another (its
+// entropy and machine id were bound when it was built: bindIdentity).
 func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
 	defer cancel()
 	if s.frozen {
-		if err := p.freezer.Thaw(ctx, s.id); err != nil {
+		endThaw := timing.Start(ctx, "thaw")
+		err := p.freezer.Thaw(ctx, s.id)
+		endThaw()
+		if err != nil {
 			return fmt.Errorf("thawing: %w", err)
 		}
 		s.frozen = false
@@ -632,14 +643,21 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 			return fmt.Errorf("hostname: %w", err)
 		}
 	}
-	// Fresh entropy, mixed into the kernel pool the sandbox reads; the pre-started
-	// interpreter reseeds from it when its run arrives. A fresh machine id too (the drivers
-	// make /etc/machine-id the sandbox's to write); an agent or driver that cannot write it
-	// answers not_supported, and the slot keeps the id it booted with, which is no failure.
+	return nil
+}
+
+// bindIdentity gives a slot being built an identity of its own: fresh entropy, mixed into the
+// kernel pool the sandbox reads (the pre-started interpreter reseeds from it when its run
+// arrives), and a fresh machine id (the drivers make /etc/machine-id the sandbox's to write;
+// an agent or driver that cannot write it answers not_supported, and the slot keeps the id it
+// booted with, which is no failure). It is bound while the slot is built, off the claim's
+// path: a slot is made for one claim and never reused or copied, so what it is given then is
+// its claimant's alone, as if given at the claim, and no one runs anything in it before.
+func bindIdentity(ctx context.Context, c *agent.Client) error {
 	seed := make([]byte, 48)
 	rand.Read(seed)
 	id := agent.Identity{Seed: seed[:32], MachineID: hex.EncodeToString(seed[32:])}
-	if err := s.client.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
+	if err := c.SetIdentity(ctx, id); err != nil && !agent.IsCode(err, agent.CodeNotSupported) {
 		return fmt.Errorf("binding identity: %w", err)
 	}
 	return nil
@@ -892,14 +910,17 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 			return nil, err
 		}
 	}
-	if p.freezer != nil {
+	if err := bindIdentity(ctx, s.client); err != nil {
+		return nil, err
+	}
+	if p.freezer != nil && !slices.Contains(p.o.NoFreezeOn, k.Runtime) {
 		if err := p.freezer.Freeze(ctx, s.id); err != nil {
 			return nil, fmt.Errorf("parking: %w", err)
 		}
 		s.frozen = true
 	}
 	// What the slot used to get here is the pool's, not its claimant's.
-	if s.base, err = sb.Stats(ctx); err != nil {
+	if s.base, err = runtime.UsageOf(ctx, sb); err != nil {
 		return nil, fmt.Errorf("reading its accounting: %w", err)
 	}
 	s.builtAt = time.Now()
