@@ -155,6 +155,7 @@ var (
 	_ runtime.Driver       = (*Driver)(nil)
 	_ runtime.Freezer      = (*Driver)(nil)
 	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.Prioritizer  = (*Driver)(nil)
 	_ runtime.InitPIDer    = (*sandbox)(nil)
 	_ runtime.Meter        = (*sandbox)(nil)
 )
