@@ -453,9 +453,10 @@ func poolKeys(cfg config.Config, image baseImage, m *mux.Driver) []pool.Key {
 	return keys
 }
 
-// noFreezeOn are the runtimes whose warm slots park running: a gvisor thaw is a runsc
-// process on the claim's path (15–40 ms, a fifth of a warm one-call run), while an idle
-// Sentry with its interpreter waiting uses ~0.05 ms of CPU a second.
+// noFreezeOn are the runtimes whose warm slots park running (those with a kernel aside: see
+// pool.Options.NoFreezeOn): a gvisor thaw is a runsc process on the claim's path (15–100 ms
+// under load, a fifth or more of a warm one-call run), while an idle Sentry with its agent
+// and a waiting interpreter uses no measurable CPU.
 var noFreezeOn = []string{"gvisor"}
 
 // canFreeze says whether every driver the pool builds slots on can park them: the pool then

@@ -108,8 +108,9 @@ type Options struct {
 	NoFreeze bool
 	// NoFreezeOn lists runtimes (Key.Runtime) whose slots are parked running rather than
 	// frozen: where a thaw costs the claim more than an idle slot costs the host (gvisor: a
-	// runsc process, 15–40 ms of the claim, against ~0.05 ms of CPU a second for an idle
-	// Sentry and its waiting interpreter).
+	// runsc process, 15–100 ms of the claim, against no measurable CPU for an idle Sentry
+	// with its agent and a waiting interpreter). A Kernel's slots are frozen all the same: a
+	// kernel polls while it waits (Jupyter's, ~7 ms of CPU a second on gvisor).
 	NoFreezeOn []string
 	// Tick is how often demand is measured and targets set (default 1 s); HalfLife is the
 	// half-life of the demand average (default 30 s).
@@ -913,7 +914,7 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	if err := bindIdentity(ctx, s.client); err != nil {
 		return nil, err
 	}
-	if p.freezer != nil && !slices.Contains(p.o.NoFreezeOn, k.Runtime) {
+	if p.freezer != nil && (k.Kernel != nil || !slices.Contains(p.o.NoFreezeOn, k.Runtime)) {
 		if err := p.freezer.Freeze(ctx, s.id); err != nil {
 			return nil, fmt.Errorf("parking: %w", err)
 		}
