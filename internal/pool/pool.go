@@ -3,7 +3,7 @@
 // number of ready slots: created and started through the runtime driver, the guest agent
 // connected and answering, for python and node an interpreter pre-started with the harness
 // and the common imports loaded (agent.PrestartRequest), then parked with the driver's
-// runtime.Freezer when it has one.
+// runtime.Freezer when it has one (or left running, on a runtime in Options.NoFreezeOn).
 //
 // A slot is given fresh entropy and a machine id of its own as it is built. A claim pops a
 // ready slot, thaws it, binds the spec's hostname when it asks for another one, and returns
