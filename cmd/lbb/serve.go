@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -281,6 +282,7 @@ func openHost(ctx context.Context, cfg config.Config, log *slog.Logger, reg prom
 			Min:    cfg.PoolMin, Max: cfg.PoolMax, Refill: cfg.PoolRefill,
 			NoFreeze:   !canFreeze(driver, keys),
 			Zygote:     cfg.Zygote,
+			NoFreezeOn: noFreezeOn,
 			Registerer: reg, Log: log.With("part", "pool"),
 		})
 		if err != nil {
@@ -452,10 +454,19 @@ func poolKeys(cfg config.Config, image baseImage, m *mux.Driver) []pool.Key {
 	return keys
 }
 
+// noFreezeOn are the runtimes whose warm slots park running (those with a kernel aside: see
+// pool.Options.NoFreezeOn): a gvisor thaw is a runsc process on the claim's path (15–100 ms
+// under load, a fifth or more of a warm one-call run), while an idle Sentry with its agent
+// and a waiting interpreter uses no measurable CPU.
+var noFreezeOn = []string{"gvisor"}
+
 // canFreeze says whether every driver the pool builds slots on can park them: the pool then
 // freezes its slots, else it keeps them running.
 func canFreeze(m *mux.Driver, keys []pool.Key) bool {
 	for _, k := range keys {
+		if slices.Contains(noFreezeOn, k.Runtime) {
+			continue
+		}
 		d, ok := m.Driver(k.Runtime)
 		if !ok {
 			return false

@@ -265,7 +265,11 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 			out.Infrastructure = MaskString(out.err.Error(), secrets)
 		}
 	}()
-	before, berr := sb.Stats(ctx)
+	// Usage, not Stats: the process count is not metered, and on gvisor it costs a runsc
+	// process on each side of the run.
+	endStats := timing.Start(ctx, "stats")
+	before, berr := runtime.UsageOf(ctx, sb)
+	endStats()
 	if berr != nil {
 		log.Warn("reading sandbox stats", "err", berr)
 	}
@@ -335,7 +339,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	flush(stderr)
 
 	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
-	after, serr := sb.Stats(statsCtx)
+	endStats = timing.Start(ctx, "stats")
+	after, serr := runtime.UsageOf(statsCtx, sb)
+	endStats()
 	cancelStats()
 	if serr != nil {
 		log.Warn("reading sandbox stats", "err", serr)

@@ -3,7 +3,7 @@
 // number of ready slots: created and started through the runtime driver, the guest agent
 // connected and answering, for python and node an interpreter pre-started with the harness
 // and the common imports loaded (agent.PrestartRequest), then parked with the driver's
-// runtime.Freezer when it has one.
+// runtime.Freezer when it has one (or left running, on a runtime in Options.NoFreezeOn).
 //
 // Each slot gets fresh entropy and a machine id of its own when it is built (bindIdentity). A
 // claim pops a ready slot, thaws it, binds the spec's hostname when it asks for another one,
@@ -54,6 +54,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // Key is one kind of slot the pool keeps ready.
@@ -107,6 +108,12 @@ type Options struct {
 	Hostname string
 	// NoFreeze keeps slots running instead of parking them with the driver's Freezer.
 	NoFreeze bool
+	// NoFreezeOn lists runtimes (Key.Runtime) whose slots are parked running rather than
+	// frozen: where a thaw costs the claim more than an idle slot costs the host (gvisor: a
+	// runsc process, 15–100 ms of the claim, against no measurable CPU for an idle Sentry
+	// with its agent and a waiting interpreter). A Kernel's slots are frozen all the same: a
+	// kernel polls while it waits (Jupyter's, ~7 ms of CPU a second on gvisor).
+	NoFreezeOn []string
 	// Tick is how often demand is measured and targets set (default 1 s); HalfLife is the
 	// half-life of the demand average (default 30 s).
 	Tick, HalfLife time.Duration
@@ -640,7 +647,10 @@ func (p *Pool) bind(ctx context.Context, s *slot, spec runtime.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, p.o.ClaimTimeout)
 	defer cancel()
 	if s.frozen {
-		if err := p.freezer.Thaw(ctx, s.id); err != nil {
+		endThaw := timing.Start(ctx, "thaw")
+		err := p.freezer.Thaw(ctx, s.id)
+		endThaw()
+		if err != nil {
 			return fmt.Errorf("thawing: %w", err)
 		}
 		s.frozen = false
@@ -959,14 +969,14 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	if err := bindIdentity(ctx, s.client); err != nil {
 		return nil, err
 	}
-	if p.freezer != nil {
+	if p.freezer != nil && (k.Kernel != nil || !slices.Contains(p.o.NoFreezeOn, k.Runtime)) {
 		if err := p.freezer.Freeze(ctx, s.id); err != nil {
 			return nil, fmt.Errorf("parking: %w", err)
 		}
 		s.frozen = true
 	}
 	// What the slot used to get here is the pool's, not its claimant's.
-	if s.base, err = sb.Stats(ctx); err != nil {
+	if s.base, err = runtime.UsageOf(ctx, sb); err != nil {
 		return nil, fmt.Errorf("reading its accounting: %w", err)
 	}
 	s.builtAt = time.Now()

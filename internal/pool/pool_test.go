@@ -883,3 +883,52 @@ func zygoteCount(p *Pool, path, outcome string) float64 {
 	}
 	return n
 }
+
+// freezeCounter is the local driver with a Freezer that counts its calls (and parks nothing).
+type freezeCounter struct {
+	*local.Driver
+	freezes, thaws atomic.Int32
+}
+
+func (f *freezeCounter) Freeze(ctx context.Context, id string) error { f.freezes.Add(1); return nil }
+func (f *freezeCounter) Thaw(ctx context.Context, id string) error   { f.thaws.Add(1); return nil }
+
+// TestNoFreezeOn: the slots of a runtime in NoFreezeOn park running, so that their claim pays
+// no thaw (gvisor's is a runsc process); the others are frozen and thawed as before.
+func TestNoFreezeOn(t *testing.T) {
+	requirePython(t)
+	for _, running := range []bool{true, false} {
+		t.Run(fmt.Sprintf("running=%v", running), func(t *testing.T) {
+			var f *freezeCounter
+			e := newPool(t, func(o *Options) {
+				f = &freezeCounter{Driver: o.Driver.(*local.Driver)}
+				o.Driver, o.Min = f, 1
+				o.Keys[0].Runtime = "gv"
+				if running {
+					o.NoFreezeOn = []string{"gv"}
+				}
+			})
+			e.fill(t)
+			sp := spec()
+			sp.Runtime = "gv"
+			l, err := e.p.Acquire(ctxT(t), Request{Spec: sp, Language: agent.LangPython})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !runWarm(t, l) {
+				t.Error("the claimed slot's run did not use its pre-started interpreter")
+			}
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			want := int32(1)
+			if running {
+				want = 0
+			}
+			// A frozen slot is thawed at its claim; refill may have parked another since.
+			if fr, th := f.freezes.Load(), f.thaws.Load(); th != want || (running && fr != 0) || (!running && fr < 1) {
+				t.Errorf("freezes %d, thaws %d; want thaws %d and freezes only where slots are frozen", fr, th, want)
+			}
+		})
+	}
+}

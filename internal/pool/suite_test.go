@@ -4,7 +4,7 @@ package pool
 
 // The runtime suites (conformance and hostile) against pooled slots: an adapter driver
 // whose Create records the suite's spec and whose Start takes a slot from a real, started
-// pool on the ns driver (built, frozen, thawed, identity bound, handed over), so that every
+// pool on the ns driver (built, identity bound, frozen, thawed, handed over), so that every
 // program of the suites runs in a sandbox the pool made. The suite's ids map to slot ids;
 // Stop, Start, Destroy and List go to the slot, as a long-lived sandbox's do.
 //

@@ -112,6 +112,23 @@ type Stats struct {
 	Pids     uint64 `json:"pids"`
 }
 
+// Meter is an optional ability of a started Sandbox: its accounting without the process
+// count (Stats with Pids zero), for a driver where counting processes costs far more than
+// reading the cgroup (gvisor asks the Sentry through a runsc process). What a run meters
+// (its CPU, memory and OOM kills, read before and after it) needs no process count.
+type Meter interface {
+	Usage(ctx context.Context) (Stats, error)
+}
+
+// UsageOf reads sb's accounting the cheapest way it can: Meter's Usage when sb has it, else
+// Stats. Pids may be zero.
+func UsageOf(ctx context.Context, sb Sandbox) (Stats, error) {
+	if m, ok := sb.(Meter); ok {
+		return m.Usage(ctx)
+	}
+	return sb.Stats(ctx)
+}
+
 // Driver creates and runs sandboxes. All methods are safe for concurrent use.
 type Driver interface {
 	Name() string

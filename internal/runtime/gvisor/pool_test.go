@@ -16,6 +16,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"github.com/littlebigbrain/lbb/internal/runtime/gvisor"
 	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 )
@@ -61,6 +62,10 @@ func TestPool(t *testing.T) {
 		if st := runscStatus(t, d, id); st != "paused" {
 			t.Errorf("parked slot %s is %q, want paused", id, st)
 		}
+		// Built in the background: at the lowest CPU weight (runtime.Prioritizer).
+		if w := cpuWeight(t, d, id); w != runtime.BackgroundCPUWeight {
+			t.Errorf("parked slot %s has CPU weight %d, want %d", id, w, runtime.BackgroundCPUWeight)
+		}
 	}
 
 	spec := func() runtime.Spec { return runtime.Spec{ID: ids.New(ids.Sandbox), Image: img, Limits: lim} }
@@ -73,6 +78,9 @@ func TestPool(t *testing.T) {
 		}
 		claimed := time.Since(t1)
 		slotID := l.Sandbox.ID()
+		if w := cpuWeight(t, d, slotID); w != runtime.DefaultCPUWeight {
+			t.Errorf("claimed slot %s has CPU weight %d, want %d", slotID, w, runtime.DefaultCPUWeight)
+		}
 		got := poolRun(t, l, poolPy, "[1,2,3]")
 		t.Logf("claim %d (slot %s): claimed in %v, claim+run %v: %s", i+1, slotID, claimed, time.Since(t1), got)
 		var r map[string]any
@@ -135,4 +143,26 @@ func poolRun(t *testing.T, l *pool.Lease, code, input string) json.RawMessage {
 		t.Fatalf("run: %+v %v\nstdout %s\nstderr %s", ex, err, stdout.String(), stderr.String())
 	}
 	return ex.Result
+}
+
+// cpuWeight reads the CPU weight of sandbox id's cgroup, in cgroup v2's units (v1's
+// cpu.shares × 100 / 1024, rounded: 2 reads back as 2).
+func cpuWeight(t *testing.T, d *gvisor.Driver, id string) int {
+	t.Helper()
+	m, err := cgroup.Mounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cgroup.V1(m) {
+		v, err := cgroup.ReadUint(filepath.Join(m[""], d.Config().CgroupParent, id, "cpu.weight"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(v)
+	}
+	v, err := cgroup.ReadUint(filepath.Join(m["cpu"], d.Config().CgroupParent, id, "cpu.shares"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int((v*100 + 512) / 1024)
 }

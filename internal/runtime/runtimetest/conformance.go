@@ -237,6 +237,14 @@ func (e *env) conformance(t *testing.T) {
 		if st.CPUNanos == 0 || st.MemoryBytes == 0 || st.Pids == 0 {
 			t.Errorf("stats %+v", st)
 		}
+		// What a run meters (runtime.UsageOf): the same accounting, the process count aside.
+		u, err := runtime.UsageOf(b.ctx, b.sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.CPUNanos < st.CPUNanos || u.MemoryBytes == 0 || u.OOMKills != st.OOMKills {
+			t.Errorf("usage %+v after stats %+v", u, st)
+		}
 	})
 
 	t.Run("freezer", func(t *testing.T) {
