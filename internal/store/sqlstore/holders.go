@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -74,14 +75,13 @@ func (q queries) ListControlPlanes(ctx context.Context) ([]store.ControlPlane, e
 func (q queries) AdoptControlPlane(ctx context.Context, id, by string, deadBefore, at time.Time) (bool, error) {
 	// A control plane that died while its start recovered its previous life (adopted by
 	// itself, not finished) is adoptable too. One that adopts itself beats from now on.
-	beat := int64(-1) // keeps heartbeat_at
+	beat := `heartbeat_at`
 	if id == by {
-		beat = ms(at)
+		beat = strconv.FormatInt(ms(at), 10)
 	}
-	res, err := q.exec(ctx, `UPDATE control_planes SET adopted_by = ?, adopted_at = ?,
-		heartbeat_at = CASE WHEN ? < 0 THEN heartbeat_at ELSE ? END
+	res, err := q.exec(ctx, `UPDATE control_planes SET adopted_by = ?, adopted_at = ?, heartbeat_at = `+beat+`
 		WHERE id = ? AND heartbeat_at < ? AND (adopted_by = '' OR (adopted_by = id AND recovered_at IS NULL))`,
-		by, ms(at), beat, beat, id, ms(deadBefore))
+		by, ms(at), id, ms(deadBefore))
 	if err != nil {
 		return false, err
 	}
