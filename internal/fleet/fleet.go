@@ -123,6 +123,9 @@ type Fleet struct {
 	cmds    map[string]string    // command id → sandbox id
 	sub     *subscriber          // the caller of Events
 	reaped  bool                 // the control plane's Reap (Recover) ran
+	// kept is what that Reap kept: with other control planes on the store, it names their
+	// sandboxes too, which this fleet did not place, so a host reconciled later keeps them.
+	kept []string
 	next    int                  // round robin among equally loaded hosts
 
 	// joining orders registrations and polls of the store (Register, joinStored), so that a
