@@ -126,7 +126,7 @@ type Fleet struct {
 	// kept is what that Reap kept: with other control planes on the store, it names their
 	// sandboxes too, which this fleet did not place, so a host reconciled later keeps them.
 	kept []string
-	next    int                  // round robin among equally loaded hosts
+	next int // round robin among equally loaded hosts
 
 	// joining orders registrations and polls of the store (Register, joinStored), so that a
 	// poll that read a host's old URL does not move it back after a registration moved it.
