@@ -240,9 +240,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		svc.Shutdown(context.Background())
 		return err
 	case <-svc.Fenced():
-		// Peers recorded what runs here as lost: it ends now, and a restart is a new life.
+		// A peer recorded what runs here as lost: it ends now as a crash would, recording
+		// nothing more (no drain), and a restart is a new life.
 		srv.Close()
-		svc.Shutdown(context.Background())
 		return errors.New("a peer adopted this control plane's records while it ran (its heartbeats stalled past --peer-dead-after)")
 	case <-ctx.Done():
 	}

@@ -55,7 +55,8 @@ func (s *Service) PlaneID() string { return s.id }
 
 // Fenced is closed when peers took this control plane for dead and adopted its records
 // while it still ran (its heartbeats stalled longer than --peer-dead-after): what it runs
-// now is recorded lost already, so it should stop (and may start again, as a new life).
+// now is recorded lost already, so it should stop at once, as a crash would, without
+// recording anything more (and may start again, as a new life).
 func (s *Service) Fenced() <-chan struct{} { return s.fenced }
 
 // deadBefore answers the heartbeat time before which a peer is dead: on a store of one
@@ -75,15 +76,14 @@ func (s *Service) claimAtStart(ctx context.Context) ([]string, error) {
 		return []string{""}, nil
 	}
 	now := s.now()
-	var holders []string
 	won, err := s.st.AdoptControlPlane(ctx, s.id, s.id, now.Add(time.Hour), now)
 	if err != nil {
 		return nil, err
 	}
-	if won {
-		holders = append(holders, s.id)
-	} else if err := s.awaitAdoption(ctx); err != nil {
-		return nil, err
+	if !won {
+		if err := s.awaitAdoption(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := s.st.GetControlPlane(ctx, s.id); errdefs.IsNotFound(err) {
 		// The first life: registered now, so that peers see it from the start.
@@ -104,7 +104,9 @@ func (s *Service) claimAtStart(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(holders, pending...), nil
+	// Its own records always: also those a life that a peer adopted made after the adoption
+	// (before its next heartbeat found it out).
+	return append([]string{s.id}, pending...), nil
 }
 
 // awaitAdoption waits while a peer that adopted this control plane's previous life has not

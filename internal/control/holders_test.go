@@ -4,10 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
 	"github.com/littlebigbrain/lbb/internal/control/controltest"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
+	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
 )
 
 // TestRecoverHolders: on SQLite (one process owns the store) a start with a control plane id
@@ -64,5 +66,33 @@ func TestRecoverHolders(t *testing.T) {
 	must(err)
 	if len(held) != 3 || res.Status != store.CommandSucceeded {
 		t.Fatalf("cp-new holds %d commands (the two it adopted and its run, %s), want 3", len(held), res.Status)
+	}
+}
+
+// TestFenced: a control plane on PostgreSQL that a peer adopted while it still ran (its
+// heartbeats stalled) finds it out at its next heartbeat, and says so (lbb serve then stops).
+func TestFenced(t *testing.T) {
+	st := openPostgres(t, pgtest.Start(t).NewSchema(t))
+	st.(interface{ SetHolder(string) }).SetHolder("cp-1")
+	dir := t.TempDir()
+	e := serve(t, dir, control.Options{Store: st, Host: controltest.New().On(nil),
+		Config:  testConfig(dir, func(c *config.Config) { c.PeerDeadAfter = 3 * time.Second }),
+		Image:   control.Image{ID: "img1", Versions: map[string]string{"python": "3.13.5"}},
+		PlaneID: "cp-1", SharedStore: true})
+	if _, err := e.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.svc.Fenced():
+		t.Fatal("fenced before any peer adopted it")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if won, err := st.AdoptControlPlane(ctx, "cp-1", "cp-2", time.Now().Add(time.Hour), time.Now()); err != nil || !won {
+		t.Fatalf("adopting cp-1 = %v %v", won, err)
+	}
+	select {
+	case <-e.svc.Fenced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a control plane adopted while it ran did not find it out within a few heartbeats")
 	}
 }
