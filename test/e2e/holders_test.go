@@ -93,8 +93,11 @@ func TestControlPlaneHolders(t *testing.T) {
 	if again.header.Get("Idempotent-Replayed") != "true" || m2["status"] != "lost" || m2["command"] != run2 {
 		t.Fatalf("the run's retry through two: %d %v %s", again.status, again.header, again.body)
 	}
-	if reserved(t, storeURL, "in-flight-1") {
-		t.Fatal("one's reservation of a call that ran nothing was not released by its adopter")
+	// The adoption goes on (sandboxes stopped, then reservations released) after the commands.
+	for deadline := time.Now().Add(10 * time.Second); reserved(t, storeURL, "in-flight-1"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("one's reservation of a call that ran nothing was not released by its adopter")
+		}
 	}
 	for deadline := time.Now().Add(10 * time.Second); len(sandboxTraces(run2Sandbox)) > 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
