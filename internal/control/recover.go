@@ -60,26 +60,8 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 		}
 	}
 	s.recovered.Store(true)
-	// What the records still name stays: stopped sandboxes keep their disk, paused ones their
-	// checkpoint (this control plane's own were stopped or ended above unless checkpointed),
-	// and whatever else is live is a live peer's. Nothing else is meant to exist after a
-	// restart.
-	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
-	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
-	}
 	if _, err := s.sweepSnapshots(ctx); err != nil {
 		return rec, fmt.Errorf("recover: snapshots: %w", err)
-	}
-	// The snapshots of the sandboxes that stay are kept too; any other snapshot files go.
-	var kept []string
-	for _, sb := range live {
-		kept = append(kept, sb.ID)
-		snaps, err := s.allSnapshots(ctx, sb.Graph, sb.ID)
-		if err != nil {
-			return rec, fmt.Errorf("recover: snapshots: %w", err)
-		}
-		kept = append(kept, snaps...)
 	}
 	// A blob a live peer is uploading has no File yet: blobs are swept only when no other
 	// control plane lives.
@@ -91,6 +73,28 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 		if rec.BlobsRemoved, err = s.sweepBlobs(ctx); err != nil {
 			return rec, fmt.Errorf("recover: blobs: %w", err)
 		}
+	}
+	// What the records still name stays: stopped sandboxes keep their disk, paused ones their
+	// checkpoint (this control plane's own were stopped or ended above unless checkpointed),
+	// and whatever else is live is a live peer's. Nothing else is meant to exist after a
+	// restart. Listed last, just before the Reap, so that a peer's sandbox made meanwhile is
+	// named too.
+	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	// The snapshots of the sandboxes that stay are kept too; any other snapshot files go.
+	var kept []string
+	for _, sb := range live {
+		kept = append(kept, sb.ID)
+		if sb.OneCall {
+			continue // no snapshots
+		}
+		snaps, err := s.allSnapshots(ctx, sb.Graph, sb.ID)
+		if err != nil {
+			return rec, fmt.Errorf("recover: snapshots: %w", err)
+		}
+		kept = append(kept, snaps...)
 	}
 	rec.Reaped, err = s.host.Reap(ctx, kept)
 	s.metrics.reaped.Add(float64(len(rec.Reaped)))
