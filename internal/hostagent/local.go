@@ -180,6 +180,13 @@ func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 	for _, id := range h.keptSlots(ctx, keep) {
 		kept[id] = true
 	}
+	// The warm pool's parked slots are the host's own (a pool that has not started, as at
+	// this host's first Reap, has none).
+	if h.pool != nil {
+		for _, id := range h.pool.Parked() {
+			kept[id] = true
+		}
+	}
 	var reaped []string
 	var errs []error
 	for _, id := range held {

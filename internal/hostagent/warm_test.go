@@ -109,9 +109,9 @@ func TestStartSandboxWarm(t *testing.T) {
 	}
 }
 
-// TestReapKeepsWarmRun: a one-call run in a warm slot (which the driver names by the slot's
-// id) is kept by a Reap that keeps its record's id — another control plane's start, on a host
-// they share — and runs to its end.
+// TestReapKeepsWarmRun: a Reap (another control plane's start, on a host they share) leaves
+// the warm pool's parked slots, and a one-call run in a warm slot (which the driver names by
+// the slot's id) that it keeps by its record's id runs to its end.
 func TestReapKeepsWarmRun(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -129,6 +129,10 @@ func TestReapKeepsWarmRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	parked, _ := d.List(ctx)
+	// The pool's parked slots are the host's own: a Reap leaves them.
+	if reaped, err := h.Reap(ctx, nil); err != nil || len(reaped) != 0 {
+		t.Fatalf("a Reap took parked slots: %v %v", reaped, err)
+	}
 	s := spec("def run(input, config):\n    return input", "7")
 	if err := h.Claim(ctx, s); err != nil {
 		t.Fatal(err)

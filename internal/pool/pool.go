@@ -976,6 +976,20 @@ func (p *Pool) Stats() []KeyStats {
 	return out
 }
 
+// Parked answers the ids of the slots parked now, ready for a claim: the pool's own, which a
+// host's Reap leaves alone (another control plane's start, on a host they share).
+func (p *Pool) Parked() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, ks := range p.keys {
+		for _, s := range ks.ready {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
+}
+
 // WaitReady waits until every key has as many ready slots as its target (for benchmarks
 // and tests that want a full pool). Refill must be started.
 func (p *Pool) WaitReady(ctx context.Context) error {

@@ -21,14 +21,18 @@ import (
 // is SIGKILLed while a command and a run execute: within --peer-dead-after and a heartbeat
 // the survivor adopts it: both end lost (a retry of the run's key answers that record, and
 // runs nothing), its reservation is released, and its long-lived sandbox is stopped, disk
-// kept, and resumes through the survivor.
+// kept, and resumes through the survivor; when the killed one comes back, it leaves that
+// sandbox to the survivor.
 func TestControlPlaneHolders(t *testing.T) {
 	requireEnv(t)
 	if remoteHost || fleetMode {
 		t.Skip("runs its own control planes and host agents; once is enough")
 	}
+	t0 := time.Now()
 	f, cps := postgresFleet(t, 2, nil, []string{"--peer-dead-after", "3s"})
+	t.Logf("%v: the fleet is up", time.Since(t0).Round(100*time.Millisecond))
 	cp1, cp2 := cps[0], cps[1]
+	t.Cleanup(func() { os.WriteFile("/tmp/holders-full.log", []byte(f.log.String()), 0o644) }) // DEBUG
 	storeURL := flagOf(cp1.proc.cmd.Args, "--store")
 
 	// A long-lived sandbox through one, a file on its disk, a command that runs 6 s in it,
@@ -62,6 +66,7 @@ func TestControlPlaneHolders(t *testing.T) {
 	// (a) Two is killed and restarted while one works.
 	cp2.proc.end(syscall.SIGKILL)
 	cp2.proc, cp2.url = launch(t, cp2.proc.cmd.Args[1:], f.log, servingLine)
+	t.Logf("%v: two restarted", time.Since(t0).Round(100*time.Millisecond))
 	for _, id := range []string{slowCmd, run1} {
 		if c := waitCommand(t, cp1, id, 30*time.Second); c["status"] != "succeeded" {
 			t.Fatalf("one's command %s after two's restart: %v", id, c)
@@ -75,6 +80,7 @@ func TestControlPlaneHolders(t *testing.T) {
 	}
 
 	// (b) One is killed while a command and a run execute.
+	t.Logf("%v: (a) done", time.Since(t0).Round(100*time.Millisecond))
 	longCmd := exec(cp1, "long", `["sh", "-c", "sleep 60"]`)["id"].(string)
 	_, m = cp1.run("run-2", strings.Replace(sleepy, "%s", "60", 1))
 	run2, run2Sandbox := m["command"].(string), m["sandbox"].(string)
@@ -114,6 +120,20 @@ func TestControlPlaneHolders(t *testing.T) {
 	if c := waitCommand(t, cp2, exec(cp2, "read", `["cat", "kept.txt"]`)["id"].(string), 30*time.Second); c["status"] != "succeeded" ||
 		!strings.Contains(c["stdout"].(map[string]any)["tail"].(string), "kept") {
 		t.Fatalf("the file after resuming through two: %v", c)
+	}
+	if c := exec(cp2, "long", `["sh", "-c", "sleep 60"]`); c["id"] != longCmd || c["status"] != "lost" {
+		t.Fatalf("the lost command's key retried through two: %v", c)
+	}
+	// One comes back on its data directory: a new life, which leaves alone what two holds now
+	// (the sandbox two resumed runs on).
+	t.Logf("%v: (b) done", time.Since(t0).Round(100*time.Millisecond))
+	cp1.proc, cp1.url = launch(t, cp1.proc.cmd.Args[1:], f.log, servingLine)
+	t.Logf("%v: one restarted", time.Since(t0).Round(100*time.Millisecond))
+	if rec := cp2.call("GET", "/v1/sandboxes/"+sb+"?graph=main", "", nil, "").obj(t); rec["status"] != "running" {
+		t.Fatalf("the sandbox two holds after one came back: %v", rec)
+	}
+	if r := cp1.call("POST", "/v1/sandboxes/"+sb+"/commands?graph=main", "", map[string]string{"Idempotency-Key": "one-again"}, `{"argv": ["true"]}`); r.status != 409 {
+		t.Fatalf("two's sandbox through one's new life: %d %s, want 409", r.status, r.body)
 	}
 	if !strings.Contains(string(cp2.call("GET", "/metrics", "", nil, "").body), "lbb_control_plane_adoptions_total 1") {
 		t.Error("two's /metrics does not count one adoption")
