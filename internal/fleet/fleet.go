@@ -11,8 +11,9 @@
 // control plane ends the running ones (end_reason host_lost; their commands lost, never run
 // again). Calls for a lost host's sandboxes fail with errdefs Unavailable, code host_lost.
 // When the host answers again it is reconciled: one that restarted is reaped of everything
-// no placement names and the control plane's Reap did not keep (other control planes'
-// sandboxes; its warm pool starts after, as at a control plane's start); one that
+// no placement names (its warm pool starts after, as at a control plane's start; one that the
+// control plane's Reap did not reach yet keeps what that Reap kept, such as other control
+// planes' sandboxes); one that
 // only went silent has the sandboxes destroyed that the control plane ended meanwhile.
 //
 // Its hosts are listed (Options.Members: lbb serve --host-agent) or join at runtime

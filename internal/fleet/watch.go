@@ -137,9 +137,13 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 		// placement names goes (its warm pool starts after this Reap). A host that only
 		// went silent keeps its warm pool: just what was let go of meanwhile goes.
 		_, keep := f.placedOn(m.ID)
-		f.mu.Lock()
-		keep = append(keep, f.kept...)
-		f.mu.Unlock()
+		if !restarted {
+			// Not reached by the control plane's Reap yet: what that Reap kept stays, such
+			// as other control planes' sandboxes, which this fleet did not place.
+			f.mu.Lock()
+			keep = append(keep, f.kept...)
+			f.mu.Unlock()
+		}
 		ids, err := m.Host.Reap(ctx, keep)
 		if err != nil {
 			f.log.Warn("reconciling a host", "host", m.ID, "err", err)

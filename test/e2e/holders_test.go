@@ -32,7 +32,6 @@ func TestControlPlaneHolders(t *testing.T) {
 	f, cps := postgresFleet(t, 2, nil, []string{"--peer-dead-after", "3s"})
 	t.Logf("%v: the fleet is up", time.Since(t0).Round(100*time.Millisecond))
 	cp1, cp2 := cps[0], cps[1]
-	t.Cleanup(func() { os.WriteFile("/tmp/holders-full.log", []byte(f.log.String()), 0o644) }) // DEBUG
 	storeURL := flagOf(cp1.proc.cmd.Args, "--store")
 
 	// A long-lived sandbox through one, a file on its disk, a command that runs 6 s in it,
