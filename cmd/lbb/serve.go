@@ -5,6 +5,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -148,9 +149,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if c, ok := hst.(io.Closer); ok {
 		defer c.Close() // a fleet stops watching its hosts
 	}
+	// The control plane's id: the holder of the records it makes, known again after a restart.
+	planeID, err := control.PlaneID(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	st.SetHolder(planeID)
 	svc := control.New(control.Options{
 		Store: st, Host: hst, Blobs: bs, Image: control.Image(image.Image), Isolation: iso,
-		Config: cfg, Log: log, Registerer: reg,
+		Config: cfg, Log: log.With("control_plane", planeID), Registerer: reg,
+		PlaneID: planeID, SharedStore: postgres.IsURL(cfg.Store),
 	})
 	rec, err := svc.Recover(ctx)
 	if err != nil {
@@ -232,6 +240,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case err := <-served:
 		svc.Shutdown(context.Background())
 		return err
+	case <-svc.Fenced():
+		// A peer recorded what runs here as lost: it ends now as a crash would, recording
+		// nothing more (no drain), and a restart is a new life.
+		srv.Close()
+		return errors.New("a peer adopted this control plane's records while it ran (its heartbeats stalled past --peer-dead-after)")
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())

@@ -162,6 +162,9 @@ type Config struct {
 	// HostLostAfter is how long a host of several (HostAgent names more than one: a fleet)
 	// may not answer its heartbeats before it is lost (internal/fleet).
 	HostLostAfter time.Duration
+	// PeerDeadAfter is how long a control plane on a shared store (PostgreSQL) may miss its
+	// heartbeats (every 2 s) before a peer takes it for dead and adopts its records.
+	PeerDeadAfter time.Duration
 	// Hosts is "remote" when hosts join the control plane (lbb host --control) instead of
 	// being listed by HostAgent; HostSecret is what the control planes derive each joining
 	// host's token from (default: <data-dir>/host-secret, made at first use).
@@ -229,6 +232,7 @@ func Default() Config {
 		JanitorInterval:  time.Minute,
 		ShutdownGrace:    30 * time.Second,
 		HostLostAfter:    10 * time.Second,
+		PeerDeadAfter:    15 * time.Second,
 		TerminalGrace:    2 * time.Minute,
 		LogLevel:         "info",
 		Pool:             true,
@@ -309,6 +313,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hosts, "hosts", c.Hosts, "remote: hosts join this control plane (lbb hosts add NAME gives a host its token; lbb host --control URL --token TOKEN runs it) instead of being listed by --host-agent")
 	fs.StringVar(&c.HostSecret, "host-secret", c.HostSecret, "with --hosts remote: the secret every control plane on the database derives the hosts' tokens from (default: <data-dir>/host-secret, made at first use)")
 	fs.DurationVar(&c.HostLostAfter, "host-lost-after", c.HostLostAfter, "with several --host-agent: how long a host may miss its heartbeats (one a second) before it is lost and its running sandboxes end host_lost")
+	fs.DurationVar(&c.PeerDeadAfter, "peer-dead-after", c.PeerDeadAfter, "with --store postgres://: how long another control plane may miss its heartbeats (every 2s) before one that lives adopts it: its commands end lost, its sandboxes are stopped and held here")
 	fs.Int64Var(&c.EgressQuota, "egress-quota", c.EgressQuota, "egress quota of a sandbox (bytes both ways) when a call names none")
 	fs.Int64Var(&c.EgressMaxQuota, "egress-max-quota", c.EgressMaxQuota, "largest egress quota a call may name")
 	fs.Func("egress-permit", "a network (CIDR) sandboxes' egress may reach although it is not public; repeat or separate with commas (LBB_EGRESS_PERMIT)", func(v string) error {
@@ -425,6 +430,9 @@ func (c *Config) Validate() error {
 		if len(hosts) > 1 && c.HostLostAfter < 2*time.Second {
 			bad("--host-lost-after %s: want at least 2s (a heartbeat is one a second)", c.HostLostAfter)
 		}
+	}
+	if c.PeerDeadAfter < time.Second {
+		bad("--peer-dead-after %s: want at least 1s", c.PeerDeadAfter)
 	}
 	if c.EgressQuota < 0 || c.EgressMaxQuota < c.EgressQuota {
 		bad("--egress-quota %d, --egress-max-quota %d: want 0 ≤ quota ≤ max", c.EgressQuota, c.EgressMaxQuota)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// PlaneID is this control plane's id (PlaneID of its data directory), the holder the
+	// store stamps its records with; "" for one alone on its store.
+	PlaneID string
+	// SharedStore says other control planes may use the store (PostgreSQL): they heartbeat,
+	// and only those whose heartbeats stopped are dead (holders.go).
+	SharedStore bool
 }
 
 // Service is the control plane.
@@ -69,6 +76,15 @@ type Service struct {
 
 	janitorStop chan struct{}
 	janitorDone chan struct{}
+
+	// Holders (holders.go): this control plane's id, whether peers share the store, its
+	// heartbeat, and whether peers adopted it while it ran.
+	id                 string
+	shared             bool
+	recovered          atomic.Bool
+	liveStop, liveDone chan struct{}
+	fenced             chan struct{}
+	fenceOnce          sync.Once
 
 	// lmu guards the long-lived sandboxes held (running or stopped) and the graphs' locks.
 	lmu        sync.Mutex
@@ -121,6 +137,7 @@ func New(o Options) *Service {
 		held:     map[string]*heldSandbox{},
 		oneCalls: map[string]owner{},
 		contexts: map[string]*codeContext{},
+		id:       o.PlaneID, shared: o.SharedStore, fenced: make(chan struct{}),
 	}
 	slots := o.Config.RunSlots
 	if slots == 0 {
@@ -183,6 +200,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	n := len(s.inflight)
 	s.mu.Unlock()
 	s.StopJanitor()
+	defer s.stopLiveness()
 	done := make(chan struct{})
 	go func() { s.runs.Wait(); close(done) }()
 	if n > 0 {

@@ -10,6 +10,7 @@ type metrics struct {
 	running     prometheus.Gauge
 	reaped      prometheus.Counter
 	lost        prometheus.Counter
+	adoptions   prometheus.Counter
 	// vcpuMs and gibMs are the metered usage of ended commands, per graph.
 	vcpuMs    *prometheus.CounterVec
 	gibMs     *prometheus.CounterVec
@@ -51,6 +52,9 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lbb_commands_lost_total", Help: "Commands a restart found unfinished and marked lost.",
 		}),
+		adoptions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lbb_control_plane_adoptions_total", Help: "Dead control planes on the shared store whose records this one adopted and recovered.",
+		}),
 		vcpuMs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lbb_usage_vcpu_ms_total", Help: "CPU time of ended runs and commands, in milliseconds, by graph.",
 		}, []string{"graph"}),
@@ -64,7 +68,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		r: r,
 	}
 	if r != nil {
-		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost, m.vcpuMs, m.gibMs, m.queueWait)
+		r.MustRegister(m.runs, m.runDuration, m.running, m.reaped, m.lost, m.adoptions, m.vcpuMs, m.gibMs, m.queueWait)
 	}
 	return m
 }

@@ -30,16 +30,89 @@ type Recovered struct {
 	BlobsRemoved int
 }
 
-// Recover runs at start, before the server serves: every command still queued or running
-// was cut off by a crash, so it is marked lost (and its idempotency key answers that record,
-// so a retry never runs the code again); every sandbox record still live is ended; and every
-// sandbox the runtime still holds that no record keeps is destroyed.
+// Recover runs at start, before the server serves. It recovers the records this control
+// plane holds (holders.go): those of its previous life on this data directory, those from
+// before holders, and those of peers on the store that are dead. Every command still queued
+// or running was cut off, so it is marked lost (and its idempotency key answers that record,
+// so a retry never runs the code again); every sandbox record still live is ended (a
+// long-lived one stopped, its disk kept); and every sandbox the runtime still holds that no
+// record of any control plane keeps is destroyed.
 func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 	var rec Recovered
-	now := s.now()
-	cmds, err := s.st.ListCommandsByStatus(ctx, store.CommandQueued, store.CommandRunning)
+	holders, err := s.claimAtStart(ctx)
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)
+	}
+	for _, h := range holders {
+		if err := s.recoverHeld(ctx, h, &rec, false); err != nil {
+			return rec, fmt.Errorf("recover: %w", err)
+		}
+		if h != s.id {
+			if err := s.st.FinishAdoption(ctx, h, s.now()); err != nil {
+				return rec, fmt.Errorf("recover: adopting control plane %q: %w", h, err)
+			}
+			s.adopted(h, Recovered{})
+		}
+	}
+	if s.id != "" {
+		if err := s.st.RegisterControlPlane(ctx, s.id, s.now()); err != nil {
+			return rec, fmt.Errorf("recover: %w", err)
+		}
+	}
+	s.recovered.Store(true)
+	if _, err := s.sweepSnapshots(ctx); err != nil {
+		return rec, fmt.Errorf("recover: snapshots: %w", err)
+	}
+	// A blob a live peer is uploading has no File yet: blobs are swept only when no other
+	// control plane lives.
+	peers, err := s.livePeers(ctx)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	if len(peers) == 0 {
+		if rec.BlobsRemoved, err = s.sweepBlobs(ctx); err != nil {
+			return rec, fmt.Errorf("recover: blobs: %w", err)
+		}
+	}
+	// What the records still name stays: stopped sandboxes keep their disk, paused ones their
+	// checkpoint (this control plane's own were stopped or ended above unless checkpointed),
+	// and whatever else is live is a live peer's. Nothing else is meant to exist after a
+	// restart. Listed last, just before the Reap, so that a peer's sandbox made meanwhile is
+	// named too.
+	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	// The snapshots of the sandboxes that stay are kept too; any other snapshot files go.
+	var kept []string
+	for _, sb := range live {
+		kept = append(kept, sb.ID)
+		if sb.OneCall {
+			continue // no snapshots
+		}
+		snaps, err := s.allSnapshots(ctx, sb.Graph, sb.ID)
+		if err != nil {
+			return rec, fmt.Errorf("recover: snapshots: %w", err)
+		}
+		kept = append(kept, snaps...)
+	}
+	rec.Reaped, err = s.host.Reap(ctx, kept)
+	s.metrics.reaped.Add(float64(len(rec.Reaped)))
+	if err != nil {
+		return rec, fmt.Errorf("recover: %w", err)
+	}
+	return rec, nil
+}
+
+// recoverHeld recovers the records holder holds: its commands queued or running are marked
+// lost, its live one-call sandboxes ended lost (destroyed on the host too when destroy: a
+// peer's, while the hosts run on), its long-lived sandboxes stopped and held here
+// (recoverLongLived), and its reservations of calls that ran no code released.
+func (s *Service) recoverHeld(ctx context.Context, holder string, rec *Recovered, destroy bool) error {
+	now := s.now()
+	cmds, err := s.st.ListCommandsHeld(ctx, holder, store.CommandQueued, store.CommandRunning)
+	if err != nil {
+		return err
 	}
 	for _, c := range cmds {
 		err := s.st.WithTx(ctx, func(q store.Queries) error {
@@ -76,86 +149,50 @@ func (s *Service) Recover(ctx context.Context) (Recovered, error) {
 			return s.finishKey(ctx, q, r, Response{Outcome: idempotency.Done, Body: body}, &now, nil, c.ID)
 		})
 		if err != nil {
-			return rec, fmt.Errorf("recover: marking %s lost: %w", c.ID, err)
+			return fmt.Errorf("marking %s lost: %w", c.ID, err)
 		}
 		s.metrics.lost.Inc()
-		s.log.Warn("command lost", "graph", c.Graph, "command", c.ID, "sandbox", c.SandboxID)
+		s.log.Warn("command lost", "graph", c.Graph, "command", c.ID, "sandbox", c.SandboxID, "holder", holder)
 		rec.Lost = append(rec.Lost, c.ID)
 	}
-	if err := s.recoverLongLived(ctx, &rec); err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
+	if err := s.recoverLongLived(ctx, holder, rec); err != nil {
+		return err
 	}
-	live, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused)
+	live, err := s.st.ListSandboxesHeld(ctx, holder, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused)
 	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
+		return err
 	}
 	for _, sb := range live {
 		if !sb.OneCall {
 			continue // recoverLongLived stopped it
 		}
+		if destroy {
+			if _, err := s.host.Destroy(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+				s.log.Warn("destroying a lost sandbox", "sandbox", sb.ID, "err", err)
+			}
+		}
 		sb.Status, sb.EndReason, sb.EndedAt = store.SandboxDestroyed, store.EndLost, &now
 		if err := s.st.UpdateSandbox(ctx, sb); err != nil {
-			return rec, fmt.Errorf("recover: ending %s: %w", sb.ID, err)
+			return fmt.Errorf("ending %s: %w", sb.ID, err)
 		}
-		s.log.Warn("sandbox lost", "graph", sb.Graph, "sandbox", sb.ID)
+		s.log.Warn("sandbox lost", "graph", sb.Graph, "sandbox", sb.ID, "holder", holder)
 		rec.Sandboxes = append(rec.Sandboxes, sb.ID)
 	}
 	// Calls that ran no code and were cut off leave their keys reserved: release them.
-	pending, err := s.st.ListIdempotencyByState(ctx, store.IdempotencyRunning)
+	pending, err := s.st.ListIdempotencyHeld(ctx, holder, store.IdempotencyRunning)
 	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
+		return err
 	}
 	for _, r := range pending {
 		if r.CommandID != "" {
 			continue
 		}
 		if err := s.st.DeleteIdempotency(ctx, r.Graph, r.Key); err != nil && !errdefs.IsNotFound(err) {
-			return rec, fmt.Errorf("recover: releasing an idempotency key: %w", err)
+			return fmt.Errorf("releasing an idempotency key: %w", err)
 		}
 		rec.Released++
 	}
-	// Stopped sandboxes keep their disk; nothing else is meant to exist after a restart.
-	stopped, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStopped)
-	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
-	}
-	keep := map[string]bool{}
-	for _, sb := range stopped {
-		keep[sb.ID] = true
-	}
-	// …as do sandboxes paused with their memory saved (a checkpoint).
-	paused, err := s.st.ListSandboxesByStatus(ctx, store.SandboxPaused)
-	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
-	}
-	for _, sb := range paused {
-		keep[sb.ID] = !sb.OneCall && sb.PauseMode == store.PauseCheckpoint
-	}
-	if _, err := s.sweepSnapshots(ctx); err != nil {
-		return rec, fmt.Errorf("recover: snapshots: %w", err)
-	}
-	// The snapshots of the sandboxes that stay are kept too; any other snapshot files go.
-	var kept []string
-	for _, sb := range append(stopped, paused...) {
-		if !keep[sb.ID] {
-			continue
-		}
-		kept = append(kept, sb.ID)
-		snaps, err := s.allSnapshots(ctx, sb.Graph, sb.ID)
-		if err != nil {
-			return rec, fmt.Errorf("recover: snapshots: %w", err)
-		}
-		kept = append(kept, snaps...)
-	}
-	if rec.BlobsRemoved, err = s.sweepBlobs(ctx); err != nil {
-		return rec, fmt.Errorf("recover: blobs: %w", err)
-	}
-	rec.Reaped, err = s.host.Reap(ctx, kept)
-	s.metrics.reaped.Add(float64(len(rec.Reaped)))
-	if err != nil {
-		return rec, fmt.Errorf("recover: %w", err)
-	}
-	return rec, nil
+	return nil
 }
 
 // StartJanitor enforces retention every JanitorInterval until StopJanitor.

@@ -771,11 +771,12 @@ func (s *Service) stopAllLive(ctx context.Context, reason string) {
 	wg.Wait()
 }
 
-// recoverLongLived runs at start: a long-lived sandbox that was running is stopped (its
-// disk kept, end reason server_restart), one that was starting failed, and one whose expiry
-// passed is destroyed. Those that remain are held again, with their expiry timers.
-func (s *Service) recoverLongLived(ctx context.Context, rec *Recovered) error {
-	all, err := s.st.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+// recoverLongLived runs at start, and when a dead peer is adopted, on holder's sandboxes: a
+// long-lived sandbox that was running is stopped (its disk kept, end reason server_restart),
+// one that was starting failed, and one whose expiry passed is destroyed. Those that remain
+// are held here, with their expiry timers.
+func (s *Service) recoverLongLived(ctx context.Context, holder string, rec *Recovered) error {
+	all, err := s.st.ListSandboxesHeld(ctx, holder, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,9 @@
 // control plane ends the running ones (end_reason host_lost; their commands lost, never run
 // again). Calls for a lost host's sandboxes fail with errdefs Unavailable, code host_lost.
 // When the host answers again it is reconciled: one that restarted is reaped of everything
-// no placement names (its warm pool starts after, as at a control plane's start); one that
+// no placement names (its warm pool starts after, as at a control plane's start; one that the
+// control plane's Reap did not reach yet keeps what that Reap kept, such as other control
+// planes' sandboxes); one that
 // only went silent has the sandboxes destroyed that the control plane ended meanwhile.
 //
 // Its hosts are listed (Options.Members: lbb serve --host-agent) or join at runtime
@@ -123,7 +125,10 @@ type Fleet struct {
 	cmds    map[string]string    // command id → sandbox id
 	sub     *subscriber          // the caller of Events
 	reaped  bool                 // the control plane's Reap (Recover) ran
-	next    int                  // round robin among equally loaded hosts
+	// kept is what that Reap kept: with other control planes on the store, it names their
+	// sandboxes too, which this fleet did not place, so a host reconciled later keeps them.
+	kept []string
+	next int // round robin among equally loaded hosts
 
 	// joining orders registrations and polls of the store (Register, joinStored), so that a
 	// poll that read a host's old URL does not move it back after a registration moved it.

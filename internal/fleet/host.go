@@ -451,7 +451,7 @@ func (f *Fleet) Reap(ctx context.Context, keep []string) ([]string, error) {
 			forget = append(forget, id)
 		}
 	}
-	f.reaped = true
+	f.reaped, f.kept = true, slices.Clone(keep)
 	f.mu.Unlock()
 	for _, id := range forget {
 		f.unplace(ctx, id)

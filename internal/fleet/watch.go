@@ -137,7 +137,7 @@ func (f *Fleet) answered(ctx context.Context, m *member, info hostagent.Info) {
 		// A new life of the host agent (or one this fleet never reaped): everything no
 		// placement names goes (its warm pool starts after this Reap). A host that only
 		// went silent keeps its warm pool: just what was let go of meanwhile goes.
-		keep, err := f.keepOn(ctx, m.ID)
+		keep, err := f.keepOn(ctx, m.ID, restarted)
 		var ids []string
 		if err == nil {
 			ids, err = m.Host.Reap(ctx, keep)
@@ -326,12 +326,19 @@ func (f *Fleet) follow(sub *subscriber, m *member) {
 }
 
 // keepOn answers what a reap of host must spare: what this fleet placed there and, with a
-// store, what every control plane on it holds — the placements recorded there (long-lived
-// sandboxes, snapshots) and every sandbox record not ended (one-call runs' sandboxes are placed
-// in their control plane's memory only). A host shared by several control planes is reaped by
-// each of them; sparing only its own placements, one destroyed the others' work.
-func (f *Fleet) keepOn(ctx context.Context, host string) ([]string, error) {
+// store, the placements every control plane recorded there (long-lived sandboxes, snapshots).
+// A host that did not restart keeps more: every sandbox record not ended (other control
+// planes' one-call runs are placed in their memory only; the host maps a run's record to its
+// warm slot) and what this control plane's Reap kept. A host shared by several control planes
+// is reaped by each of them; sparing only its own placements, one destroyed the others' work.
+// A restarted host's runs died with it: what the records still call running there goes.
+func (f *Fleet) keepOn(ctx context.Context, host string, restarted bool) ([]string, error) {
 	_, keep := f.placedOn(host)
+	if !restarted {
+		f.mu.Lock()
+		keep = append(keep, f.kept...)
+		f.mu.Unlock()
+	}
 	if f.o.Store == nil {
 		return keep, nil
 	}
@@ -342,12 +349,14 @@ func (f *Fleet) keepOn(ctx context.Context, host string) ([]string, error) {
 	for _, p := range ps {
 		keep = append(keep, p.ID)
 	}
-	live, err := f.o.Store.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
-	if err != nil {
-		return nil, err
-	}
-	for _, sb := range live {
-		keep = append(keep, sb.ID)
+	if !restarted {
+		live, err := f.o.Store.ListSandboxesByStatus(ctx, store.SandboxStarting, store.SandboxRunning, store.SandboxPaused, store.SandboxStopped)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range live {
+			keep = append(keep, sb.ID)
+		}
 	}
 	slices.Sort(keep)
 	return slices.Compact(keep), nil

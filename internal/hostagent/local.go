@@ -175,12 +175,19 @@ func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 	for _, id := range keep {
 		kept[id] = true
 	}
+	// A one-call run kept by its record's id may run in a warm slot, which the driver names
+	// by the slot's id: kept too (another control plane's run, on a host they share). A
+	// claim still acquiring is waited for, so that its slot is known.
+	for _, id := range h.keptSlots(ctx, keep) {
+		kept[id] = true
+	}
 	var reaped []string
 	var errs []error
 	for _, id := range held {
-		// The warm pool's slots are the host's own: no control plane's record names them.
-		// lbb serve reaps before its pool starts; an lbb host serving several control planes
-		// is reaped by each while its pool runs.
+		// The warm pool's slots, parked or being built, are the host's own: no control
+		// plane's record names them. lbb serve reaps before its pool starts (it has none
+		// then); an lbb host serving several control planes is reaped by each while its pool
+		// runs.
 		if kept[id] || h.pool != nil && h.pool.Owns(id) {
 			continue
 		}
@@ -205,6 +212,35 @@ func (h *Local) Reap(ctx context.Context, keep []string) ([]string, error) {
 		}
 	}
 	return reaped, errors.Join(errs...)
+}
+
+// keptSlots answers the driver's ids of the one-call runs' sandboxes that keep names by their
+// records' ids, once their claims are done (for up to 30 s).
+func (h *Local) keptSlots(ctx context.Context, keep []string) []string {
+	h.mu.Lock()
+	var ocs []*oneCall
+	for _, id := range keep {
+		if oc := h.runs[id]; oc != nil {
+			ocs = append(ocs, oc)
+		}
+	}
+	h.mu.Unlock()
+	wait := time.NewTimer(30 * time.Second)
+	defer wait.Stop()
+	var ids []string
+	for _, oc := range ocs {
+		select {
+		case <-oc.done:
+		case <-wait.C:
+			return ids
+		case <-ctx.Done():
+			return ids
+		}
+		if oc.lease != nil {
+			ids = append(ids, oc.lease.Sandbox.ID())
+		}
+	}
+	return ids
 }
 
 // Events delivers what happened to sandboxes by themselves until ctx ends.

@@ -15,6 +15,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/local"
+	"github.com/littlebigbrain/lbb/internal/store"
 )
 
 // TestStartSandboxWarm: a long-lived sandbox created with Warm is a parked slot handed over
@@ -105,5 +106,47 @@ func TestStartSandboxWarm(t *testing.T) {
 	}
 	if held, _ := d.List(ctx); slices.Contains(held, live.ID) {
 		t.Errorf("the driver still holds %s after destroy", live.ID)
+	}
+}
+
+// TestReapKeepsWarmRun: a Reap (another control plane's start, on a host they share) leaves
+// the warm pool's parked slots, and a one-call run in a warm slot (which the driver names by
+// the slot's id) that it keeps by its record's id runs to its end.
+func TestReapKeepsWarmRun(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := local.New(local.Options{AgentPath: agentBin, StateDir: t.TempDir()})
+	p, err := pool.New(pool.Options{Driver: d, Min: 1, Tick: time.Hour,
+		Keys: []pool.Key{{Name: "py", Image: "/", Language: "python", Imports: []string{}, Limits: runtime.Limits{MemoryMiB: 512}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h := hostagent.NewLocal(hostagent.Options{Driver: d, Pool: p, Rootfs: "/", DataDir: t.TempDir()})
+	p.Start()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	parked, _ := d.List(ctx)
+	// The pool's parked slots are the host's own: a Reap leaves them.
+	if reaped, err := h.Reap(ctx, nil); err != nil || len(reaped) != 0 {
+		t.Fatalf("a Reap took parked slots: %v %v", reaped, err)
+	}
+	s := spec("def run(input, config):\n    return input", "7")
+	if err := h.Claim(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	reaped, err := h.Reap(ctx, []string{s.SandboxID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, h, ctx, s)
+	release(t, h, s)
+	if out.Status != store.CommandSucceeded || string(out.Result) != "7" {
+		t.Fatalf("the run after a Reap that kept it: %+v (reaped %v, parked %v)", out, reaped, parked)
+	}
+	if len(parked) != 1 || parked[0] == s.SandboxID || len(reaped) != 0 {
+		t.Fatalf("parked %v (want one slot, not named as the run), reaped %v (want none)", parked, reaped)
 	}
 }

@@ -162,6 +162,28 @@ type Queries interface {
 	// Recovery and retention, across every graph.
 	ListSandboxesByStatus(ctx context.Context, statuses ...string) ([]Sandbox, error)
 	ListCommandsByStatus(ctx context.Context, statuses ...string) ([]Command, error)
+
+	// Holders: control planes sharing the store (docs/deploy.md). A store opened for a
+	// control plane (sqlstore's SetHolder) stamps the sandboxes, commands and idempotency
+	// reservations it inserts with that control plane's id; its start, or the peer that
+	// adopts it once it is dead, recovers them. The List*Held list one holder's.
+	ListSandboxesHeld(ctx context.Context, holder string, statuses ...string) ([]Sandbox, error)
+	ListCommandsHeld(ctx context.Context, holder string, statuses ...string) ([]Command, error)
+	ListIdempotencyHeld(ctx context.Context, holder, state string) ([]Idempotency, error)
+	// RegisterControlPlane starts a life of control plane id: its row, heartbeat at, not
+	// adopted. Heartbeat refreshes it; it answers false, writing nothing, when a peer has
+	// adopted id (it was taken for dead).
+	RegisterControlPlane(ctx context.Context, id string, at time.Time) error
+	Heartbeat(ctx context.Context, id string, at time.Time) (bool, error)
+	GetControlPlane(ctx context.Context, id string) (ControlPlane, error)
+	ListControlPlanes(ctx context.Context) ([]ControlPlane, error)
+	// AdoptControlPlane makes by the adopter of control plane id when nobody adopted it yet
+	// and its heartbeat is older than deadBefore, and answers whether it did (of two
+	// adopters, one wins). The adopter also takes over the adoptions id had not finished.
+	AdoptControlPlane(ctx context.Context, id, by string, deadBefore, at time.Time) (bool, error)
+	// FinishAdoption moves every record id holds to its adopter and marks the adoption
+	// done (recovered_at).
+	FinishAdoption(ctx context.Context, id string, at time.Time) error
 	// DeleteEndedSandboxes removes up to limit sandboxes that ended before t, with their
 	// commands, and returns how many sandboxes it removed.
 	DeleteEndedSandboxes(ctx context.Context, before time.Time, limit int) (int, error)
@@ -525,6 +547,17 @@ const (
 type ForkedFrom struct {
 	Sandbox  string `json:"sandbox"`
 	Snapshot string `json:"snapshot"`
+}
+
+// ControlPlane is a control plane (lbb serve) of the store, and who adopted it once it was
+// dead. The ID "" stands for the records from before holders.
+type ControlPlane struct {
+	ID          string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	AdoptedBy   string // "" while nobody adopted it
+	AdoptedAt   *time.Time
+	RecoveredAt *time.Time // when its adopter recovered its records and took them
 }
 
 // Host is a host agent of a fleet: the machine a control plane places sandboxes on.

@@ -3,10 +3,14 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/littlebigbrain/lbb/internal/store"
 	"github.com/littlebigbrain/lbb/internal/store/postgres/pgtest"
@@ -114,4 +118,57 @@ func TestToPostgres(t *testing.T) {
 			t.Errorf("toPostgres(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestAdoptionOneWinner: two control planes, each with its own connections to one database,
+// adopt the same dead peers at once: each peer is adopted by exactly one of them.
+func TestAdoptionOneWinner(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	var dbs [2]*sqlstore.DB
+	for i := range dbs {
+		db, err := Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs[i] = db
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	const n = 20
+	for i := range n {
+		if err := dbs[0].RegisterControlPlane(ctx, fmt.Sprint("dead-", i), t0.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wins [2]atomic.Int64
+	var wg sync.WaitGroup
+	for a := range dbs {
+		wg.Go(func() {
+			for i := range n {
+				won, err := dbs[a].AdoptControlPlane(ctx, fmt.Sprint("dead-", i), fmt.Sprint("cp-", a), t0, t0)
+				if err != nil {
+					t.Error(err)
+				}
+				if won {
+					wins[a].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := wins[0].Load() + wins[1].Load(); got != n {
+		t.Fatalf("%d + %d adoptions of %d dead control planes, want one each", wins[0].Load(), wins[1].Load(), n)
+	}
+	planes, err := dbs[1].ListControlPlanes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range planes {
+		if p.ID != "" && p.AdoptedBy == "" {
+			t.Fatalf("%s was adopted by nobody", p.ID)
+		}
+	}
+	t.Logf("adoptions: cp-0 %d, cp-1 %d", wins[0].Load(), wins[1].Load())
 }

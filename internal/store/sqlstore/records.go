@@ -228,7 +228,8 @@ func scanSandbox(sc row) (store.Sandbox, error) {
 }
 
 func (q queries) CreateSandbox(ctx context.Context, s store.Sandbox) error {
-	_, err := q.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (`+inList(len(sandboxArgs(s)))+`)`, sandboxArgs(s)...)
+	args := append(sandboxArgs(s), q.holder)
+	_, err := q.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`, holder) VALUES (`+inList(len(args))+`)`, args...)
 	return err
 }
 
@@ -456,7 +457,7 @@ func (q queries) CreateCommand(ctx context.Context, c store.Command) error {
 	if err := q.queryRow(ctx, `SELECT one_call FROM sandboxes WHERE graph = ? AND id = ?`, c.Graph, c.SandboxID).Scan(&oneCall); err != nil {
 		return notFound(err, "sandbox %s not found", c.SandboxID)
 	}
-	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (`+inList(43)+`)`, commandArgs(c, oneCall != 0)...)
+	_, err := q.exec(ctx, `INSERT INTO commands (`+commandCols+`, holder) VALUES (`+inList(44)+`)`, append(commandArgs(c, oneCall != 0), q.holder)...)
 	return err
 }
 
@@ -638,9 +639,9 @@ func scanIdem(sc row) (store.Idempotency, error) {
 }
 
 func (q queries) CreateIdempotency(ctx context.Context, r store.Idempotency) error {
-	_, err := q.exec(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES (`+inList(11)+`)`,
+	_, err := q.exec(ctx, `INSERT INTO idempotency (`+idemCols+`, holder) VALUES (`+inList(12)+`)`,
 		r.Graph, r.Key, r.Route, r.RequestHash, r.State, nullStr(r.CommandID), nullStr(r.SandboxID),
-		r.ResponseStatus, r.ResponseBody, ms(r.CreatedAt), msPtr(r.CompletedAt))
+		r.ResponseStatus, r.ResponseBody, ms(r.CreatedAt), msPtr(r.CompletedAt), q.holder)
 	return err
 }
 

@@ -117,6 +117,11 @@ func New(w, r *sql.DB, d Dialect) *DB {
 	return &DB{queries: queries{w: w, r: r, d: &d, ws: ws, rs: rs}, w: w, r: r}
 }
 
+// SetHolder makes id the holder of the sandboxes, commands and idempotency reservations
+// inserted from now on: the control plane this store was opened for (store.Queries, Holders).
+// Call it before the store is used.
+func (db *DB) SetHolder(id string) { db.holder = id }
+
 // Close closes both pools.
 func (db *DB) Close() error {
 	err := db.ws.close()
@@ -149,7 +154,7 @@ func (db *DB) WithTx(ctx context.Context, fn func(q store.Queries) error) error 
 			db.ws.get(ctx, q)
 		}
 	}()
-	if err := fn(queries{w: tx, r: tx, d: db.d, ws: db.ws, rs: db.ws, tx: tx, unprepared: &unprepared}); err != nil {
+	if err := fn(queries{w: tx, r: tx, d: db.d, ws: db.ws, rs: db.ws, holder: db.holder, tx: tx, unprepared: &unprepared}); err != nil {
 		return errors.Join(err, ignoreDone(tx.Rollback()))
 	}
 	if err := tx.Commit(); err != nil {
@@ -303,6 +308,18 @@ func (db *DB) ExpireRunOutput(ctx context.Context, before time.Time, limit int) 
 	return ids, err
 }
 
+func (db *DB) AdoptControlPlane(ctx context.Context, id, by string, deadBefore, at time.Time) (won bool, err error) {
+	err = db.WithTx(ctx, func(q store.Queries) error {
+		won, err = q.AdoptControlPlane(ctx, id, by, deadBefore, at)
+		return err
+	})
+	return won, err
+}
+
+func (db *DB) FinishAdoption(ctx context.Context, id string, at time.Time) error {
+	return db.WithTx(ctx, func(q store.Queries) error { return q.FinishAdoption(ctx, id, at) })
+}
+
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -315,6 +332,8 @@ type queries struct {
 	w, r   execer
 	d      *Dialect
 	ws, rs *stmts
+	// holder is the control plane the records inserted are stamped with (SetHolder).
+	holder string
 	// In a transaction: tx, and the texts it ran unprepared.
 	tx         *sql.Tx
 	unprepared *[]string

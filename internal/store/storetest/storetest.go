@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Sessions", testSessions},
 		{"CheckpointArchives", testCheckpointArchives},
 		{"Hosts", testHosts},
+		{"Holders", testHolders},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -1032,4 +1033,112 @@ func testHosts(t *testing.T, s store.Store) {
 	must(t, s.DeletePlacement(ctx, "sb1"))
 	_, err = s.GetPlacement(ctx, "sb1")
 	wantClass(t, err, errdefs.ClassNotFound)
+}
+
+// testHolders: a store opened for a control plane (SetHolder) stamps the sandboxes, commands
+// and reservations it inserts; control planes heartbeat, one adopts a dead one once, takes
+// over the adoptions it had not finished, and its finish moves the records to the adopter.
+func testHolders(t *testing.T, s store.Store) {
+	hs, ok := s.(interface{ SetHolder(string) })
+	if !ok {
+		t.Skip("the store cannot be opened for a control plane")
+	}
+	defer hs.SetHolder("")
+	t0 := now()
+	// Before holders (and with no holder): the holder "", a control plane dead from the start.
+	old := newSandbox("main")
+	must(t, s.CreateSandbox(ctx, old))
+	hs.SetHolder("cp-a")
+	sb := newSandbox("main")
+	must(t, s.CreateSandbox(ctx, sb))
+	c := store.Command{ID: ids.New(ids.Command), Graph: "main", SandboxID: sb.ID, Kind: store.KindProcess,
+		Argv: []string{"true"}, Status: store.CommandRunning, CreatedAt: t0}
+	must(t, s.CreateCommand(ctx, c))
+	must(t, s.WithTx(ctx, func(q store.Queries) error { // in a transaction too
+		return q.CreateIdempotency(ctx, store.Idempotency{Graph: "main", Key: "k1", Route: "POST /v1/run", RequestHash: "h",
+			State: store.IdempotencyRunning, CreatedAt: t0})
+	}))
+	held := func(holder string) (sandboxes, commands, keys int) {
+		t.Helper()
+		sbs, err := s.ListSandboxesHeld(ctx, holder, store.SandboxStarting, store.SandboxRunning)
+		must(t, err)
+		cmds, err := s.ListCommandsHeld(ctx, holder, store.CommandRunning)
+		must(t, err)
+		rs, err := s.ListIdempotencyHeld(ctx, holder, store.IdempotencyRunning)
+		must(t, err)
+		return len(sbs), len(cmds), len(rs)
+	}
+	if a, b, c := held("cp-a"); a != 1 || b != 1 || c != 1 {
+		t.Fatalf("cp-a holds %d sandboxes, %d commands, %d keys; want 1 each", a, b, c)
+	}
+	if a, b, c := held(""); a != 1 || b != 0 || c != 0 {
+		t.Fatalf("the holder \"\" holds %d sandboxes, %d commands, %d keys; want 1, 0, 0", a, b, c)
+	}
+
+	planes, err := s.ListControlPlanes(ctx)
+	must(t, err)
+	if len(planes) != 1 || planes[0].ID != "" || planes[0].AdoptedBy != "" {
+		t.Fatalf("control planes before any = %+v, want the row of \"\"", planes)
+	}
+	must(t, s.RegisterControlPlane(ctx, "cp-a", t0))
+	must(t, s.RegisterControlPlane(ctx, "cp-b", t0))
+	if ok, err := s.Heartbeat(ctx, "cp-a", t0.Add(time.Second)); err != nil || !ok {
+		t.Fatalf("Heartbeat(cp-a) = %v %v", ok, err)
+	}
+	// Alive (heartbeat not before deadBefore): nobody adopts it.
+	if won, err := s.AdoptControlPlane(ctx, "cp-a", "cp-b", t0.Add(time.Second), t0); err != nil || won {
+		t.Fatalf("adopting a live control plane = %v %v", won, err)
+	}
+	if won, err := s.AdoptControlPlane(ctx, "cp-a", "cp-b", t0.Add(2*time.Second), t0); err != nil || !won {
+		t.Fatalf("adopting a dead control plane = %v %v", won, err)
+	}
+	if won, err := s.AdoptControlPlane(ctx, "cp-a", "cp-c", t0.Add(2*time.Second), t0); err != nil || won {
+		t.Fatalf("adopting it again = %v %v", won, err)
+	}
+	if ok, err := s.Heartbeat(ctx, "cp-a", t0.Add(3*time.Second)); err != nil || ok {
+		t.Fatalf("the heartbeat of an adopted control plane = %v %v, want refused", ok, err)
+	}
+	must(t, s.FinishAdoption(ctx, "cp-a", t0.Add(3*time.Second)))
+	if a, b, c := held("cp-b"); a != 1 || b != 1 || c != 1 {
+		t.Fatalf("the adopter holds %d sandboxes, %d commands, %d keys; want 1 each", a, b, c)
+	}
+	if a, b, c := held("cp-a"); a+b+c != 0 {
+		t.Fatalf("the adopted one still holds %d, %d, %d", a, b, c)
+	}
+	p, err := s.GetControlPlane(ctx, "cp-a")
+	must(t, err)
+	if p.AdoptedBy != "cp-b" || p.AdoptedAt == nil || p.RecoveredAt == nil {
+		t.Fatalf("cp-a = %+v, want adopted by cp-b and recovered", p)
+	}
+	// A new life of cp-a: not adopted any more.
+	must(t, s.RegisterControlPlane(ctx, "cp-a", t0.Add(4*time.Second)))
+	if ok, err := s.Heartbeat(ctx, "cp-a", t0.Add(5*time.Second)); err != nil || !ok {
+		t.Fatalf("Heartbeat of a new life = %v %v", ok, err)
+	}
+
+	// A start adopts its previous life (beating from then on, so that no peer takes it), and
+	// a control plane that dies before it finishes is adopted with the adoptions it had not
+	// finished ("" here).
+	if won, err := s.AdoptControlPlane(ctx, "", "cp-b", t0, t0.Add(5*time.Second)); err != nil || !won {
+		t.Fatalf("adopting the holder \"\" = %v %v", won, err)
+	}
+	if won, err := s.AdoptControlPlane(ctx, "cp-b", "cp-b", t0.Add(time.Hour), t0.Add(5*time.Second)); err != nil || !won {
+		t.Fatalf("adopting its own previous life = %v %v", won, err)
+	}
+	if won, err := s.AdoptControlPlane(ctx, "cp-b", "cp-a", t0.Add(5*time.Second), t0.Add(6*time.Second)); err != nil || won {
+		t.Fatalf("a peer adopting a start that beats = %v %v", won, err)
+	}
+	if won, err := s.AdoptControlPlane(ctx, "cp-b", "cp-a", t0.Add(6*time.Second), t0.Add(6*time.Second)); err != nil || !won {
+		t.Fatalf("a peer adopting a start that died = %v %v", won, err)
+	}
+	p, err = s.GetControlPlane(ctx, "")
+	must(t, err)
+	if p.AdoptedBy != "cp-a" || p.RecoveredAt != nil {
+		t.Fatalf("the holder \"\" = %+v, want its adoption taken over by cp-a", p)
+	}
+	must(t, s.FinishAdoption(ctx, "", t0.Add(7*time.Second)))
+	must(t, s.FinishAdoption(ctx, "cp-b", t0.Add(7*time.Second)))
+	if a, b, c := held("cp-a"); a != 2 || b != 1 || c != 1 {
+		t.Fatalf("cp-a holds %d sandboxes, %d commands, %d keys; want 2, 1, 1", a, b, c)
+	}
 }
