@@ -361,7 +361,13 @@ func (s *Service) runCommand(ctx context.Context, cmd store.Command, end *hostag
 		fin = out.Ended.UTC().Truncate(time.Millisecond)
 	}
 	cmd.FinishedAt = &fin
-	if cmd.StartedAt != nil {
+	switch {
+	case !out.Started.IsZero() && !out.Ended.IsZero():
+		// The duration measured, not the difference of the two times rounded down to the
+		// millisecond, which can exceed it by one: a command's gib_ms (its memory over this
+		// duration) must never exceed its sandbox's over the sandbox's life so far.
+		cmd.DurationMs = out.Ended.Sub(out.Started).Milliseconds()
+	case cmd.StartedAt != nil:
 		cmd.DurationMs = fin.Sub(*cmd.StartedAt).Milliseconds()
 	}
 	if out.Infrastructure != "" {
