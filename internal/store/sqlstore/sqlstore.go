@@ -75,13 +75,19 @@ func (c *stmts) get(ctx context.Context, query string) *sql.Stmt {
 	if err != nil {
 		return nil
 	}
+	// Never close a statement under c.mu: Close waits for the connections it was prepared
+	// on, one of which may be in a transaction waiting for a lock whose holder waits for
+	// c.mu (TestTwoControlPlanes hung so on PostgreSQL).
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cur := c.m[query]; cur != nil {
+	cur := c.m[query]
+	if cur == nil {
+		c.m[query] = s
+	}
+	c.mu.Unlock()
+	if cur != nil {
 		_ = s.Close()
 		return cur
 	}
-	c.m[query] = s
 	return s
 }
 
@@ -93,11 +99,12 @@ func (c *stmts) lookup(query string) *sql.Stmt {
 
 func (c *stmts) close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	m := c.m
+	c.m = map[string]*sql.Stmt{}
+	c.mu.Unlock()
 	var errs []error
-	for q, s := range c.m {
+	for _, s := range m {
 		errs = append(errs, s.Close())
-		delete(c.m, q)
 	}
 	return errors.Join(errs...)
 }
