@@ -28,6 +28,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/config"
 	"github.com/littlebigbrain/lbb/internal/control"
+	"github.com/littlebigbrain/lbb/internal/datafile"
 	"github.com/littlebigbrain/lbb/internal/fleet"
 	"github.com/littlebigbrain/lbb/internal/hostagent"
 	"github.com/littlebigbrain/lbb/internal/hostagent/remote"
@@ -493,30 +494,12 @@ func hostSecret(cfg config.Config) (string, error) {
 	if cfg.HostSecret != "" {
 		return cfg.HostSecret, nil
 	}
-	path := filepath.Join(cfg.DataDir, "host-secret")
-	b, err := os.ReadFile(path)
-	if err == nil && len(bytes.TrimSpace(b)) > 0 {
-		return string(bytes.TrimSpace(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return "", err
 	}
-	secret := rand.Text() + rand.Text()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return hostSecret(cfg) // made meanwhile
-	}
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if _, err := f.WriteString(secret + "\n"); err != nil {
-		return "", err
-	}
-	return secret, f.Sync()
+	return datafile.ReadOrCreate(filepath.Join(cfg.DataDir, "host-secret"), func() (string, error) {
+		return rand.Text() + rand.Text(), nil
+	})
 }
 
 // frontHandler serves the API once it is set (set), and before that (lbb serve --hosts

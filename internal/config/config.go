@@ -306,7 +306,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolMin, "pool-min", c.PoolMin, "warm sandboxes kept ready per language at least")
 	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "warm sandboxes kept ready per language at most, as demand grows")
 	fs.IntVar(&c.PoolRefill, "pool-refill", c.PoolRefill, "warm sandboxes built at a time")
-	fs.BoolVar(&c.Zygote, "zygote", c.Zygote, "fork the warm pool's python interpreters (numpy and pandas imported) from a fork server per image on the ns driver, instead of importing in each sandbox (--zygote=false: import in each)")
+	fs.BoolVar(&c.Zygote, "zygote", c.Zygote, "fork python interpreters (the warm pool's and cold runs') from a fork server per image and imports on the ns driver (numpy and pandas imported for full slots, the harness alone for lean ones), instead of starting python and importing in each sandbox (--zygote=false: start in each)")
 	fs.IntVar(&c.PoolGvisorMin, "pool-gvisor-min", c.PoolGvisorMin, "warm gvisor sandboxes kept ready per language when gvisor is offered but not the default (0: none)")
 	fs.StringVar(&c.HostAgent, "host-agent", c.HostAgent, "URL of a host agent (lbb host) to run sandboxes on instead of this process (http:// for HTTP/2 in clear text, https://); several, comma-separated, each optionally named (name=URL), make a fleet that places sandboxes across them")
 	fs.StringVar(&c.HostAgentToken, "host-agent-token", c.HostAgentToken, "the --token of the host agent of --host-agent: one for all, or one per host, comma-separated in the same order")

@@ -3,13 +3,12 @@ package control
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/datafile"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 )
 
@@ -31,20 +30,10 @@ const heartbeatEvery = 2 * time.Second
 
 // PlaneID answers the id of the control plane of data directory dir, made at first use.
 func PlaneID(dir string) (string, error) {
-	path := filepath.Join(dir, PlaneIDFile)
-	b, err := os.ReadFile(path)
-	if err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("control plane id: %w", err)
-	}
-	id := "cp-" + strings.ToLower(rand.Text()[:16])
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("control plane id: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	id, err := datafile.ReadOrCreate(filepath.Join(dir, PlaneIDFile), func() (string, error) {
+		return "cp-" + strings.ToLower(rand.Text()[:16]), nil
+	})
+	if err != nil {
 		return "", fmt.Errorf("control plane id: %w", err)
 	}
 	return id, nil

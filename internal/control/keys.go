@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/littlebigbrain/lbb/internal/datafile"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/ids"
 	"github.com/littlebigbrain/lbb/internal/store"
@@ -226,11 +227,7 @@ func (s *Service) Bootstrap(ctx context.Context, dataDir string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: admin key: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(k.Secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("bootstrap: saving the admin key: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := datafile.Write(path, k.Secret); err != nil {
 		return "", fmt.Errorf("bootstrap: saving the admin key: %w", err)
 	}
 	return k.Secret, nil
