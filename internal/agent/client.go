@@ -251,7 +251,9 @@ func (c *Client) start(r *http.Request) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{body: resp.Body, buf: make([]byte, 0, MaxFrame)}
+	// The buffer grows to the largest frame read (MaxFrame at most): most processes' frames
+	// are a few bytes, and a 64 KiB buffer zeroed for each would be most of a run's garbage.
+	p := &Process{body: resp.Body, buf: make([]byte, 0, 512)}
 	kind, payload, err := ReadFrame(resp.Body, p.buf)
 	if err != nil {
 		resp.Body.Close()
@@ -302,6 +304,9 @@ func (p *Process) Wait(stdout, stderr io.Writer) (Exit, error) {
 	tooBig := false
 	for {
 		kind, payload, err := ReadFrame(p.body, p.buf)
+		if cap(payload) > cap(p.buf) {
+			p.buf = payload[:0]
+		}
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF

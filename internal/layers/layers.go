@@ -542,7 +542,7 @@ func (s *Store) Rootfs(key, baseID, image string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	root := filepath.Join(s.Path(key), "rootfs")
-	if m, _ := hostdisk.MountsUnder(root); len(m) > 0 {
+	if mounted, _ := hostdisk.IsMounted(root); mounted {
 		return root, nil
 	}
 	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/littlebigbrain/lbb/internal/agent"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/layers"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -59,36 +58,7 @@ func run(t *testing.T, d runtime.Driver, id, image, cmd string) string {
 // runSpec runs sh -c cmd in a sandbox of spec on d and answers its stdout.
 func runSpec(t *testing.T, d runtime.Driver, spec runtime.Spec, cmd string) string {
 	t.Helper()
-	id := spec.ID
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	if err := d.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.Destroy(context.Background(), id); err != nil {
-			t.Error(err)
-		}
-	}()
-	sb, err := d.Start(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := agent.NewClient(sb.Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	p, err := cl.Exec(ctx, agent.ExecRequest{ID: "c", Argv: []string{"/bin/sh", "-c", cmd}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, stderr bytes.Buffer
-	ex, err := p.Wait(&out, &stderr)
-	if err != nil || ex.ExitCode != 0 {
-		t.Fatalf("%s: %+v %v: %s", cmd, ex, err, stderr.String())
-	}
-	return out.String()
+	return runtimetest.RunSh(t, d, spec, cmd)
 }
 
 // TestBuildAndMount builds a layer with a file and run steps on ns, shares it for an identical

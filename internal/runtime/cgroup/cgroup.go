@@ -5,6 +5,7 @@
 package cgroup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/littlebigbrain/lbb/internal/runtime/kfile"
 	"github.com/moby/sys/mountinfo"
 )
 
@@ -133,7 +135,7 @@ func V1(m map[string]string) bool {
 
 func writeFile(dir, name, value string) error {
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(value), 0); err != nil {
+	if err := kfile.Write(p, []byte(value)); err != nil {
 		return fmt.Errorf("write %s=%q: %w", p, value, err)
 	}
 	return nil
@@ -141,7 +143,7 @@ func writeFile(dir, name, value string) error {
 
 // ReadUint reads a cgroup file holding one number ("max" reads as 0).
 func ReadUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+	b, err := kfile.Read(path)
 	if err != nil {
 		return 0, err
 	}
@@ -154,7 +156,7 @@ func ReadUint(path string) (uint64, error) {
 
 // ReadKey reads "key value" lines (memory.oom_control, memory.events, cpu.stat).
 func ReadKey(path, key string) (uint64, error) {
-	b, err := os.ReadFile(path)
+	b, err := kfile.Read(path)
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +171,7 @@ func ReadKey(path, key string) (uint64, error) {
 
 // ReadProcs lists the processes in the group at dir.
 func ReadProcs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	b, err := kfile.Read(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +190,9 @@ func ReadProcs(dir string) ([]int, error) {
 // stays cheap. Called early in a sandbox start, in parallel with the rest, it hides that wait
 // from the Add that follows.
 func warm(dir string) {
-	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	b, err := kfile.Read("/proc/sys/kernel/pid_max")
 	if err != nil {
 		return
 	}
-	_ = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strings.TrimSpace(string(b))), 0)
+	_ = kfile.Write(filepath.Join(dir, "cgroup.procs"), bytes.TrimSpace(b))
 }

@@ -36,6 +36,24 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Remove(ctx, name)
+	// The limits hold, the CPU quota over the kernel's default period (v1: only the quota is
+	// written), in a parent group Create made on the way.
+	limits := map[string]string{"memory.limit_in_bytes": "67108864", "memory.max": "67108864",
+		"pids.max": "16", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000", "cpu.max": "50000 100000"}
+	seen := 0
+	for _, p := range m.Paths(name) {
+		for file, want := range limits {
+			if b, err := os.ReadFile(filepath.Join(p, file)); err == nil {
+				seen++
+				if got := strings.TrimSpace(string(b)); got != want {
+					t.Errorf("%s/%s = %s, want %s", p, file, got, want)
+				}
+			}
+		}
+	}
+	if seen < 3 {
+		t.Errorf("only %d of the limit files in %v", seen, m.Paths(name))
+	}
 
 	cmd := exec.Command("sh", "-c", "sleep 60 & sleep 60 & wait")
 	if err := cmd.Start(); err != nil {

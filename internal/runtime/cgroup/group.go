@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/littlebigbrain/lbb/internal/runtime/kfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,7 +82,7 @@ func (g Group) Stats() (Stats, error) {
 // eventfd that becomes readable each time the group runs out of memory, and when the group
 // is removed. Tasks that fault meanwhile wait until memory is freed or the limit lifted.
 func WatchOOM(dir string) (*os.File, error) {
-	if err := os.WriteFile(filepath.Join(dir, "memory.oom_control"), []byte("1"), 0); err != nil {
+	if err := kfile.Write(filepath.Join(dir, "memory.oom_control"), []byte("1")); err != nil {
 		return nil, fmt.Errorf("memory.oom_control: %w", err)
 	}
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -123,13 +124,13 @@ func MemoryUsage(dir string) uint64 {
 // SetMemoryLimit sets the v1 memory group's limit. The kernel refuses a limit below the
 // usage with EBUSY (after trying to reclaim).
 func SetMemoryLimit(dir string, limit int64) error {
-	return os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0)
+	return kfile.Write(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)))
 }
 
 // MovePID moves process pid into the group at dir. A process that has exited meanwhile is
 // no error.
 func MovePID(dir string, pid int) error {
-	err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+	err := kfile.Write(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)))
 	if errors.Is(err, unix.ESRCH) {
 		return nil
 	}

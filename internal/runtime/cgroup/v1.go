@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+
+	"github.com/littlebigbrain/lbb/internal/runtime/kfile"
 )
 
 // v1Controllers are the hierarchies a sandbox joins; the first three are required.
@@ -19,6 +22,9 @@ type v1 struct {
 	mounts map[string]string
 	// dirs are the distinct hierarchies, in v1Controllers order.
 	dirs []string
+
+	memswOnce sync.Once
+	hasMemsw  bool
 }
 
 func newV1(parent string) (*v1, error) {
@@ -73,10 +79,13 @@ func (m *v1) Create(name string, l Limits) error {
 
 func (m *v1) create(name string, l Limits) error {
 	for _, d := range m.Paths(name) {
-		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
-			return err
+		err := os.Mkdir(d, 0o755)
+		if errors.Is(err, os.ErrNotExist) { // the parent group is made once, by the first
+			if err = os.MkdirAll(filepath.Dir(d), 0o755); err == nil {
+				err = os.Mkdir(d, 0o755)
+			}
 		}
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
@@ -87,7 +96,7 @@ func (m *v1) create(name string, l Limits) error {
 			return err
 		}
 		// memory+swap at the same bound: a sandbox cannot escape its limit into swap.
-		if _, err := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes")); err == nil {
+		if m.memsw(mem) {
 			if err := writeFile(mem, "memory.memsw.limit_in_bytes", v); err != nil {
 				return err
 			}
@@ -101,11 +110,10 @@ func (m *v1) create(name string, l Limits) error {
 		}
 	}
 	if l.CPUs > 0 {
+		// A new group's period is the kernel's default, 100 ms (default_cfs_period): only the
+		// quota is written.
 		const period = 100_000
 		cpu := m.dir("cpu", name)
-		if err := writeFile(cpu, "cpu.cfs_period_us", fmt.Sprint(period)); err != nil {
-			return err
-		}
 		quota := int64(l.CPUs * period)
 		if quota < 1000 {
 			quota = 1000
@@ -136,6 +144,16 @@ func (m *v1) create(name string, l Limits) error {
 		}
 	}
 	return nil
+}
+
+// memsw says whether the kernel accounts memory+swap (swapaccount), which is the same for
+// every group: asked of the first group made, once.
+func (m *v1) memsw(group string) bool {
+	m.memswOnce.Do(func() {
+		_, err := os.Stat(filepath.Join(group, "memory.memsw.limit_in_bytes"))
+		m.hasMemsw = err == nil
+	})
+	return m.hasMemsw
 }
 
 func (m *v1) CloneFD(string) (*os.File, error) { return nil, nil }
@@ -187,7 +205,7 @@ func (m *v1) setFreezer(ctx context.Context, name, state string) error {
 		return err
 	}
 	return poll(ctx, "freezer "+state, func() (bool, error) {
-		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
+		b, err := kfile.Read(filepath.Join(d, "freezer.state"))
 		if err != nil {
 			return false, err
 		}

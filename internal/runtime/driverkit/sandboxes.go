@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
@@ -49,6 +50,7 @@ type Sandboxes[S runtime.Sandbox] struct {
 	started   map[string]S
 	tmplOnce  sync.Once
 	templates hostdisk.Templates
+	dirMade   atomic.Bool // Dir exists with its mode (MakeDir)
 }
 
 // Path is a file of sandbox id's state directory (the directory itself without elem).
@@ -104,22 +106,40 @@ func (s *Sandboxes[S]) Started(id string) (S, error) {
 // (0700) until Identity lets the sandbox's ids through; one that does not (local) makes it
 // 0711.
 func (s *Sandboxes[S]) MakeDir(id string) error {
+	mode := os.FileMode(0o711)
+	if s.IDs != nil {
+		mode = 0o700
+	}
+	// Dir is made (and its mode set: a chmod is a journalled write) once, by the first
+	// sandbox, or again when it has gone.
+	if !s.dirMade.Load() {
+		if err := s.makeParentDir(); err != nil {
+			return err
+		}
+	}
+	err := os.Mkdir(s.Path(id), mode)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = s.makeParentDir(); err == nil {
+			err = os.Mkdir(s.Path(id), mode)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errdefs.Conflict("sandbox %s already exists", id)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Sandboxes[S]) makeParentDir() error {
 	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
 		return err
 	}
 	if err := os.Chmod(s.Dir, 0o711); err != nil {
 		return err
 	}
-	mode := os.FileMode(0o711)
-	if s.IDs != nil {
-		mode = 0o700
-	}
-	if err := os.Mkdir(s.Path(id), mode); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return errdefs.Conflict("sandbox %s already exists", id)
-		}
-		return err
-	}
+	s.dirMade.Store(true)
 	return nil
 }
 
@@ -195,7 +215,7 @@ func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) (major, minor uint32, err error) {
 	img, diskDir := s.Path(id, "disk.img"), s.Path(id, "disk")
 	err = u.Step("mount disk", func() error {
-		if m, _ := hostdisk.MountsUnder(s.Path(id)); len(m) > 0 {
+		if m, _ := mountsOf(s.Path(id)); len(m) > 0 {
 			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
 		}
 		if err := hostdisk.WaitDetached(ctx, img); err != nil {
@@ -227,13 +247,31 @@ func (s *Sandboxes[S]) UnmountDisk(ctx context.Context, id string) error {
 	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
 		errs = append(errs, err)
 	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
+	if m, err := mountsOf(dir); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...) // a mount holds the loop device: no use waiting
 	}
 	return hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img"))
+}
+
+// mountsOf lists which of the places the host mounts in a sandbox's state directory dir (the
+// directory itself, its disk and its views) are mount points. Start and stop ask it rather
+// than hostdisk.MountsUnder, which reads the host's whole mount table; Leftovers, off the hot
+// path, still reads the table for anything else under dir.
+func mountsOf(dir string) ([]string, error) {
+	var out []string
+	for _, p := range [...]string{dir, filepath.Join(dir, "disk"), filepath.Join(dir, rootfsView), filepath.Join(dir, layerView), filepath.Join(dir, templateView)} {
+		mounted, err := hostdisk.IsMounted(p)
+		if err != nil {
+			return out, err
+		}
+		if mounted {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // UndoContext is the context of an undo step: it must run even when the step's context is

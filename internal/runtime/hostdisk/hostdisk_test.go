@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -127,6 +129,78 @@ func TestMountsUnder(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("MountsUnder(%q) = %q, mountinfo has %q", d, got, want)
+		}
+	}
+}
+
+// IsMounted answers what the mount table says of a path: a mount point, one mounted over
+// and then under again, a directory inside a mount, a missing path, a bind mount of a file.
+func TestIsMounted(t *testing.T) {
+	testkit.RequiresRoot(t)
+	dir := filepath.Join(t.TempDir(), `a b\c`)
+	m, inner, file := filepath.Join(dir, "m"), filepath.Join(dir, "m", "n"), filepath.Join(dir, "f")
+	if err := os.MkdirAll(m, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		table, err := MountsUnder(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{dir, m, inner, file, filepath.Join(dir, "missing"), filepath.Join(file, "x")} {
+			got, err := IsMounted(p)
+			if err != nil {
+				t.Fatalf("%s: IsMounted(%q): %v", when, p, err)
+			}
+			if want := slices.Contains(table, p); got != want {
+				t.Errorf("%s: IsMounted(%q) = %v, the mount table says %v (%q)", when, p, got, want, table)
+			}
+		}
+	}
+	check("nothing mounted")
+	if err := unix.Mount("tmpfs", m, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(m, unix.MNT_DETACH)
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(file, file, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(file, unix.MNT_DETACH)
+	check("mounted")
+	if err := unix.Unmount(m, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(file, 0); err != nil {
+		t.Fatal(err)
+	}
+	check("unmounted")
+}
+
+// A template of a 1 GiB disk holds little data (no blocks reserved for resizing): every
+// sandbox copies it.
+func TestTemplateSmall(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("no mkfs.ext4")
+	}
+	for _, journal := range []bool{false, true} {
+		tm := &Templates{Dir: t.TempDir(), Journal: journal}
+		p, err := tm.Get(context.Background(), 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if data := st.Blocks * 512; data > 256<<10 {
+			t.Errorf("template %s (journal %v) holds %d KiB of data, want at most 256", p, journal, data>>10)
 		}
 	}
 }
