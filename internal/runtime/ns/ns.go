@@ -116,7 +116,7 @@ type Driver struct {
 	sbs driverkit.Sandboxes[*sandbox]
 
 	zmu     sync.Mutex
-	zygotes map[string]*zygote.Zygote // by image
+	zygotes map[string]*zygote.Zygote // by image and imports (zygoteKey)
 	zclosed bool
 }
 

@@ -12,14 +12,13 @@ package seccomp
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"unsafe"
 
 	libseccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp/compiled"
 )
 
 // Denied are refused with EPERM. Names unknown to the running architecture are skipped.
@@ -51,8 +50,11 @@ const newNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUT
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
 // Policy is the sandbox's filter policy for the running architecture.
-func Policy() (libseccomp.Policy, *arch.Info, error) {
-	info, err := arch.GetInfo("")
+func Policy() (libseccomp.Policy, *arch.Info, error) { return PolicyFor("") }
+
+// PolicyFor is the sandbox's filter policy for the architecture goarch ("": the running one).
+func PolicyFor(goarch string) (libseccomp.Policy, *arch.Info, error) {
+	info, err := arch.GetInfo(goarch)
 	if err != nil {
 		return libseccomp.Policy{}, nil, err
 	}
@@ -149,9 +151,15 @@ func socketFamilies() libseccomp.SyscallGroup {
 // after assembly.
 const Succeed = libseccomp.ActionErrno | 0xfff
 
-// Program assembles the filter, prefixed with the architecture check.
-func Program() ([]bpf.RawInstruction, error) {
-	p, info, err := Policy()
+// Program assembles the filter, prefixed with the architecture check. The sandbox's own
+// stages load the copy assembled ahead of time (package compiled, which the test
+// TestCompiledIsCurrent keeps equal to this): assembling it, and the assembler's package
+// initialisation, cost every sandbox's start CPU.
+func Program() ([]bpf.RawInstruction, error) { return ProgramFor("") }
+
+// ProgramFor assembles the filter for the architecture goarch ("": the running one).
+func ProgramFor(goarch string) ([]bpf.RawInstruction, error) {
+	p, info, err := PolicyFor(goarch)
 	if err != nil {
 		return nil, err
 	}
@@ -185,24 +193,7 @@ func Encode(raw []bpf.RawInstruction) []byte {
 	return out
 }
 
-// Load installs the filter on the calling thread only; the caller must hold its OS thread
-// and have set no_new_privs (or hold CAP_SYS_ADMIN). The filter survives execve.
-func Load() error {
-	raw, err := Program()
-	if err != nil {
-		return fmt.Errorf("seccomp: assemble: %w", err)
-	}
-	if len(raw) == 0 || len(raw) > 0xffff {
-		return errors.New("seccomp: program size out of range")
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, in := range raw {
-		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0,
-		uintptr(unsafe.Pointer(&prog))); errno != 0 {
-		return fmt.Errorf("seccomp: load filter: %w", errno)
-	}
-	return nil
-}
+// Load installs the filter, as package compiled holds it, on the calling thread only; the
+// caller must hold its OS thread and have set no_new_privs (or hold CAP_SYS_ADMIN). The
+// filter survives execve.
+func Load() error { return compiled.Load() }

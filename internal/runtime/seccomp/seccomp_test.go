@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp/compiled"
 )
 
 // TestMain doubles as the filtered child: the filter must not touch the test process.
@@ -87,5 +89,32 @@ func TestFilter(t *testing.T) {
 		if got[name] != want {
 			t.Errorf("%s: errno %s, want %s", name, got[name], want)
 		}
+	}
+}
+
+// TestCompiledIsCurrent: the filter the sandboxes load (package compiled, assembled ahead of
+// time) is the one this package assembles, for every architecture it holds one of.
+func TestCompiledIsCurrent(t *testing.T) {
+	for _, arch := range compiled.Arches {
+		raw, err := ProgramFor(arch)
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		got := compiled.For(arch)
+		same := len(got) == len(raw)
+		for i := 0; same && i < len(raw); i++ {
+			same = got[i] == unix.SockFilter{Code: raw[i].Op, Jt: raw[i].Jt, Jf: raw[i].Jf, K: raw[i].K}
+		}
+		if !same {
+			t.Errorf("%s: package compiled's filter (%d instructions) is not ProgramFor's (%d): run go generate ./internal/runtime/seccomp/compiled", arch, len(got), len(raw))
+		}
+	}
+	enc, err := compiled.Encoded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := Program()
+	if string(enc) != string(Encode(raw)) {
+		t.Error("compiled.Encoded() is not Encode(Program())")
 	}
 }

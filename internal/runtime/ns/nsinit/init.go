@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/littlebigbrain/lbb/internal/runtime/seccomp"
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp/compiled"
 )
 
 // The sandbox init is the agent binary (or a test binary that calls MaybeInit), executed by
@@ -292,24 +292,28 @@ func pivot(root string) error {
 }
 
 // maskProc hides the parts of /proc that tell about the host or poke at it, as runc does.
-// Best effort: a path missing from this kernel is skipped.
+// Best effort: a path missing from this kernel is skipped (its mount fails; no stat first).
+// The directories share one empty read-only tmpfs, mounted at the first and bound at the
+// others (a bind keeps the mount's flags, and its superblock is read-only): each tmpfs of its
+// own was a superblock more to make at every sandbox's start and to shut down at its end.
 func maskProc() {
 	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
 		"/proc/latency_stats", "/proc/timer_stats", "/proc/kallsyms", "/proc/kmsg"} {
-		if _, err := os.Lstat(p); err == nil {
-			_ = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
-		}
+		_ = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
 	}
+	empty := ""
 	for _, p := range []string{"/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware", "/sys/devices/virtual/powercap"} {
-		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-			_ = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		if empty != "" {
+			_ = unix.Mount(empty, p, "", unix.MS_BIND, "")
+			continue
+		}
+		if unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0") == nil {
+			empty = p
 		}
 	}
 	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
-		if _, err := os.Lstat(p); err == nil {
-			if unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, "") == nil {
-				_ = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-			}
+		if unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, "") == nil {
+			_ = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 		}
 	}
 }
@@ -389,7 +393,7 @@ func (h hardening) apply() error {
 		return err
 	}
 	// Last: the filter denies nothing the steps above need, but it is the final word.
-	return seccomp.Load()
+	return compiled.Load()
 }
 
 // rlimits are the limits set, as (resource, value) pairs.
@@ -445,7 +449,16 @@ func dropCapabilityBounds() error {
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
 		return fmt.Errorf("securebits: %w", err)
 	}
+	return dropBounds(-1)
+}
+
+// dropBounds drops every capability but keep (-1: none) from the bounding set and clears
+// the ambient set.
+func dropBounds(keep int) error {
 	for c := 0; c <= lastCap(); c++ {
+		if c == keep {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("drop bounding capability %d: %w", c, err)
 		}
