@@ -112,7 +112,8 @@ type ExecRequest struct {
 	Argv []string `json:"argv"`
 	// Env is merged over the default environment: PATH (the standard one), HOME=/root,
 	// LANG=C.UTF-8, MPLBACKEND=Agg, PYTHONDONTWRITEBYTECODE=1. Nothing of the agent's own
-	// environment is passed on.
+	// environment is passed on but TMPDIR, which only the local driver (processes on the
+	// host) sets, to the sandbox's own directory.
 	Env map[string]string `json:"env,omitempty"`
 	// Cwd is relative to /workspace (resolved beneath it, like file paths) or absolute;
 	// default /workspace.

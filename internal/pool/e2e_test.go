@@ -395,40 +395,65 @@ func treePSS(pid int) uint64 {
 	return total
 }
 
-// TestNSZygote: with Options.Zygote, a slot's python interpreter (numpy and pandas) and a
-// cold claim's for code that imports them are forked from the driver's zygote; each run sees
-// fresh PRNG state and the right answer.
+// TestNSZygote: with Options.Zygote, a slot's python interpreter and a cold claim's are
+// forked from the driver's zygote of the slot's imports: numpy and pandas for a full slot
+// (and code that imports them), the harness alone for a lean one; each run sees fresh PRNG
+// state and the right answer.
 func TestNSZygote(t *testing.T) {
-	e := newNSPool(t, 1, func(o *Options) { o.Keys, o.Zygote = o.Keys[:1], true })
-	defer e.d.Close()
-	e.fill(t)
-	ctx := context.Background()
-	const code = `import random, sys
+	const full = `import random, sys
 import numpy as np, pandas as pd
 def run(input, config):
     return {'random': random.random(), 'numpy': float(np.random.rand()),
             'forked': b'# lbb zygote' in open('/proc/self/cmdline', 'rb').read(),
             'sum': int(pd.DataFrame(input).sum().sum())}`
-	var seen []map[string]any
-	for _, path := range []string{"warm", "cold"} {
-		// The first claim takes the ready slot; the pool builds no other meanwhile (Tick is
-		// an hour, refill waits for the claim), so the second is cold.
-		l, err := e.p.Acquire(ctx, Request{Spec: e.spec(), Language: agent.LangPython, Flavour: FlavourFull})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r map[string]any
-		json.Unmarshal(runIn(t, l, "python", code, `[{"a": 1, "b": 2}, {"a": 3, "b": 4}]`), &r)
-		l.Release(ctx)
-		if r["forked"] != true || r["sum"] != float64(10) {
-			t.Errorf("%s claim: %v, want a forked interpreter's run answering 10", path, r)
-		}
-		seen = append(seen, r)
-	}
-	if seen[0]["random"] == seen[1]["random"] || seen[0]["numpy"] == seen[1]["numpy"] {
-		t.Errorf("two forked interpreters share PRNG state: %v %v", seen[0], seen[1])
-	}
-	if warm, cold, fallback := zygoteCount(e.p, "warm", "forked"), zygoteCount(e.p, "cold", "forked"), zygoteCount(e.p, "", "fallback"); warm < 1 || cold != 1 || fallback != 0 {
-		t.Errorf("zygote: %v forked for slots, %v for cold claims (want 1), %v fallbacks", warm, cold, fallback)
+	// The lean run must not find numpy loaded: its interpreter is the lean zygote's.
+	const lean = `import random, sys
+def run(input, config):
+    return {'random': random.random(), 'numpy': 'numpy' in sys.modules,
+            'forked': b'# lbb zygote' in open('/proc/self/cmdline', 'rb').read(),
+            'sum': sum(r['a'] + r['b'] for r in input)}`
+	for _, tc := range []struct {
+		flavour string
+		imports []string
+		code    string
+	}{{FlavourFull, nil, full}, {FlavourLean, []string{}, lean}} {
+		t.Run("flavour="+tc.flavour, func(t *testing.T) {
+			e := newNSPool(t, 1, func(o *Options) {
+				o.Keys, o.Zygote = o.Keys[:1], true
+				o.Keys[0].Flavour, o.Keys[0].Imports = tc.flavour, tc.imports
+			})
+			defer e.d.Close()
+			e.fill(t)
+			ctx := context.Background()
+			var seen []map[string]any
+			for _, path := range []string{"warm", "cold"} {
+				// The first claim takes the ready slot; the second's limits are no key's, so
+				// it is cold (a lean slot is rebuilt faster than the run takes).
+				spec := e.spec()
+				if path == "cold" {
+					spec.Limits.Pids--
+				}
+				l, err := e.p.Acquire(ctx, Request{Spec: spec, Language: agent.LangPython, Flavour: tc.flavour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var r map[string]any
+				json.Unmarshal(runIn(t, l, "python", tc.code, `[{"a": 1, "b": 2}, {"a": 3, "b": 4}]`), &r)
+				l.Release(ctx)
+				if r["forked"] != true || r["sum"] != float64(10) {
+					t.Errorf("%s claim: %v, want a forked interpreter's run answering 10", path, r)
+				}
+				if tc.flavour == FlavourLean && r["numpy"] != false {
+					t.Errorf("%s lean claim: %v, want an interpreter without numpy (the lean zygote's)", path, r)
+				}
+				seen = append(seen, r)
+			}
+			if seen[0]["random"] == seen[1]["random"] || (tc.flavour == FlavourFull && seen[0]["numpy"] == seen[1]["numpy"]) {
+				t.Errorf("two forked interpreters share PRNG state: %v %v", seen[0], seen[1])
+			}
+			if warm, cold, fallback := zygoteCount(e.p, "warm", "forked"), zygoteCount(e.p, "cold", "forked"), zygoteCount(e.p, "", "fallback"); warm < 1 || cold != 1 || fallback != 0 {
+				t.Errorf("zygote: %v forked for slots, %v for cold claims (want 1), %v fallbacks", warm, cold, fallback)
+			}
+		})
 	}
 }

@@ -126,10 +126,11 @@ type Options struct {
 	Log        *slog.Logger
 	// NewID names slots; default ids.New(ids.Sandbox).
 	NewID func() string
-	// Zygote forks the python interpreter of a slot with the default imports (numpy and
-	// pandas) from the driver's fork server when the driver has one
-	// (runtime.InterpreterForker), instead of the sandbox's agent starting and importing
-	// one; a failure falls back to the agent's start (lbb_pool_zygote_total counts both).
+	// Zygote forks the python interpreter of a slot (or of a cold claim) from the driver's
+	// fork server of the slot's imports (numpy and pandas for a full slot, the harness alone
+	// for a lean one) when the driver has one (runtime.InterpreterForker), instead of the
+	// sandbox's agent starting and importing one; a failure falls back to the agent's start
+	// (lbb_pool_zygote_total counts both).
 	Zygote bool
 }
 
@@ -503,10 +504,15 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}), nil
 	}
 	lease, err := p.o.Cold.Acquire(ctx, req)
-	if _, no := p.coldNoZygote.Load(req.Spec.Runtime); err == nil && req.Language == agent.LangPython && req.Flavour == FlavourFull && !no {
-		// A run of the scientific stack in a cold sandbox: its interpreter forked with numpy
-		// and pandas imported costs a fraction of the CPU of the run importing them.
-		if _, unsupported := p.fork(ctx, "cold", lease.Sandbox.ID(), lease.Agent); unsupported {
+	if _, no := p.coldNoZygote.Load(req.Spec.Runtime); err == nil && agent.Interpreter(req.Language) == agent.LangPython && !no {
+		// A python run in a cold sandbox: its interpreter forked with numpy and pandas
+		// imported (or, for a lean run, the harness alone) costs a fraction of the CPU of
+		// the run starting python and importing them.
+		var imports []string
+		if req.Flavour == FlavourLean {
+			imports = []string{}
+		}
+		if _, unsupported := p.fork(ctx, "cold", lease.Sandbox.ID(), lease.Agent, imports); unsupported {
 			p.coldNoZygote.Store(req.Spec.Runtime, true)
 		}
 	}
@@ -983,11 +989,11 @@ func (p *Pool) make(ctx context.Context, ks *keyState) (_ *slot, err error) {
 	return s, nil
 }
 
-// prestart pre-starts the slot's interpreter: forked from the driver's zygote when it can be,
-// else started by the agent.
+// prestart pre-starts the slot's interpreter: forked from the driver's zygote of its imports
+// when it can be, else started by the agent.
 func (p *Pool) prestart(ctx context.Context, s *slot, req agent.PrestartRequest) error {
-	if req.Language == agent.LangPython && req.Imports == nil && !s.ks.noZygote.Load() {
-		forked, unsupported := p.fork(ctx, "warm", s.sb.ID(), s.client)
+	if req.Language == agent.LangPython && !s.ks.noZygote.Load() {
+		forked, unsupported := p.fork(ctx, "warm", s.sb.ID(), s.client, req.Imports)
 		if forked {
 			return nil
 		}
@@ -998,21 +1004,22 @@ func (p *Pool) prestart(ctx context.Context, s *slot, req agent.PrestartRequest)
 	return s.client.Prestart(ctx, req)
 }
 
-// fork asks the driver's zygote for a python interpreter with the default imports in sandbox
-// id, and its agent to adopt it. Not forked, it says whether the sandbox cannot have one
-// (unsupported: ask no more for its kind); a failure is logged and counted. path is warm (a
-// slot) or cold (a claim the pool could not serve).
-func (p *Pool) fork(ctx context.Context, path, id string, c *agent.Client) (forked, unsupported bool) {
+// fork asks the driver's zygote of imports (nil: python's default, numpy and pandas; empty:
+// the harness alone) for a python interpreter in sandbox id, and its agent to adopt it. Not
+// forked, it says whether the sandbox cannot have one (unsupported: ask no more for its
+// kind); a failure is logged and counted. path is warm (a slot) or cold (a claim the pool
+// could not serve).
+func (p *Pool) fork(ctx context.Context, path, id string, c *agent.Client, imports []string) (forked, unsupported bool) {
 	f, ok := p.o.Driver.(runtime.InterpreterForker)
 	if !ok || !p.o.Zygote {
 		return false, true
 	}
 	var b [12]byte
 	rand.Read(b[:])
-	req := agent.PrestartRequest{Language: agent.LangPython, ZygoteSocket: "lbb-zygote-" + hex.EncodeToString(b[:])}
+	req := agent.PrestartRequest{Language: agent.LangPython, Imports: imports, ZygoteSocket: "lbb-zygote-" + hex.EncodeToString(b[:])}
 	// The fork first: a driver without a zygote for this sandbox says so at once, and the
 	// forked interpreter waits (~2 s) for the agent to listen.
-	err := f.ForkInterpreter(ctx, id, runtime.ForkRequest{Language: req.Language, Socket: req.ZygoteSocket})
+	err := f.ForkInterpreter(ctx, id, runtime.ForkRequest{Language: req.Language, Socket: req.ZygoteSocket, Imports: imports})
 	if err == nil {
 		err = c.Prestart(ctx, req)
 	}

@@ -79,11 +79,22 @@ func TestSuiteZygote(t *testing.T) {
 	}})
 }
 
+// TestSuiteZygoteLean is TestSuiteZygote on lean slots (the harness alone): their
+// interpreters are forked from the image's lean zygote.
+func TestSuiteZygoteLean(t *testing.T) {
+	const why = "a pre-started interpreter is a process of the sandbox by design; TestSuiteBare runs this test on bare slots"
+	runSuitesWith(t, suiteOptions{lang: agent.LangPython, zygote: true, lean: true, known: map[string]string{
+		"host invisible": why, "timeout kills the group": why, "timeout kills what left the group": why,
+		"terminal jobs end with it": why, "terminal timeout held": why,
+	}})
+}
+
 type suiteOptions struct {
 	lang string
-	// zygote: the first key's slots take python with the default imports from the zygote.
-	zygote bool
-	known  map[string]string
+	// zygote: the first key's slots take python with the default imports (lean: the
+	// harness alone) from the zygote.
+	zygote, lean bool
+	known        map[string]string
 }
 
 func runSuites(t *testing.T, lang string, known map[string]string) {
@@ -99,7 +110,7 @@ func runSuitesWith(t *testing.T, o suiteOptions) {
 		k := Key{Name: fmt.Sprintf("suite-%d", i), Image: rootfs, Limits: l, Min: 1, Max: 4}
 		if i == 0 {
 			k.Language, k.Imports, k.Min, k.Max = lang, []string{}, 3, 8
-			if o.zygote {
+			if o.zygote && !o.lean {
 				k.Imports = nil
 			}
 		}

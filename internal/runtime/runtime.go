@@ -248,6 +248,10 @@ type ForkRequest struct {
 	Language string
 	// Socket is the abstract unix socket name the agent listens on in the sandbox.
 	Socket string
+	// Imports are what the forked interpreter has loaded, as agent.PrestartRequest.Imports:
+	// nil is the language's default (python: numpy and pandas), empty the harness alone (a
+	// lean slot). The driver keeps a fork server for each set it is asked for.
+	Imports []string
 }
 
 type LayerExporter interface {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +23,20 @@ import (
 // adoptTimeout bounds the wait for the zygote's interpreter to connect.
 const adoptTimeout = 10 * time.Second
 
-var validSocketName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+// validSocketName reports whether name is 1-64 of [A-Za-z0-9_.-] (^[A-Za-z0-9_.-]{1,64}$): a
+// hand check, as no regexp is compiled at a sandbox's start.
+func validSocketName(name string) bool {
+	if len(name) < 1 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // zygoteFiles are the files the interpreter passes, in this order.
 const zygoteFiles = 5
@@ -33,7 +45,7 @@ func (s *Server) adoptWarm(ctx context.Context, lang, socket string) (*warmProc,
 	if lang != agent.LangPython {
 		return nil, &agent.Error{Code: agent.CodeInvalid, Message: "a zygote's interpreter is python"}
 	}
-	if !validSocketName.MatchString(socket) {
+	if !validSocketName(socket) {
 		return nil, &agent.Error{Code: agent.CodeInvalid, Message: fmt.Sprintf("zygote socket %q: want 1-64 of [A-Za-z0-9_.-]", socket)}
 	}
 	fail := func(format string, a ...any) (*warmProc, error) {

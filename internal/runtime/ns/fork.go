@@ -4,6 +4,9 @@ package ns
 
 import (
 	"context"
+	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -11,16 +14,25 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/zygote"
 )
 
-// zygoteImports are what each image's zygote imports: a slot's default python imports.
+// validImport is a module name a zygote may import (Z imports it before any fork).
+var validImport = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// zygoteImports are what an image's default zygote imports: a slot's default python imports.
 var zygoteImports = []string{"numpy", "pandas"}
 
-// ForkInterpreter forks a pre-started python interpreter, with numpy and pandas imported,
-// into started sandbox id from its image's zygote (started at the first call, again after it
-// died), with the sandbox's namespaces, cgroups and the init's hardening
-// (runtime.InterpreterForker). The sandbox's agent adopts it on req.Socket.
+// ForkInterpreter forks a pre-started python interpreter, with req.Imports imported (nil:
+// numpy and pandas; empty: the harness alone), into started sandbox id from the zygote of its
+// image and those imports (started at the first call, again after it died), with the
+// sandbox's namespaces, cgroups and the init's hardening (runtime.InterpreterForker). The
+// sandbox's agent adopts it on req.Socket.
 func (d *Driver) ForkInterpreter(ctx context.Context, id string, req runtime.ForkRequest) error {
 	if req.Language != "python" {
 		return errdefs.New(errdefs.ClassConflict, errdefs.CodeNotSupported, "no %s zygote", req.Language)
+	}
+	for _, m := range req.Imports {
+		if !validImport.MatchString(m) {
+			return errdefs.InvalidArgument("import %q is not a module name", m)
+		}
 	}
 	sb, err := d.sbs.Started(id)
 	if err != nil {
@@ -38,7 +50,7 @@ func (d *Driver) ForkInterpreter(ctx context.Context, id string, req runtime.For
 	if err != nil {
 		return err
 	}
-	z, err := d.zygote(spec.Image)
+	z, err := d.zygote(spec.Image, req.Imports)
 	if err != nil {
 		return err
 	}
@@ -46,8 +58,16 @@ func (d *Driver) ForkInterpreter(ctx context.Context, id string, req runtime.For
 	return err
 }
 
-// zygote answers image's zygote, made at its first use.
-func (d *Driver) zygote(image string) (*zygote.Zygote, error) {
+// zygoteKey names the zygote of image and imports (nil: zygoteImports).
+func zygoteKey(image string, imports []string) string {
+	if imports == nil {
+		imports = zygoteImports
+	}
+	return image + "\x00" + strings.Join(imports, ",")
+}
+
+// zygote answers the zygote of image and imports (nil: zygoteImports), made at its first use.
+func (d *Driver) zygote(image string, imports []string) (*zygote.Zygote, error) {
 	agentBin, err := d.agentBinary()
 	if err != nil {
 		return nil, err
@@ -60,19 +80,24 @@ func (d *Driver) zygote(image string) (*zygote.Zygote, error) {
 	if d.zygotes == nil {
 		d.zygotes = map[string]*zygote.Zygote{}
 	}
-	z := d.zygotes[image]
+	key := zygoteKey(image, imports)
+	z := d.zygotes[key]
 	if z == nil {
-		z = zygote.New(zygote.Config{Agent: agentBin, Image: image, Imports: zygoteImports, Logger: d.cfg.Logger})
-		d.zygotes[image] = z
+		if imports == nil {
+			imports = zygoteImports
+		}
+		z = zygote.New(zygote.Config{Agent: agentBin, Image: image, Imports: slices.Clone(imports), Logger: d.cfg.Logger})
+		d.zygotes[key] = z
 	}
 	return z, nil
 }
 
-// Zygote answers image's zygote if one was made (tests).
-func (d *Driver) Zygote(image string) *zygote.Zygote {
+// Zygote answers the zygote of image and imports (nil: numpy and pandas; empty: the lean
+// one) if one was made (tests).
+func (d *Driver) Zygote(image string, imports []string) *zygote.Zygote {
 	d.zmu.Lock()
 	defer d.zmu.Unlock()
-	return d.zygotes[image]
+	return d.zygotes[zygoteKey(image, imports)]
 }
 
 // Close stops the zygotes. Sandboxes are not touched.

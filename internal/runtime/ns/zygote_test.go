@@ -78,7 +78,9 @@ func TestZygote(t *testing.T) {
 	defer cancel()
 
 	n := 0
-	boot := func(fork bool) (string, *agent.Client) {
+	// boot starts a sandbox with a pre-started python interpreter of imports (nil: numpy and
+	// pandas; empty: the harness alone), forked from the zygote of those imports or not.
+	boot := func(fork bool, imports []string) (string, *agent.Client) {
 		t.Helper()
 		n++
 		id := fmt.Sprintf("sbx_zyg%d_%d", os.Getpid(), n)
@@ -95,7 +97,7 @@ func TestZygote(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		req := agent.PrestartRequest{Language: agent.LangPython}
+		req := agent.PrestartRequest{Language: agent.LangPython, Imports: imports}
 		if !fork {
 			if err := c.Prestart(ctx, req); err != nil {
 				t.Fatal(err)
@@ -105,7 +107,7 @@ func TestZygote(t *testing.T) {
 		req.ZygoteSocket = "lbb-zygote-test-" + id
 		forked := make(chan error, 1)
 		go func() {
-			forked <- d.ForkInterpreter(ctx, id, runtime.ForkRequest{Language: agent.LangPython, Socket: req.ZygoteSocket})
+			forked <- d.ForkInterpreter(ctx, id, runtime.ForkRequest{Language: agent.LangPython, Socket: req.ZygoteSocket, Imports: imports})
 		}()
 		t0 := time.Now()
 		if err := c.Prestart(ctx, req); err != nil {
@@ -132,12 +134,24 @@ func TestZygote(t *testing.T) {
 		return p
 	}
 
-	_, normal := boot(false)
-	id1, c1 := boot(true)
-	id2, c2 := boot(true)
+	_, normal := boot(false, nil)
+	id1, c1 := boot(true, nil)
+	id2, c2 := boot(true, nil)
 	want, p1, p2 := run(normal), run(c1), run(c2)
 	t.Logf("pre-started: %+v\nforked: %+v\nforked: %+v", want, p1, p2)
-	for _, p := range []probe{p1, p2} {
+	// Lean: the harness alone, from the image's second zygote (the run imports numpy and
+	// pandas itself).
+	lean := []string{}
+	_, normalLean := boot(false, lean)
+	id3, c3 := boot(true, lean)
+	id4, c4 := boot(true, lean)
+	wantLean, p3, p4 := run(normalLean), run(c3), run(c4)
+	t.Logf("lean pre-started: %+v\nlean forked: %+v\nlean forked: %+v", wantLean, p3, p4)
+	for i, p := range []probe{p1, p2, p3, p4} {
+		want := want
+		if i >= 2 {
+			want = wantLean
+		}
 		if !reflect.DeepEqual(p.Status, want.Status) {
 			t.Errorf("forked interpreter's status %v, want a pre-started one's %v", p.Status, want.Status)
 		}
@@ -158,25 +172,25 @@ func TestZygote(t *testing.T) {
 			t.Errorf("open fds %v, want %v", p.FDs, want.FDs)
 		}
 	}
-	if p1.Random == p2.Random || p1.NP == p2.NP {
-		t.Errorf("two forked interpreters share PRNG state: %v %v / %v %v", p1.Random, p2.Random, p1.NP, p2.NP)
+	if p1.Random == p2.Random || p1.NP == p2.NP || p3.Random == p4.Random || p3.NP == p4.NP {
+		t.Errorf("two forked interpreters share PRNG state: %v %v / %v %v / %v %v / %v %v", p1.Random, p2.Random, p1.NP, p2.NP, p3.Random, p4.Random, p3.NP, p4.NP)
 	}
-	z := d.Zygote(img)
-	if z == nil || z.PID() == 0 {
-		t.Fatal("no zygote running")
+	z, zl := d.Zygote(img, nil), d.Zygote(img, lean)
+	if z == nil || z.PID() == 0 || zl == nil || zl.PID() == 0 || zl.PID() == z.PID() {
+		t.Fatal("not two zygotes running (full and lean)")
 	}
 	// Destroying the sandboxes ends the forked interpreters and their parents.
-	for _, id := range []string{id1, id2} {
+	for _, id := range []string{id1, id2, id3, id4} {
 		if err := d.Destroy(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(z.Children()) > 0 && time.Now().Before(deadline) {
+	for len(z.Children())+len(zl.Children()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if kids := z.Children(); len(kids) > 0 {
-		t.Errorf("the zygote still has children %v after their sandboxes were destroyed", kids)
+	if kids := append(z.Children(), zl.Children()...); len(kids) > 0 {
+		t.Errorf("the zygotes still have children %v after their sandboxes were destroyed", kids)
 	}
 	// A zygote killed is started again at the next fork.
 	pid := z.PID()
@@ -184,9 +198,9 @@ func TestZygote(t *testing.T) {
 	for z.PID() != 0 && time.Now().Before(deadline.Add(5*time.Second)) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, c3 := boot(true)
-	if p3 := run(c3); p3.Pandas != 6 {
-		t.Errorf("after a restart: %+v", p3)
+	_, c5 := boot(true, nil)
+	if p5 := run(c5); p5.Pandas != 6 {
+		t.Errorf("after a restart: %+v", p5)
 	}
 	if z.Starts() != 2 || z.PID() == pid {
 		t.Errorf("zygote starts %d, pid %d (was %d): want it started again", z.Starts(), z.PID(), pid)

@@ -64,6 +64,7 @@ func (e *env) hostile(t *testing.T) {
 	t.Run("descriptors and cwd", e.known("descriptors and cwd", e.descriptors))
 	t.Run("path escapes", e.known("path escapes", e.pathEscapes))
 	t.Run("agent out of reach", e.known("agent out of reach", e.agentOutOfReach))
+	t.Run("no zygote listener", e.known("no zygote listener", e.noZygoteListener))
 	t.Run("socket families", e.known("socket families", e.socketFamilies))
 	t.Run("signals to init", e.known("signals to init", e.signalsToInit))
 	t.Run("devices", e.known("devices", e.devices))
@@ -550,6 +551,34 @@ func (e *env) agentOutOfReach(t *testing.T) {
 	}
 	if err := b.ping(); err != nil {
 		t.Fatalf("agent: %v", err)
+	}
+}
+
+// noZygoteListener: the abstract socket on which a sandbox's agent adopts an interpreter
+// forked from the host's zygote (ns driver, pool slots) listens only during the handover,
+// before any user code: user code must find none, nor any socket of the zygote itself.
+func (e *env) noZygoteListener(t *testing.T) {
+	b := e.shared(t)
+	if out := b.ok("grep -c '@lbb-zygote' /proc/net/unix || true"); strings.TrimSpace(out) != "0" {
+		t.Errorf("user code sees %s zygote socket(s) in /proc/net/unix", strings.TrimSpace(out))
+	}
+	r := b.py(`import socket
+found = []
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    f = line.split()
+    if len(f) > 7 and f[7].startswith("@lbb-zygote"):
+        found.append(f[7])
+for name in found:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect("\0" + name[1:])
+        print("connected", name)
+    except OSError:
+        pass
+print("found", len(found))
+`)
+	if r.exit.ExitCode != 0 || strings.TrimSpace(r.stdout) != "found 0" {
+		t.Errorf("zygote sockets within reach: %v", r)
 	}
 }
 

@@ -183,6 +183,42 @@ func BootCold(ctx context.Context, d runtime.Driver, spec runtime.Spec) (Cold, e
 	return c, nil
 }
 
+// RunSh creates and starts a sandbox of spec on d, runs sh -c cmd in it (failing t unless it
+// exits 0), destroys it and answers cmd's stdout.
+func RunSh(t *testing.T, d runtime.Driver, spec runtime.Spec, cmd string) string {
+	t.Helper()
+	id := spec.ID
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.Destroy(context.Background(), id); err != nil {
+			t.Error(err)
+		}
+	}()
+	sb, err := d.Start(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := agent.NewClient(sb.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := cl.Exec(ctx, agent.ExecRequest{ID: "c", Argv: []string{"/bin/sh", "-c", cmd}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, stderr bytes.Buffer
+	ex, err := p.Wait(&out, &stderr)
+	if err != nil || ex.ExitCode != 0 {
+		t.Fatalf("%s: %+v %v: %s", cmd, ex, err, stderr.String())
+	}
+	return out.String()
+}
+
 type env struct {
 	d         runtime.Driver
 	opts      Options

@@ -3,7 +3,7 @@
 package nsinit
 
 import (
-	"github.com/littlebigbrain/lbb/internal/runtime/seccomp"
+	"github.com/littlebigbrain/lbb/internal/runtime/seccomp/compiled"
 )
 
 // ForkHardening is the sandbox init's hardening as parameters, for a process that applies it
@@ -15,7 +15,7 @@ type ForkHardening struct {
 	Securebits int           `json:"securebits"`
 	LastCap    int           `json:"last_cap"`
 	Landlock   *ForkLandlock `json:"landlock,omitempty"`
-	// Seccomp is the filter as struct sock_filter[] (seccomp.Encode).
+	// Seccomp is the filter as struct sock_filter[] (compiled.Encoded, seccomp.Encode's form).
 	Seccomp []byte `json:"seccomp"`
 }
 
@@ -33,11 +33,11 @@ type ForkLandlock struct {
 // DiskMiB and WritableRoot).
 func HardeningFor(noFile uint64, diskMiB int64, writableRoot bool) (ForkHardening, error) {
 	h := newHardening(noFile, diskMiB, writableRoot)
-	raw, err := seccomp.Program()
+	filter, err := compiled.Encoded()
 	if err != nil {
 		return ForkHardening{}, err
 	}
-	out := ForkHardening{Rlimits: h.rlimits(), Securebits: secbits, LastCap: lastCap(), Seccomp: seccomp.Encode(raw)}
+	out := ForkHardening{Rlimits: h.rlimits(), Securebits: secbits, LastCap: lastCap(), Seccomp: filter}
 	if abi := landlockABI(); abi > 0 {
 		out.Landlock = &ForkLandlock{
 			Handled: handledFS(abi), Scoped: landlockScoped(abi), Read: llRead, FileAccess: llFileAccess,

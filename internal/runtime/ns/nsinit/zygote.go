@@ -103,17 +103,10 @@ func zygoteInit(harness string) error {
 	if err := unix.Setgroups(nil); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
-	// Root's capabilities at exec are the bounding set: CAP_SYS_ADMIN alone.
-	for c := 0; c <= lastCap(); c++ {
-		if c == capSysAdmin {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop bounding capability %d: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
+	// Root's capabilities at exec are the bounding set: CAP_SYS_ADMIN alone (no securebits:
+	// root must keep it across the exec).
+	if err := dropBounds(capSysAdmin); err != nil {
+		return err
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
