@@ -104,17 +104,18 @@ func Idle(ctx context.Context, c *lbb.Client, n, runs int, cgroupParent string, 
 		wg.Wait()
 	}()
 	time.Sleep(2 * time.Second) // let start-up pages settle
-	rss, usage, groups := cgroupMemory(cgroupParent)
+	rss, usage, groups := cgroupMemory(cgroupParent, ids)
 	s := OneCallPaced(ctx, c, fmt.Sprintf("lbb, %d idle held", len(ids)), runs, lbb.RunParams{Code: pySum, Input: []int{1, 2, 3}}, nil, before)
 	extra := fmt.Sprintf("%d idle sandboxes (%d failed to start) made in %v; their cgroups: %.2f GiB RSS, %.2f GiB charged in all (%.1f MiB RSS each), over %d cgroups",
 		len(ids), errs, created.Round(time.Millisecond), float64(rss)/(1<<30), float64(usage)/(1<<30), float64(rss)/float64(max(1, len(ids)))/(1<<20), groups)
 	return s, extra, nil
 }
 
-// cgroupMemory sums total_rss and usage_in_bytes over the cgroup v1 memory groups under parent.
-func cgroupMemory(parent string) (rss, usage uint64, groups int) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/memory", parent, "*"))
-	for _, d := range dirs {
+// cgroupMemory sums total_rss and usage_in_bytes over the cgroup v1 memory groups of the
+// sandboxes ids under parent (not the warm pool's slots beside them).
+func cgroupMemory(parent string, ids []string) (rss, usage uint64, groups int) {
+	for _, id := range ids {
+		d := filepath.Join("/sys/fs/cgroup/memory", parent, id)
 		st, err := os.ReadFile(filepath.Join(d, "memory.stat"))
 		if err != nil {
 			continue

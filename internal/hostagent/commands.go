@@ -14,6 +14,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/blobs"
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/output"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // endedKept is how long an ended command's output stays readable (ReadOutput) after Wait
@@ -75,7 +76,8 @@ func (h *Local) Exec(ctx context.Context, req ExecRequest) error {
 	if req.Hold {
 		c.hold = output.NewHold(HoldBytes, h.holdIdle)
 	}
-	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops}
+	e := execution{timeout: req.Timeout, limits: l.limits, killed: c.killed.Load, hold: c.hold, egress: l.egress, backstops: &s.backstops,
+		timings: timing.From(ctx)}
 	if req.Run != nil {
 		e.run = &agent.RunRequest{ID: req.CommandID, Language: req.Run.Language, Code: req.Run.Code, Input: req.Run.Input,
 			Config: req.Run.Config, Env: env, Cwd: req.Cwd, TimeoutMs: req.Timeout.Milliseconds()}

@@ -267,7 +267,8 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	}()
 	// Usage, not Stats: the process count is not metered, and on gvisor it costs a runsc
 	// process on each side of the run.
-	endStats := timing.Start(ctx, "stats")
+	tctx := timing.With(ctx, e.timings)
+	endStats := timing.Start(tctx, "stats")
 	before, berr := runtime.UsageOf(ctx, sb)
 	endStats()
 	if berr != nil {
@@ -295,6 +296,9 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 		defer context.AfterFunc(runCtx, e.hold.LetGo)()
 	}
 	out.Started = time.Now()
+	// agent: from the request to the guest agent until it says the process runs (or could
+	// not start).
+	endAgent := timing.Start(tctx, "agent")
 	var p *agent.Process
 	var err error
 	switch {
@@ -306,6 +310,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	default:
 		p, err = ag.Exec(runCtx, *e.exec, e.stdin)
 	}
+	endAgent()
 	if e.started != nil {
 		e.started()
 	}
@@ -339,7 +344,7 @@ func (h *Local) execute(ctx context.Context, sb runtime.Sandbox, ag *agent.Clien
 	flush(stderr)
 
 	statsCtx, cancelStats := context.WithTimeout(context.Background(), 5*time.Second)
-	endStats = timing.Start(ctx, "stats")
+	endStats = timing.Start(tctx, "stats")
 	after, serr := runtime.UsageOf(statsCtx, sb)
 	endStats()
 	cancelStats()

@@ -10,6 +10,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/output"
 	"github.com/littlebigbrain/lbb/internal/pool"
 	"github.com/littlebigbrain/lbb/internal/runtime"
+	"github.com/littlebigbrain/lbb/internal/timing"
 )
 
 // execution is one process or run in a started sandbox.
@@ -36,6 +37,10 @@ type execution struct {
 	// attachTo, when set, starts by attaching to the stream of this detached process (a
 	// fork's copy of its source's command) from now on, instead of starting a process.
 	attachTo string
+	// timings, when not nil, are the request's that started the command (Exec): its start's
+	// phases (stats, agent) go to that request's Server-Timing, whose context the command
+	// outlives.
+	timings *timing.Timings
 	// kernel, when set, is a process the warm pool started: its stream is taken on
 	// instead of starting one.
 	kernel *pool.Running

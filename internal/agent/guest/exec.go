@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -36,8 +37,6 @@ const (
 	maxHeaderLine = 1 << 20
 	// maxErrorLen bounds Exit.Error, which travels in one frame.
 	maxErrorLen = 16 << 10
-	// diskFullBytes: below this much free space the workspace is reported full.
-	diskFullBytes = 512 << 10
 )
 
 // DefaultPath is the PATH of processes unless the agent or the request says otherwise.
@@ -52,6 +51,11 @@ func (s *Server) baseEnv() map[string]string {
 		"LANG":                    "C.UTF-8",
 		"MPLBACKEND":              "Agg",
 		"PYTHONDONTWRITEBYTECODE": "1",
+	}
+	// The local driver (tests, development) runs processes on the host and gives the agent a
+	// TMPDIR of the sandbox's own; in a real sandbox /tmp is the sandbox's and none is set.
+	if v := os.Getenv("TMPDIR"); v != "" {
+		env["TMPDIR"] = v
 	}
 	maps.Copy(env, s.conns.env())
 	return env
@@ -655,5 +659,17 @@ func (s *Server) diskFull() bool {
 	if st.Files > 0 && st.Ffree == 0 {
 		return true
 	}
-	return st.Blocks > 0 && st.Bavail*uint64(st.Bsize) < diskFullBytes
+	return st.Blocks > 0 && st.Bavail*uint64(st.Bsize) < diskFullBytes(uint64(st.Bsize), st.Blocks*uint64(st.Bsize), goruntime.NumCPU())
+}
+
+// diskFullBytes is the free space below which the workspace counts as full. ext4 refuses a
+// write with ENOSPC while statfs still shows free space: below its free-cluster watermark
+// (4 × the per-CPU counter batch, max(32, 2 × CPUs), × CPUs, in clusters) it stops delayed
+// allocation and accounts every dirty page's worst case. A 64 MiB disk on 2 CPUs refused a
+// 1 MiB write with 434–691 KiB free (the layout decides which). So the line is one and a half
+// watermarks, never under 1 MiB, and (on many CPUs) never over an eighth of the disk.
+func diskFullBytes(bsize, size uint64, cpus int) uint64 {
+	n := uint64(max(cpus, 1))
+	watermark := 4 * max(32, 2*n) * n * bsize
+	return max(1<<20, min(watermark+watermark/2, size/8))
 }
