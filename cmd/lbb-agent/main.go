@@ -29,9 +29,13 @@ import (
 	"github.com/littlebigbrain/lbb/internal/agent/guest"
 	"github.com/littlebigbrain/lbb/internal/agent/vmguest"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
+	"github.com/littlebigbrain/lbb/internal/runtime/spawn"
 )
 
 func main() {
+	// Started by the ns driver as its spawn helper (argv[1] spawn.HelperArg): start sandbox
+	// inits in user namespaces of their own, for the driver. Never returns then.
+	spawn.MaybeHelper()
 	// Started by the ns driver as a sandbox's init (argv[1] nsinit.Arg): build the sandbox's
 	// root, drop every privilege and exec this binary again as the agent. Never returns then.
 	nsinit.MaybeInit()

@@ -11,17 +11,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/keylock"
@@ -111,82 +107,6 @@ func LogAgent(log *slog.Logger, r io.ReadCloser) {
 		}
 	}
 }
-
-// Spawn starts cmd from one OS thread that lives as long as the process: Pdeathsig fires when
-// the thread that forked the child exits, and a caller's thread may exit (a goroutine that
-// ends while locked to its thread takes the thread with it).
-func Spawn(cmd *exec.Cmd) error { return SpawnAs(cmd, 0) }
-
-// SpawnAs is Spawn with the forking thread's effective uid set to euid (its capabilities
-// kept) for the fork: a user namespace the child makes (CLONE_NEWUSER) is then owned by
-// euid, and what the kernel counts per user for the processes in it (inotify instances,
-// queued signals, message queues, processes) is charged to euid in the host's namespace,
-// not to the host's root. The thread keeps every capability, so the child may still exec
-// what root may, join any cgroup (CLONE_INTO_CGROUP), and the thread writes its id maps.
-// Only that one thread changes (a raw setresuid; Go's syscall.Setresuid would change every
-// thread of the process), and it is root again before any other spawn.
-func SpawnAs(cmd *exec.Cmd, euid uint32) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			goruntime.LockOSThread()
-			for r := range spawnReqs {
-				r.done <- spawnOn(r.cmd, r.euid)
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd, euid, done}
-	return <-done
-}
-
-func spawnOn(cmd *exec.Cmd, euid uint32) error {
-	if euid == 0 {
-		return cmd.Start()
-	}
-	if err := setThreadEUID(euid); err != nil {
-		return fmt.Errorf("spawn as uid %d: %w", euid, err)
-	}
-	err := cmd.Start()
-	if rerr := setThreadEUID(0); rerr != nil {
-		// This thread cannot be trusted with another spawn; neither can the process.
-		panic(fmt.Sprintf("driverkit: the spawn thread cannot become root again: %v", rerr))
-	}
-	return err
-}
-
-// setThreadEUID sets the calling thread's effective uid (its real and saved uids stay 0) and
-// raises its effective capabilities to its permitted ones, which a change away from uid 0
-// clears. Back at 0, the kernel raises them itself.
-func setThreadEUID(euid uint32) error {
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); errno != 0 {
-		return fmt.Errorf("setresuid: %w", errno)
-	}
-	if euid == 0 {
-		return nil
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	return nil
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	euid uint32
-	done chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
 
 // AgentCopy is a driver's copy of the guest agent binary under its state directory, where
 // the sandbox's ids can reach it whereas the binary itself may sit anywhere. The copy is

@@ -97,6 +97,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
 	"github.com/littlebigbrain/lbb/internal/runtime/hostids"
 	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
+	"github.com/littlebigbrain/lbb/internal/runtime/spawn"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -333,7 +334,7 @@ func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, 
 			Pdeathsig: syscall.SIGKILL,
 			Setpgid:   true,
 		}
-		if err := driverkit.Spawn(cmd); err != nil {
+		if err := spawn.Start(cmd); err != nil {
 			return err
 		}
 		go func() {

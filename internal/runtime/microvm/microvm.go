@@ -64,6 +64,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/cgroup"
 	"github.com/littlebigbrain/lbb/internal/runtime/driverkit"
+	"github.com/littlebigbrain/lbb/internal/runtime/spawn"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -526,7 +527,7 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 	}
 	exited := make(chan struct{})
 	if err := u.Step("start QEMU", func() error {
-		if err := driverkit.Spawn(cmd); err != nil {
+		if err := spawn.Start(cmd); err != nil {
 			return err
 		}
 		go func() {

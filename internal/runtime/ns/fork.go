@@ -100,7 +100,7 @@ func (d *Driver) Zygote(image string, imports []string) *zygote.Zygote {
 	return d.zygotes[zygoteKey(image, imports)]
 }
 
-// Close stops the zygotes. Sandboxes are not touched.
+// Close stops the zygotes and the spawn helper. Sandboxes are not touched.
 func (d *Driver) Close() error {
 	d.zmu.Lock()
 	zs := d.zygotes
@@ -109,5 +109,5 @@ func (d *Driver) Close() error {
 	for _, z := range zs {
 		z.Close()
 	}
-	return nil
+	return d.spawner.Close()
 }

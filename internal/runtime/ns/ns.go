@@ -23,7 +23,7 @@
 //
 // Inside: user (ids 0..65535 = the sandbox's own host range, or the shared one where the host
 // makes no idmapped mounts; the namespace owned by the range's first id: see
-// driverkit.SpawnAs), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
+// spawn.As), mount, pid, net (lo only), ipc, uts and cgroup namespaces; the image
 // read-only under a writable overlay; the agent as PID 1 with no capabilities, no_new_privs,
 // Landlock and a seccomp filter. See nsinit for the sandbox side (the init, which is the agent
 // binary started with nsinit.Arg).
@@ -57,6 +57,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/runtime/idmap"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/nsinit"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns/zygote"
+	"github.com/littlebigbrain/lbb/internal/runtime/spawn"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
 )
 
@@ -118,6 +119,10 @@ type Driver struct {
 	zmu     sync.Mutex
 	zygotes map[string]*zygote.Zygote // by image and imports (zygoteKey)
 	zclosed bool
+
+	// spawner starts the inits: their user namespace makes Go fork without CLONE_VM, which
+	// from this process would copy its whole heap's page tables (spawn.Helper).
+	spawner spawn.Helper
 }
 
 var (
@@ -296,16 +301,22 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		defer cgFD.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgFD.Fd())
 	}
-	// The user namespace is the sandbox's own range's (its first id owns it): see SpawnAs.
-	if err := u.Step("start init", func() error { return driverkit.SpawnAs(cmd, ident.Owner()) }, func() error {
-		_ = cmd.Process.Kill()
-		_, err := cmd.Process.Wait()
+	// The user namespace is the sandbox's own range's (its first id owns it): see spawn.As.
+	// The helper is the driver's copy of the agent, which the sandbox needs anyway.
+	var proc *os.Process
+	if err := u.Step("start init", func() error {
+		var err error
+		proc, err = d.spawner.Start(ctx, agentBin, cmd, ident.Owner())
+		return err
+	}, func() error {
+		_ = proc.Kill()
+		_, err := proc.Wait()
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	p.closeChildEnds()
-	pid := cmd.Process.Pid
+	pid := proc.Pid
 
 	// The init builds the sandbox's file system while the host moves it into the cgroups
 	// (a v1 cgroup move waits for an RCU grace period per hierarchy: milliseconds). It execs
@@ -345,7 +356,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	if err := u.Step("go", p.sendGo, nil); err != nil {
 		return nil, err
 	}
-	if err := u.Step("wait for agent", func() error { return p.waitExec(ctx, cmd.Process) }, nil); err != nil {
+	if err := u.Step("wait for agent", func() error { return p.waitExec(ctx, proc) }, nil); err != nil {
 		return nil, err
 	}
 	var conn net.Conn
@@ -367,9 +378,9 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	}
 	u.Release()
 
-	sb := &sandbox{id: id, conn: conn, cmd: cmd, cg: cg, done: make(chan struct{})}
+	sb := &sandbox{id: id, conn: conn, proc: proc, cg: cg, done: make(chan struct{})}
 	go func() {
-		_ = cmd.Wait()
+		_, _ = proc.Wait()
 		close(sb.done)
 	}()
 	go driverkit.LogAgent(d.cfg.Logger.With("sandbox", id), p.takeLogR())
@@ -377,10 +388,14 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 	return sb, nil
 }
 
-// MaybeInit runs the sandbox init when this process was started as one (nsinit.MaybeInit).
+// MaybeInit runs the sandbox init or the spawn helper when this process was started as one
+// (nsinit.MaybeInit, spawn.MaybeHelper).
 // The driver starts the agent binary as the init; test binaries that stand in for it, and
 // older callers, call this first thing.
-func MaybeInit() { nsinit.MaybeInit() }
+func MaybeInit() {
+	spawn.MaybeHelper()
+	nsinit.MaybeInit()
+}
 
 // AgentChannelFD is where the agent finds its end of the channel.
 const AgentChannelFD = nsinit.FDChannel
@@ -551,7 +566,7 @@ func (d *Driver) stop(ctx context.Context, id string) error {
 		// Killing PID 1 ends its pid namespace: the kernel kills the rest and the init is
 		// reaped only after them. A process stuck in the kernel can hold that up; the cgroup
 		// kill below then does what it can.
-		_ = sb.cmd.Process.Signal(syscall.SIGKILL)
+		_ = sb.proc.Signal(syscall.SIGKILL)
 		select {
 		case <-sb.done:
 		case <-time.After(2 * time.Second):
@@ -635,7 +650,7 @@ func (d *Driver) startedCgroups(id string) (cgroup.Manager, error) {
 type sandbox struct {
 	id   string
 	conn net.Conn
-	cmd  *exec.Cmd
+	proc *os.Process
 	cg   cgroup.Manager
 	done chan struct{}
 }
@@ -645,7 +660,7 @@ func (s *sandbox) Conn() net.Conn        { return s.conn }
 func (s *sandbox) Done() <-chan struct{} { return s.done }
 
 // InitPID is the host pid of the sandbox's PID 1 (the agent).
-func (s *sandbox) InitPID() int { return s.cmd.Process.Pid }
+func (s *sandbox) InitPID() int { return s.proc.Pid }
 
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	st, err := s.cg.Stats(s.id)
