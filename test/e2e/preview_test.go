@@ -260,8 +260,9 @@ func browse(t *testing.T, c *lbb.Client, sandboxID, first string) {
 	if err != nil {
 		testkit.SkipPrivileged(t, "chromium is not installed (scripts/deps.sh installs it): a preview is tested in a real browser")
 	}
+	// Chromium makes its singleton directory in TMPDIR and leaves it: here, the test's own.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.Flag("headless", true), chromedp.DisableGPU)
+		chromedp.Flag("headless", true), chromedp.DisableGPU, chromedp.Env("TMPDIR="+t.TempDir()))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(actx)

@@ -59,7 +59,9 @@ func Start(t testing.TB) *Server {
 	cmd := exec.Command(weed, "server", "-dir="+dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+strconv.Itoa(master), "-volume.port="+strconv.Itoa(volume), "-volume.max=200",
 		"-master.volumeSizeLimitMB=64", "-filer", "-filer.port="+strconv.Itoa(filer),
-		"-s3", "-s3.port="+strconv.Itoa(s3))
+		"-s3", "-s3.port="+strconv.Itoa(s3),
+		// weed's unix sockets default to /tmp, where it leaves them: these two can move.
+		"-filer.localSocket="+filepath.Join(dir, "filer.sock"), "-s3.localSocket="+filepath.Join(dir, "s3.sock"))
 	log, err := os.Create(filepath.Join(dir, "weed.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +82,10 @@ func Start(t testing.TB) *Server {
 			<-exited
 		}
 		log.Close()
+		// Its gRPC sockets' paths are fixed (/tmp/seaweedfs-<service>-grpc-<port>.sock).
+		for svc, port := range map[string]int{"master": master, "volume": volume, "filer": filer} {
+			os.Remove(fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", svc, port+10000))
+		}
 	})
 	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", s3)}
 	s.client, err = minio.New(fmt.Sprintf("127.0.0.1:%d", s3), &minio.Options{
