@@ -69,6 +69,11 @@ func childCmd(t *testing.T, out, extra *os.File) *exec.Cmd {
 
 // run starts one child through h and answers what it printed and its exit status.
 func run(t *testing.T, h *Helper, euid uint32) (map[string]string, *os.ProcessState) {
+	return runWith(t, h, euid, "hello")
+}
+
+// runWith is run with what the child reads on fd 3.
+func runWith(t *testing.T, h *Helper, euid uint32, extra string) (map[string]string, *os.ProcessState) {
 	t.Helper()
 	self, _ := os.Executable()
 	outR, outW, err := os.Pipe()
@@ -89,7 +94,7 @@ func run(t *testing.T, h *Helper, euid uint32) (map[string]string, *os.ProcessSt
 		exW.Close()
 		t.Fatalf("Start: %v", err)
 	}
-	exW.WriteString("hello")
+	exW.WriteString(extra)
 	exW.Close()
 	b, _ := io.ReadAll(outR)
 	st, err := proc.Wait() // the child is this process's: only its parent can reap it
@@ -155,6 +160,27 @@ func TestHelper(t *testing.T) {
 	if err := syscall.Kill(old, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("helper %d after Close: %v", old, err)
 	}
+}
+
+// TestHelperConcurrent: children started at once each get their own descriptors.
+func TestHelperConcurrent(t *testing.T) {
+	testkit.RequiresRoot(t)
+	testkit.RequiresUserNS(t)
+	var h Helper
+	defer h.Close()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := "child-" + strconv.Itoa(i)
+			got, st := runWith(t, &h, 0, want)
+			if st.ExitCode() != 7 || got["extra"] != want {
+				t.Errorf("child %d: exit %d, read %q", i, st.ExitCode(), got["extra"])
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestHelperRefuses(t *testing.T) {
