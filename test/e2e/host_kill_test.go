@@ -108,10 +108,16 @@ func TestHostKillAndTerm(t *testing.T) {
 }
 
 // cancelledRun: a one-call run whose caller's context ends answers killed within seconds,
-// and its process is gone from the sandbox: a cancelled call ends its work on the host too.
+// and its process and its process's child are gone from the sandbox: a cancelled call ends
+// its work on the host too.
 func cancelledRun(t *testing.T, c *remote.Client, parent string) {
 	t.Helper()
 	id, cmd := "sbx_"+strings.ToLower(rand.Text()[:12]), "cmd_"+strings.ToLower(rand.Text()[:12])
+	// The run's code starts a sleep no other process sleeps: once it is there, the code runs.
+	// (A python process in the sandbox's cgroup is not enough: the interpreter pre-started for
+	// the run is there before the run reaches it, and a cancel then ends the call before the
+	// code ever ran, leaving that idle interpreter to the sandbox's release.)
+	arg := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e9)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	type answer struct {
@@ -122,7 +128,7 @@ func cancelledRun(t *testing.T, c *remote.Client, parent string) {
 	go func() {
 		res, err := c.Run(ctx, hostagent.RunRequest{SandboxID: id, CommandID: cmd, Runtime: "ns", Language: "python",
 			Limits: runtime.Limits{MemoryMiB: 256, CPUs: 1, Pids: 64, DiskMiB: 64}, Timeout: 5 * time.Minute,
-			Code: "def run(input, config):\n    import time\n    time.sleep(1000)\n    return 1\n"})
+			Code: "def run(input, config):\n    import subprocess\n    subprocess.run(['sleep', '" + arg + "'])\n    return 1\n"})
 		done <- answer{res, err}
 	}()
 	running := func() []string {
@@ -135,9 +141,10 @@ func cancelledRun(t *testing.T, c *remote.Client, parent string) {
 		}
 		return out
 	}
-	for deadline := time.Now().Add(time.Minute); len(running()) == 0; time.Sleep(100 * time.Millisecond) {
+	sleeping := func() int { return findProcess("sleep\x00" + arg + "\x00") }
+	for deadline := time.Now().Add(time.Minute); len(running()) == 0 || sleeping() == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the run's python never ran in sandbox %s", id)
+			t.Fatalf("the run's code never ran in sandbox %s (python: %v)", id, running())
 		}
 	}
 	start := time.Now()
@@ -151,9 +158,9 @@ func cancelledRun(t *testing.T, c *remote.Client, parent string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled Run went on for 10 s")
 	}
-	for deadline := time.Now().Add(5 * time.Second); len(running()) > 0; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); len(running()) > 0 || sleeping() > 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Errorf("a cancelled Run's process stayed: %v", running())
+			t.Errorf("a cancelled Run's processes stayed: python %v, its sleep %d", running(), sleeping())
 			break
 		}
 	}
