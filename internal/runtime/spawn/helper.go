@@ -78,7 +78,7 @@ type reply struct {
 // A child whose exec fails although its binary is an executable file is left a zombie (the
 // helper's Go does not tell its pid).
 func (h *Helper) Start(ctx context.Context, path string, cmd *exec.Cmd, euid uint32) (*os.Process, error) {
-	req, files, err := newRequest(cmd, euid)
+	req, fds, err := newRequest(cmd, euid)
 	if err != nil {
 		return nil, err
 	}
@@ -89,14 +89,10 @@ func (h *Helper) Start(ctx context.Context, path string, cmd *exec.Cmd, euid uin
 	if len(msg) > maxMessage {
 		return nil, fmt.Errorf("spawn: request of %d bytes (at most %d)", len(msg), maxMessage)
 	}
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	pid, err := h.roundTrip(ctx, path, msg, unix.UnixRights(fds...))
-	goruntime.KeepAlive(files) // their fds were sent
+	goruntime.KeepAlive(cmd) // its files' fds were sent
 	if err != nil {
 		return nil, err
 	}
@@ -209,16 +205,18 @@ func (h *Helper) Pid() int {
 	return h.proc.Pid
 }
 
-// newRequest describes cmd, and answers the files to pass with it.
-func newRequest(cmd *exec.Cmd, euid uint32) (request, []*os.File, error) {
+// newRequest describes cmd, and answers the descriptors to pass with it: its files' and its
+// cgroup's (which stays the caller's: no *os.File is made of it, whose finalizer would close
+// it).
+func newRequest(cmd *exec.Cmd, euid uint32) (request, []int, error) {
 	req := request{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, CgroupFD: -1, EUID: euid}
 	if cmd.Env == nil {
 		return req, nil, errors.New("spawn: cmd.Env must be set (nil would pass the helper's)")
 	}
-	var files []*os.File
-	add := func(f *os.File) int {
-		files = append(files, f)
-		return len(files) - 1
+	var fds []int
+	add := func(fd int) int {
+		fds = append(fds, fd)
+		return len(fds) - 1
 	}
 	child := []any{cmd.Stdin, cmd.Stdout, cmd.Stderr}
 	for _, f := range cmd.ExtraFiles {
@@ -233,7 +231,7 @@ func newRequest(cmd *exec.Cmd, euid uint32) (request, []*os.File, error) {
 				req.Files = append(req.Files, -1)
 				continue
 			}
-			req.Files = append(req.Files, add(f))
+			req.Files = append(req.Files, add(int(f.Fd())))
 		default:
 			return req, nil, fmt.Errorf("spawn: the child's fd %d is a %T, not an *os.File", i, s)
 		}
@@ -244,16 +242,16 @@ func newRequest(cmd *exec.Cmd, euid uint32) (request, []*os.File, error) {
 		req.GidMappingsEnableSetgroups = a.GidMappingsEnableSetgroups
 		req.Credential, req.Setsid, req.Pdeathsig = a.Credential, a.Setsid, a.Pdeathsig
 		if a.UseCgroupFD {
-			req.CgroupFD = add(os.NewFile(uintptr(a.CgroupFD), "cgroup"))
+			req.CgroupFD = add(a.CgroupFD)
 		}
 		if a.Setpgid || a.Setctty || a.Noctty || a.Chroot != "" || a.Unshareflags != 0 || len(a.AmbientCaps) > 0 || a.Foreground || a.PidFD != nil {
 			return req, nil, errors.New("spawn: the helper does not pass Setpgid, Setctty, Noctty, Chroot, Unshareflags, AmbientCaps, Foreground or PidFD")
 		}
 	}
-	if len(files) > maxFiles {
-		return req, nil, fmt.Errorf("spawn: %d files (at most %d)", len(files), maxFiles)
+	if len(fds) > maxFiles {
+		return req, nil, fmt.Errorf("spawn: %d files (at most %d)", len(fds), maxFiles)
 	}
-	return req, files, nil
+	return req, fds, nil
 }
 
 // MaybeHelper serves as a helper when this process was started as one, and never returns

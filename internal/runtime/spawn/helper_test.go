@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
@@ -256,4 +259,30 @@ func rssKiB(t *testing.T, pid int) int {
 		}
 	}
 	return 0
+}
+
+// TestRequestKeepsCgroupFD: the cgroup descriptor a caller passes stays the caller's; nothing
+// the request made of it closes it when collected.
+func TestRequestKeepsCgroupFD(t *testing.T) {
+	f, err := os.Open(os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	req, fds, err := newRequest(&exec.Cmd{Path: "/bin/true", Env: []string{},
+		SysProcAttr: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.CgroupFD < 0 || fds[req.CgroupFD] != fd {
+		t.Fatalf("cgroup fd %d of %v, want %d", req.CgroupFD, fds, fd)
+	}
+	for range 3 {
+		goruntime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("the caller's cgroup fd was closed: %v", err)
+	}
 }
