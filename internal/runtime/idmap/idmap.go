@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/littlebigbrain/lbb/internal/runtime/kfile"
 )
 
 // Userns answers a user namespace that maps count ids from (inside it) onto host ids from to:
@@ -36,7 +38,7 @@ func Userns(from, to, count uint32) (*os.File, error) {
 	defer wait()
 	m := fmt.Appendf(nil, "%d %d %d\n", from, to, count)
 	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := writeProc(fmt.Sprintf("/proc/%d/%s", pid, f), m); err != nil {
+		if err := kfile.Write(fmt.Sprintf("/proc/%d/%s", pid, f), m); err != nil {
 			return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
 		}
 	}
@@ -46,18 +48,6 @@ func Userns(from, to, count uint32) (*os.File, error) {
 		return nil, fmt.Errorf("user namespace for an idmapped mount: open %s: %w", p, err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
-}
-
-func writeProc(path string, b []byte) error {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, b); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // tracedChild is waiter without a waiter of our own: a child of this program in a new user
