@@ -127,6 +127,7 @@ func serveHost(ctx context.Context, cfg config.Config, listen, token string, tls
 	if err != nil {
 		return err
 	}
+	defer closeDriver(driver, log) // last: after the warm pool's slots and the calls
 	defer cleanup()
 	// A SIGKILLed or crashed earlier life left its sandboxes' mounts, cgroups and loop devices
 	// (their processes died with it): they go now; their disks stay for the control plane's

@@ -149,6 +149,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if c, ok := hst.(io.Closer); ok {
 		defer c.Close() // a fleet stops watching its hosts
 	}
+	if l, ok := hst.(*hostagent.Local); ok {
+		defer closeDriver(l.Driver(), log) // last: after the warm pool's slots and the runs
+	}
 	// The control plane's id: the holder of the records it makes, known again after a restart.
 	planeID, err := control.PlaneID(cfg.DataDir)
 	if err != nil {
@@ -536,4 +539,14 @@ func iniValue(path, key string) string {
 		}
 	}
 	return ""
+}
+
+// closeDriver closes a driver that holds something of its own (mux.Driver.Close: ns's spawn
+// helper, zygotes and its emptied run directory) as lbb serve or lbb host ends.
+func closeDriver(d runtime.Driver, log *slog.Logger) {
+	if c, ok := d.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Warn("closing the sandbox driver", "err", err)
+		}
+	}
 }

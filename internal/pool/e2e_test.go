@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/littlebigbrain/lbb/internal/images"
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/runtime/ns"
+	"github.com/littlebigbrain/lbb/internal/runtime/runtimetest"
 	"github.com/littlebigbrain/lbb/internal/testkit"
 )
 
@@ -66,13 +66,7 @@ func nsState(t testing.TB) (rootfs, state string) {
 	if err != nil {
 		testkit.SkipPrivileged(t, "no base image: %v", err)
 	}
-	state = t.TempDir()
-	for d := state; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return img.Rootfs, state
+	return img.Rootfs, runtimetest.StateDir(t)
 }
 
 // destroyLeftovers fails the test for each sandbox d still holds, and destroys it.

@@ -151,13 +151,15 @@ func runSuitesWith(t *testing.T, o suiteOptions) {
 		}
 		return &suiteDriver{st: st, d: &bridgedDriver{ns.New(cfg)}}
 	}, runtimetest.Options{
-		Image:      rootfs,
-		Leftovers:  func(id string) []string { return ns.New(cfg).Leftovers(st.slotOf(id)) },
-		HostFiles:  []string{agentBin, filepath.Join(state, ".agent", "*")},
-		StateDirOf: func(id string) string { return filepath.Join(state, st.slotOf(id)) },
-		HostIDs:    func(id string) (driverkit.HostIDs, error) { return ns.New(cfg).HostIDs(st.slotOf(id)) },
-		SharedIDs:  idmap.CheckOverlay(rootfs) != nil,
-		Known:      known,
+		Image:     rootfs,
+		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(st.slotOf(id)) },
+		HostFiles: []string{agentBin, filepath.Join(state, ".agent", "*")},
+		StateDirsOf: func(id string) []string {
+			return []string{filepath.Join(state, st.slotOf(id)), ns.New(cfg).RunDirOf(st.slotOf(id))}
+		},
+		HostIDs:   func(id string) (driverkit.HostIDs, error) { return ns.New(cfg).HostIDs(st.slotOf(id)) },
+		SharedIDs: idmap.CheckOverlay(rootfs) != nil,
+		Known:     known,
 	})
 	if lang != "" {
 		t.Run("run goes to the pre-started interpreter", func(t *testing.T) {

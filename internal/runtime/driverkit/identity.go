@@ -102,7 +102,7 @@ func (s *Sandboxes[S]) release(id string) error {
 // Identity answers who sandbox id is on the host for a start from image: its range (claimed
 // again when its claim was lost, and claimed now for a sandbox made before ranges were), and
 // what its ids map onto. It gives the sandbox's ids, and no other host user, passage through
-// its state directory (0710, its root's group).
+// its run directory (0710, its root's group; RunPath).
 //
 // layers are read-only directories stacked over image (a template layer, runtime.Spec.Layer):
 // the sandbox's own range needs idmapped mounts of each of them too.
@@ -131,14 +131,15 @@ func (s *Sandboxes[S]) Identity(id, image string, layers ...string) (Identity, e
 	if ok {
 		ident.Mapped = r
 	}
-	dir := s.Path(id)
+	// The run directory holds every path the sandbox's ids reach (RunPath).
+	dir := s.RunPath(id)
 	if err := os.Chown(dir, 0, int(ident.Mapped.Base)); err != nil {
 		return ident, err
 	}
 	return ident, os.Chmod(dir, 0o710)
 }
 
-// The mount points of a started sandbox's views (Views), in its state directory.
+// The mount points of a started sandbox's views (Views), in its run directory (RunPath).
 const (
 	rootfsView = "rootfs"
 	layerView  = "layer"
@@ -162,15 +163,15 @@ type Views struct {
 // themselves and <id>/disk.
 func (s *Sandboxes[S]) MountViews(u *undo.Stack, id, image, template string, ident Identity) (Views, error) {
 	if ident.Mapped == hostids.Shared {
-		return Views{Rootfs: image, Template: template, Disk: s.Path(id, "disk")}, nil
+		return Views{Rootfs: image, Template: template, Disk: s.RunPath(id, "disk")}, nil
 	}
-	v := Views{Rootfs: s.Path(id, rootfsView), Disk: s.Path(id, layerView)}
+	v := Views{Rootfs: s.RunPath(id, rootfsView), Disk: s.RunPath(id, layerView)}
 	views := []struct {
 		src, dst string
 		attrs    idmap.Attrs
-	}{{image, v.Rootfs, idmap.ReadOnly}, {s.Path(id, "disk"), v.Disk, idmap.Writable}}
+	}{{image, v.Rootfs, idmap.ReadOnly}, {s.RunPath(id, "disk"), v.Disk, idmap.Writable}}
 	if template != "" {
-		v.Template = s.Path(id, templateView)
+		v.Template = s.RunPath(id, templateView)
 		views = append(views, struct {
 			src, dst string
 			attrs    idmap.Attrs
@@ -191,7 +192,7 @@ func (s *Sandboxes[S]) MountViews(u *undo.Stack, id, image, template string, ide
 			}
 		}
 		return nil
-	}, func() error { return unmountViews(s.Path(id)) })
+	}, func() error { return unmountViews(s.RunPath(id)) })
 	return v, err
 }
 

@@ -2,6 +2,8 @@ package driverkit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime"
@@ -42,7 +46,13 @@ type Sandboxes[S runtime.Sandbox] struct {
 	IDMap IDMapCheck
 	// DiskJournal gives new sandboxes' disks a journal (hostdisk.Templates.Journal).
 	DiskJournal bool
-	Log         *slog.Logger
+	// RunDir, when set, holds what of a sandbox lasts only while it is started: its mount
+	// points (disk/, the views, a driver's own), one directory per sandbox (RunPath), made
+	// again at each start (MakeRunDir). It belongs on a tmpfs (DefaultRunDir): on the data
+	// directory's file system every one of them was an inode allocated and freed per
+	// sandbox. Empty: the state directory holds them.
+	RunDir string
+	Log    *slog.Logger
 
 	idmaps    idmapCache
 	locks     Locks
@@ -51,11 +61,20 @@ type Sandboxes[S runtime.Sandbox] struct {
 	tmplOnce  sync.Once
 	templates hostdisk.Templates
 	dirMade   atomic.Bool // Dir exists with its mode (MakeDir)
+	runMade   atomic.Bool // RunDir exists and is root's (MakeRunDir)
 }
 
 // Path is a file of sandbox id's state directory (the directory itself without elem).
 func (s *Sandboxes[S]) Path(id string, elem ...string) string {
 	return filepath.Join(append([]string{s.Dir, id}, elem...)...)
+}
+
+// RunPath is a path in sandbox id's run directory: under RunDir, else its state directory.
+func (s *Sandboxes[S]) RunPath(id string, elem ...string) string {
+	if s.RunDir == "" {
+		return s.Path(id, elem...)
+	}
+	return filepath.Join(append([]string{s.RunDir, id}, elem...)...)
 }
 
 // Lock takes id's lifecycle lock and returns what releases it.
@@ -130,6 +149,75 @@ func (s *Sandboxes[S]) MakeDir(id string) error {
 		return err
 	}
 	return nil
+}
+
+// MakeRunDir makes sandbox id's run directory (0700, root's) when RunDir is set, and dirs in
+// it (0700), each unless it exists: a start's first step, since a reboot empties RunDir.
+func (s *Sandboxes[S]) MakeRunDir(id string, dirs ...string) error {
+	if s.RunDir != "" {
+		if !s.runMade.Load() {
+			if err := s.makeRunParent(); err != nil {
+				return err
+			}
+		}
+		err := os.Mkdir(s.RunPath(id), 0o700)
+		if errors.Is(err, os.ErrNotExist) {
+			if err = s.makeRunParent(); err == nil {
+				err = os.Mkdir(s.RunPath(id), 0o700)
+			}
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(s.RunPath(id, d), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeRunParent makes RunDir (0711, like Dir) or checks the one there: it may sit in a
+// directory every user may write (/dev/shm), so it must be a real directory of root's that
+// nobody else may write.
+func (s *Sandboxes[S]) makeRunParent() error {
+	if err := os.MkdirAll(s.RunDir, 0o711); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(s.RunDir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
+		return fmt.Errorf("run directory %s is not a directory only root may write (mode %o, owner %d)", s.RunDir, st.Mode, st.Uid)
+	}
+	s.runMade.Store(true)
+	return nil
+}
+
+// DefaultRunDir is where a driver whose state directory is stateDir keeps its run
+// directories (Sandboxes.RunDir): a directory of its own in /dev/shm when that is a tmpfs,
+// else "" (the state directories).
+func DefaultRunDir(stateDir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		return ""
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "/dev/shm/lbb-run-" + hex.EncodeToString(sum[:6])
+}
+
+// RemoveRunDir removes RunDir itself when no sandbox's run directory is left in it (a
+// driver's Close): a test's driver leaves nothing behind.
+func (s *Sandboxes[S]) RemoveRunDir() {
+	if s.RunDir != "" {
+		_ = os.Remove(s.RunDir)
+	}
 }
 
 func (s *Sandboxes[S]) makeParentDir() error {
@@ -213,12 +301,12 @@ func (s *Sandboxes[S]) Create(ctx context.Context, id string, l Layout) error {
 // may have left one detaching), and unmounts it when a later step fails. It answers the
 // loop device's numbers.
 func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) (major, minor uint32, err error) {
-	img, diskDir := s.Path(id, "disk.img"), s.Path(id, "disk")
+	img, diskDir := s.Path(id, "disk.img"), s.RunPath(id, "disk")
 	err = u.Step("mount disk", func() error {
-		if m, _ := mountsOf(s.Path(id)); len(m) > 0 {
+		if m, _ := s.mountsOf(id); len(m) > 0 {
 			return fmt.Errorf("%s is still mounted: stop the sandbox first", m[0])
 		}
-		if err := hostdisk.WaitDetached(ctx, img); err != nil {
+		if err := hostdisk.WaitDetached(ctx, img, diskDir); err != nil {
 			return err
 		}
 		var err error
@@ -239,36 +327,61 @@ func (s *Sandboxes[S]) MountDisk(ctx context.Context, u *undo.Stack, id string) 
 // meanwhile would run two ext4 instances on one disk; its loop device detaches itself
 // (autoclear) when the last mount goes.
 func (s *Sandboxes[S]) UnmountDisk(ctx context.Context, id string) error {
-	dir := s.Path(id)
 	var errs []error
-	if err := unmountViews(dir); err != nil {
-		errs = append(errs, err)
+	for _, dir := range s.dirs(id) {
+		if err := unmountViews(dir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := hostdisk.Unmount(ctx, filepath.Join(dir, "disk")); err != nil {
-		errs = append(errs, err)
-	}
-	if m, err := mountsOf(dir); err != nil || len(m) > 0 {
+	if m, err := s.mountsOf(id); err != nil || len(m) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v %v", m, err))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...) // a mount holds the loop device: no use waiting
 	}
-	return hostdisk.WaitDetached(ctx, filepath.Join(dir, "disk.img"))
+	if err := hostdisk.WaitDetached(ctx, s.Path(id, "disk.img"), s.RunPath(id, "disk")); err != nil {
+		return err
+	}
+	// Its mount points go with what was mounted on them; the next start makes them again.
+	if s.RunDir != "" {
+		return os.RemoveAll(s.RunPath(id))
+	}
+	return nil
 }
 
-// mountsOf lists which of the places the host mounts in a sandbox's state directory dir (the
-// directory itself, its disk and its views) are mount points. Start and stop ask it rather
-// than hostdisk.MountsUnder, which reads the host's whole mount table; Leftovers, off the hot
-// path, still reads the table for anything else under dir.
-func mountsOf(dir string) ([]string, error) {
+// dirs are sandbox id's run directory and, when apart, its state directory, which held the
+// mount points of sandboxes an older build started.
+func (s *Sandboxes[S]) dirs(id string) []string {
+	if s.RunDir == "" {
+		return []string{s.Path(id)}
+	}
+	return []string{s.RunPath(id), s.Path(id)}
+}
+
+// mountsOf lists which of the places the host mounts for sandbox id (its state directory
+// itself, and its disk and views in each of dirs) are mount points. Start and stop ask it
+// rather than hostdisk.MountsUnder, which reads the host's whole mount table; Leftovers, off
+// the hot path, still reads the table for anything else under them.
+func (s *Sandboxes[S]) mountsOf(id string) ([]string, error) {
 	var out []string
-	for _, p := range [...]string{dir, filepath.Join(dir, "disk"), filepath.Join(dir, rootfsView), filepath.Join(dir, layerView), filepath.Join(dir, templateView)} {
+	check := func(p string) error {
 		mounted, err := hostdisk.IsMounted(p)
-		if err != nil {
-			return out, err
-		}
 		if mounted {
 			out = append(out, p)
+		}
+		return err
+	}
+	if err := check(s.Path(id)); err != nil {
+		return out, err
+	}
+	for _, dir := range s.dirs(id) {
+		for _, p := range [...]string{filepath.Join(dir, "disk"), filepath.Join(dir, rootfsView), filepath.Join(dir, layerView), filepath.Join(dir, templateView)} {
+			if err := check(p); err != nil {
+				return out, err
+			}
 		}
 	}
 	return out, nil
@@ -352,6 +465,12 @@ func (s *Sandboxes[S]) Destroy(ctx context.Context, id string) error {
 			release = func() error { return s.IDs.Release(r, owner) }
 		}
 	}
+	// The run directory first: a state directory left by a crash here is reaped again.
+	if s.RunDir != "" {
+		if err := os.RemoveAll(s.RunPath(id)); err != nil {
+			return fmt.Errorf("destroy sandbox %s: %w", id, err)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
@@ -378,8 +497,15 @@ func (s *Sandboxes[S]) Leftovers(id string, cgroups []string) []string {
 	if _, err := os.Lstat(dir); err == nil {
 		out = append(out, "state directory "+dir)
 	}
-	if m, err := hostdisk.MountsUnder(dir); err != nil || len(m) > 0 {
-		out = append(out, fmt.Sprintf("mounts %v %v", m, err))
+	if s.RunDir != "" {
+		if _, err := os.Lstat(s.RunPath(id)); err == nil {
+			out = append(out, "run directory "+s.RunPath(id))
+		}
+	}
+	for _, d := range s.dirs(id) {
+		if m, err := hostdisk.MountsUnder(d); err != nil || len(m) > 0 {
+			out = append(out, fmt.Sprintf("mounts %v %v", m, err))
+		}
 	}
 	for _, p := range cgroups {
 		if _, err := os.Stat(p); err == nil {

@@ -265,7 +265,7 @@ func (d *Driver) boot(ctx context.Context, id, memDir string) (runtime.Sandbox, 
 func (d *Driver) start(ctx context.Context, st state, memDir string) (*sandbox, error) {
 	spec := st.Spec
 	id, dir := spec.ID, d.dir(spec.ID)
-	diskDir := filepath.Join(dir, "disk")
+	diskDir := d.sbs.RunPath(id, "disk")
 	var u undo.Stack
 	if err := u.Step("leftovers", func() error {
 		// A previous process of this driver may have died with the sandbox started.

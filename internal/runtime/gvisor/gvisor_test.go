@@ -59,9 +59,9 @@ func TestRuntime(t *testing.T) {
 		Leftovers: func(id string) []string { return gvisor.New(cfg).Leftovers(id) },
 		HostFiles: []string{cfg.AgentPath, cfg.Runsc, filepath.Join(cfg.StateDir, ".agent", "*"),
 			filepath.Join(cfg.StateDir, ".seccomp", "*")},
-		StateDirOf: func(id string) string { return filepath.Join(cfg.StateDir, id) },
-		HostIDs:    gvisor.New(cfg).HostIDs,
-		SharedIDs:  idmap.Check(runtimetest.FindImage(t)) != nil,
+		StateDirsOf: func(id string) []string { return []string{filepath.Join(cfg.StateDir, id)} },
+		HostIDs:     gvisor.New(cfg).HostIDs,
+		SharedIDs:   idmap.Check(runtimetest.FindImage(t)) != nil,
 	})
 }
 

@@ -193,7 +193,9 @@ func attachLoop(img string) (dev string, fd int, err error) {
 	return "", -1, errors.New("no free loop device after 64 attempts")
 }
 
-// Mount loop-mounts img at target and returns the loop device's number.
+// Mount loop-mounts img at target and returns the loop device's number. It names the device
+// in target's ".loop" file (beside the mount point, which a driver keeps on a tmpfs) for
+// WaitDetached.
 func Mount(img, target string) (major, minor uint32, err error) {
 	dev, fd, err := attachLoop(img)
 	if err != nil {
@@ -206,10 +208,10 @@ func Mount(img, target string) (major, minor uint32, err error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, 0, err
 	}
-	// Name the device beside img before mounting, so that WaitDetached can watch this one
+	// Name the device beside target before mounting, so that WaitDetached can watch this one
 	// device instead of scanning every loop device of the host (hundreds once sandboxes have
 	// come and gone), also after a crash.
-	if err := writeDeviceFile(img, unix.Major(st.Rdev), unix.Minor(st.Rdev)); err != nil {
+	if err := writeDeviceFile(target, img, unix.Major(st.Rdev), unix.Minor(st.Rdev)); err != nil {
 		return 0, 0, err
 	}
 	// noinit_itable: the lazy inode table zeroing would fill the sparse file for nothing.
@@ -343,10 +345,14 @@ func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 // init is reaped. Until then a Start could attach a second device to the same file and
 // mount the same ext4 twice; and Destroy must leave no device behind.
 //
-// It watches the device Mount last attached to img (named in img's ".loop" file): an img
-// Mount never attached has nothing to wait for.
-func WaitDetached(ctx context.Context, img string) error {
-	b, err := kfile.Read(img + deviceSuffix)
+// It watches the device Mount last attached to img at target (named in target's ".loop"
+// file, or in img's, where builds before it named the device): an img Mount never attached
+// has nothing to wait for.
+func WaitDetached(ctx context.Context, img, target string) error {
+	b, err := kfile.Read(target + deviceSuffix)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = kfile.Read(img + deviceSuffix)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	} else if err != nil {
@@ -373,11 +379,12 @@ func WaitDetached(ctx context.Context, img string) error {
 	}
 }
 
-// deviceSuffix names the file beside an image that says which loop device Mount attached.
+// deviceSuffix names the file beside a mount point that says which loop device Mount
+// attached there.
 const deviceSuffix = ".loop"
 
-func writeDeviceFile(img string, major, minor uint32) error {
-	if err := os.WriteFile(img+deviceSuffix, fmt.Appendf(nil, "%d:%d\n", major, minor), 0o600); err != nil {
+func writeDeviceFile(target, img string, major, minor uint32) error {
+	if err := os.WriteFile(target+deviceSuffix, fmt.Appendf(nil, "%d:%d\n", major, minor), 0o600); err != nil {
 		return fmt.Errorf("naming the loop device of %s: %w", img, err)
 	}
 	return nil

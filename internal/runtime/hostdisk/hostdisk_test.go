@@ -55,14 +55,13 @@ func TestMountWaitDetached(t *testing.T) {
 	testkit.RequiresRoot(t) // loop-mounting
 	ctx := context.Background()
 	dir := t.TempDir()
-	img := filepath.Join(dir, "disk.img")
-	if err := WaitDetached(ctx, img); err != nil {
+	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt")
+	if err := WaitDetached(ctx, img, mnt); err != nil {
 		t.Fatalf("an image never mounted: %v", err)
 	}
 	if err := Format(ctx, img, 16); err != nil {
 		t.Fatal(err)
 	}
-	mnt := filepath.Join(dir, "mnt")
 	os.Mkdir(mnt, 0o700)
 	major, minor, err := Mount(img, mnt)
 	if err != nil {
@@ -74,13 +73,13 @@ func TestMountWaitDetached(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if err := WaitDetached(short, img); err == nil {
+	if err := WaitDetached(short, img, mnt); err == nil {
 		t.Fatal("WaitDetached returned while the image is mounted")
 	}
 	if err := Unmount(ctx, mnt); err != nil {
 		t.Fatal(err)
 	}
-	if err := WaitDetached(ctx, img); err != nil {
+	if err := WaitDetached(ctx, img, mnt); err != nil {
 		t.Fatal(err)
 	}
 	if devs := LoopDevicesFor(img); len(devs) != 0 {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,6 +76,18 @@ func New(o Options) (*Driver, error) {
 	}
 	sort.Strings(d.names)
 	return d, nil
+}
+
+// Close closes the drivers that hold something of their own (an io.Closer: ns's spawn helper
+// and zygotes), once nothing runs on them any more.
+func (d *Driver) Close() error {
+	var errs []error
+	for _, name := range d.names {
+		if c, ok := d.drivers[name].(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Name is the default driver's name: logs and checks that know one driver read as before.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/littlebigbrain/lbb/internal/errdefs"
 	"github.com/littlebigbrain/lbb/internal/runtime/undo"
@@ -26,12 +25,15 @@ func (d *Driver) ExportLayer(ctx context.Context, id, dst string) (err error) {
 	if _, err := os.Stat(d.dir(id)); err != nil {
 		return errdefs.Wrap(errdefs.ClassNotFound, "", fmt.Errorf("sandbox %s: %w", id, err))
 	}
+	if err := d.sbs.MakeRunDir(id, "disk"); err != nil {
+		return err
+	}
 	var u undo.Stack
 	if _, _, err := d.sbs.MountDisk(ctx, &u, id); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, u.Undo()) }()
-	upper := filepath.Join(d.dir(id), "disk", "upper")
+	upper := d.sbs.RunPath(id, "disk", "upper")
 	if out, err := exec.CommandContext(ctx, "cp", "-a", "--", upper, dst).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy the upper layer of %s: %v: %s", id, err, out)
 	}

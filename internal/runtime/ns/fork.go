@@ -109,5 +109,6 @@ func (d *Driver) Close() error {
 	for _, z := range zs {
 		z.Close()
 	}
+	d.sbs.RemoveRunDir()
 	return d.spawner.Close()
 }

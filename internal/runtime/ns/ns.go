@@ -5,21 +5,25 @@
 //
 // A sandbox is, on the host:
 //
-//	<StateDir>/<id>/            0710 to the sandbox's root's group: no other host user enters
+//	<StateDir>/<id>/            0700, root's
 //	<StateDir>/<id>/spec.json   the Spec, limits resolved
 //	<StateDir>/<id>/ids.json    its own range of host ids (hostids), claimed at Create
 //	<StateDir>/<id>/disk.img    its disk: a sparse ext4 file, its size the workspace quota
-//	<StateDir>/<id>/disk/       disk.img loop-mounted while started (upper/ and work/ inside,
+//	<RunDir>/<id>/              made at each start, 0710 to the sandbox's root's group: no
+//	                            other host user enters; mount points only
+//	<RunDir>/<id>/disk/         disk.img loop-mounted while started (upper/ and work/ inside,
 //	                            stored with the shared ids)
-//	<StateDir>/<id>/rootfs/     while started, the image through an idmapped mount onto the
-//	<StateDir>/<id>/layer/      sandbox's range, and its disk likewise: the overlay's layers
-//	<StateDir>/<id>/template/   and a template layer (Spec.Layer), if any, as the image is
-//	<StateDir>/<id>/root/       where the init mounts the overlay, in the sandbox's own mount
+//	<RunDir>/<id>/rootfs/       while started, the image through an idmapped mount onto the
+//	<RunDir>/<id>/layer/        sandbox's range, and its disk likewise: the overlay's layers
+//	<RunDir>/<id>/template/     and a template layer (Spec.Layer), if any, as the image is
+//	<RunDir>/<id>/root/         where the init mounts the overlay, in the sandbox's own mount
 //	                            namespace only
 //	<cgroup>/<CgroupParent>/<id> its cgroups (memory, pids, cpu, cpuacct, freezer, blkio)
 //
 // beside <StateDir>/.templates (a formatted disk per size, copied sparsely by Create) and
 // <StateDir>/.agent (the agent binary, copied where the sandbox's ids can reach it, root's).
+// RunDir is on a tmpfs (driverkit.DefaultRunDir): what lasts only while a sandbox is started
+// is not made and removed on the data directory's disk at every start and stop.
 //
 // Inside: user (ids 0..65535 = the sandbox's own host range, or the shared one where the host
 // makes no idmapped mounts; the namespace owned by the range's first id: see
@@ -65,6 +69,9 @@ import (
 type Config struct {
 	// StateDir holds one directory per sandbox (default /var/lib/lbb/sandboxes).
 	StateDir string
+	// RunDir holds a started sandbox's mount points, one directory per sandbox (default
+	// driverkit.DefaultRunDir of StateDir: on /dev/shm when it is a tmpfs, else StateDir).
+	RunDir string
 	// AgentPath is the static lbb-agent binary on the host. Start copies it under StateDir
 	// (exec-only for the sandbox's ids) and bind-mounts the copy read-only at /.lbb/agent.
 	AgentPath string
@@ -144,8 +151,11 @@ func New(cfg Config) *Driver {
 	cfg.IO = cmp.Or(cfg.IO, def.IO)
 	cfg.NoFile = cmp.Or(cfg.NoFile, def.NoFile)
 	cfg.Logger = cmp.Or(cfg.Logger, def.Logger)
+	if cfg.RunDir == "" {
+		cfg.RunDir = driverkit.DefaultRunDir(cfg.StateDir)
+	}
 	d := &Driver{cfg: cfg}
-	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, Halt: d.stop, Log: cfg.Logger,
+	d.sbs = driverkit.Sandboxes[*sandbox]{Dir: cfg.StateDir, RunDir: cfg.RunDir, Halt: d.stop, Log: cfg.Logger,
 		IDs: &hostids.Registry{Dir: cfg.IDRegistry}, IDMap: idmap.CheckOverlay}
 	return d
 }
@@ -162,6 +172,10 @@ func (d *Driver) cgroups() (cgroup.Manager, error) {
 }
 
 func (d *Driver) dir(id string) string { return d.sbs.Path(id) }
+
+// RunDirOf is sandbox id's run directory (Config.RunDir), where its mount points are while it
+// is started.
+func (d *Driver) RunDirOf(id string) string { return d.sbs.RunPath(id) }
 
 // StacksLayers: a template layer is a second read-only lower directory of the sandbox's
 // overlay, seen through an idmapped mount of its own as the image is (runtime.LayerStacker):
@@ -189,10 +203,9 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	unlock := d.sbs.Lock(spec.ID)
 	defer unlock()
 
+	// The mount points are made at each start, in the run directory (start).
 	return d.sbs.Create(ctx, spec.ID, driverkit.Layout{
 		DiskMiB:   spec.Limits.DiskMiB,
-		Dirs:      []string{"disk", "root"}, // mount points
-		DirMode:   0o700,
 		StateFile: "spec.json",
 		State:     spec,
 	})
@@ -222,10 +235,13 @@ func (d *Driver) Start(ctx context.Context, id string) (runtime.Sandbox, error) 
 }
 
 func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager) (*sandbox, error) {
-	id, dir := spec.ID, d.dir(spec.ID)
-	diskDir := filepath.Join(dir, "disk")
+	id := spec.ID
+	diskDir := d.sbs.RunPath(id, "disk")
 	var u undo.Stack
 	go cg.Warm()
+	if err := u.Step("run directory", func() error { return d.sbs.MakeRunDir(id, "disk", "root") }, nil); err != nil {
+		return nil, err
+	}
 	var agentBin string
 	if err := u.Step("agent binary", func() (err error) { agentBin, err = d.agentBinary(); return err }, nil); err != nil {
 		return nil, err
@@ -327,7 +343,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, cg cgroup.Manager
 		Layer:        views.Template,
 		Upper:        filepath.Join(views.Disk, "upper"),
 		Work:         filepath.Join(views.Disk, "work"),
-		Root:         filepath.Join(dir, "root"),
+		Root:         d.sbs.RunPath(id, "root"),
 		Agent:        agentBin,
 		TmpMiB:       lim.TmpMiB,
 		DiskMiB:      lim.DiskMiB,

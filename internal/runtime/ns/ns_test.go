@@ -36,11 +36,13 @@ func TestRuntime(t *testing.T) {
 	stateDir := runtimetest.StateDir(t)
 	cfg := ns.Config{StateDir: stateDir, AgentPath: agentBin, CgroupParent: "lbb-test", Logger: runtimetest.Logger()}
 	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return ns.New(cfg) }, runtimetest.Options{
-		Leftovers:  func(id string) []string { return ns.New(cfg).Leftovers(id) },
-		HostFiles:  []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
-		StateDirOf: func(id string) string { return filepath.Join(stateDir, id) },
-		HostIDs:    ns.New(cfg).HostIDs,
-		SharedIDs:  idmap.CheckOverlay(runtimetest.FindImage(t)) != nil,
+		Leftovers: func(id string) []string { return ns.New(cfg).Leftovers(id) },
+		HostFiles: []string{agentBin, filepath.Join(stateDir, ".agent", "*")},
+		StateDirsOf: func(id string) []string {
+			return []string{filepath.Join(stateDir, id), ns.New(cfg).RunDirOf(id)}
+		},
+		HostIDs:   ns.New(cfg).HostIDs,
+		SharedIDs: idmap.CheckOverlay(runtimetest.FindImage(t)) != nil,
 	})
 }
 

@@ -892,7 +892,7 @@ func hostCounters() error {
 // host — another sandbox's root, had it escaped, or any other account — can list its state
 // directory or read its workspace, not even a file the sandbox made world-readable.
 func (e *env) hostIdentity(t *testing.T) {
-	if e.opts.HostIDs == nil || e.opts.StateDirOf == nil {
+	if e.opts.HostIDs == nil || e.opts.StateDirsOf == nil {
 		t.Skip("the driver's test does not say where sandboxes live on the host")
 	}
 	a := e.boot(t, runtime.Limits{})
@@ -917,25 +917,31 @@ func (e *env) hostIdentity(t *testing.T) {
 		t.Errorf("two sandboxes share host ids: %+v %+v", ia, ib)
 	}
 	// The file, as the host stores it.
-	dir := e.opts.StateDirOf(b.id)
+	dirs := e.opts.StateDirsOf(b.id)
 	var file string
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() && d.Name() == "secret" {
-			if data, _ := os.ReadFile(p); strings.TrimSpace(string(data)) == secret {
-				file = p
+	for _, dir := range dirs {
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && d.Name() == "secret" {
+				if data, _ := os.ReadFile(p); strings.TrimSpace(string(data)) == secret {
+					file = p
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if file == "" {
-		t.Fatalf("the workspace file is nowhere under %s", dir)
+		t.Fatalf("the workspace file is nowhere under %s", dirs)
 	}
 	others := []uint32{65534} // nobody, for any other account of the host
 	if !e.opts.SharedIDs {
 		others = append(others, ia.Base) // the other sandbox's root
 	}
+	argvs := [][]string{{"cat", file}}
+	for _, dir := range dirs {
+		argvs = append(argvs, []string{"ls", dir})
+	}
 	for _, uid := range others {
-		for _, argv := range [][]string{{"cat", file}, {"ls", dir}} {
+		for _, argv := range argvs {
 			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 			if out, err := cmd.CombinedOutput(); err == nil {

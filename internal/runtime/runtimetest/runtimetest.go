@@ -44,9 +44,10 @@ type Options struct {
 	// byte-identical after it: the driver's binaries that a sandbox could try to overwrite
 	// (the agent, the init). The test binary, which a driver may re-execute, is always checked.
 	HostFiles []string
-	// StateDirOf is the host directory that holds sandbox id's state and disk: no other host
-	// user may read anything in it. Nil skips the checks that need it.
-	StateDirOf func(id string) string
+	// StateDirsOf are the host directories that hold sandbox id's state, its disk and, while
+	// it is started, its mount points (its run directory, where the driver keeps it apart):
+	// no other host user may read anything in them. Nil skips the checks that need it.
+	StateDirsOf func(id string) []string
 	// HostIDs answers who started sandbox id is on the host, as its host processes show it
 	// (driverkit.HostIDs). Nil skips the checks that need it.
 	HostIDs func(id string) (driverkit.HostIDs, error)
@@ -111,6 +112,11 @@ func StateDir(t testing.TB) string {
 		if err := os.Chmod(d, 0o711); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A driver of this state directory keeps its run directories here (DefaultRunDir),
+	// removed when empty by its Close; a test may not close every driver it makes.
+	if run := driverkit.DefaultRunDir(dir); run != "" {
+		t.Cleanup(func() { os.Remove(run) })
 	}
 	return dir
 }
