@@ -100,7 +100,7 @@ func format(ctx context.Context, path string, mib int64, journal bool) error {
 }
 
 // CopySparse copies src to a new file dst, keeping holes: only data extents are copied, in
-// the kernel (copy_file_range).
+// the kernel (copy_file_range) where src and dst share a file system.
 func CopySparse(src, dst string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -141,6 +141,14 @@ func CopySparse(src, dst string) (err error) {
 		}
 		for roff, woff := data, data; roff < hole; {
 			n, err := unix.CopyFileRange(ifd, &roff, ofd, &woff, int(hole-roff), 0)
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+				// Another file system (a checkpoint kept on another disk, an image on a
+				// tmpfs): copy through this process.
+				if _, err := io.Copy(io.NewOffsetWriter(out, woff), io.NewSectionReader(in, roff, hole-roff)); err != nil {
+					return fmt.Errorf("copy: %w", err)
+				}
+				break
+			}
 			if err != nil {
 				return fmt.Errorf("copy_file_range: %w", err)
 			}
