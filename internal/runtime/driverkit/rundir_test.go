@@ -3,11 +3,14 @@
 package driverkit
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/littlebigbrain/lbb/internal/runtime"
 	"github.com/littlebigbrain/lbb/internal/testkit"
@@ -73,5 +76,37 @@ func TestDefaultRunDir(t *testing.T) {
 	}
 	if a == b || !strings.HasPrefix(a, "/dev/shm/lbb-run-") || a != DefaultRunDir("/var/lib/lbb/sandboxes/") {
 		t.Errorf("DefaultRunDir: %s, %s", a, b)
+	}
+}
+
+// TestRunDirOlderSandbox: a sandbox an older build started has its mount points in its state
+// directory; a stop still finds and unmounts them. One made since is looked for in its run
+// directory alone.
+func TestRunDirOlderSandbox(t *testing.T) {
+	testkit.RequiresRoot(t) // mount
+	state, run := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	s := &Sandboxes[runtime.Sandbox]{Dir: state, RunDir: run}
+	if err := os.MkdirAll(s.Path("sbx_new"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.dirs("sbx_new"); len(got) != 1 || got[0] != s.RunPath("sbx_new") {
+		t.Errorf("a sandbox made since: %v", got)
+	}
+	old := s.Path("sbx_old", "disk")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", old, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(old, unix.MNT_DETACH) })
+	if m, err := s.mountsOf("sbx_old"); err != nil || len(m) != 1 || m[0] != old {
+		t.Fatalf("an older sandbox's disk: %v %v", m, err)
+	}
+	if err := s.UnmountDisk(context.Background(), "sbx_old"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.mountsOf("sbx_old"); err != nil || len(m) != 0 {
+		t.Errorf("still mounted after the stop: %v %v", m, err)
 	}
 }

@@ -352,13 +352,17 @@ func (s *Sandboxes[S]) UnmountDisk(ctx context.Context, id string) error {
 	return nil
 }
 
-// dirs are sandbox id's run directory and, when apart, its state directory, which held the
-// mount points of sandboxes an older build started.
+// dirs are where sandbox id's mount points may be: its run directory and, for a sandbox an
+// older build created (its state directory has a disk/ mount point), its state directory too.
+// A sandbox made since has none there: its stops and starts do not look.
 func (s *Sandboxes[S]) dirs(id string) []string {
 	if s.RunDir == "" {
 		return []string{s.Path(id)}
 	}
-	return []string{s.RunPath(id), s.Path(id)}
+	if _, err := os.Lstat(s.Path(id, "disk")); err == nil {
+		return []string{s.RunPath(id), s.Path(id)}
+	}
+	return []string{s.RunPath(id)}
 }
 
 // mountsOf lists which of the places the host mounts for sandbox id (its state directory
