@@ -455,7 +455,8 @@ func dropCapabilityBounds() error {
 // dropBounds drops every capability but keep (-1: none) from the bounding set and clears
 // the ambient set.
 func dropBounds(keep int) error {
-	for c := 0; c <= lastCap(); c++ {
+	last := lastCap() // once: each read of /proc/sys costs a path walk in procfs
+	for c := 0; c <= last; c++ {
 		if c == keep {
 			continue
 		}
