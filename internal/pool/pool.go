@@ -488,7 +488,11 @@ func (p *Pool) kick() {
 func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	t0 := time.Now()
 	defer p.claimStarted(false)() // refill waits while this claim, cold or warm, is in flight
-	s, err := p.take(ctx, req, t0)
+	// A run that imports numpy or pandas takes a slot of its flavour or none, where a cold
+	// sandbox's interpreter is forked with them imported: a lean or bare slot would import
+	// them in the run (~650 ms of CPU on this machine), a cold sandbox with a forked
+	// interpreter costs a fraction of that (~100 ms, the sandbox's start included).
+	s, err := p.take(ctx, req, t0, p.coldForksFull(req))
 	if err != nil {
 		return nil, err
 	}
@@ -504,7 +508,7 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}), nil
 	}
 	lease, err := p.o.Cold.Acquire(ctx, req)
-	if _, no := p.coldNoZygote.Load(req.Spec.Runtime); err == nil && agent.Interpreter(req.Language) == agent.LangPython && !no {
+	if err == nil && p.coldForks(req) {
 		// A python run in a cold sandbox: its interpreter forked with numpy and pandas
 		// imported (or, for a lean run, the harness alone) costs a fraction of the CPU of
 		// the run starting python and importing them.
@@ -513,7 +517,7 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			imports = []string{}
 		}
 		if _, unsupported := p.fork(ctx, "cold", lease.Sandbox.ID(), lease.Agent, imports); unsupported {
-			p.coldNoZygote.Store(req.Spec.Runtime, true)
+			p.coldNoZygote.Store(req.Spec.Runtime, true) // the runtime's answer: coldForks excluded the sandbox's own reasons
 		}
 	}
 	p.m.claimSeconds.WithLabelValues("cold").Observe(time.Since(t0).Seconds())
@@ -527,6 +531,28 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		defer p.released()
 		return lease.Release(ctx)
 	}), nil
+}
+
+// coldForks says whether a cold sandbox for req gets its interpreter forked from a zygote:
+// a python run on a runtime that has not answered that it cannot, in a sandbox whose root is
+// the image alone (a zygote's root is the image: a template layer's or a writable root's
+// files would differ, and the driver refuses those — which says nothing of the runtime's
+// other sandboxes).
+func (p *Pool) coldForks(req Request) bool {
+	if agent.Interpreter(req.Language) != agent.LangPython || req.Spec.Layer != "" || req.Spec.WritableRoot {
+		return false
+	}
+	if _, ok := p.o.Driver.(runtime.InterpreterForker); !ok || !p.o.Zygote {
+		return false
+	}
+	_, no := p.coldNoZygote.Load(req.Spec.Runtime)
+	return !no
+}
+
+// coldForksFull says whether a cold sandbox for req gets its interpreter forked with numpy
+// and pandas imported (the full flavour's zygote).
+func (p *Pool) coldForksFull(req Request) bool {
+	return req.Flavour == FlavourFull && req.Kernel == "" && p.coldForks(req)
 }
 
 // claimStarted counts a claim in flight (refill starts no slot meanwhile); calling what it
@@ -550,8 +576,9 @@ func (p *Pool) claimStarted(quiet bool) func() {
 // take claims a ready slot for spec (thawed, renamed if asked), trying the next when one
 // fails its claim; nil when none is ready, and the claim counts as cold. Either way the
 // claim is counted in its key's demand and in the metrics (a warm claim's latency from t0;
-// a cold one's is the caller's to observe).
-func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, error) {
+// a cold one's is the caller's to observe). With ownFlavourOnly it takes only a slot of the
+// python full flavour (a one-call run's claim that would rather go cold: Acquire).
+func (p *Pool) take(ctx context.Context, req Request, t0 time.Time, ownFlavourOnly bool) (*slot, error) {
 	spec := req.Spec
 	p.mu.Lock()
 	cands := p.match(spec, agent.Interpreter(req.Language), req.Flavour, req.Kernel)
@@ -559,6 +586,15 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, erro
 		cands[0].claims++ // demand, whether it is met warm or not
 	}
 	p.mu.Unlock()
+	var first *keyState // the key whose demand and metrics the claim counts in
+	if len(cands) > 0 {
+		first = cands[0]
+	}
+	if ownFlavourOnly {
+		cands = slices.DeleteFunc(slices.Clone(cands), func(ks *keyState) bool {
+			return ks.key.Kernel != nil || agent.Interpreter(ks.key.Language) != agent.LangPython || ks.key.Flavour != FlavourFull
+		})
+	}
 	for _, ks := range cands {
 		for {
 			s := p.pop(ks)
@@ -575,18 +611,18 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, erro
 				continue
 			}
 			p.mu.Lock()
-			cands[0].warm++
+			first.warm++
 			p.mu.Unlock()
-			p.m.claims.WithLabelValues(cands[0].key.Name, "warm").Inc()
+			p.m.claims.WithLabelValues(first.key.Name, "warm").Inc()
 			p.m.claimSeconds.WithLabelValues("warm").Observe(time.Since(t0).Seconds())
 			return s, nil
 		}
 	}
 	name := "none"
-	if len(cands) > 0 {
-		name = cands[0].key.Name
+	if first != nil {
+		name = first.key.Name
 		p.mu.Lock()
-		cands[0].cold++
+		first.cold++
 		p.mu.Unlock()
 	}
 	p.m.claims.WithLabelValues(name, "cold").Inc()
@@ -596,7 +632,8 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time) (*slot, erro
 // match lists the keys that can serve spec, best first: the exact one (language and
 // flavour), another flavour of the language (a wrong flavour costs the run the imports it
 // lacks, or memory it does not use, never correctness), then a bare slot of the same image
-// and limits (a started sandbox, whatever it runs).
+// and limits (a started sandbox, whatever it runs). Acquire has take drop all but the full flavour's
+// for a run that imports numpy or pandas when a cold sandbox would fork them (coldForksFull).
 func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyState {
 	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
@@ -712,7 +749,7 @@ func bindIdentity(ctx context.Context, c *agent.Client) error {
 // its own (the claim counts as cold).
 func (p *Pool) Handover(ctx context.Context, req Request) (*Lease, error) {
 	defer p.claimStarted(true)()
-	s, err := p.take(ctx, req, time.Now())
+	s, err := p.take(ctx, req, time.Now(), false)
 	if s == nil || err != nil {
 		return nil, err
 	}
