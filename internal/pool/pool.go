@@ -632,8 +632,9 @@ func (p *Pool) take(ctx context.Context, req Request, t0 time.Time, ownFlavourOn
 // match lists the keys that can serve spec, best first: the exact one (language and
 // flavour), another flavour of the language (a wrong flavour costs the run the imports it
 // lacks, or memory it does not use, never correctness), then a bare slot of the same image
-// and limits (a started sandbox, whatever it runs). Acquire has take drop all but the full flavour's
-// for a run that imports numpy or pandas when a cold sandbox would fork them (coldForksFull).
+// and limits (a started sandbox, whatever it runs). Acquire has take drop all but the full
+// flavour's for a run that imports numpy or pandas when a cold sandbox would fork them
+// (coldForksFull).
 func (p *Pool) match(spec runtime.Spec, lang, flavour, kernel string) []*keyState {
 	if _, canRename := p.o.Driver.(runtime.Renamer); spec.Hostname != "" && spec.Hostname != p.o.Hostname && !canRename {
 		return nil
