@@ -268,6 +268,9 @@ func (s *suiteDriver) Start(ctx context.Context, id string) (runtime.Sandbox, er
 		}
 		return s.session(id, sb)
 	}
+	// A key the pool keeps builds a slot in seconds; a claim no key serves would wait forever
+	// (a hang until the package's timeout, not a failure that says why).
+	giveUp := time.After(2 * time.Minute)
 	for {
 		l, err := s.st.p.Handover(ctx, Request{Spec: spec, Language: s.st.lang})
 		if err != nil {
@@ -284,6 +287,8 @@ func (s *suiteDriver) Start(ctx context.Context, id string) (runtime.Sandbox, er
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("no slot became ready for %+v: %w", spec.Limits, ctx.Err())
+		case <-giveUp:
+			return nil, fmt.Errorf("no slot became ready for %+v (language %q) within 2 minutes: does a key serve it?", spec.Limits, s.st.lang)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
