@@ -84,10 +84,10 @@ func TestFullFlavourGoesCold(t *testing.T) {
 	requirePython(t)
 	for _, zygote := range []bool{true, false} {
 		t.Run(fmt.Sprintf("zygote=%v", zygote), func(t *testing.T) {
-			var f *forking
 			e := newPool(t, func(o *Options) {
-				// A zygote that fails once asked: the claim still runs, and f counts the asks.
-				f = &forking{Driver: o.Driver.(*local.Driver), err: errors.New("no fork here")}
+				// A zygote that fails once asked: the claim still runs, and the pool counts the
+				// ask (lbb_pool_zygote_total{path="cold", outcome="fallback"}).
+				f := &forking{Driver: o.Driver.(*local.Driver), err: errors.New("no fork here")}
 				o.Driver, o.Zygote, o.Min = f, zygote, 1
 				o.Keys = []Key{
 					{Name: "lean", Image: testImage, Language: agent.LangPython, Flavour: FlavourLean, Imports: []string{}, Limits: testLimits},
