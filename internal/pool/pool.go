@@ -25,10 +25,10 @@
 //
 // Refill runs in the background, one or two slots at a time, and starts no new slot while a
 // claim is in flight or while BusyLeases leases are held, nor, for a key that still has a
-// ready slot, for claimQuiet after a Handover, so that it never competes with running work
-// for CPU. Each key's target follows demand: an exponentially weighted average
-// of its claims per second (warm and missed) times the time a slot takes to build, bounded by
-// the key's Min and Max.
+// ready slot, for claimQuiet after a Handover, nor, for a key with at least half its target
+// ready, while any lease is held, so that it never competes with running work for CPU. Each
+// key's target follows demand: an exponentially weighted average of its claims per second
+// (warm and missed) times the time a slot takes to build, bounded by the key's Min and Max.
 //
 // Start the pool after the service has reaped what a crash left behind (control.Recover):
 // reaping destroys every driver sandbox no record claims, parked slots included.
@@ -852,7 +852,8 @@ func (p *Pool) schedule() {
 		bestDeficit := 0.0
 		for _, ks := range p.keys {
 			have := len(ks.ready) + ks.building
-			if have >= ks.target || now.Before(ks.retryAt) || (len(ks.ready) > 0 && now.Before(p.quietUntil)) {
+			if have >= ks.target || now.Before(ks.retryAt) || (len(ks.ready) > 0 && now.Before(p.quietUntil)) ||
+				(p.leases > 0 && 2*len(ks.ready) >= ks.target) {
 				continue
 			}
 			// The emptiest key relative to its target first.
@@ -910,8 +911,9 @@ func (p *Pool) tick(now time.Time) {
 // claimQuiet is how long after a Handover no slot is built for a key that still has a ready
 // one: a long-lived sandbox just created is about to run its first command, and building a
 // slot (a sandbox's start: mounts, namespaces, the agent) takes the CPU that command needs. A
-// key left with no ready slot is refilled at once. (A one-call run's claim holds a lease
-// while its code runs, which BusyLeases weighs.)
+// key left with no ready slot is refilled at once. (A one-call run holds a lease until its
+// sandbox is destroyed; meanwhile a key with at least half its target ready is not
+// refilled, and one with fewer only below BusyLeases leases.)
 const claimQuiet = 100 * time.Millisecond
 
 // idleRate is the demand (claims per second: one in ten minutes) under which a key Ensure

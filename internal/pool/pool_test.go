@@ -438,6 +438,41 @@ func TestBusyPausesRefill(t *testing.T) {
 	}
 }
 
+// TestLeaseDefersRefill: while a one-call lease is held, a key with at least half its target
+// ready builds nothing (the run in flight has the CPU: at idle its refill slowed the run's
+// commits 2-3×); a key below half its target is refilled meanwhile, below BusyLeases.
+func TestLeaseDefersRefill(t *testing.T) {
+	requirePython(t)
+	e := newPool(t, func(o *Options) { o.Min = 4; o.BusyLeases = 100 })
+	e.fill(t)
+	acquire := func() *Lease {
+		l, err := e.p.Acquire(ctxT(t), Request{Spec: spec(), Language: agent.LangPython})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l1, l2 := acquire(), acquire()
+	time.Sleep(300 * time.Millisecond)
+	if st := e.p.Stats()[0]; st.Ready != 2 || st.Building != 0 {
+		t.Errorf("with half the target ready and leases held: %+v, want 2 ready and none building", st)
+	}
+	l3 := acquire() // one ready of four: below half
+	deadline := time.Now().Add(10 * time.Second)
+	for st := e.p.Stats()[0]; st.Building == 0 && st.Ready < 2; st = e.p.Stats()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("a key below half its target was not refilled while leases were held: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, l := range []*Lease{l1, l2, l3} {
+		l.Release(ctxT(t))
+	}
+	if err := e.p.WaitReady(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestQuietAfterHandover: for claimQuiet after a Handover no slot is built for a key that
 // still has a ready one (the new sandbox's first command has the CPU); a key left with none
 // is refilled without waiting.
