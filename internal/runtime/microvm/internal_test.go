@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -126,5 +127,23 @@ func TestQMP(t *testing.T) {
 	defer wcancel()
 	if err := q.waitEvent(wctx, q.mark(), func(ev qmpEvent) bool { return ev.Event == "STOP" }); err == nil {
 		t.Error("an event from before the mark counted")
+	}
+}
+
+// TestWaitReadyQEMUEnded: when QEMU ends before the agent's Hello, waitReady says so with
+// QEMU's wait status and what it printed, as the error Start boots once more on.
+func TestWaitReadyQEMUEnded(t *testing.T) {
+	ours, theirs := net.Pipe()
+	defer ours.Close()
+	defer theirs.Close()
+	exited := make(chan struct{})
+	close(exited)
+	err := waitReady(context.Background(), ours, exited, func() string { return "signal: killed" })
+	var ended *qemuEnded
+	if !errors.As(err, &ended) {
+		t.Fatalf("waitReady after QEMU ended: %v (%T), want a *qemuEnded", err, err)
+	}
+	if want := "QEMU ended (signal: killed) before the agent spoke"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
 	}
 }

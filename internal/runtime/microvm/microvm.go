@@ -367,7 +367,20 @@ func (d *Driver) boot(ctx context.Context, id, memFile string, fork bool) (runti
 		if err != nil {
 			return nil, errdefs.Wrap(errdefs.ClassUnavailable, "", err)
 		}
-		return d.start(ctx, st, cg, memFile, fork)
+		sb, err := d.start(ctx, st, cg, memFile, fork)
+		var ended *qemuEnded
+		if err != nil && memFile == "" && ctx.Err() == nil && errors.As(err, &ended) {
+			// A boot (not a restore) whose QEMU ended before the agent spoke ran no command:
+			// boot once more. (Under TCG on a loaded host about one CI run in ten here saw
+			// one, with nothing printed by QEMU or the guest's console; the error now says
+			// how QEMU ended.)
+			d.cfg.Logger.Warn("QEMU ended before the agent spoke; booting once more", "sandbox", id, "err", err)
+			if st, err = d.readState(id); err != nil {
+				return nil, err
+			}
+			sb, err = d.start(ctx, st, cg, "", fork)
+		}
+		return sb, err
 	})
 }
 
@@ -589,7 +602,9 @@ func (d *Driver) start(ctx context.Context, st state, cg cgroup.Manager, memFile
 			return fail(err)
 		}
 	}
-	if err := u.Step("agent ready", func() error { return waitReady(wctx, sb.conn, exited, qemuLog, console) }, nil); err != nil {
+	// QEMU's wait status, once exited is closed (cmd.Wait set it before).
+	status := func() string { return cmd.ProcessState.String() }
+	if err := u.Step("agent ready", func() error { return waitReady(wctx, sb.conn, exited, status, qemuLog, console) }, nil); err != nil {
 		return fail(err)
 	}
 	if memFile != "" {
@@ -619,8 +634,9 @@ func connect(p *pipes) (mon, channel, control net.Conn, err error) {
 }
 
 // waitReady waits for the agent's Hello on the channel, or QEMU's end.
-// When QEMU ended, the error carries the last lines it and the guest's console printed.
-func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}, logs ...*driverkit.Tail) error {
+// When QEMU ended, the error carries its wait status (status, called only then) and the last
+// lines it and the guest's console printed.
+func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}, status func() string, logs ...*driverkit.Tail) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -636,17 +652,22 @@ func waitReady(ctx context.Context, conn net.Conn, exited <-chan struct{}, logs 
 	}
 	select {
 	case <-exited:
-		msg := "QEMU ended before the agent spoke"
+		msg := fmt.Sprintf("QEMU ended (%s) before the agent spoke", status())
 		for i, l := range logs {
 			if last := l.Last(time.Second); last != "" {
 				msg += fmt.Sprintf("; %s printed: %q", [...]string{"QEMU", "the console"}[min(i, 1)], last)
 			}
 		}
-		return errors.New(msg)
+		return &qemuEnded{msg}
 	case <-time.After(time.Second):
 	}
 	return err
 }
+
+// qemuEnded is waitReady's error when QEMU exited before the agent's Hello.
+type qemuEnded struct{ msg string }
+
+func (e *qemuEnded) Error() string { return e.msg }
 
 // bootFiles answers what a first boot of st uses: the pinned kernel, the initramfs of the
 // current agent, the guest's configuration, and the acceleration.
